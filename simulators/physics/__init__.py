@@ -1,0 +1,1 @@
+"""simulators/physics package."""
