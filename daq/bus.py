@@ -1,0 +1,281 @@
+"""ZeroMQ publish/subscribe of frames and events.
+
+Two delivery modes:
+
+* lossless (default, for recording): the publisher is an XPUB with ``XPUB_NODROP``; when a
+  subscriber's queue is full the send raises ``zmq.Again`` and :meth:`BusPublisher.publish`
+  waits and retries, so a slow subscriber slows the producer down instead of losing data.
+* lossy (for live views): a plain PUB / SUB with a small high-water mark; when a reader falls
+  behind, messages are dropped and :meth:`BusSubscriber.recv_latest` returns the newest one.
+
+Subscribers count malformed messages per kind (logging each kind once), drop them and keep
+running, and detect gaps in the per-stream sequence numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import zmq
+import zmq.asyncio
+
+from daq.frames import Frame, FrameError, Message, decode, encode
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:0"
+#: Payloads at least this large are handed to ZeroMQ without a copy.
+ZERO_COPY_THRESHOLD = 64 * 1024
+#: Messages handled in a row before a hot loop yields to the event loop.
+_YIELD_EVERY = 64
+
+
+class BusTimeout(TimeoutError):
+    """Nothing arrived (or could be sent) within the timeout."""
+
+
+def bind_endpoint(sock: zmq.Socket, endpoint: str) -> str:
+    """Bind ``sock``; port 0 or ``*`` picks a free port. Returns the real endpoint."""
+    if endpoint.startswith("tcp://") and (endpoint.endswith(":0") or endpoint.endswith(":*")):
+        endpoint = endpoint.rsplit(":", 1)[0] + ":*"
+    try:
+        sock.bind(endpoint)
+    except zmq.ZMQError as exc:
+        raise OSError(f"cannot bind {endpoint}: {exc}") from None
+    return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+def _context(ctx: zmq.asyncio.Context | None) -> zmq.asyncio.Context:
+    return ctx if ctx is not None else zmq.asyncio.Context.instance()
+
+
+class BusPublisher:
+    """Binds an endpoint and publishes frames and events."""
+
+    def __init__(self, endpoint: str = DEFAULT_ENDPOINT, lossless: bool = True,
+                 ctx: zmq.asyncio.Context | None = None, hwm: int | None = None,
+                 send_timeout: float | None = None):
+        """``hwm``: queue length per subscriber (default 1000 lossless, 16 lossy).
+        ``send_timeout``: in lossless mode, give up (BusTimeout) after blocking this long."""
+        self.lossless = lossless
+        self.send_timeout = send_timeout
+        self._ctx = _context(ctx)
+        self._sock = self._ctx.socket(zmq.XPUB if lossless else zmq.PUB)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.SNDHWM, hwm if hwm is not None else (1000 if lossless else 16))
+        if lossless:
+            self._sock.setsockopt(zmq.XPUB_NODROP, 1)
+            self._sock.setsockopt(zmq.XPUB_VERBOSE, 1)
+        # Non-blocking sends go through a plain (sync) shadow of the same socket: cheaper than a future.
+        self._sync = zmq.Socket.shadow(self._sock.underlying)
+        self.endpoint = bind_endpoint(self._sock, endpoint)
+        self._seq: dict[str, int] = {}
+        self._sent = 0
+        self.subscriptions = 0
+        self.blocked_s = 0.0
+
+    def next_seq(self, stream: str) -> int:
+        """Next sequence number for ``stream`` (0, 1, 2, ... per stream)."""
+        n = self._seq.get(stream, 0)
+        self._seq[stream] = n + 1
+        return n
+
+    async def publish(self, msg: Message) -> None:
+        """Publish one frame or event (lossless mode waits while subscribers are full)."""
+        await self.send_parts(encode(msg))
+
+    async def send_parts(self, parts: list) -> None:
+        """Send already encoded parts (used by replay and benchmarks)."""
+        copy = len(parts[2]) < ZERO_COPY_THRESHOLD
+        self._sent += 1
+        try:
+            self._sync.send_multipart(parts, flags=zmq.NOBLOCK, copy=copy)
+        except zmq.Again:
+            if not self.lossless:
+                return  # lossy: a full queue means "drop"
+            await self._send_blocked(parts, copy)
+        else:
+            if self._sent % _YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+
+    async def _send_blocked(self, parts: list, copy: bool) -> None:
+        """Back-pressure: retry a refused send until it goes through (or send_timeout)."""
+        start = time.monotonic()
+        tries = 0
+        while True:
+            tries += 1
+            await asyncio.sleep(0 if tries < 8 else 0.0005)
+            try:
+                self._sync.send_multipart(parts, flags=zmq.NOBLOCK, copy=copy)
+                break
+            except zmq.Again:
+                if self.send_timeout is not None and time.monotonic() - start > self.send_timeout:
+                    self.blocked_s += time.monotonic() - start
+                    raise BusTimeout(f"subscribers did not take a message for {self.send_timeout} s") from None
+        self.blocked_s += time.monotonic() - start
+
+    async def wait_for_subscribers(self, n: int = 1, timeout: float = 5.0) -> int:
+        """Lossless mode: wait until ``n`` subscription messages arrived (avoids the slow joiner).
+
+        Returns the number seen so far; raises BusTimeout if fewer than ``n`` came in time.
+        """
+        if not self.lossless:
+            raise RuntimeError("wait_for_subscribers needs a lossless (XPUB) publisher")
+        deadline = time.monotonic() + timeout
+        while self.subscriptions < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BusTimeout(f"{self.subscriptions} of {n} subscribers after {timeout} s")
+            if await self._sock.poll(int(remaining * 1000) + 1, zmq.POLLIN):
+                msg = self._sync.recv(zmq.NOBLOCK)
+                if msg[:1] == b"\x01":
+                    self.subscriptions += 1
+        return self.subscriptions
+
+    def close(self) -> None:
+        if not self._sock.closed:
+            self._sock.close(linger=0)
+
+    async def __aenter__(self) -> BusPublisher:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.close()
+
+
+@dataclass
+class BusStats:
+    """What a subscriber saw: good messages, malformed ones per kind, and sequence gaps."""
+
+    received: int = 0
+    malformed: dict[str, int] = field(default_factory=dict)
+    gaps: dict[str, int] = field(default_factory=dict)      # stream -> messages missing
+    gap_count: int = 0                                       # number of separate gaps
+    restarts: dict[str, int] = field(default_factory=dict)  # stream -> sequence went back
+    last_gaps: deque = field(default_factory=lambda: deque(maxlen=100))  # (stream, expected, got)
+
+    @property
+    def missing(self) -> int:
+        return sum(self.gaps.values())
+
+    @property
+    def n_malformed(self) -> int:
+        return sum(self.malformed.values())
+
+    def as_dict(self) -> dict:
+        return {"received": self.received, "malformed": dict(self.malformed), "gaps": dict(self.gaps),
+                "gap_count": self.gap_count, "restarts": dict(self.restarts)}
+
+
+class BusSubscriber:
+    """Connects to a publisher and yields decoded frames and events."""
+
+    def __init__(self, endpoint: str, topics: tuple[str, ...] | list[str] = ("",),
+                 ctx: zmq.asyncio.Context | None = None, lossy: bool = False, hwm: int | None = None,
+                 max_payload: int | None = None):
+        """``topics``: prefixes such as ``"data/press."`` or ``"event/"``; ``""`` means all.
+        ``lossy``: small receive queue for live views (see :meth:`recv_latest`)."""
+        self.endpoint = endpoint
+        self.lossy = lossy
+        self.max_payload = max_payload
+        self._ctx = _context(ctx)
+        self._sock = self._ctx.socket(zmq.SUB)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.RCVHWM, hwm if hwm is not None else (4 if lossy else 1000))
+        for t in topics:
+            self._sock.setsockopt(zmq.SUBSCRIBE, t.encode("utf-8") if isinstance(t, str) else t)
+        self._sync = zmq.Socket.shadow(self._sock.underlying)
+        try:
+            self._sock.connect(endpoint)
+        except zmq.ZMQError as exc:
+            self._sock.close(linger=0)
+            raise OSError(f"cannot connect to {endpoint}: {exc}") from None
+        self.stats = BusStats()
+        self._next: dict[str, int] = {}
+        self._logged: set[str] = set()
+        self._n = 0
+
+    async def recv(self, timeout: float | None = None) -> Message:
+        """Next well-formed message; raises BusTimeout if none arrives within ``timeout`` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            parts = await self._recv_parts(deadline)
+            msg = self._decode(parts)
+            if msg is not None:
+                return msg
+
+    async def recv_latest(self, timeout: float | None = None) -> Message:
+        """Wait for a message, then drain the queue and return the newest one (live views)."""
+        msg = await self.recv(timeout)
+        while True:
+            try:
+                parts = self._sync.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return msg
+            newer = self._decode(parts)
+            if newer is not None:
+                msg = newer
+
+    async def _recv_parts(self, deadline: float | None) -> list:
+        while True:
+            try:
+                parts = self._sync.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                pass
+            else:
+                self._n += 1
+                if self._n % _YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
+                return parts
+            if deadline is None:
+                await self._sock.poll(None, zmq.POLLIN)
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not await self._sock.poll(max(1, int(remaining * 1000)), zmq.POLLIN):
+                    raise BusTimeout(f"no message from {self.endpoint} within the timeout")
+
+    def _decode(self, parts: list) -> Message | None:
+        try:
+            msg = decode(parts, max_payload=self.max_payload)
+        except FrameError as exc:
+            self.stats.malformed[exc.kind] = self.stats.malformed.get(exc.kind, 0) + 1
+            if exc.kind not in self._logged:
+                self._logged.add(exc.kind)
+                log.warning("dropping malformed message from %s (%s); further ones of this kind are "
+                            "only counted", self.endpoint, exc)
+            return None
+        self.stats.received += 1
+        self._track_seq(msg)
+        return msg
+
+    def _track_seq(self, msg: Frame | Message) -> None:
+        """Sequence bookkeeping: seq > expected is a gap, seq < expected a producer restart."""
+        key = msg.stream
+        expected = self._next.get(key)
+        if expected is not None and msg.seq != expected:
+            st = self.stats
+            if msg.seq > expected:
+                missing = msg.seq - expected
+                st.gaps[key] = st.gaps.get(key, 0) + missing
+                st.gap_count += 1
+                st.last_gaps.append((key, expected, msg.seq))
+                if st.gap_count <= 10 or not self.lossy:
+                    log.log(logging.DEBUG if self.lossy else logging.WARNING,
+                            "gap on %s: expected seq %d, got %d (%d missing)", key, expected, msg.seq, missing)
+            else:
+                st.restarts[key] = st.restarts.get(key, 0) + 1
+        self._next[key] = msg.seq + 1
+
+    def close(self) -> None:
+        if not self._sock.closed:
+            self._sock.close(linger=0)
+
+    async def __aenter__(self) -> BusSubscriber:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.close()

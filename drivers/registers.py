@@ -1,0 +1,127 @@
+"""Register-map codec: turn TOML register entries into values in SI units and back.
+
+A register entry looks like::
+
+    setpoint = { table = "holding", address = 0, type = "float32", word_order = "big", scale = 1.0, unit = "N" }
+
+``value_SI = raw * scale + offset``. Types: float32, int16, uint16, int32, uint32. ``word_order`` applies to
+32-bit types ("big": most significant word first, the Modbus convention; "little": swapped words).
+A device with another map needs a config change, not code.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from drivers.errors import RegisterMapError
+
+# type name -> (struct code for a big-endian value, number of 16-bit registers)
+_TYPES: dict[str, tuple[str, int]] = {
+    "float32": (">f", 2),
+    "int16": (">h", 1),
+    "uint16": (">H", 1),
+    "int32": (">i", 2),
+    "uint32": (">I", 2),
+}
+_TABLES = ("holding", "input")
+_KEYS = {"table", "address", "type", "word_order", "scale", "offset", "unit", "description"}
+
+
+@dataclass(frozen=True)
+class RegisterSpec:
+    """One value in a device's register map."""
+
+    name: str
+    table: str
+    address: int
+    type: str = "float32"
+    word_order: str = "big"
+    scale: float = 1.0
+    offset: float = 0.0
+    unit: str = "1"
+
+    @property
+    def count(self) -> int:
+        """Number of 16-bit registers the value occupies."""
+        return _TYPES[self.type][1]
+
+    @property
+    def is_float(self) -> bool:
+        return self.type == "float32"
+
+    @classmethod
+    def from_config(cls, name: str, d: Mapping) -> RegisterSpec:
+        """Validate one TOML entry; raises RegisterMapError with the entry name on any problem."""
+        if not isinstance(d, Mapping):
+            raise RegisterMapError(f"register {name!r}: expected a table, got {type(d).__name__}")
+        unknown = sorted(set(d) - _KEYS)
+        if unknown:
+            raise RegisterMapError(f"register {name!r}: unknown keys {unknown}")
+        try:
+            spec = cls(
+                name=name,
+                table=str(d.get("table", "holding")),
+                address=int(d["address"]),
+                type=str(d.get("type", "float32")),
+                word_order=str(d.get("word_order", "big")),
+                scale=float(d.get("scale", 1.0)),
+                offset=float(d.get("offset", 0.0)),
+                unit=str(d.get("unit", "1")),
+            )
+        except KeyError as exc:
+            raise RegisterMapError(f"register {name!r}: missing key {exc.args[0]!r}") from None
+        except (TypeError, ValueError) as exc:
+            raise RegisterMapError(f"register {name!r}: {exc}") from None
+        if spec.table not in _TABLES:
+            raise RegisterMapError(f"register {name!r}: table must be one of {_TABLES}, got {spec.table!r}")
+        if spec.type not in _TYPES:
+            raise RegisterMapError(f"register {name!r}: type must be one of {sorted(_TYPES)}, got {spec.type!r}")
+        if spec.word_order not in ("big", "little"):
+            raise RegisterMapError(f"register {name!r}: word_order must be 'big' or 'little'")
+        if not 0 <= spec.address <= 65535 - spec.count + 1:
+            raise RegisterMapError(f"register {name!r}: address {spec.address} out of 0..65535")
+        if spec.scale == 0 or not math.isfinite(spec.scale) or not math.isfinite(spec.offset):
+            raise RegisterMapError(f"register {name!r}: scale must be finite and non-zero, offset finite")
+        return spec
+
+    def decode(self, regs: list[int]) -> float:
+        """Registers -> value in SI units. NaN/inf floats are passed through (the caller judges them)."""
+        if len(regs) != self.count:
+            raise ValueError(f"{self.name}: expected {self.count} registers, got {len(regs)}")
+        words = list(regs)
+        if self.word_order == "little":
+            words.reverse()
+        raw = struct.unpack(_TYPES[self.type][0], struct.pack(f">{len(words)}H", *words))[0]
+        return raw * self.scale + self.offset
+
+    def encode(self, value: float) -> list[int]:
+        """Value in SI units -> registers. Integers are rounded; out-of-range raises ValueError."""
+        raw = (float(value) - self.offset) / self.scale
+        code = _TYPES[self.type][0]
+        if not self.is_float:
+            if not math.isfinite(raw):
+                raise ValueError(f"{self.name}: {value!r} cannot be encoded as {self.type}")
+            raw = round(raw)
+        try:
+            packed = struct.pack(code, raw)
+        except (struct.error, OverflowError) as exc:
+            raise ValueError(f"{self.name}: {value!r} does not fit {self.type} (scale {self.scale})") from exc
+        words = list(struct.unpack(f">{self.count}H", packed))
+        if self.word_order == "little":
+            words.reverse()
+        return words
+
+
+class RegisterMap(dict[str, RegisterSpec]):
+    """Name -> RegisterSpec, built from a TOML table; ``require`` checks that a driver's names exist."""
+
+    @classmethod
+    def from_config(cls, table: Mapping, required: tuple[str, ...] = ()) -> RegisterMap:
+        rmap = cls({name: RegisterSpec.from_config(name, d) for name, d in table.items()})
+        missing = [n for n in required if n not in rmap]
+        if missing:
+            raise RegisterMapError(f"register map lacks {missing}")
+        return rmap

@@ -1,0 +1,243 @@
+"""Quasi-static plant truth of one press linkage (the simulator's side, not a candidate model).
+
+The linkage is a small planar spring network solved for static equilibrium with Newton's method:
+
+* ``D`` (0, 0): head of the pressure bar; the vertical process force acts here (upward positive). The
+  pressure-bar guide holds D horizontally (linear spring ``k_guide``) and is where friction acts.
+* bar 5 (axial stiffness ``k5``) runs from D up-left to the joint ``F`` (-0.30, 0.50); it meets the
+  joint pin through a bearing.
+* bar 7 (``k7``) runs from F up-right to the frame bearing ``G`` (0, 1.00).
+* the lever (axial stiffness ``k_lever``) runs from F straight down to the frame bearing ``A`` (-0.30, -0.20).
+* bearings are isotropic radial springs with hardening, force ``k_joint*(1 + joint_beta*|d|^2)*d``.
+* ``B0`` is the tip of a light feeler lever pivoted on the frame and resting on D; its vertical motion is
+  ``b0_ratio`` times that of D (it carries no load).
+
+Statics: a vertical load at D loads bars 5 and 7 in series (D and B0 vertical see ``1/k5 + 1/k7``), while a
+horizontal load at F does not load bar 5 at all, so the horizontal motion of F sees ``1/k7`` only: this is
+the sensor that separates k5 from k7; B0 is nearly redundant with D.
+
+Friction at the pressure-bar guide is a Prandtl-Ishlinskii superposition of stop operators driven by the
+process force (a Preisach model with a smooth density concentrated near the diagonal): continuous,
+rate-independent, with memory, and saturating at ``friction_max``. The force that reaches the linkage is
+``q = q_P - q_fric``; friction resists the current direction of loading.
+
+State: 10 displacements ``[D, F5, F, G7, A]`` x (x, y) in metres, where F5 is bar 5's end at joint F and
+G7 / A are the bar ends in the frame bearings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+SENSOR_NAMES = ("D_vertical", "F_horizontal", "B0_vertical")
+
+# Nominal node positions, m (fixed geometry, known to every model).
+POS_D = np.array([0.0, 0.0])
+POS_F = np.array([-0.30, 0.50])
+POS_G = np.array([0.0, 1.00])
+POS_A = np.array([-0.30, -0.20])
+
+# Node slots in the state vector (x at 2*i, y at 2*i+1).
+NODE_D, NODE_F5, NODE_F, NODE_G7, NODE_A = range(5)
+N_DOF = 10
+
+
+@dataclass
+class PressTruth:
+    """True constants of the simulated press linkage (SI units).
+
+    Config keys (flat, ``[simulator]`` table of ``configs/press-sim.toml``), with defaults:
+    ``k5`` = 2.0e8 N/m and ``k7`` = 1.5e8 N/m (the two bar stiffnesses to identify), ``k_lever`` = 1.0e9 N/m,
+    ``k_guide`` = 5.0e8 N/m, ``k_joint`` = 1.2e9 N/m, ``joint_beta`` = 2.0e8 1/m^2 (bearing hardening),
+    ``b0_ratio`` = 0.2 (feeler lever ratio), ``friction_max`` = 1000.0 N (saturated friction force),
+    ``friction_scale`` = 1500.0 N (median stop-operator threshold), ``friction_spread`` = 0.7 (log-normal
+    width of the threshold density), ``friction_n`` = 40 (number of stop operators), ``q_max`` = 20000.0 N.
+    """
+
+    k5: float = 2.0e8
+    k7: float = 1.5e8
+    k_lever: float = 1.0e9
+    k_guide: float = 5.0e8
+    k_joint: float = 1.2e9
+    joint_beta: float = 2.0e8
+    b0_ratio: float = 0.2
+    friction_max: float = 1000.0
+    friction_scale: float = 1500.0
+    friction_spread: float = 0.7
+    friction_n: int = 40
+    q_max: float = 20000.0
+
+    @classmethod
+    def from_config(cls, d: dict) -> PressTruth:
+        """Build from a flat dict; unknown keys are an error, missing keys take the defaults."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown PressTruth keys: {unknown}")
+        kw = {k: (int(v) if k == "friction_n" else float(v)) for k, v in d.items()}
+        truth = cls(**kw)
+        for k in ("k5", "k7", "k_lever", "k_guide", "k_joint", "friction_scale", "q_max"):
+            if not getattr(truth, k) > 0:
+                raise ValueError(f"PressTruth.{k} must be > 0")
+        if truth.friction_max < 0 or truth.joint_beta < 0 or truth.friction_n < 1:
+            raise ValueError("PressTruth: friction_max, joint_beta must be >= 0 and friction_n >= 1")
+        return truth
+
+    def to_dict(self) -> dict:
+        """Flat JSON/TOML-friendly dict (round-trips through from_config)."""
+        return asdict(self)
+
+
+def _unit(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    v = b - a
+    return v / np.linalg.norm(v)
+
+
+def _axial_block(n: np.ndarray, k: float) -> np.ndarray:
+    """4x4 stiffness of an axial spring with unit direction n (small displacements)."""
+    nn = k * np.outer(n, n)
+    return np.block([[nn, -nn], [-nn, nn]])
+
+
+class StopOperatorFriction:
+    """Rate-independent friction: sum of stop (elastic-perfectly-plastic) operators of the force input.
+
+    Each operator i follows force increments and is clipped to [-r_i, r_i]; the friction force is
+    sum_i w_i * s_i. Thresholds r_i are log-spaced, weights follow a log-normal density so that the
+    output rises smoothly after every reversal and saturates at ``friction_max``.
+    """
+
+    def __init__(self, fmax: float, scale: float, spread: float, n: int) -> None:
+        lo, hi = scale * np.exp(-3.0 * spread), scale * np.exp(3.0 * spread)
+        self.r = np.geomspace(lo, hi, n)
+        dens = np.exp(-0.5 * (np.log(self.r / scale) / spread) ** 2)
+        share = dens / dens.sum()  # share of the saturated friction carried by each operator
+        self.w = fmax * share / self.r
+        self.s = np.zeros(n)
+        self.q_prev = 0.0
+
+    def reset(self) -> None:
+        self.s[:] = 0.0
+        self.q_prev = 0.0
+
+    def step(self, q_p: float) -> float:
+        self.s = np.clip(self.s + (q_p - self.q_prev), -self.r, self.r)
+        self.q_prev = q_p
+        return float(self.w @ self.s)
+
+
+class PressLinkage:
+    """Stateful plant: ``respond(force_N)`` returns the three true displacements in metres."""
+
+    SENSOR_NAMES = SENSOR_NAMES
+
+    def __init__(self, truth: PressTruth | None = None) -> None:
+        self.truth = truth or PressTruth()
+        t = self.truth
+        self.friction = StopOperatorFriction(
+            t.friction_max, t.friction_scale, t.friction_spread, t.friction_n
+        )
+        self._K = self._linear_stiffness()
+        # Bearings: (node_i, node_j or None for ground)
+        self._bearings = ((NODE_F5, NODE_F), (NODE_G7, None), (NODE_A, None))
+        self._load = np.zeros(N_DOF)
+        self._load[2 * NODE_D + 1] = 1.0
+        self.y = np.zeros(N_DOF)
+        self.last_friction = 0.0
+
+    def _linear_stiffness(self) -> np.ndarray:
+        t = self.truth
+        K = np.zeros((N_DOF, N_DOF))
+
+        def add(i: int, j: int, n: np.ndarray, k: float) -> None:
+            idx = [2 * i, 2 * i + 1, 2 * j, 2 * j + 1]
+            K[np.ix_(idx, idx)] += _axial_block(n, k)
+
+        add(NODE_D, NODE_F5, _unit(POS_D, POS_F), t.k5)
+        add(NODE_F, NODE_G7, _unit(POS_F, POS_G), t.k7)
+        add(NODE_F, NODE_A, _unit(POS_F, POS_A), t.k_lever)
+        K[2 * NODE_D, 2 * NODE_D] += t.k_guide
+        return K
+
+    def _bearing_terms(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Internal bearing forces and their Jacobian."""
+        t = self.truth
+        f = np.zeros(N_DOF)
+        J = np.zeros((N_DOF, N_DOF))
+        for i, j in self._bearings:
+            ii = slice(2 * i, 2 * i + 2)
+            d = y[ii] - (y[2 * j : 2 * j + 2] if j is not None else 0.0)
+            d2 = float(d @ d)
+            force = t.k_joint * (1.0 + t.joint_beta * d2) * d
+            kt = t.k_joint * ((1.0 + t.joint_beta * d2) * np.eye(2) + 2.0 * t.joint_beta * np.outer(d, d))
+            f[ii] += force
+            J[ii, ii] += kt
+            if j is not None:
+                jj = slice(2 * j, 2 * j + 2)
+                f[jj] -= force
+                J[ii, jj] -= kt
+                J[jj, ii] -= kt
+                J[jj, jj] += kt
+        return f, J
+
+    def equilibrium(self, q: float, y0: np.ndarray | None = None) -> np.ndarray:
+        """Solve K y + f_bearing(y) = load * q by Newton's method (q = force reaching the linkage, N)."""
+        y = np.zeros(N_DOF) if y0 is None else y0.copy()
+        rhs = self._load * q
+        for _ in range(50):
+            f, Jb = self._bearing_terms(y)
+            res = self._K @ y + f - rhs
+            dy = np.linalg.solve(self._K + Jb, -res)
+            y += dy
+            if np.max(np.abs(dy)) < 1e-14:
+                break
+        else:  # pragma: no cover - the hardening system is monotone, Newton always converges here
+            raise RuntimeError("press equilibrium: Newton did not converge")
+        return y
+
+    def observe(self, y: np.ndarray) -> np.ndarray:
+        """Sensor values [D_vertical, F_horizontal, B0_vertical] in metres from a state."""
+        d_v = y[2 * NODE_D + 1]
+        return np.array([d_v, y[2 * NODE_F], self.truth.b0_ratio * d_v])
+
+    def respond(self, force_N: float) -> np.ndarray:
+        """Apply process force q_P (N, upward at the ram), advance friction memory, return displacements."""
+        q_p = float(force_N)
+        self.last_friction = self.friction.step(q_p)
+        self.y = self.equilibrium(q_p - self.last_friction, self.y)
+        return self.observe(self.y)
+
+    def reset(self) -> None:
+        """Back to the unloaded, friction-free (virgin) state."""
+        self.friction.reset()
+        self.y = np.zeros(N_DOF)
+        self.last_friction = 0.0
+
+
+def staircase_forces(q_max: float = 20000.0, n_up: int = 14) -> np.ndarray:
+    """Desired forces 0 -> q_max in n_up steps and back to 0 (2*n_up + 1 setpoints, N)."""
+    up = np.linspace(0.0, q_max, n_up + 1)
+    return np.concatenate([up, up[-2::-1]])
+
+
+def simulate_staircase(
+    truth: PressTruth,
+    q_actual: np.ndarray,
+    sigmas: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Noisy displacements z[series, setpoint, sensor] (m) for actual forces q_actual[series, setpoint] (N).
+
+    One plant runs through all series in order without reset (friction memory carries over, as on the
+    rig); independent Gaussian noise with the given per-sensor sigmas (m) is added.
+    """
+    q_actual = np.atleast_2d(np.asarray(q_actual, dtype=float))
+    sig = np.asarray(sigmas, dtype=float)
+    plant = PressLinkage(truth)
+    z = np.empty(q_actual.shape + (len(SENSOR_NAMES),))
+    for i in range(q_actual.shape[0]):
+        for j in range(q_actual.shape[1]):
+            z[i, j] = plant.respond(q_actual[i, j])
+    return z + rng.standard_normal(z.shape) * sig

@@ -1,0 +1,197 @@
+"""Bus over real ZeroMQ sockets on loopback: round trips, malformed input, lossless delivery, gaps."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import numpy as np
+import pytest
+import zmq
+import zmq.asyncio
+
+from daq.bus import BusPublisher, BusSubscriber, BusTimeout
+from daq.frames import SUPPORTED_DTYPES, Event, Frame, encode
+from tests.test_frames import make_data
+
+
+async def connected_pair(**sub_kwargs) -> tuple[BusPublisher, BusSubscriber]:
+    pub = BusPublisher()
+    sub = BusSubscriber(pub.endpoint, **sub_kwargs)
+    await pub.wait_for_subscribers(1, timeout=5.0)
+    return pub, sub
+
+
+def frame(seq: int, data: np.ndarray, stream: str = "t.s") -> Frame:
+    return Frame(stream, seq, 1000.0 + seq, 0.001, [f"c{i}" for i in range(data.shape[1])],
+                 ["m"] * data.shape[1], data)
+
+
+async def test_round_trip_every_dtype_over_the_bus(rng):
+    pub, sub = await connected_pair()
+    try:
+        sent = []
+        for i, dtype in enumerate(SUPPORTED_DTYPES):
+            f = frame(i, make_data(dtype, rng, n=50, n_ch=3))
+            sent.append(f)
+            await pub.publish(f)
+        await pub.publish(Event("t.plan", "step", 0, 5.0, {"index": 1}))
+        for f in sent:
+            g = await sub.recv(timeout=5)
+            assert g.seq == f.seq and g.data.dtype == f.data.dtype and g.data.tobytes() == f.data.tobytes()
+        ev = await sub.recv(timeout=5)
+        assert isinstance(ev, Event) and ev.body == {"index": 1}
+        assert sub.stats.received == len(sent) + 1 and not sub.stats.gaps
+    finally:
+        pub.close()
+        sub.close()
+
+
+async def test_malformed_messages_are_counted_logged_once_and_dropped(caplog):
+    ctx = zmq.asyncio.Context.instance()
+    raw = ctx.socket(zmq.XPUB)
+    raw.setsockopt(zmq.LINGER, 0)
+    port = raw.bind_to_random_port("tcp://127.0.0.1")
+    sub = BusSubscriber(f"tcp://127.0.0.1:{port}")
+    try:
+        await asyncio.wait_for(raw.recv(), 5)  # the subscription: no slow-joiner loss after this
+        good = [bytes(p) for p in encode(frame(0, np.ones((4, 2))))]
+        h = json.loads(good[1])
+        bad = {
+            "json": [good[0], b"{oops", good[2]],
+            "schema": [good[0], json.dumps({**h, "v": 2}).encode(), good[2]],
+            "size": [good[0], good[1], good[2] + b"\0"],
+            "dtype": [good[0], json.dumps({**h, "dtype": "float16"}).encode(), good[2]],
+            "parts": [good[0], good[1]],
+        }
+        with caplog.at_level(logging.WARNING, logger="daq.bus"):
+            for rep in range(3):
+                for parts in bad.values():
+                    await raw.send_multipart(parts)
+                await raw.send_multipart([bytes(p) for p in encode(frame(rep, np.full((4, 2), rep)))])
+            got = [await sub.recv(timeout=5) for _ in range(3)]
+        assert [g.seq for g in got] == [0, 1, 2]
+        assert got[2].data[0, 0] == 2
+        assert sub.stats.malformed == {kind: 3 for kind in bad}
+        assert sub.stats.received == 3
+        warnings = [r for r in caplog.records if "malformed" in r.getMessage()]
+        assert len(warnings) == len(bad)  # once per kind
+    finally:
+        raw.close(linger=0)
+        sub.close()
+
+
+async def test_lossless_mode_delivers_everything_in_order(rng):
+    pub, sub = await connected_pair()
+    n = 20000
+    data = rng.standard_normal((32, 4))
+
+    async def produce():
+        for _ in range(n):
+            await pub.publish(frame(pub.next_seq("t.s"), data))
+
+    try:
+        task = asyncio.create_task(produce())
+        for i in range(n):
+            g = await sub.recv(timeout=10)
+            assert g.seq == i
+        await task
+        assert sub.stats.received == n and sub.stats.missing == 0
+        assert g.data.tobytes() == data.tobytes()
+    finally:
+        pub.close()
+        sub.close()
+
+
+async def test_lossless_publisher_applies_back_pressure_to_a_slow_subscriber(rng):
+    """A tiny queue and a subscriber that does not read yet: the publisher must wait, not drop."""
+    pub = BusPublisher(hwm=5)
+    sub = BusSubscriber(pub.endpoint, hwm=5)
+    await pub.wait_for_subscribers(1, timeout=5)
+    data = rng.standard_normal((1000, 8))  # 64 kB frames fill the kernel buffers quickly
+    n = 300
+
+    async def produce():
+        for i in range(n):
+            await pub.publish(frame(i, data))
+
+    try:
+        task = asyncio.create_task(produce())
+        await asyncio.sleep(0.3)
+        assert not task.done()  # blocked by back-pressure
+        seqs = [(await sub.recv(timeout=10)).seq for _ in range(n)]
+        await task
+        assert seqs == list(range(n)) and pub.blocked_s > 0
+    finally:
+        pub.close()
+        sub.close()
+
+
+async def test_skipped_sequence_numbers_are_reported_as_gaps():
+    pub, sub = await connected_pair()
+    try:
+        for seq in [0, 1, 2, 5, 6, 10]:
+            await pub.publish(frame(seq, np.zeros((2, 1))))
+        for seq in [0, 1, 3]:
+            await pub.publish(frame(seq, np.zeros((2, 1)), stream="t.other"))
+        for _ in range(9):
+            await sub.recv(timeout=5)
+        assert sub.stats.gaps == {"t.s": 2 + 3, "t.other": 1}
+        assert sub.stats.gap_count == 3
+        assert list(sub.stats.last_gaps) == [("t.s", 3, 5), ("t.s", 7, 10), ("t.other", 2, 3)]
+    finally:
+        pub.close()
+        sub.close()
+
+
+async def test_lossy_mode_drops_and_the_drops_are_detected_as_gaps(rng):
+    pub = BusPublisher(lossless=False, hwm=2)
+    sub = BusSubscriber(pub.endpoint, lossy=True, hwm=2)
+    data = rng.standard_normal((2000, 8))  # 128 kB: the socket buffers hold only a few
+    try:
+        await asyncio.sleep(0.2)  # slow joiner: plain PUB cannot tell when the subscription arrived
+        n = 400
+        for i in range(n):
+            await pub.publish(frame(i, data))  # never blocks in lossy mode
+        seqs = []
+        while True:
+            try:
+                seqs.append((await sub.recv(timeout=0.5)).seq)
+            except BusTimeout:
+                break
+        assert 0 < len(seqs) < n
+        assert seqs == sorted(seqs)
+        # every message between the first and last one received is either received or counted missing
+        assert len(seqs) + sub.stats.missing == seqs[-1] - seqs[0] + 1
+        assert sub.stats.missing > 0
+    finally:
+        pub.close()
+        sub.close()
+
+
+async def test_recv_latest_returns_the_newest_message():
+    pub, sub = await connected_pair(hwm=1000)
+    try:
+        for i in range(50):
+            await pub.publish(frame(i, np.full((1, 1), i)))
+        await asyncio.sleep(0.2)
+        g = await sub.recv_latest(timeout=5)
+        assert g.seq == 49 and sub.stats.received == 50
+    finally:
+        pub.close()
+        sub.close()
+
+
+async def test_recv_times_out_and_topics_filter():
+    pub, sub = await connected_pair(topics=("event/",))
+    try:
+        await pub.publish(frame(0, np.zeros((1, 1))))
+        await pub.publish(Event("t.plan", "plan_end", 0, 1.0, {}))
+        ev = await sub.recv(timeout=5)
+        assert isinstance(ev, Event)
+        with pytest.raises(BusTimeout):
+            await sub.recv(timeout=0.05)
+    finally:
+        pub.close()
+        sub.close()
