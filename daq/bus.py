@@ -53,12 +53,22 @@ def _context(ctx: zmq.asyncio.Context | None) -> zmq.asyncio.Context:
     return ctx if ctx is not None else zmq.asyncio.Context.instance()
 
 
+def _set_done(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 class BusPublisher:
     """Binds an endpoint and publishes frames and events."""
 
-    def __init__(self, endpoint: str = DEFAULT_ENDPOINT, lossless: bool = True,
-                 ctx: zmq.asyncio.Context | None = None, hwm: int | None = None,
-                 send_timeout: float | None = None):
+    def __init__(
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        lossless: bool = True,
+        ctx: zmq.asyncio.Context | None = None,
+        hwm: int | None = None,
+        send_timeout: float | None = None,
+    ):
         """``hwm``: queue length per subscriber (default 1000 lossless, 16 lossy).
         ``send_timeout``: in lossless mode, give up (BusTimeout) after blocking this long."""
         self.lossless = lossless
@@ -115,7 +125,9 @@ class BusPublisher:
             except zmq.Again:
                 if self.send_timeout is not None and time.monotonic() - start > self.send_timeout:
                     self.blocked_s += time.monotonic() - start
-                    raise BusTimeout(f"subscribers did not take a message for {self.send_timeout} s") from None
+                    raise BusTimeout(
+                        f"subscribers did not take a message for {self.send_timeout} s"
+                    ) from None
         self.blocked_s += time.monotonic() - start
 
     async def wait_for_subscribers(self, n: int = 1, timeout: float = 5.0) -> int:
@@ -153,8 +165,8 @@ class BusStats:
 
     received: int = 0
     malformed: dict[str, int] = field(default_factory=dict)
-    gaps: dict[str, int] = field(default_factory=dict)      # stream -> messages missing
-    gap_count: int = 0                                       # number of separate gaps
+    gaps: dict[str, int] = field(default_factory=dict)  # stream -> messages missing
+    gap_count: int = 0  # number of separate gaps
     restarts: dict[str, int] = field(default_factory=dict)  # stream -> sequence went back
     last_gaps: deque = field(default_factory=lambda: deque(maxlen=100))  # (stream, expected, got)
 
@@ -167,16 +179,27 @@ class BusStats:
         return sum(self.malformed.values())
 
     def as_dict(self) -> dict:
-        return {"received": self.received, "malformed": dict(self.malformed), "gaps": dict(self.gaps),
-                "gap_count": self.gap_count, "restarts": dict(self.restarts)}
+        return {
+            "received": self.received,
+            "malformed": dict(self.malformed),
+            "gaps": dict(self.gaps),
+            "gap_count": self.gap_count,
+            "restarts": dict(self.restarts),
+        }
 
 
 class BusSubscriber:
     """Connects to a publisher and yields decoded frames and events."""
 
-    def __init__(self, endpoint: str, topics: tuple[str, ...] | list[str] = ("",),
-                 ctx: zmq.asyncio.Context | None = None, lossy: bool = False, hwm: int | None = None,
-                 max_payload: int | None = None):
+    def __init__(
+        self,
+        endpoint: str,
+        topics: tuple[str, ...] | list[str] = ("",),
+        ctx: zmq.asyncio.Context | None = None,
+        lossy: bool = False,
+        hwm: int | None = None,
+        max_payload: int | None = None,
+    ):
         """``topics``: prefixes such as ``"data/press."`` or ``"event/"``; ``""`` means all.
         ``lossy``: small receive queue for live views (see :meth:`recv_latest`)."""
         self.endpoint = endpoint
@@ -189,6 +212,7 @@ class BusSubscriber:
         for t in topics:
             self._sock.setsockopt(zmq.SUBSCRIBE, t.encode("utf-8") if isinstance(t, str) else t)
         self._sync = zmq.Socket.shadow(self._sock.underlying)
+        self._fd = self._sync.getsockopt(zmq.FD)
         try:
             self._sock.connect(endpoint)
         except zmq.ZMQError as exc:
@@ -213,9 +237,11 @@ class BusSubscriber:
         msg = await self.recv(timeout)
         while True:
             try:
-                parts = self._sync.recv_multipart(zmq.NOBLOCK)
+                parts = self._sync.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return msg
+            if len(parts) == 3:
+                parts = [parts[0].bytes, parts[1].bytes, parts[2].buffer]
             newer = self._decode(parts)
             if newer is not None:
                 msg = newer
@@ -223,20 +249,41 @@ class BusSubscriber:
     async def _recv_parts(self, deadline: float | None) -> list:
         while True:
             try:
-                parts = self._sync.recv_multipart(zmq.NOBLOCK)
+                parts = self._sync.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 pass
             else:
                 self._n += 1
                 if self._n % _YIELD_EVERY == 0:
                     await asyncio.sleep(0)
-                return parts
-            if deadline is None:
-                await self._sock.poll(None, zmq.POLLIN)
-            else:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not await self._sock.poll(max(1, int(remaining * 1000)), zmq.POLLIN):
-                    raise BusTimeout(f"no message from {self.endpoint} within the timeout")
+                # topic and header are small: bytes; the payload stays a zero-copy buffer
+                return [parts[0].bytes, parts[1].bytes, parts[2].buffer] if len(parts) == 3 else parts
+            timeout = None if deadline is None else deadline - time.monotonic()
+            if timeout is not None and timeout <= 0 or not await self._wait_readable(timeout):
+                raise BusTimeout(f"no message from {self.endpoint} within the timeout")
+
+    async def _wait_readable(self, timeout: float | None) -> bool:
+        """Wait until the socket has a message (cheaper than a zmq.asyncio poll per wait).
+
+        ZeroMQ's FD is edge-triggered: register the reader first, then check ZMQ_EVENTS, and
+        check again after every wake-up.
+        """
+        loop = asyncio.get_running_loop()
+        fd = self._fd
+        while True:
+            fut = loop.create_future()
+            loop.add_reader(fd, _set_done, fut)
+            try:
+                if self._sync.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                    return True
+                try:
+                    await asyncio.wait_for(fut, timeout) if timeout is not None else await fut
+                except TimeoutError:
+                    return bool(self._sync.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+            finally:
+                loop.remove_reader(fd)
+            if self._sync.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                return True
 
     def _decode(self, parts: list) -> Message | None:
         try:
@@ -245,8 +292,11 @@ class BusSubscriber:
             self.stats.malformed[exc.kind] = self.stats.malformed.get(exc.kind, 0) + 1
             if exc.kind not in self._logged:
                 self._logged.add(exc.kind)
-                log.warning("dropping malformed message from %s (%s); further ones of this kind are "
-                            "only counted", self.endpoint, exc)
+                log.warning(
+                    "dropping malformed message from %s (%s); further ones of this kind are only counted",
+                    self.endpoint,
+                    exc,
+                )
             return None
         self.stats.received += 1
         self._track_seq(msg)
@@ -264,8 +314,14 @@ class BusSubscriber:
                 st.gap_count += 1
                 st.last_gaps.append((key, expected, msg.seq))
                 if st.gap_count <= 10 or not self.lossy:
-                    log.log(logging.DEBUG if self.lossy else logging.WARNING,
-                            "gap on %s: expected seq %d, got %d (%d missing)", key, expected, msg.seq, missing)
+                    log.log(
+                        logging.DEBUG if self.lossy else logging.WARNING,
+                        "gap on %s: expected seq %d, got %d (%d missing)",
+                        key,
+                        expected,
+                        msg.seq,
+                        missing,
+                    )
             else:
                 st.restarts[key] = st.restarts.get(key, 0) + 1
         self._next[key] = msg.seq + 1

@@ -34,8 +34,17 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from daq.export import ExportError
     from daq.frames import FrameError
     from daq.store import StoreError
-    return (ConfigError, StoreError, ExportError, FrameError, CommandError, CommandTimeout, BusTimeout,
-            OSError)
+
+    return (
+        ConfigError,
+        StoreError,
+        ExportError,
+        FrameError,
+        CommandError,
+        CommandTimeout,
+        BusTimeout,
+        OSError,
+    )
 
 
 class HilGroup(click.Group):
@@ -81,6 +90,7 @@ class CliState:
 
     def open_store(self, create: bool = False):
         from daq.store import SessionStore
+
         return SessionStore(self.store_path, create=create)
 
 
@@ -88,16 +98,23 @@ pass_state = click.make_pass_decorator(CliState)
 
 
 @click.group(cls=HilGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--store", "store_option", metavar="PATH", default=None,
-              help=f"Session store file (default: ${ENV_STORE}, the config's [store].path, "
-                   f"or {DEFAULT_STORE['path']}).")
+@click.option(
+    "--store",
+    "store_option",
+    metavar="PATH",
+    default=None,
+    help=f"Session store file (default: ${ENV_STORE}, the config's [store].path, "
+    f"or {DEFAULT_STORE['path']}).",
+)
 @click.option("--config", "config_path", metavar="PATH", default=None, help="Rig config (TOML).")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 @click.version_option(package_name="hil-lab", prog_name="hil")
 @click.pass_context
 def main(ctx: click.Context, store_option: str | None, config_path: str | None, verbose: int) -> None:
     """Hardware-in-the-loop lab service: record, inspect, replay and export sessions."""
-    logging.basicConfig(level=logging.WARNING - 10 * min(verbose, 2), format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(verbose, 2), format="%(levelname)s %(name)s: %(message)s"
+    )
     ctx.obj = CliState(store_option, config_path)
     if config_path is not None:
         _ = ctx.obj.config  # fail early and clearly on a malformed config
@@ -116,12 +133,17 @@ def sim() -> None:
 
 # ----------------------------------------------------------------------------- helpers
 
+
 def _fmt_time(t: float | None) -> str:
     return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
 
 
 def _fmt_duration(info) -> str:
-    end = info.ended if info.ended is not None else (info.heartbeat if info.status != "running" else time.time())
+    end = (
+        info.ended
+        if info.ended is not None
+        else (info.heartbeat if info.status != "running" else time.time())
+    )
     if end is None:
         return "-"
     return f"{max(0.0, end - info.started):.1f} s"
@@ -142,6 +164,7 @@ def _endpoint_from(state: CliState, endpoint: str | None, what: str) -> str:
 
 # ----------------------------------------------------------------------------- sessions / show
 
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @pass_state
@@ -150,16 +173,30 @@ def sessions(state: CliState, as_json: bool) -> None:
     with state.open_store() as store:
         infos = store.list_sessions()
     if as_json:
-        _echo_json([{"id": i.id, "kind": i.kind, "status": i.status, "reason": i.reason, "started": i.started,
-                     "ended": i.ended, "streams": sorted(i.streams)} for i in infos])
+        _echo_json(
+            [
+                {
+                    "id": i.id,
+                    "kind": i.kind,
+                    "status": i.status,
+                    "reason": i.reason,
+                    "started": i.started,
+                    "ended": i.ended,
+                    "streams": sorted(i.streams),
+                }
+                for i in infos
+            ]
+        )
         return
     if not infos:
         click.echo(f"no sessions in {state.store_path}")
         return
     click.echo(f"{'ID':<14}{'KIND':<8}{'STATUS':<12}{'STARTED':<21}{'DURATION':>10}  STREAMS")
     for i in infos:
-        click.echo(f"{i.id:<14}{i.kind:<8}{i.status:<12}{_fmt_time(i.started):<21}{_fmt_duration(i):>10}  "
-                   f"{len(i.streams)}")
+        click.echo(
+            f"{i.id:<14}{i.kind:<8}{i.status:<12}{_fmt_time(i.started):<21}{_fmt_duration(i):>10}  "
+            f"{len(i.streams)}"
+        )
 
 
 @main.command()
@@ -169,6 +206,7 @@ def sessions(state: CliState, as_json: bool) -> None:
 def show(state: CliState, session: str, as_json: bool) -> None:
     """Show a session's metadata, streams and event counts (SESSION: id or unique prefix)."""
     from daq.export import session_metadata
+
     with state.open_store() as store:
         info = store.get_session(session)
         counts = store.event_counts(info.id)
@@ -190,7 +228,9 @@ def show(state: CliState, session: str, as_json: bool) -> None:
         if s.type == "frame":
             rate = f"{s.rate:.6g} Hz" if s.rate else "irregular"
             chans = ", ".join(f"{c} [{u}]" for c, u in zip(s.channels, s.units, strict=True))
-            click.echo(f"  {s.name}: {s.n_samples} samples in {s.n_messages} frames, {s.dtype}, {rate}; {chans}")
+            click.echo(
+                f"  {s.name}: {s.n_samples} samples in {s.n_messages} frames, {s.dtype}, {rate}; {chans}"
+            )
     click.echo("events:")
     if not counts:
         click.echo("  (none)")
@@ -202,15 +242,24 @@ def show(state: CliState, session: str, as_json: bool) -> None:
 
 # ----------------------------------------------------------------------------- export
 
+
 @main.command()
 @click.argument("session")
-@click.option("--format", "fmt", type=click.Choice(["hdf5", "mat", "csv"]), required=True, help="Output format.")
-@click.option("-o", "--output", type=click.Path(), default=None,
-              help="Output file (hdf5, mat) or directory (csv); default session-<id>.<ext>.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["hdf5", "mat", "csv"]), required=True, help="Output format."
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(),
+    default=None,
+    help="Output file (hdf5, mat) or directory (csv); default session-<id>.<ext>.",
+)
 @pass_state
 def export(state: CliState, session: str, fmt: str, output: str | None) -> None:
     """Export a session to HDF5, MATLAB .mat or CSV, with units and metadata."""
     from daq.export import export_session
+
     with state.open_store() as store:
         path = export_session(store, session, fmt, output)
     click.echo(str(path))
@@ -218,17 +267,31 @@ def export(state: CliState, session: str, fmt: str, output: str | None) -> None:
 
 # ----------------------------------------------------------------------------- replay
 
+
 @main.command()
 @click.argument("session")
 @click.option("--speed", type=float, default=1.0, show_default=True, help="Time factor (2 = twice as fast).")
 @click.option("--burst", is_flag=True, help="As fast as possible (ignores --speed).")
 @click.option("--endpoint", default=None, help="Bind here (default: the config's [bus].data or port 0).")
-@click.option("--wait", "wait_s", type=float, default=5.0, show_default=True,
-              help="Wait this long for a first subscriber before publishing.")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Wait this long for a first subscriber before publishing.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @pass_state
-def replay(state: CliState, session: str, speed: float, burst: bool, endpoint: str | None, wait_s: float,
-           as_json: bool) -> None:
+def replay(
+    state: CliState,
+    session: str,
+    speed: float,
+    burst: bool,
+    endpoint: str | None,
+    wait_s: float,
+    as_json: bool,
+) -> None:
     """Publish a stored session onto the bus at its original timing (or --burst)."""
     if not burst and not (speed > 0 and math.isfinite(speed)):
         raise click.BadParameter("must be a positive number", param_hint="--speed")
@@ -236,18 +299,27 @@ def replay(state: CliState, session: str, speed: float, burst: bool, endpoint: s
     with state.open_store() as store:
         info = store.get_session(session)
         stats = asyncio.run(_replay(store, info.id, endpoint, speed, burst, wait_s))
-    summary = {"session": info.id, "frames": stats.frames, "events": stats.events, "samples": stats.samples,
-               "wall_s": round(stats.duration_s, 3), "recorded_span_s": round(stats.span_s, 3)}
+    summary = {
+        "session": info.id,
+        "frames": stats.frames,
+        "events": stats.events,
+        "samples": stats.samples,
+        "wall_s": round(stats.duration_s, 3),
+        "recorded_span_s": round(stats.span_s, 3),
+    }
     if as_json:
         _echo_json(summary)
     else:
-        click.echo(f"replayed {info.id}: {stats.frames} frames ({stats.samples} samples), {stats.events} events "
-                   f"in {stats.duration_s:.2f} s")
+        click.echo(
+            f"replayed {info.id}: {stats.frames} frames ({stats.samples} samples), {stats.events} events "
+            f"in {stats.duration_s:.2f} s"
+        )
 
 
 async def _replay(store, session_id: str, endpoint: str, speed: float, burst: bool, wait_s: float):
     from daq.bus import BusPublisher, BusTimeout
     from daq.replay import replay_session
+
     pub = BusPublisher(endpoint)
     try:
         click.echo(f"publishing on {pub.endpoint}", err=True)
@@ -266,22 +338,44 @@ async def _replay(store, session_id: str, endpoint: str, speed: float, burst: bo
 
 # ----------------------------------------------------------------------------- tap
 
+
 def summarize(msg) -> dict:
     """A short, printable summary of a frame or event."""
     from daq.frames import Frame
+
     if isinstance(msg, Frame):
         d = np.asarray(msg.data, dtype=np.float64) if msg.data.size else np.zeros((0, len(msg.channels)))
         mean = d.mean(axis=0).tolist() if len(d) else []
-        return {"type": "frame", "stream": msg.stream, "seq": msg.seq, "t0": msg.t0, "shape": list(msg.data.shape),
-                "dtype": str(msg.data.dtype), "channels": msg.channels, "units": msg.units,
-                "mean": mean, "replay": msg.replay, "session_id": msg.session_id}
-    return {"type": "event", "stream": msg.stream, "kind": msg.kind, "seq": msg.seq, "t": msg.t, "body": msg.body,
-            "replay": msg.replay, "session_id": msg.session_id}
+        return {
+            "type": "frame",
+            "stream": msg.stream,
+            "seq": msg.seq,
+            "t0": msg.t0,
+            "shape": list(msg.data.shape),
+            "dtype": str(msg.data.dtype),
+            "channels": msg.channels,
+            "units": msg.units,
+            "mean": mean,
+            "replay": msg.replay,
+            "session_id": msg.session_id,
+        }
+    return {
+        "type": "event",
+        "stream": msg.stream,
+        "kind": msg.kind,
+        "seq": msg.seq,
+        "t": msg.t,
+        "body": msg.body,
+        "replay": msg.replay,
+        "session_id": msg.session_id,
+    }
 
 
 def _summary_line(s: dict) -> str:
     if s["type"] == "frame":
-        means = ", ".join(f"{c}={m:.4g} {u}" for c, m, u in zip(s["channels"], s["mean"], s["units"], strict=False))
+        means = ", ".join(
+            f"{c}={m:.4g} {u}" for c, m, u in zip(s["channels"], s["mean"], s["units"], strict=False)
+        )
         flag = " [replay]" if s["replay"] else ""
         return f"{s['stream']} #{s['seq']} {s['shape'][0]}x{s['shape'][1]} {s['dtype']}{flag}: mean {means}"
     return f"{s['stream']} #{s['seq']} event {s['kind']}: {json.dumps(s['body'])}"
@@ -290,11 +384,17 @@ def _summary_line(s: dict) -> str:
 @main.command()
 @click.argument("topic", default="")
 @click.option("--endpoint", default=None, help="Publisher to connect to (default: the config's [bus].data).")
-@click.option("-n", "--count", type=int, default=0, help="Stop after this many messages (0: run until Ctrl-C).")
-@click.option("--timeout", type=float, default=None, help="Give up after this many seconds without a message.")
+@click.option(
+    "-n", "--count", type=int, default=0, help="Stop after this many messages (0: run until Ctrl-C)."
+)
+@click.option(
+    "--timeout", type=float, default=None, help="Give up after this many seconds without a message."
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @pass_state
-def tap(state: CliState, topic: str, endpoint: str | None, count: int, timeout: float | None, as_json: bool) -> None:
+def tap(
+    state: CliState, topic: str, endpoint: str | None, count: int, timeout: float | None, as_json: bool
+) -> None:
     """Print live frames and events (TOPIC: prefix such as data/press. or event/)."""
     endpoint = _endpoint_from(state, endpoint, "tap the bus")
     if endpoint.endswith(":0"):
@@ -309,6 +409,7 @@ def tap(state: CliState, topic: str, endpoint: str | None, count: int, timeout: 
 
 async def _tap(endpoint: str, topic: str, count: int, timeout: float | None, as_json: bool):
     from daq.bus import BusSubscriber
+
     sub = BusSubscriber(endpoint, topics=(topic,))
     n = 0
     try:
@@ -323,6 +424,7 @@ async def _tap(endpoint: str, topic: str, count: int, timeout: float | None, as_
 
 # ----------------------------------------------------------------------------- demo
 
+
 @main.command()
 @click.option("--duration", type=float, default=3.0, show_default=True, help="Seconds of synthetic data.")
 @click.option("--rate", type=float, default=1000.0, show_default=True, help="Sample rate, Hz.")
@@ -331,6 +433,7 @@ async def _tap(endpoint: str, topic: str, count: int, timeout: float | None, as_
 def demo(state: CliState, duration: float, rate: float, as_json: bool) -> None:
     """Publish synthetic frames on loopback, record them, replay the session and compare (no hardware)."""
     from daq.demo import run_demo
+
     if not (0 < duration <= 600 and 1 <= rate <= 1e6):
         raise click.BadParameter("need 0 < --duration <= 600 and 1 <= --rate <= 1e6")
     with state.open_store(create=True) as store:
@@ -341,9 +444,13 @@ def demo(state: CliState, duration: float, rate: float, as_json: bool) -> None:
     click.echo(f"store      {state.store_path}")
     click.echo(f"session    {summary['session']} ({summary['status']})")
     click.echo(f"published  {summary['published_frames']} frames, {summary['published_events']} events")
-    click.echo(f"recorded   {summary['recorded_frames']} frames, {summary['recorded_samples']} samples, "
-               f"gaps {summary['gaps']}, malformed {summary['malformed']}")
-    click.echo(f"replayed   {summary['replayed_frames']} frames in {summary['replay_wall_s']:.3f} s (burst), "
-               f"identical: {summary['replay_identical']}")
+    click.echo(
+        f"recorded   {summary['recorded_frames']} frames, {summary['recorded_samples']} samples, "
+        f"gaps {summary['gaps']}, malformed {summary['malformed']}"
+    )
+    click.echo(
+        f"replayed   {summary['replayed_frames']} frames in {summary['replay_wall_s']:.3f} s (burst), "
+        f"identical: {summary['replay_identical']}"
+    )
     if not summary["replay_identical"]:
         sys.exit(2)

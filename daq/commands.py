@@ -46,8 +46,12 @@ class CommandTimeout(TimeoutError):
 class CommandServer:
     """Serves named commands: ``handlers[name](**args) -> dict`` (sync or async)."""
 
-    def __init__(self, endpoint: str = "tcp://127.0.0.1:0", handlers: dict[str, Handler] | None = None,
-                 ctx: zmq.asyncio.Context | None = None):
+    def __init__(
+        self,
+        endpoint: str = "tcp://127.0.0.1:0",
+        handlers: dict[str, Handler] | None = None,
+        ctx: zmq.asyncio.Context | None = None,
+    ):
         self.handlers: dict[str, Handler] = dict(handlers or {})
         self.handlers.setdefault("ping", _ping)
         self._ctx = ctx if ctx is not None else zmq.asyncio.Context.instance()
@@ -77,8 +81,9 @@ class CommandServer:
             if not reply.get("ok"):
                 self.errors += 1
             try:
-                await self._sock.send_multipart([*route, json.dumps(reply, default=str).encode()],
-                                                flags=zmq.NOBLOCK)
+                await self._sock.send_multipart(
+                    [*route, json.dumps(reply, default=str).encode()], flags=zmq.NOBLOCK
+                )
             except zmq.ZMQError as exc:
                 log.warning("could not send a command reply: %s", exc)
 
@@ -176,18 +181,23 @@ class CommandClient:
         timeout = self.timeout if timeout is None else timeout
         req_id = uuid.uuid4().hex
         deadline = time.monotonic() + timeout
-        body = json.dumps({"id": req_id, "cmd": name, "args": args, "deadline": time.time() + timeout},
-                          default=_json_default).encode()
+        body = json.dumps(
+            {"id": req_id, "cmd": name, "args": args, "deadline": time.time() + timeout},
+            default=_json_default,
+        ).encode()
         async with self._lock:
             try:
                 await asyncio.wait_for(self._sock.send_multipart([b"", body]), max(timeout, 0.001))
             except TimeoutError:
-                raise CommandTimeout(f"command {name!r}: no server reachable at {self.endpoint} "
-                                     f"within {timeout} s") from None
+                raise CommandTimeout(
+                    f"command {name!r}: no server reachable at {self.endpoint} within {timeout} s"
+                ) from None
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not await self._sock.poll(max(1, int(remaining * 1000)), zmq.POLLIN):
-                    raise CommandTimeout(f"command {name!r}: no reply from {self.endpoint} within {timeout} s")
+                    raise CommandTimeout(
+                        f"command {name!r}: no reply from {self.endpoint} within {timeout} s"
+                    )
                 parts = await self._sock.recv_multipart()
                 try:
                     reply = json.loads(parts[-1].decode("utf-8"))

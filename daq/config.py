@@ -34,14 +34,25 @@ class ConfigError(ValueError):
 
 
 def _type_name(t: type | tuple[type, ...]) -> str:
-    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
-             dict: "a table"}
+    names = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a table",
+    }
     ts = t if isinstance(t, tuple) else (t,)
     return " or ".join(names.get(x, x.__name__) for x in ts)
 
 
-def get(cfg: dict, key: str, types: type | tuple[type, ...] | None = None, default: Any = _MISSING,
-        file: str | Path | None = None) -> Any:
+def get(
+    cfg: dict,
+    key: str,
+    types: type | tuple[type, ...] | None = None,
+    default: Any = _MISSING,
+    file: str | Path | None = None,
+) -> Any:
     """Value at dotted ``key`` (e.g. ``"bus.data"``), type-checked; ``default`` if absent.
 
     ``int`` is accepted where ``float`` is asked for; ``bool`` is never accepted as a number.
@@ -67,8 +78,9 @@ def get(cfg: dict, key: str, types: type | tuple[type, ...] | None = None, defau
     return node
 
 
-def require(cfg: dict, key: str, types: type | tuple[type, ...] | None = None,
-            file: str | Path | None = None) -> Any:
+def require(
+    cfg: dict, key: str, types: type | tuple[type, ...] | None = None, file: str | Path | None = None
+) -> Any:
     """Like :func:`get` without a default: the key must be present."""
     return get(cfg, key, types, file=file)
 
@@ -76,7 +88,9 @@ def require(cfg: dict, key: str, types: type | tuple[type, ...] | None = None,
 def _check_endpoint(cfg: dict, key: str, file: Path) -> None:
     value = get(cfg, key, str, file=file)
     if not value.startswith(_ENDPOINT_SCHEMES):
-        raise ConfigError(f"endpoint {value!r} must start with one of {', '.join(_ENDPOINT_SCHEMES)}", file, key)
+        raise ConfigError(
+            f"endpoint {value!r} must start with one of {', '.join(_ENDPOINT_SCHEMES)}", file, key
+        )
 
 
 def validate(cfg: dict, file: str | Path = "<config>") -> dict:
@@ -87,7 +101,9 @@ def validate(cfg: dict, file: str | Path = "<config>") -> dict:
     if kind is None:
         raise ConfigError("missing required key", file, "rig.kind")
     if kind not in RIG_KINDS:
-        raise ConfigError(f"unknown rig kind {kind!r} (known: {', '.join(sorted(RIG_KINDS))})", file, "rig.kind")
+        raise ConfigError(
+            f"unknown rig kind {kind!r} (known: {', '.join(sorted(RIG_KINDS))})", file, "rig.kind"
+        )
     get(cfg, "rig.name", str, default="", file=file)
     get(cfg, "rig.simulated", bool, default=False, file=file)
     bus = cfg.setdefault("bus", {})

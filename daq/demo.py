@@ -39,19 +39,28 @@ def same_message(a: Frame | Event, b: Frame | Event) -> bool:
         return (a.kind, a.t, a.body) == (b.kind, b.t, b.body)
     ts_a = None if a.timestamps is None else a.timestamps.tobytes()
     ts_b = None if b.timestamps is None else b.timestamps.tobytes()
-    return ((a.t0, a.dt, a.channels, a.units, a.data.dtype, a.data.shape, ts_a)
-            == (b.t0, b.dt, b.channels, b.units, b.data.dtype, b.data.shape, ts_b)
-            and a.data.tobytes() == b.data.tobytes())
+    return (a.t0, a.dt, a.channels, a.units, a.data.dtype, a.data.shape, ts_a) == (
+        b.t0,
+        b.dt,
+        b.channels,
+        b.units,
+        b.data.dtype,
+        b.data.shape,
+        ts_b,
+    ) and a.data.tobytes() == b.data.tobytes()
 
 
-async def run_demo(store: SessionStore, duration: float = 3.0, rate: float = 1000.0, block: int = 100,
-                   seed: int = 0) -> dict:
+async def run_demo(
+    store: SessionStore, duration: float = 3.0, rate: float = 1000.0, block: int = 100, seed: int = 0
+) -> dict:
     """Run the demonstration; returns a summary dict."""
     rng = np.random.default_rng(seed)
     dt = 1.0 / rate
     n_frames = max(1, int(round(duration * rate / block)))
-    config = {"rig": {"kind": "demo", "name": "loopback-demo", "simulated": True},
-              "demo": {"duration": duration, "rate": rate, "block": block, "seed": seed}}
+    config = {
+        "rig": {"kind": "demo", "name": "loopback-demo", "simulated": True},
+        "demo": {"duration": duration, "rate": rate, "block": block, "seed": seed},
+    }
     sid = store.create_session("demo", config, devices={"synthetic": {"model": "daq.demo", "seed": seed}})
 
     pub = BusPublisher()
@@ -63,21 +72,46 @@ async def run_demo(store: SessionStore, duration: float = 3.0, rate: float = 100
         recorder.start()
         t_start = time.time()
         wall0 = time.monotonic()
-        await pub.publish(Event("demo.plan", "plan_start", pub.next_seq("demo.plan"), t_start,
-                                {"frames": n_frames, "rate_hz": rate}))
+        await pub.publish(
+            Event(
+                "demo.plan",
+                "plan_start",
+                pub.next_seq("demo.plan"),
+                t_start,
+                {"frames": n_frames, "rate_hz": rate},
+            )
+        )
         events += 1
         for i in range(n_frames):
             t = t_start + (i * block + np.arange(block)) * dt
-            await pub.publish(Frame("demo.signals", pub.next_seq("demo.signals"), float(t[0]), dt, CHANNELS, UNITS,
-                                    synthetic_block(rng, t - t_start)))
+            await pub.publish(
+                Frame(
+                    "demo.signals",
+                    pub.next_seq("demo.signals"),
+                    float(t[0]),
+                    dt,
+                    CHANNELS,
+                    UNITS,
+                    synthetic_block(rng, t - t_start),
+                )
+            )
             if (i + 1) % max(1, int(rate / block)) == 0:
-                await pub.publish(Event("demo.plan", "step", pub.next_seq("demo.plan"), float(t[-1]),
-                                        {"index": (i + 1) // max(1, int(rate / block))}))
+                await pub.publish(
+                    Event(
+                        "demo.plan",
+                        "step",
+                        pub.next_seq("demo.plan"),
+                        float(t[-1]),
+                        {"index": (i + 1) // max(1, int(rate / block))},
+                    )
+                )
                 events += 1
             delay = wall0 + (i + 1) * block * dt - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-        await pub.publish(Event("demo.plan", "plan_end", pub.next_seq("demo.plan"), time.time(), {"ok": True}))
+        await pub.publish(
+            Event("demo.plan", "plan_end", pub.next_seq("demo.plan"), time.time(), {"ok": True})
+        )
         events += 1
         await recorder.stop(drain=0.2)
     except BaseException:
@@ -106,7 +140,16 @@ async def run_demo(store: SessionStore, duration: float = 3.0, rate: float = 100
         check.close()
     info = store.get_session(sid)
     sd = store.read_stream(sid, "demo.signals")
-    return {"session": sid, "status": info.status, "published_frames": n_frames, "published_events": events,
-            "recorded_frames": info.streams["demo.signals"].n_messages, "recorded_samples": int(sd.data.shape[0]),
-            "gaps": sub.stats.missing, "malformed": sub.stats.n_malformed, "replayed_frames": rstats.frames,
-            "replay_wall_s": rstats.duration_s, "replay_identical": bool(identical and len(stored) > 0)}
+    return {
+        "session": sid,
+        "status": info.status,
+        "published_frames": n_frames,
+        "published_events": events,
+        "recorded_frames": info.streams["demo.signals"].n_messages,
+        "recorded_samples": int(sd.data.shape[0]),
+        "gaps": sub.stats.missing,
+        "malformed": sub.stats.n_malformed,
+        "replayed_frames": rstats.frames,
+        "replay_wall_s": rstats.duration_s,
+        "replay_identical": bool(identical and len(stored) > 0),
+    }

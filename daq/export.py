@@ -34,12 +34,28 @@ class ExportError(Exception):
 def session_metadata(info: SessionInfo) -> dict:
     """JSON-friendly summary of a session (no sample data)."""
     return {
-        "id": info.id, "kind": info.kind, "status": info.status, "reason": info.reason,
-        "started": info.started, "ended": info.ended, "software_version": info.software_version,
-        "config": info.config, "devices": info.devices,
-        "streams": {name: {"type": s.type, "channels": s.channels, "units": s.units, "dtype": s.dtype,
-                           "dt": s.dt, "rate_hz": s.rate, "n_messages": s.n_messages, "n_samples": s.n_samples}
-                    for name, s in info.streams.items()},
+        "id": info.id,
+        "kind": info.kind,
+        "status": info.status,
+        "reason": info.reason,
+        "started": info.started,
+        "ended": info.ended,
+        "software_version": info.software_version,
+        "config": info.config,
+        "devices": info.devices,
+        "streams": {
+            name: {
+                "type": s.type,
+                "channels": s.channels,
+                "units": s.units,
+                "dtype": s.dtype,
+                "dt": s.dt,
+                "rate_hz": s.rate,
+                "n_messages": s.n_messages,
+                "n_samples": s.n_samples,
+            }
+            for name, s in info.streams.items()
+        },
         "stats": info.stats,
     }
 
@@ -76,6 +92,7 @@ def _events_by_stream(store: SessionStore, info: SessionInfo) -> dict[str, list]
 
 # ----------------------------------------------------------------------------- HDF5
 
+
 def _to_hdf5(store: SessionStore, info: SessionInfo, out: Path) -> None:
     import h5py
 
@@ -108,10 +125,13 @@ def _to_hdf5(store: SessionStore, info: SessionInfo, out: Path) -> None:
             g.create_dataset("t", data=np.array([e.t for e in evs], dtype=np.float64)).attrs["units"] = "s"
             g.create_dataset("seq", data=np.array([e.seq for e in evs], dtype=np.int64))
             g.create_dataset("kind", data=np.array([e.kind for e in evs], dtype=object), dtype=str_dt)
-            g.create_dataset("body", data=np.array([json.dumps(e.body) for e in evs], dtype=object), dtype=str_dt)
+            g.create_dataset(
+                "body", data=np.array([json.dumps(e.body) for e in evs], dtype=object), dtype=str_dt
+            )
 
 
 # ----------------------------------------------------------------------------- MAT
+
 
 def matlab_name(name: str, taken: set[str]) -> str:
     """A valid, unique MATLAB identifier for a stream name (max 63 chars)."""
@@ -141,25 +161,45 @@ def _to_mat(store: SessionStore, info: SessionInfo, out: Path) -> None:
     for name in _frame_streams(info):
         sd = store.read_stream(info.id, name)
         data = sd.data.astype(np.uint8) if sd.data.dtype == np.bool_ else sd.data
-        streams[matlab_name(name, taken)] = {"name": name, "t": sd.t.reshape(-1, 1), "data": data,
-                                             "channels": _cell(sd.channels), "units": _cell(sd.units),
-                                             "dtype": str(sd.data.dtype)}
+        streams[matlab_name(name, taken)] = {
+            "name": name,
+            "t": sd.t.reshape(-1, 1),
+            "data": data,
+            "channels": _cell(sd.channels),
+            "units": _cell(sd.units),
+            "dtype": str(sd.data.dtype),
+        }
     taken = set()
     events = {}
     for name, evs in _events_by_stream(store, info).items():
         events[matlab_name(name, taken)] = {
-            "name": name, "t": np.array([e.t for e in evs], dtype=np.float64).reshape(-1, 1),
+            "name": name,
+            "t": np.array([e.t for e in evs], dtype=np.float64).reshape(-1, 1),
             "seq": np.array([e.seq for e in evs], dtype=np.int64).reshape(-1, 1),
-            "kind": _cell([e.kind for e in evs]), "body": _cell([json.dumps(e.body) for e in evs])}
-    session = {"id": info.id, "kind": info.kind, "status": info.status, "reason": info.reason or "",
-               "started": info.started, "ended": info.ended if info.ended is not None else np.nan,
-               "software_version": info.software_version, "config_json": json.dumps(info.config),
-               "devices_json": json.dumps(info.devices)}
-    savemat(out, {"session": session, "streams": streams, "events": events}, do_compression=True,
-            long_field_names=True)
+            "kind": _cell([e.kind for e in evs]),
+            "body": _cell([json.dumps(e.body) for e in evs]),
+        }
+    session = {
+        "id": info.id,
+        "kind": info.kind,
+        "status": info.status,
+        "reason": info.reason or "",
+        "started": info.started,
+        "ended": info.ended if info.ended is not None else np.nan,
+        "software_version": info.software_version,
+        "config_json": json.dumps(info.config),
+        "devices_json": json.dumps(info.devices),
+    }
+    savemat(
+        out,
+        {"session": session, "streams": streams, "events": events},
+        do_compression=True,
+        long_field_names=True,
+    )
 
 
 # ----------------------------------------------------------------------------- CSV
+
 
 def csv_file_name(stream: str) -> str:
     return re.sub(r"[^\w.\-]", "_", stream) + ".csv"

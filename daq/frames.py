@@ -34,9 +34,16 @@ MAX_HEADER_BYTES = 1024 * 1024
 SUPPORTED_DTYPES: dict[str, np.dtype] = {
     name: np.dtype(name).newbyteorder("<") if np.dtype(name).itemsize > 1 else np.dtype(name)
     for name in (
-        "float64", "float32",
-        "int8", "int16", "int32", "int64",
-        "uint8", "uint16", "uint32", "uint64",
+        "float64",
+        "float32",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
         "bool",
     )
 }
@@ -101,13 +108,21 @@ Message = Frame | Event
 
 # ----------------------------------------------------------------------------- encode
 
+
 def _check_stream(stream: Any) -> str:
     if not isinstance(stream, str) or not stream or "\x00" in stream:
         raise FrameError("header", f"stream name must be a non-empty string, got {stream!r}")
     return stream
 
 
+#: Native little-endian dtypes by object (dict lookup; ``dtype.name`` is slow).
+_DTYPE_NAMES: dict[np.dtype, str] = {dt: name for name, dt in SUPPORTED_DTYPES.items()}
+
+
 def _dtype_name(arr: np.ndarray) -> str:
+    name = _DTYPE_NAMES.get(arr.dtype)
+    if name is not None:
+        return name
     name = arr.dtype.name
     if name not in SUPPORTED_DTYPES:
         raise FrameError("dtype", f"unsupported dtype {arr.dtype} (supported: {', '.join(SUPPORTED_DTYPES)})")
@@ -132,7 +147,9 @@ def frame_header(frame: Frame) -> dict:
         )
     if frame.timestamps is None:
         if frame.dt is None or not (float(frame.dt) > 0 and math.isfinite(float(frame.dt))):
-            raise FrameError("header", f"stream {frame.stream!r}: dt must be > 0 when no timestamps are given")
+            raise FrameError(
+                "header", f"stream {frame.stream!r}: dt must be > 0 when no timestamps are given"
+            )
     elif np.shape(frame.timestamps) != (data.shape[0],):
         raise FrameError("size", f"stream {frame.stream!r}: timestamps must have shape ({data.shape[0]},)")
     return {
@@ -154,8 +171,9 @@ def frame_header(frame: Frame) -> dict:
 
 def frame_payload(frame: Frame) -> bytes | memoryview:
     """Raw little-endian payload of a frame (data block, then float64 timestamps if any)."""
-    dt = SUPPORTED_DTYPES[_dtype_name(frame.data)]
-    data = np.ascontiguousarray(frame.data, dtype=dt)
+    data = frame.data
+    if data.dtype not in _DTYPE_NAMES or not data.flags.c_contiguous:
+        data = np.ascontiguousarray(data, dtype=SUPPORTED_DTYPES[_dtype_name(data)])
     if frame.timestamps is None:
         return memoryview(data).cast("B") if data.size else b""
     ts = np.ascontiguousarray(frame.timestamps, dtype="<f8")
@@ -203,16 +221,65 @@ def topic_of(msg: Message) -> bytes:
     return prefix + msg.stream.encode("utf-8")
 
 
+# The parts of a frame header that rarely change (stream, channels, units, dtype) are validated
+# and JSON-encoded once per layout and cached; only seq, time base, shape and flags are formatted
+# per frame. This keeps encoding cheap for small, fast frames. The bytes are plain JSON either way.
+_LAYOUT_CACHE: dict[tuple, tuple[bytes, bytes]] = {}
+_LAYOUT_CACHE_MAX = 4096
+
+
+def _jfloat(x: float) -> str:
+    return repr(x) if math.isfinite(x) else json.dumps(x)
+
+
+def _encode_frame_fast(frame: Frame) -> list:
+    data = frame.data
+    if not isinstance(data, np.ndarray) or data.ndim != 2:
+        return [topic_of(frame), _dumps(frame_header(frame)), frame_payload(frame)]  # raises clearly
+    key = (frame.stream, tuple(frame.channels), tuple(frame.units), data.dtype, data.shape[1])
+    try:
+        cached = _LAYOUT_CACHE.get(key)
+    except TypeError:  # unhashable channel names: let the full path report or handle them
+        return [topic_of(frame), _dumps(frame_header(frame)), frame_payload(frame)]
+    if cached is None:
+        h = frame_header(frame)  # full validation of the layout
+        static = {k: h[k] for k in ("stream", "channels", "units", "dtype")}
+        cached = (topic_of(frame), _dumps(static)[1:-1])
+        if len(_LAYOUT_CACHE) >= _LAYOUT_CACHE_MAX:
+            _LAYOUT_CACHE.clear()
+        _LAYOUT_CACHE[key] = cached
+    topic, static = cached
+    ts = frame.timestamps
+    if ts is None:
+        dt = float(frame.dt) if frame.dt is not None else math.nan
+        if not (dt > 0 and math.isfinite(dt)):
+            frame_header(frame)  # raises the precise error
+        time_base = f'"dt":{_jfloat(dt)},"timestamps":false'
+    else:
+        if np.shape(ts) != (data.shape[0],):
+            frame_header(frame)
+        time_base = '"dt":null,"timestamps":true'
+    sid = frame.session_id
+    sid_json = "null" if sid is None else json.dumps(str(sid))
+    head = (
+        f'{{"v":{SCHEMA_VERSION},"type":"frame","seq":{int(frame.seq)},"t0":{_jfloat(float(frame.t0))},'
+        f'{time_base},"shape":[{data.shape[0]},{data.shape[1]}],"session_id":{sid_json},'
+        f'"replay":{"true" if frame.replay else "false"},'
+    ).encode()
+    return [topic, head + static + b"}", frame_payload(frame)]
+
+
 def encode(msg: Message) -> list[bytes]:
     """Encode a frame or event as ``[topic, header, payload]`` (payload may be a memoryview)."""
     if isinstance(msg, Frame):
-        return [topic_of(msg), _dumps(frame_header(msg)), frame_payload(msg)]
+        return _encode_frame_fast(msg)
     if isinstance(msg, Event):
         return [topic_of(msg), _dumps(event_header(msg)), b""]
     raise FrameError("header", f"cannot encode {type(msg).__name__}; expected Frame or Event")
 
 
 # ----------------------------------------------------------------------------- decode
+
 
 def _field(h: dict, key: str, types: type | tuple[type, ...], *, none_ok: bool = False) -> Any:
     if key not in h:
@@ -228,8 +295,8 @@ def _field(h: dict, key: str, types: type | tuple[type, ...], *, none_ok: bool =
 
 
 def _str_list(h: dict, key: str, n: int) -> list[str]:
-    value = _field(h, key, list)
-    if len(value) != n or not all(isinstance(x, str) for x in value):
+    value = h.get(key)
+    if type(value) is not list or len(value) != n or not all(type(x) is str for x in value):
         raise FrameError("header", f"field {key!r} must be {n} strings")
     return value
 
@@ -239,53 +306,91 @@ def parse_header(raw: bytes) -> dict:
     if len(raw) > MAX_HEADER_BYTES:
         raise FrameError("oversized", f"header of {len(raw)} bytes exceeds {MAX_HEADER_BYTES}")
     try:
-        h = json.loads(bytes(raw).decode("utf-8"))
+        h = json.loads((raw if isinstance(raw, bytes) else bytes(raw)).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise FrameError("json", f"header is not UTF-8 JSON: {exc}") from None
     if not isinstance(h, dict):
         raise FrameError("json", "header is not a JSON object")
     if h.get("v") != SCHEMA_VERSION:
-        raise FrameError("schema", f"unknown schema version {h.get('v')!r} (this reader knows {SCHEMA_VERSION})")
+        raise FrameError(
+            "schema", f"unknown schema version {h.get('v')!r} (this reader knows {SCHEMA_VERSION})"
+        )
     return h
+
+
+# Validated channel/unit lists seen recently, so that a steady stream does not re-check them.
+_KNOWN_NAME_LISTS: dict[str, tuple[list, list]] = {}
+
+
+def _names(h: dict, stream: str, n_ch: int) -> tuple[list[str], list[str]]:
+    channels, units = h.get("channels"), h.get("units")
+    known = _KNOWN_NAME_LISTS.get(stream)
+    if known is not None and known[0] == channels and known[1] == units:
+        return channels, units  # the lists just parsed: each frame owns its own
+    channels = _str_list(h, "channels", n_ch)
+    units = _str_list(h, "units", n_ch)
+    if len(_KNOWN_NAME_LISTS) > 4096:
+        _KNOWN_NAME_LISTS.clear()
+    _KNOWN_NAME_LISTS[stream] = (list(channels), list(units))
+    return channels, units
 
 
 def frame_from_header(h: dict, payload: bytes | memoryview, *, copy: bool = False) -> Frame:
     """Build a frame from a parsed header and its payload; checks dtype, shape and size."""
-    stream = _check_stream(h.get("stream"))
-    seq = _field(h, "seq", int)
-    t0 = float(_field(h, "t0", (int, float)))
-    has_ts = _field(h, "timestamps", bool)
-    dt = _field(h, "dt", (int, float), none_ok=True)
-    if not has_ts and (dt is None or not dt > 0):
-        raise FrameError("header", "dt must be > 0 when no timestamps are given")
-    dtype_name = _field(h, "dtype", str)
-    if dtype_name not in SUPPORTED_DTYPES:
-        raise FrameError("dtype", f"unsupported dtype {dtype_name!r}")
-    shape = _field(h, "shape", list)
-    if len(shape) != 2 or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+    stream = h.get("stream")
+    seq, t0, has_ts, dt = h.get("seq"), h.get("t0"), h.get("timestamps"), h.get("dt")
+    if type(stream) is not str or not stream or type(seq) is not int or type(has_ts) is not bool:
+        _check_stream(stream)
+        _field(h, "seq", int)
+        _field(h, "timestamps", bool)
+    if type(t0) is not float:
+        t0 = float(_field(h, "t0", (int, float)))
+    if not has_ts:
+        if type(dt) is not float:
+            dt = _field(h, "dt", (int, float), none_ok=True)
+        if dt is None or not dt > 0:
+            raise FrameError("header", "dt must be > 0 when no timestamps are given")
+        dt = float(dt)
+    else:
+        dt = None
+    dtype = SUPPORTED_DTYPES.get(h.get("dtype"))  # type: ignore[arg-type]
+    if dtype is None:
+        raise FrameError("dtype", f"unsupported dtype {h.get('dtype')!r}")
+    shape = h.get("shape")
+    if type(shape) is not list or len(shape) != 2 or not (type(shape[0]) is int and type(shape[1]) is int):
         raise FrameError("size", f"shape must be two non-negative integers, got {shape!r}")
     n, n_ch = shape
-    channels = _str_list(h, "channels", n_ch)
-    units = _str_list(h, "units", n_ch)
-    dtype = SUPPORTED_DTYPES[dtype_name]
+    if n < 0 or n_ch < 0:
+        raise FrameError("size", f"shape must be two non-negative integers, got {shape!r}")
+    channels, units = _names(h, stream, n_ch)
     n_data = n * n_ch * dtype.itemsize
     expected = n_data + (8 * n if has_ts else 0)
     if expected > MAX_PAYLOAD_BYTES:
         raise FrameError("oversized", f"frame of {expected} bytes exceeds {MAX_PAYLOAD_BYTES}")
     if len(payload) != expected:
         raise FrameError("size", f"payload has {len(payload)} bytes, header says {expected}")
-    buf = memoryview(payload)
-    data = np.frombuffer(buf[:n_data], dtype=dtype).reshape(n, n_ch)
-    timestamps = np.frombuffer(buf[n_data:], dtype="<f8") if has_ts else None
+    if has_ts:
+        buf = memoryview(payload)
+        data = np.frombuffer(buf[:n_data], dtype=dtype).reshape(n, n_ch)
+        timestamps = np.frombuffer(buf[n_data:], dtype="<f8")
+    else:
+        data = np.frombuffer(payload, dtype=dtype).reshape(n, n_ch)
+        timestamps = None
     if copy:
         data = data.copy()
         timestamps = None if timestamps is None else timestamps.copy()
     session_id = h.get("session_id")
     return Frame(
-        stream=stream, seq=seq, t0=t0, dt=None if has_ts else float(dt), channels=channels, units=units,
-        data=data, timestamps=timestamps,
-        session_id=session_id if isinstance(session_id, str) else None,
-        replay=bool(h.get("replay", False)),
+        stream,
+        seq,
+        t0,
+        dt,
+        channels,
+        units,
+        data,
+        timestamps,
+        session_id if type(session_id) is str else None,
+        h.get("replay") is True,
     )
 
 
@@ -297,9 +402,15 @@ def event_from_header(h: dict) -> Event:
     t = float(_field(h, "t", (int, float)))
     body = _field(h, "body", dict)
     session_id = h.get("session_id")
-    return Event(stream=stream, kind=kind, seq=seq, t=t, body=body,
-                 session_id=session_id if isinstance(session_id, str) else None,
-                 replay=bool(h.get("replay", False)))
+    return Event(
+        stream=stream,
+        kind=kind,
+        seq=seq,
+        t=t,
+        body=body,
+        session_id=session_id if isinstance(session_id, str) else None,
+        replay=bool(h.get("replay", False)),
+    )
 
 
 def decode(parts: list[bytes], *, max_payload: int | None = None) -> Message:

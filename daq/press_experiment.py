@@ -62,11 +62,11 @@ class _Devices:
 
 
 async def _open_devices(device_cfg: dict) -> _Devices:
-    from drivers.displacement import make_sensor
+    from drivers.displacement import open_sensor
     from drivers.force_source import ForceSource
 
-    source = ForceSource.from_config("force_source", device_cfg["force_source"])
-    sensors = {name: make_sensor(name, cfg) for name, cfg in device_cfg["sensors"].items()}
+    source = ForceSource(device_cfg["force_source"], name="force_source")
+    sensors = {name: open_sensor(name, cfg) for name, cfg in device_cfg["sensors"].items()}
     await source.connect()
     await asyncio.gather(*(s.connect() for s in sensors.values()))
     return _Devices(source, sensors)
@@ -170,6 +170,8 @@ class PressExperiment:
                 await self.event("step", series=i, index=j, q_desired=float(q))
                 result = await self.corrector.reach(float(q))
                 await self._report_setpoint(i, j, result)
+                if plan.settle_time > 0:
+                    await asyncio.sleep(plan.settle_time)
                 await self._measure(i, j, float(q))
                 self.setpoints += 1
         await self.set_command(0.0)
@@ -216,7 +218,8 @@ async def run_press(config: dict, store_path: str | None = None, *, show_progres
 
     With ``[rig] simulated = true`` (and no ``rig`` given) the simulated press is served on loopback
     for the duration of the run. ``rig``: an already started simulated rig (tests use it to kill
-    devices mid-plan).
+    devices mid-plan). Errors before the plan starts (devices unreachable) are raised after the
+    session, if one was opened, is marked aborted.
     """
     own_rig = None
     if rig is None and get(config, "rig.simulated", bool, default=False):
@@ -226,10 +229,10 @@ async def run_press(config: dict, store_path: str | None = None, *, show_progres
         await rig.start()
     device_cfg = rig.device_config() if rig is not None else get(config, "devices", dict)
     plan = PressPlan.from_config(config)
-    limits = device_cfg["force_source"].get("limits", {})
+    source_cfg = device_cfg["force_source"]
     settings = CorrectionSettings.from_config(
         get(config, "correction", dict, default={}),
-        min_command=float(limits.get("f_min", 0.0)), max_command=float(limits.get("f_max", math.inf)))
+        min_command=float(source_cfg.get("f_min", 0.0)), max_command=float(source_cfg.get("f_max", math.inf)))
     acq_cfg = get(config, "acquisition", dict, default={})
 
     store = SessionStore(store_path or get(config, "store.path", str))
@@ -239,7 +242,9 @@ async def run_press(config: dict, store_path: str | None = None, *, show_progres
     devices: _Devices | None = None
     session_id = ""
     recorder: Recorder | None = None
+    experiment: PressExperiment | None = None
     guard: SafeStateGuard | None = None
+    status, reason, failure = "aborted", None, None
     progress = _Progress(plan) if show_progress else None
     try:
         await publisher.wait_for_subscribers(2)
@@ -250,7 +255,8 @@ async def run_press(config: dict, store_path: str | None = None, *, show_progres
             on_session(session_id)
         recorder = Recorder(store, session_id, rec_sub).start()
         acquisition = ForceAcquisition(devices.source, publisher, session_id,
-                                       rate=float(acq_cfg.get("rate", 200.0)), block=int(acq_cfg.get("block", 10)))
+                                       rate=float(acq_cfg.get("rate", 200.0)),
+                                       block=int(acq_cfg.get("block", 10)))
         corrector = SetpointCorrector(corr_sub, None, settings)
         experiment = PressExperiment(devices, publisher, corrector, acquisition, plan, session_id,
                                      on_progress=progress.update if progress else None)
@@ -262,27 +268,29 @@ async def run_press(config: dict, store_path: str | None = None, *, show_progres
         except BaseException as exc:  # noqa: BLE001 - the guard reached the safe state and kept the reason
             log.warning("press plan aborted: %s", guard.reason or exc)
         await _record_outcome(experiment, guard)
-    except BaseException as exc:
-        if guard is None or guard.outcome == "running":  # failed before the plan started
-            reason = f"{type(exc).__name__}: {exc}"
-            if devices is not None:
-                await SafeStateGuard([("force to zero", devices.source.safe_state)]).reach_safe_state()
-            if session_id:
-                await _finish(store, recorder, session_id, "aborted", reason)
-            raise
+        status, reason = guard.outcome, guard.reason
+    except BaseException as exc:  # set-up failed before the plan ran
+        failure = exc
+        reason = f"{type(exc).__name__}: {exc}"
+        if devices is not None:
+            await SafeStateGuard([("force to zero", devices.source.safe_state)]).reach_safe_state()
     finally:
         if progress:
             progress.close()
+        if recorder is not None:
+            await recorder.stop(drain=0.2)
+        if session_id:
+            store.finish(session_id, status, reason)
         await _close_devices(devices)
         rec_sub.close()
         corr_sub.close()
         publisher.close()
+        store.close()
         if own_rig is not None:
             await own_rig.stop()
-    status = guard.outcome
-    await _finish(store, recorder, session_id, status, guard.reason)
-    store.close()
-    return PressRunResult(session_id, status, guard.reason, experiment.setpoints, experiment.not_reached,
+    if failure is not None:
+        raise failure
+    return PressRunResult(session_id, status, reason, experiment.setpoints, experiment.not_reached,
                           guard.safe, guard.errors)
 
 
@@ -291,13 +299,6 @@ async def _record_outcome(experiment: PressExperiment, guard: SafeStateGuard) ->
     with contextlib.suppress(Exception):
         await experiment.event("plan_outcome", status=guard.outcome, reason=guard.reason, safe=guard.safe,
                                safe_errors=guard.errors)
-
-
-async def _finish(store: SessionStore, recorder: Recorder | None, session_id: str, status: str,
-                  reason: str | None) -> None:
-    if recorder is not None:
-        await recorder.stop(drain=0.2)
-    store.finish(session_id, status, reason)
 
 
 async def _run_with_acquisition(experiment: PressExperiment, acquisition: ForceAcquisition,

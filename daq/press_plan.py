@@ -21,6 +21,7 @@ class PressPlan:
     n_series: int = 6
     n_samples: int = 20             # samples per sensor and setpoint
     sample_interval: float = 0.005  # s between sensor samples
+    settle_time: float = 0.1        # s to wait after a setpoint is reached, before measuring
 
     @property
     def q_desired(self) -> np.ndarray:
@@ -39,11 +40,13 @@ class PressPlan:
         n_series = int(get(plan, "n_series", int, default=cls.n_series, file=file))
         n_samples = int(get(plan, "n_samples", int, default=cls.n_samples, file=file))
         interval = float(get(plan, "sample_interval", float, default=cls.sample_interval, file=file))
+        settle = float(get(plan, "settle_time", float, default=cls.settle_time, file=file))
         if not q_max > 0:
             raise ConfigError("must be > 0 N", file, "plan.q_max")
         for key, value in (("n_steps_up", n_up), ("n_series", n_series), ("n_samples", n_samples)):
             if value < 1:
                 raise ConfigError("must be at least 1", file, f"plan.{key}")
-        if not interval >= 0:
-            raise ConfigError("must be >= 0 s", file, "plan.sample_interval")
-        return cls(q_max, n_up, n_series, n_samples, interval)
+        for key, value in (("sample_interval", interval), ("settle_time", settle)):
+            if not value >= 0:
+                raise ConfigError("must be >= 0 s", file, f"plan.{key}")
+        return cls(q_max, n_up, n_series, n_samples, interval, settle)

@@ -19,8 +19,13 @@ class Recorder:
     also refreshes the session heartbeat used for crash detection.
     """
 
-    def __init__(self, store: SessionStore, session_id: str, subscriber: BusSubscriber,
-                 flush_interval: float = FLUSH_INTERVAL_S):
+    def __init__(
+        self,
+        store: SessionStore,
+        session_id: str,
+        subscriber: BusSubscriber,
+        flush_interval: float = FLUSH_INTERVAL_S,
+    ):
         self.store = store
         self.session_id = session_id
         self.subscriber = subscriber

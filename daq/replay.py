@@ -24,17 +24,23 @@ class ReplayStats:
     frames: int = 0
     events: int = 0
     samples: int = 0
-    duration_s: float = 0.0       # wall time of the replay
-    span_s: float = 0.0           # recorded time span covered
+    duration_s: float = 0.0  # wall time of the replay
+    span_s: float = 0.0  # recorded time span covered
 
 
 def _time_of(msg: Frame | Event) -> float:
     return msg.t0 if isinstance(msg, Frame) else msg.t
 
 
-async def replay_session(store: SessionStore, session_id: str, publisher: BusPublisher, *,
-                         speed: float = 1.0, burst: bool = False,
-                         streams: list[str] | None = None) -> ReplayStats:
+async def replay_session(
+    store: SessionStore,
+    session_id: str,
+    publisher: BusPublisher,
+    *,
+    speed: float = 1.0,
+    burst: bool = False,
+    streams: list[str] | None = None,
+) -> ReplayStats:
     """Publish every stored message of a session in original order (see module docstring)."""
     if not burst and not speed > 0:
         raise ValueError(f"replay speed must be > 0, got {speed}")

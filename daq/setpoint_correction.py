@@ -34,7 +34,8 @@ class CorrectionSettings:
     max_command: float = math.inf
 
     @classmethod
-    def from_config(cls, d: dict, min_command: float = 0.0, max_command: float = math.inf) -> CorrectionSettings:
+    def from_config(cls, d: dict, min_command: float = 0.0,
+                    max_command: float = math.inf) -> CorrectionSettings:
         known = {k: float(v) if k != "max_iterations" else int(v) for k, v in d.items()
                  if k in cls.__dataclass_fields__}
         return cls(**{"min_command": min_command, "max_command": max_command, **known})

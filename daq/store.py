@@ -125,11 +125,11 @@ class StreamInfo:
     """Metadata of one stream of a session."""
 
     name: str
-    type: str                  # "frame" or "event"
+    type: str  # "frame" or "event"
     channels: list[str]
     units: list[str]
     dtype: str | None
-    dt: float | None           # nominal sample period, s (None: explicit timestamps or events)
+    dt: float | None  # nominal sample period, s (None: explicit timestamps or events)
     n_messages: int
     n_samples: int
     t_first: float | None
@@ -180,7 +180,9 @@ class StreamData:
         try:
             return self.data[:, self.channels.index(channel)]
         except ValueError:
-            raise KeyError(f"stream {self.stream!r} has no channel {channel!r} (has {self.channels})") from None
+            raise KeyError(
+                f"stream {self.stream!r} has no channel {channel!r} (has {self.channels})"
+            ) from None
 
     def unit(self, channel: str) -> str:
         return self.units[self.channels.index(channel)]
@@ -199,7 +201,7 @@ def _pid_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
-        state = stat[stat.rindex(b")") + 2:][:1]
+        state = stat[stat.rindex(b")") + 2 :][:1]
         return state not in (b"Z", b"X")
     except (OSError, ValueError):
         return True
@@ -208,8 +210,14 @@ def _pid_alive(pid: int) -> bool:
 class SessionStore:
     """An embedded session store in one SQLite file (see the module docstring)."""
 
-    def __init__(self, path: str | os.PathLike, *, create: bool = True, recover: bool = True,
-                 flush_interval: float = FLUSH_INTERVAL_S):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        create: bool = True,
+        recover: bool = True,
+        flush_interval: float = FLUSH_INTERVAL_S,
+    ):
         """Open (or create, when ``create``) the store at ``path``.
 
         ``recover``: mark sessions whose writer is gone as ``incomplete`` on open.
@@ -238,7 +246,7 @@ class SessionStore:
         self._buffered_bytes = 0
         self._oldest: float | None = None
         self._ord: dict[str, int] = {}
-        self._layout: dict[tuple[str, str], tuple] = {}   # (session, stream) -> stream row
+        self._layout: dict[tuple[str, str], tuple] = {}  # (session, stream) -> stream row
         self._pending_streams: list[tuple] = []
         self._pending_counts: dict[tuple[str, str], list] = {}
         self._owned: set[str] = set()
@@ -255,8 +263,9 @@ class SessionStore:
 
     # ------------------------------------------------------------------ sessions
 
-    def create_session(self, kind: str, config: dict, devices: dict[str, dict] | None = None,
-                       session_id: str | None = None) -> str:
+    def create_session(
+        self, kind: str, config: dict, devices: dict[str, dict] | None = None, session_id: str | None = None
+    ) -> str:
         """Start a new ``running`` session owned by this process; returns its id."""
         if not isinstance(kind, str) or not kind:
             raise StoreError("session kind must be a non-empty string")
@@ -272,7 +281,17 @@ class SessionStore:
                 self._db.execute(
                     "INSERT INTO sessions (id, kind, status, started, config, software_version, devices, "
                     "writer_host, writer_pid, heartbeat) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
-                    (sid, kind, now, config_json, software_version(), devices_json, self._host, self._pid, now),
+                    (
+                        sid,
+                        kind,
+                        now,
+                        config_json,
+                        software_version(),
+                        devices_json,
+                        self._host,
+                        self._pid,
+                        now,
+                    ),
                 )
             except sqlite3.IntegrityError:
                 raise StoreError(f"session {sid} already exists") from None
@@ -286,8 +305,10 @@ class SessionStore:
             raise StoreError(f"final status must be one of {', '.join(FINAL_STATUSES)}, got {status!r}")
         self.flush()
         with self._lock:
-            cur = self._db.execute("UPDATE sessions SET status=?, reason=?, ended=?, heartbeat=? WHERE id=?",
-                                   (status, reason, time.time(), time.time(), session_id))
+            cur = self._db.execute(
+                "UPDATE sessions SET status=?, reason=?, ended=?, heartbeat=? WHERE id=?",
+                (status, reason, time.time(), time.time(), session_id),
+            )
         if cur.rowcount == 0:
             raise UnknownSession(f"unknown session {session_id!r}")
         self._owned.discard(session_id)
@@ -303,18 +324,23 @@ class SessionStore:
         gone = []
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, writer_host, writer_pid, heartbeat FROM sessions WHERE status='running'").fetchall()
+                "SELECT id, writer_host, writer_pid, heartbeat FROM sessions WHERE status='running'"
+            ).fetchall()
             for sid, host, pid, heartbeat in rows:
                 if sid in self._owned:
                     continue
                 if host == self._host and pid is not None and not _pid_alive(pid):
                     gone.append((sid, f"writer process {pid} on {host} is gone"))
                 elif heartbeat is None or now - heartbeat > stale_after:
-                    gone.append((sid, f"no heartbeat from writer {host}:{pid} for {now - (heartbeat or 0):.0f} s"))
+                    gone.append(
+                        (sid, f"no heartbeat from writer {host}:{pid} for {now - (heartbeat or 0):.0f} s")
+                    )
             for sid, reason in gone:
                 self._db.execute(
                     "UPDATE sessions SET status='incomplete', reason=?, "
-                    "ended=COALESCE(ended, heartbeat) WHERE id=? AND status='running'", (reason, sid))
+                    "ended=COALESCE(ended, heartbeat) WHERE id=? AND status='running'",
+                    (reason, sid),
+                )
         return [sid for sid, _ in gone]
 
     def list_sessions(self) -> list[SessionInfo]:
@@ -331,10 +357,12 @@ class SessionStore:
             if row is None and key:
                 like = key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
                 rows = self._db.execute(
-                    f"SELECT {_SESSION_COLS} FROM sessions WHERE id LIKE ? ESCAPE '\\' LIMIT 3", (like,)).fetchall()
+                    f"SELECT {_SESSION_COLS} FROM sessions WHERE id LIKE ? ESCAPE '\\' LIMIT 3", (like,)
+                ).fetchall()
                 if len(rows) > 1:
-                    raise UnknownSession(f"session prefix {key!r} is ambiguous "
-                                         f"({', '.join(r[0] for r in rows)}...)")
+                    raise UnknownSession(
+                        f"session prefix {key!r} is ambiguous ({', '.join(r[0] for r in rows)}...)"
+                    )
                 row = rows[0] if rows else None
             if row is None:
                 raise UnknownSession(f"unknown session {key!r} in {self.path}")
@@ -344,15 +372,39 @@ class SessionStore:
         (sid, kind, status, reason, started, ended, config, version, devices, host, pid, hb, stats) = row
         streams = {}
         for srow in self._db.execute(
-                "SELECT stream, type, channels, units, dtype, dt, n_messages, n_samples, t_first, t_last "
-                "FROM streams WHERE session_id=? ORDER BY stream", (sid,)):
+            "SELECT stream, type, channels, units, dtype, dt, n_messages, n_samples, t_first, t_last "
+            "FROM streams WHERE session_id=? ORDER BY stream",
+            (sid,),
+        ):
             name, typ, ch, un, dtype, dt, nm, ns, tf, tl = srow
-            streams[name] = StreamInfo(name, typ, json.loads(ch or "null") or [], json.loads(un or "null") or [], dtype, dt,
-                                       nm, ns, tf, tl)
-        return SessionInfo(id=sid, kind=kind, status=status, reason=reason, started=started, ended=ended,
-                           config=json.loads(config), software_version=version, devices=json.loads(devices),
-                           streams=streams, writer_host=host, writer_pid=pid, heartbeat=hb,
-                           stats=json.loads(stats) if stats else None)
+            streams[name] = StreamInfo(
+                name,
+                typ,
+                json.loads(ch or "null") or [],
+                json.loads(un or "null") or [],
+                dtype,
+                dt,
+                nm,
+                ns,
+                tf,
+                tl,
+            )
+        return SessionInfo(
+            id=sid,
+            kind=kind,
+            status=status,
+            reason=reason,
+            started=started,
+            ended=ended,
+            config=json.loads(config),
+            software_version=version,
+            devices=json.loads(devices),
+            streams=streams,
+            writer_host=host,
+            writer_pid=pid,
+            heartbeat=hb,
+            stats=json.loads(stats) if stats else None,
+        )
 
     # ------------------------------------------------------------------ writing
 
@@ -370,23 +422,44 @@ class SessionStore:
             except FrameError as exc:
                 raise StoreError(f"refusing frame of stream {msg.stream!r}: {exc}") from None
             self._check_layout(session_id, h)
-            self._frames.append((session_id, ordinal, h["stream"], h["seq"], h["t0"], h["dt"], h["shape"][0],
-                                 int(h["timestamps"]), int(msg.replay), payload))
+            self._frames.append(
+                (
+                    session_id,
+                    ordinal,
+                    h["stream"],
+                    h["seq"],
+                    h["t0"],
+                    h["dt"],
+                    h["shape"][0],
+                    int(h["timestamps"]),
+                    int(msg.replay),
+                    payload,
+                )
+            )
             self._buffered_bytes += len(payload)
-            t_last = (msg.t0 + (h["shape"][0] - 1) * h["dt"]) if h["dt"] else (
-                float(msg.timestamps[-1]) if h["shape"][0] else msg.t0)
+            t_last = (
+                (msg.t0 + (h["shape"][0] - 1) * h["dt"])
+                if h["dt"]
+                else (float(msg.timestamps[-1]) if h["shape"][0] else msg.t0)
+            )
             t_first = float(msg.timestamps[0]) if h["timestamps"] and h["shape"][0] else msg.t0
             self._note_stream(session_id, h["stream"], h["shape"][0], t_first, t_last)
         elif isinstance(msg, Event):
-            if not isinstance(msg.stream, str) or not msg.stream or not isinstance(msg.kind, str) or not msg.kind:
+            if (
+                not isinstance(msg.stream, str)
+                or not msg.stream
+                or not isinstance(msg.kind, str)
+                or not msg.kind
+            ):
                 raise StoreError("event needs a non-empty stream and kind")
             try:
                 body = json.dumps(msg.body, allow_nan=True, default=_json_default)
             except (TypeError, ValueError) as exc:
                 raise StoreError(f"event body is not JSON-serialisable: {exc}") from None
             self._check_layout(session_id, {"type": "event", "stream": msg.stream})
-            self._events.append((session_id, ordinal, msg.stream, msg.kind, int(msg.seq), float(msg.t),
-                                 int(msg.replay), body))
+            self._events.append(
+                (session_id, ordinal, msg.stream, msg.kind, int(msg.seq), float(msg.t), int(msg.replay), body)
+            )
             self._note_stream(session_id, msg.stream, 0, msg.t, msg.t)
         else:
             raise StoreError(f"cannot store {type(msg).__name__}; expected Frame or Event")
@@ -407,8 +480,12 @@ class SessionStore:
 
     def _max_ord(self, session_id: str) -> int:
         with self._lock:
-            a = self._db.execute("SELECT MAX(ord) FROM frames WHERE session_id=?", (session_id,)).fetchone()[0]
-            b = self._db.execute("SELECT MAX(ord) FROM events WHERE session_id=?", (session_id,)).fetchone()[0]
+            a = self._db.execute("SELECT MAX(ord) FROM frames WHERE session_id=?", (session_id,)).fetchone()[
+                0
+            ]
+            b = self._db.execute("SELECT MAX(ord) FROM events WHERE session_id=?", (session_id,)).fetchone()[
+                0
+            ]
         return max(-1 if a is None else a, -1 if b is None else b)
 
     def _check_layout(self, session_id: str, h: dict) -> None:
@@ -418,18 +495,22 @@ class SessionStore:
         known = self._layout.get(key)
         if known is None:
             with self._lock:
-                row = self._db.execute("SELECT type, channels, units, dtype FROM streams "
-                                       "WHERE session_id=? AND stream=?", key).fetchone()
+                row = self._db.execute(
+                    "SELECT type, channels, units, dtype FROM streams WHERE session_id=? AND stream=?", key
+                ).fetchone()
             if row is None:
                 self._layout[key] = layout
-                self._pending_streams.append((session_id, h["stream"], h["type"], layout[1], layout[2], layout[3],
-                                          h.get("dt")))
+                self._pending_streams.append(
+                    (session_id, h["stream"], h["type"], layout[1], layout[2], layout[3], h.get("dt"))
+                )
                 return
             known = self._layout[key] = tuple(row)
         if known != layout:
-            raise StoreError(f"stream {h['stream']!r} changed its layout mid-session "
-                             f"(was {known[0]} {known[1]} {known[2]} {known[3]}, now {layout[0]} {layout[1]} "
-                             f"{layout[2]} {layout[3]})")
+            raise StoreError(
+                f"stream {h['stream']!r} changed its layout mid-session "
+                f"(was {known[0]} {known[1]} {known[2]} {known[3]}, now {layout[0]} {layout[1]} "
+                f"{layout[2]} {layout[3]})"
+            )
 
     def _note_stream(self, session_id: str, stream: str, n: int, t_first: float, t_last: float) -> None:
         counts = self._pending_counts.setdefault((session_id, stream), [0, 0, t_first, t_last])
@@ -449,20 +530,29 @@ class SessionStore:
                 self._db.execute("BEGIN IMMEDIATE")
                 if self._pending_streams:
                     self._db.executemany(
-                        "INSERT OR IGNORE INTO streams (session_id, stream, type, channels, units, dtype, dt) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?)", self._pending_streams)
+                        "INSERT OR IGNORE INTO streams "
+                        "(session_id, stream, type, channels, units, dtype, dt) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        self._pending_streams,
+                    )
                 if self._frames:
-                    self._db.executemany("INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._frames)
+                    self._db.executemany(
+                        "INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._frames
+                    )
                 if self._events:
                     self._db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", self._events)
                 for (sid, stream), (nm, ns, tf, tl) in self._pending_counts.items():
                     self._db.execute(
                         "UPDATE streams SET n_messages=n_messages+?, n_samples=n_samples+?, "
                         "t_first=MIN(COALESCE(t_first, ?), ?), t_last=MAX(COALESCE(t_last, ?), ?) "
-                        "WHERE session_id=? AND stream=?", (nm, ns, tf, tf, tl, tl, sid, stream))
+                        "WHERE session_id=? AND stream=?",
+                        (nm, ns, tf, tf, tl, tl, sid, stream),
+                    )
                 if self._owned:
-                    self._db.executemany("UPDATE sessions SET heartbeat=? WHERE id=? AND status='running'",
-                                         [(now, sid) for sid in self._owned])
+                    self._db.executemany(
+                        "UPDATE sessions SET heartbeat=? WHERE id=? AND status='running'",
+                        [(now, sid) for sid in self._owned],
+                    )
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
@@ -493,8 +583,10 @@ class SessionStore:
         n_ch = len(si.channels)
         blocks, times = [], []
         with self._lock:
-            rows = self._db.execute("SELECT t0, dt, n, has_ts, payload FROM frames WHERE session_id=? AND stream=? "
-                                    "ORDER BY ord", (info.id, stream)).fetchall()
+            rows = self._db.execute(
+                "SELECT t0, dt, n, has_ts, payload FROM frames WHERE session_id=? AND stream=? ORDER BY ord",
+                (info.id, stream),
+            ).fetchall()
         for t0, dt, n, has_ts, payload in rows:
             n_data = n * n_ch * dtype.itemsize
             blocks.append(np.frombuffer(payload, dtype=dtype, count=n * n_ch).reshape(n, n_ch))
@@ -504,8 +596,13 @@ class SessionStore:
                 times.append(t0 + np.arange(n, dtype=np.float64) * dt)
         data = np.concatenate(blocks) if blocks else np.empty((0, n_ch), dtype=dtype)
         t = np.concatenate(times) if times else np.empty(0)
-        return StreamData(stream=stream, t=t, data=data.astype(dtype.newbyteorder("=")), channels=si.channels,
-                          units=si.units)
+        return StreamData(
+            stream=stream,
+            t=t,
+            data=data.astype(dtype.newbyteorder("=")),
+            channels=si.channels,
+            units=si.units,
+        )
 
     def events(self, session_id: str, kind: str | None = None, stream: str | None = None) -> list[Event]:
         """Committed events of a session in arrival order, optionally of one kind / stream."""
@@ -520,15 +617,20 @@ class SessionStore:
             args.append(stream)
         with self._lock:
             rows = self._db.execute(sql + " ORDER BY ord", args).fetchall()
-        return [Event(stream=s, kind=k, seq=q, t=t, body=json.loads(b), session_id=sid, replay=bool(r))
-                for s, k, q, t, b, r in rows]
+        return [
+            Event(stream=s, kind=k, seq=q, t=t, body=json.loads(b), session_id=sid, replay=bool(r))
+            for s, k, q, t, b, r in rows
+        ]
 
     def event_counts(self, session_id: str) -> dict[tuple[str, str], int]:
         """Number of events per (stream, kind)."""
         sid = self.get_session(session_id).id
         with self._lock:
-            rows = self._db.execute("SELECT stream, kind, COUNT(*) FROM events WHERE session_id=? "
-                                    "GROUP BY stream, kind ORDER BY stream, kind", (sid,)).fetchall()
+            rows = self._db.execute(
+                "SELECT stream, kind, COUNT(*) FROM events WHERE session_id=? "
+                "GROUP BY stream, kind ORDER BY stream, kind",
+                (sid,),
+            ).fetchall()
         return {(s, k): n for s, k, n in rows}
 
     def messages(self, session_id: str, streams: list[str] | None = None) -> Iterator[Frame | Event]:
@@ -537,10 +639,15 @@ class SessionStore:
         layouts = {name: s for name, s in info.streams.items()}
         db = sqlite3.connect(self.path, timeout=10.0)
         try:
-            fcur = db.execute("SELECT ord, stream, seq, t0, dt, n, has_ts, replay, payload FROM frames "
-                              "WHERE session_id=? ORDER BY ord", (info.id,))
-            ecur = db.execute("SELECT ord, stream, kind, seq, t, replay, body FROM events "
-                              "WHERE session_id=? ORDER BY ord", (info.id,))
+            fcur = db.execute(
+                "SELECT ord, stream, seq, t0, dt, n, has_ts, replay, payload FROM frames "
+                "WHERE session_id=? ORDER BY ord",
+                (info.id,),
+            )
+            ecur = db.execute(
+                "SELECT ord, stream, kind, seq, t, replay, body FROM events WHERE session_id=? ORDER BY ord",
+                (info.id,),
+            )
             frow, erow = fcur.fetchone(), ecur.fetchone()
             while frow is not None or erow is not None:
                 if erow is None or (frow is not None and frow[0] < erow[0]):
@@ -548,8 +655,15 @@ class SessionStore:
                     frow = fcur.fetchone()
                 else:
                     _, stream, kind, seq, t, replay, body = erow
-                    msg = Event(stream=stream, kind=kind, seq=seq, t=t, body=json.loads(body),
-                                session_id=info.id, replay=bool(replay))
+                    msg = Event(
+                        stream=stream,
+                        kind=kind,
+                        seq=seq,
+                        t=t,
+                        body=json.loads(body),
+                        session_id=info.id,
+                        replay=bool(replay),
+                    )
                     erow = ecur.fetchone()
                 if streams is None or msg.stream in streams:
                     yield msg
@@ -565,8 +679,18 @@ class SessionStore:
         n_data = n * n_ch * dtype.itemsize
         data = np.frombuffer(payload, dtype=dtype, count=n * n_ch).reshape(n, n_ch)
         ts = np.frombuffer(payload, dtype="<f8", offset=n_data, count=n) if has_ts else None
-        return Frame(stream=stream, seq=seq, t0=t0, dt=None if has_ts else dt, channels=list(si.channels),
-                     units=list(si.units), data=data, timestamps=ts, session_id=sid, replay=bool(replay))
+        return Frame(
+            stream=stream,
+            seq=seq,
+            t0=t0,
+            dt=None if has_ts else dt,
+            channels=list(si.channels),
+            units=list(si.units),
+            data=data,
+            timestamps=ts,
+            session_id=sid,
+            replay=bool(replay),
+        )
 
     # ------------------------------------------------------------------ life cycle
 
@@ -585,8 +709,10 @@ class SessionStore:
         self.close()
 
 
-_SESSION_COLS = ("id, kind, status, reason, started, ended, config, software_version, devices, "
-                 "writer_host, writer_pid, heartbeat, stats")
+_SESSION_COLS = (
+    "id, kind, status, reason, started, ended, config, software_version, devices, "
+    "writer_host, writer_pid, heartbeat, stats"
+)
 
 
 def _json_default(obj):

@@ -19,8 +19,12 @@ def software_version() -> str:
     repo = Path(__file__).resolve().parent.parent
     if (repo / ".git").exists():
         try:
-            out = subprocess.run(["git", "-C", str(repo), "describe", "--always", "--dirty"],
-                                 capture_output=True, text=True, timeout=2)
+            out = subprocess.run(
+                ["git", "-C", str(repo), "describe", "--always", "--dirty"],
+                capture_output=True,
+                text=True,
+                timeout=2,
+            )
             if out.returncode == 0 and out.stdout.strip():
                 text += f"+g{out.stdout.strip()}"
         except (OSError, subprocess.SubprocessError):

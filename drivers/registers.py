@@ -2,7 +2,7 @@
 
 A register entry looks like::
 
-    setpoint = { table = "holding", address = 0, type = "float32", word_order = "big", scale = 1.0, unit = "N" }
+    setpoint = { table = "holding", address = 0, type = "float32", word_order = "big", unit = "N" }
 
 ``value_SI = raw * scale + offset``. Types: float32, int16, uint16, int32, uint32. ``word_order`` applies to
 32-bit types ("big": most significant word first, the Modbus convention; "little": swapped words).
@@ -78,7 +78,8 @@ class RegisterSpec:
         if spec.table not in _TABLES:
             raise RegisterMapError(f"register {name!r}: table must be one of {_TABLES}, got {spec.table!r}")
         if spec.type not in _TYPES:
-            raise RegisterMapError(f"register {name!r}: type must be one of {sorted(_TYPES)}, got {spec.type!r}")
+            raise RegisterMapError(f"register {name!r}: type must be one of {sorted(_TYPES)}, "
+                                   f"got {spec.type!r}")
         if spec.word_order not in ("big", "little"):
             raise RegisterMapError(f"register {name!r}: word_order must be 'big' or 'little'")
         if not 0 <= spec.address <= 65535 - spec.count + 1:

@@ -12,8 +12,9 @@ Two entry points:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -84,7 +85,9 @@ def _fd_path_second(model, y, p, q, Yp, which: str, rel_step: float = 1e-5) -> n
     return 0.5 * (out + out.transpose(0, 1, 3, 2))
 
 
-def state_sensitivities(model: StateModel, p: np.ndarray, q: np.ndarray, second: bool = True) -> Sensitivities:
+def state_sensitivities(
+    model: StateModel, p: np.ndarray, q: np.ndarray, second: bool = True
+) -> Sensitivities:
     """Solve the state and differentiate h(y(p), p, q) once (and twice if ``second``) w.r.t. p."""
     p = np.asarray(p, dtype=float)
     y = model.solve_state(p, q)
@@ -141,7 +144,9 @@ class FitResult:
 
 def _finish(p, r, J, r_pp, opt, second_order, residual_variance) -> FitResult:
     n, n_p = J.shape
-    S = second_order_term(r, np.ones(n), r_pp) if (second_order and r_pp is not None) else np.zeros((n_p, n_p))
+    S = np.zeros((n_p, n_p))
+    if second_order and r_pp is not None:
+        S = second_order_term(r, np.ones(n), r_pp)
     try:
         C, H = covariance_matrix(J, None, S if second_order else None)
         C_gn, _ = covariance_matrix(J)

@@ -98,7 +98,7 @@ def schroeder_phases(amplitudes: np.ndarray) -> np.ndarray:
     n = p.size
     phases = np.zeros(n)
     for k in range(1, n):
-        phases[k] = phases[k - 1] - 2 * np.pi * np.sum((k - np.arange(k)) * p[:k])
+        phases[k] = -2 * np.pi * np.sum((k - np.arange(k)) * p[:k])
     return np.mod(phases, 2 * np.pi)
 
 
@@ -121,12 +121,13 @@ def multisine_lines(f_min: float, f_max: float, n_lines: int, dt: float, grid: s
     step = 2 if odd_only else 1
     if period is None:
         if grid == "lin":
-            spacing = (f_max - f_min) / max(n_lines - 1, 1)
+            df = min((f_max - f_min) / max(n_lines - 1, 1) / step, f_min)
         else:
-            r = (f_max / f_min) ** (1.0 / max(n_lines - 1, 1))
-            spacing = f_min * (r - 1.0)
-        # resolution: spacing / step, but also such that f_min falls on a usable bin
-        df = min(spacing / step, f_min / (1 if not odd_only else 1))
+            # log: resolution f_min (bins start at 1); the densest low end becomes consecutive bins,
+            # refined only as far as needed to fit n_lines distinct bins into the band
+            df = f_min
+            while (f_max - f_min) / df / step + 1 < n_lines:
+                df /= 2
         n_per = int(round(1.0 / (df * dt)))
     else:
         n_per = int(round(period / dt))

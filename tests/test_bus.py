@@ -13,7 +13,15 @@ import zmq.asyncio
 
 from daq.bus import BusPublisher, BusSubscriber, BusTimeout
 from daq.frames import SUPPORTED_DTYPES, Event, Frame, encode
-from tests.test_frames import make_data
+
+
+def make_data(dtype: str, rng: np.random.Generator, n: int, n_ch: int) -> np.ndarray:
+    if dtype == "bool":
+        return rng.integers(0, 2, size=(n, n_ch)).astype(bool)
+    if dtype.startswith(("int", "uint")):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size=(n, n_ch), dtype=dtype, endpoint=True)
+    return rng.standard_normal((n, n_ch)).astype(dtype)
 
 
 async def connected_pair(**sub_kwargs) -> tuple[BusPublisher, BusSubscriber]:
@@ -24,8 +32,9 @@ async def connected_pair(**sub_kwargs) -> tuple[BusPublisher, BusSubscriber]:
 
 
 def frame(seq: int, data: np.ndarray, stream: str = "t.s") -> Frame:
-    return Frame(stream, seq, 1000.0 + seq, 0.001, [f"c{i}" for i in range(data.shape[1])],
-                 ["m"] * data.shape[1], data)
+    return Frame(
+        stream, seq, 1000.0 + seq, 0.001, [f"c{i}" for i in range(data.shape[1])], ["m"] * data.shape[1], data
+    )
 
 
 async def test_round_trip_every_dtype_over_the_bus(rng):

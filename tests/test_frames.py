@@ -24,8 +24,18 @@ def make_data(dtype: str, rng: np.random.Generator, n: int = 7, n_ch: int = 3) -
 def test_frame_round_trip_every_dtype(dtype, with_ts, rng):
     data = make_data(dtype, rng)
     ts = np.cumsum(rng.uniform(0.001, 0.002, size=7)) if with_ts else None
-    f = Frame("rig.s", 41, 12.5, None if with_ts else 0.001, ["a", "b", "c"], ["m", "N", "1"], data,
-              timestamps=ts, session_id="abc", replay=True)
+    f = Frame(
+        "rig.s",
+        41,
+        12.5,
+        None if with_ts else 0.001,
+        ["a", "b", "c"],
+        ["m", "N", "1"],
+        data,
+        timestamps=ts,
+        session_id="abc",
+        replay=True,
+    )
     parts = encode(f)
     assert parts[0] == b"data/rig.s"
     header = json.loads(parts[1])
@@ -34,8 +44,15 @@ def test_frame_round_trip_every_dtype(dtype, with_ts, rng):
     assert isinstance(g, Frame)
     assert g.data.dtype == np.dtype(dtype) and g.data.shape == (7, 3)
     assert g.data.tobytes() == data.tobytes()
-    assert (g.stream, g.seq, g.t0, g.channels, g.units, g.session_id, g.replay) == \
-        ("rig.s", 41, 12.5, ["a", "b", "c"], ["m", "N", "1"], "abc", True)
+    assert (g.stream, g.seq, g.t0, g.channels, g.units, g.session_id, g.replay) == (
+        "rig.s",
+        41,
+        12.5,
+        ["a", "b", "c"],
+        ["m", "N", "1"],
+        "abc",
+        True,
+    )
     if with_ts:
         assert g.dt is None and np.array_equal(g.timestamps, ts)
     else:
@@ -52,8 +69,13 @@ def test_big_endian_and_non_contiguous_input_is_sent_little_endian(rng):
 
 
 def test_event_round_trip():
-    e = Event("press.plan", "setpoint_reached", 3, 100.25,
-              {"q_desired": 200.0, "q_actual": np.float64(199.5), "z": np.array([1e-3, 2e-3])})
+    e = Event(
+        "press.plan",
+        "setpoint_reached",
+        3,
+        100.25,
+        {"q_desired": 200.0, "q_actual": np.float64(199.5), "z": np.array([1e-3, 2e-3])},
+    )
     parts = encode(e)
     assert parts[0] == b"event/press.plan" and parts[2] == b""
     g = decode(parts)
@@ -73,24 +95,27 @@ def with_header(**changes) -> list[bytes]:
     return [topic, json.dumps(h).encode(), payload]
 
 
-@pytest.mark.parametrize("parts, kind", [
-    (good_parts()[:2], "parts"),
-    ([b"data/other", *good_parts()[1:]], "topic"),
-    ([b"data/s", b"{not json", good_parts()[2]], "json"),
-    ([b"data/s", b"\xff\xfe", good_parts()[2]], "json"),
-    ([b"data/s", b"[1, 2]", good_parts()[2]], "json"),
-    (with_header(v=99), "schema"),
-    (with_header(v=None), "schema"),
-    (with_header(seq="7"), "header"),
-    (with_header(channels=["a"]), "header"),
-    (with_header(type="blob"), "header"),
-    (with_header(dtype="object"), "dtype"),
-    (with_header(dtype="complex128"), "dtype"),
-    (with_header(shape=[5, 2]), "size"),
-    (with_header(shape=[4]), "size"),
-    ([*good_parts()[:2], good_parts()[2][:-1]], "size"),
-    (with_header(shape=[10**9, 2], channels=["a", "b"]), "oversized"),
-])
+@pytest.mark.parametrize(
+    "parts, kind",
+    [
+        (good_parts()[:2], "parts"),
+        ([b"data/other", *good_parts()[1:]], "topic"),
+        ([b"data/s", b"{not json", good_parts()[2]], "json"),
+        ([b"data/s", b"\xff\xfe", good_parts()[2]], "json"),
+        ([b"data/s", b"[1, 2]", good_parts()[2]], "json"),
+        (with_header(v=99), "schema"),
+        (with_header(v=None), "schema"),
+        (with_header(seq="7"), "header"),
+        (with_header(channels=["a"]), "header"),
+        (with_header(type="blob"), "header"),
+        (with_header(dtype="object"), "dtype"),
+        (with_header(dtype="complex128"), "dtype"),
+        (with_header(shape=[5, 2]), "size"),
+        (with_header(shape=[4]), "size"),
+        ([*good_parts()[:2], good_parts()[2][:-1]], "size"),
+        (with_header(shape=[10**9, 2], channels=["a", "b"]), "oversized"),
+    ],
+)
 def test_malformed_input_raises_frame_error_of_its_kind(parts, kind):
     with pytest.raises(FrameError) as info:
         decode(parts)
@@ -103,13 +128,16 @@ def test_oversized_payload_is_refused_before_parsing():
     assert info.value.kind == "oversized"
 
 
-@pytest.mark.parametrize("frame", [
-    Frame("s", 0, 0.0, 0.1, ["a"], ["m"], np.zeros(3)),                           # 1-D data
-    Frame("s", 0, 0.0, 0.1, ["a", "b"], ["m"], np.zeros((3, 2))),                 # units missing
-    Frame("s", 0, 0.0, None, ["a"], ["m"], np.zeros((3, 1))),                     # no time base
-    Frame("s", 0, 0.0, 0.1, ["a"], ["m"], np.zeros((3, 1), dtype=complex)),      # unsupported dtype
-    Frame("", 0, 0.0, 0.1, ["a"], ["m"], np.zeros((3, 1))),                       # empty stream
-])
+@pytest.mark.parametrize(
+    "frame",
+    [
+        Frame("s", 0, 0.0, 0.1, ["a"], ["m"], np.zeros(3)),  # 1-D data
+        Frame("s", 0, 0.0, 0.1, ["a", "b"], ["m"], np.zeros((3, 2))),  # units missing
+        Frame("s", 0, 0.0, None, ["a"], ["m"], np.zeros((3, 1))),  # no time base
+        Frame("s", 0, 0.0, 0.1, ["a"], ["m"], np.zeros((3, 1), dtype=complex)),  # unsupported dtype
+        Frame("", 0, 0.0, 0.1, ["a"], ["m"], np.zeros((3, 1))),  # empty stream
+    ],
+)
 def test_encode_refuses_invalid_frames(frame):
     with pytest.raises(FrameError):
         encode(frame)

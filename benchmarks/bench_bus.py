@@ -1,0 +1,141 @@
+"""Bus throughput: daq.bus (encode + XPUB NODROP + decode) vs plain pyzmq sending the same bytes.
+
+Both sides run in two processes over tcp loopback and are lossless (XPUB_NODROP, back-pressure).
+"plain" sends pre-encoded [topic, header, payload] with the sync API and only counts parts;
+"ours" builds a Frame per message, publishes it with BusPublisher (asyncio) and decodes every
+message with BusSubscriber into numpy arrays. Timing is taken at the receiver, first to last message.
+
+    .venv/bin/python benchmarks/bench_bus.py [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import statistics
+import time
+
+import numpy as np
+import zmq
+
+N_CH = 8
+CASES = [(8 * 1024, 40000), (80 * 1024, 15000)]  # payload bytes, messages
+
+
+def make_frame(payload_bytes: int, seq: int = 0):
+    from daq.frames import Frame
+
+    rows = payload_bytes // (8 * N_CH)
+    data = np.random.default_rng(seq).standard_normal((rows, N_CH))
+    return Frame("bench.s", seq, 0.0, 1e-4, [f"c{i}" for i in range(N_CH)], ["m"] * N_CH, data)
+
+
+# ----------------------------------------------------------------------------- senders (child process)
+
+
+def plain_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int) -> None:
+    from daq.frames import encode
+
+    parts = [bytes(p) for p in encode(make_frame(payload_bytes))]
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.XPUB)
+    sock.setsockopt(zmq.XPUB_NODROP, 1)
+    sock.setsockopt(zmq.LINGER, -1)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    endpoint_q.put(f"tcp://127.0.0.1:{port}")
+    sock.recv()  # wait for the subscription
+    copy = payload_bytes < 64 * 1024
+    for _ in range(n):
+        while True:
+            try:
+                sock.send_multipart(parts, copy=copy)
+                break
+            except zmq.Again:
+                time.sleep(0.0002)
+    sock.close()
+    ctx.term()
+
+
+def ours_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int) -> None:
+    from daq.bus import BusPublisher
+
+    frame = make_frame(payload_bytes)
+
+    async def go():
+        pub = BusPublisher()
+        endpoint_q.put(pub.endpoint)
+        await pub.wait_for_subscribers(1, timeout=30)
+        for _ in range(n):
+            frame.seq = pub.next_seq("bench.s")
+            await pub.publish(frame)
+        await asyncio.sleep(0.5)  # let the queue drain before closing (linger=0)
+        pub.close()
+
+    asyncio.run(go())
+
+
+# ----------------------------------------------------------------------------- receivers (this process)
+
+
+def plain_receive(endpoint: str, n: int) -> float:
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.SUB)
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    sock.recv_multipart()
+    t0 = time.perf_counter()
+    for _ in range(n - 1):
+        sock.recv_multipart(copy=False)
+    dt = time.perf_counter() - t0
+    sock.close()
+    return dt
+
+
+def ours_receive(endpoint: str, n: int) -> float:
+    from daq.bus import BusSubscriber
+
+    async def go() -> float:
+        sub = BusSubscriber(endpoint)
+        await sub.recv(timeout=30)
+        t0 = time.perf_counter()
+        for _ in range(n - 1):
+            msg = await sub.recv(timeout=30)
+        dt = time.perf_counter() - t0
+        assert msg.seq == n - 1 and sub.stats.missing == 0, "lossless run lost messages"
+        sub.close()
+        return dt
+
+    return asyncio.run(go())
+
+
+def run_once(kind: str, payload_bytes: int, n: int) -> float:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    sender = plain_sender if kind == "plain" else ours_sender
+    p = ctx.Process(target=sender, args=(q, payload_bytes, n))
+    p.start()
+    endpoint = q.get(timeout=30)
+    dt = (plain_receive if kind == "plain" else ours_receive)(endpoint, n)
+    p.join(30)
+    return (n - 1) / dt  # messages per second
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3, help="runs per case (median reported)")
+    args = ap.parse_args()
+    print(f"{'payload':>8} {'impl':>6} {'msg/s':>10} {'MB/s':>9} {'ours/plain':>11}")
+    for payload, n in CASES:
+        rates = {}
+        for kind in ("plain", "ours"):
+            rates[kind] = statistics.median(run_once(kind, payload, n) for _ in range(args.repeat))
+        for kind in ("plain", "ours"):
+            r = rates[kind]
+            ratio = f"{rates['ours'] / rates['plain']:.2f}" if kind == "ours" else ""
+            print(f"{payload // 1024:>6}kB {kind:>6} {r:>10.0f} {r * payload / 1e6:>9.1f} {ratio:>11}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Store ingest: 8-channel float64 blocks through SessionStore.append/flush vs plain sqlite3.
+
+"plain" inserts the same payload bytes with executemany into a one-table WAL database;
+"ours" goes through SessionStore.append (validation, header fields, stream bookkeeping) and
+flush. A "sample" is one value of one channel; rows/s (all 8 channels at one instant) are shown too.
+
+    .venv/bin/python benchmarks/bench_store.py
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from daq.frames import Frame
+from daq.store import SessionStore
+
+N_CH = 8
+CASES = [(100, 4000), (1000, 1000), (10000, 200)]  # rows per block, blocks
+
+
+def blocks(rows: int, n: int) -> list[Frame]:
+    rng = np.random.default_rng(1)
+    data = rng.standard_normal((rows, N_CH))
+    ch = [f"c{i}" for i in range(N_CH)]
+    return [Frame("bench.s", i, i * rows * 1e-4, 1e-4, ch, ["m"] * N_CH, data) for i in range(n)]
+
+
+def bench_ours(path: Path, frames: list[Frame]) -> float:
+    store = SessionStore(path)
+    sid = store.create_session("bench", {})
+    t0 = time.perf_counter()
+    for f in frames:
+        store.append(sid, f)
+    store.flush()
+    dt = time.perf_counter() - t0
+    store.finish(sid, "complete")
+    store.close()
+    return dt
+
+
+def bench_plain(path: Path, frames: list[Frame]) -> float:
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("CREATE TABLE f (seq INTEGER, t0 REAL, payload BLOB)")
+    t0 = time.perf_counter()
+    batch = []
+    last = time.monotonic()
+    for f in frames:  # same commit policy: every 0.25 s
+        batch.append((f.seq, f.t0, f.data.tobytes()))
+        if time.monotonic() - last >= 0.25:
+            db.execute("BEGIN")
+            db.executemany("INSERT INTO f VALUES (?, ?, ?)", batch)
+            db.execute("COMMIT")
+            batch, last = [], time.monotonic()
+    db.execute("BEGIN")
+    db.executemany("INSERT INTO f VALUES (?, ?, ?)", batch)
+    db.execute("COMMIT")
+    dt = time.perf_counter() - t0
+    db.close()
+    return dt
+
+
+def main() -> None:
+    print(f"{'rows/block':>10} {'impl':>6} {'samples/s':>12} {'rows/s':>11} {'MB/s':>8} {'ours/plain':>11}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, (rows, n) in enumerate(CASES):
+            frames = blocks(rows, n)
+            values = rows * N_CH * n
+            t_plain = bench_plain(Path(tmp) / f"plain{k}.sqlite", frames)
+            t_ours = bench_ours(Path(tmp) / f"ours{k}.sqlite", frames)
+            for name, t in (("plain", t_plain), ("ours", t_ours)):
+                ratio = f"{t_plain / t_ours:.2f}" if name == "ours" else ""
+                print(f"{rows:>10} {name:>6} {values / t:>12.3g} {rows * n / t:>11.3g} {values * 8 / t / 1e6:>8.0f} "
+                      f"{ratio:>11}")
+
+
+if __name__ == "__main__":
+    main()

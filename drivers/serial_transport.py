@@ -1,0 +1,100 @@
+"""Line-oriented serial transport (pyserial): one query, one answer line; reconnect with backoff.
+
+pyserial is blocking, so each query runs in a worker thread; an asyncio lock keeps one query in
+flight. URLs are anything ``serial.serial_for_url`` accepts: "/dev/ttyUSB0" or "socket://host:port"
+(a serial-to-Ethernet gateway, or the simulated sensor on loopback).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import serial
+
+from drivers.errors import BadResponse, DeviceConnectionError, DeviceTimeout
+
+MAX_LINE = 256  # bytes; a longer answer is malformed
+
+
+class SerialLine:
+    """Query/response over one serial line.
+
+    Config keys: ``url``, ``baudrate``, ``timeout`` (s per answer), ``connect_timeout`` (s),
+    ``backoff_initial`` / ``backoff_max`` (s), ``terminator`` (sent after each command, default CR LF).
+    """
+
+    def __init__(self, name: str, cfg: Mapping[str, Any]) -> None:
+        self.name = name
+        self.url = str(cfg["url"])
+        self.address = self.url
+        self.baudrate = int(cfg.get("baudrate", 9600))
+        self.timeout = float(cfg.get("timeout", 0.5))
+        self.connect_timeout = float(cfg.get("connect_timeout", 3.0))
+        self.backoff_initial = float(cfg.get("backoff_initial", 0.05))
+        self.backoff_max = float(cfg.get("backoff_max", 1.0))
+        self.terminator = str(cfg.get("terminator", "\r\n")).encode("ascii")
+        self._port: serial.SerialBase | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def connected(self) -> bool:
+        return self._port is not None
+
+    def _open(self) -> serial.SerialBase:
+        return serial.serial_for_url(self.url, baudrate=self.baudrate, timeout=self.timeout,
+                                     write_timeout=self.timeout)
+
+    async def connect(self) -> None:
+        """Open the port, retrying with exponential backoff until ``connect_timeout`` has passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.connect_timeout
+        delay = self.backoff_initial
+        while True:
+            try:
+                self._port = await asyncio.to_thread(self._open)
+                return
+            except (serial.SerialException, OSError, ValueError) as exc:
+                if loop.time() + delay > deadline:
+                    raise DeviceConnectionError(
+                        self.name, self.address, f"cannot open within {self.connect_timeout:g} s: {exc}"
+                    ) from exc
+            await asyncio.sleep(delay)
+            delay = min(2.0 * delay, self.backoff_max)
+
+    def close(self) -> None:
+        if self._port is not None:
+            try:
+                self._port.close()
+            except (serial.SerialException, OSError):
+                pass
+            self._port = None
+
+    def _exchange(self, port: serial.SerialBase, data: bytes) -> bytes:
+        port.reset_input_buffer()  # drop a late answer to an earlier, timed-out query
+        port.write(data)
+        return port.read_until(b"\n", MAX_LINE + 2)
+
+    async def query(self, command: str) -> str:
+        """Send one command line, return the answer line without its terminator."""
+        async with self._lock:
+            if self._port is None:
+                await self.connect()
+            port = self._port
+            assert port is not None
+            try:
+                raw = await asyncio.to_thread(self._exchange, port, command.encode("ascii") + self.terminator)
+            except (serial.SerialException, OSError) as exc:
+                self.close()
+                raise DeviceConnectionError(self.name, self.address, f"{command!r}: {exc}") from exc
+            if not raw.endswith(b"\n"):
+                if len(raw) > MAX_LINE:
+                    msg = f"{command!r}: answer longer than {MAX_LINE} bytes"
+                    raise BadResponse(self.name, self.address, msg)
+                raise DeviceTimeout(self.name, self.address, f"{command!r}: no complete answer within "
+                                    f"{self.timeout:g} s (got {raw!r})")
+            try:
+                return raw.decode("ascii").strip()
+            except UnicodeDecodeError as exc:
+                raise BadResponse(self.name, self.address, f"{command!r}: non-ASCII answer {raw!r}") from exc

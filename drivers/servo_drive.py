@@ -1,0 +1,393 @@
+"""Servo-drive driver over OPC UA (asyncua client): trajectory upload, run, trace read-back.
+
+Configured by a ``[devices.<name>]`` table (see configs/crane-sim.toml): url, namespace,
+limits, timeouts, node ids and optional security (Basic256Sha256 SignAndEncrypt with client
+certificate, key, server certificate, user/password). Limits are checked before anything is
+sent; while connected the driver writes a heartbeat counter that the drive's watchdog expects.
+Every error is typed and names the device and url.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from asyncua import Client, ua
+from asyncua.crypto.security_policies import SecurityPolicyBasic256Sha256
+
+log = logging.getLogger(__name__)
+
+NODE_DEFAULTS = {
+    "object": "Axis1", "enabled": "Axis1.Enabled", "mode": "Axis1.Mode", "state": "Axis1.State",
+    "status": "Axis1.Status", "fault_code": "Axis1.FaultCode", "torque_setpoint": "Axis1.TorqueSetpoint",
+    "actual_speed": "Axis1.ActualSpeed", "actual_torque": "Axis1.ActualTorque",
+    "torque_limit": "Axis1.TorqueLimit", "speed_limit": "Axis1.SpeedLimit", "heartbeat": "Axis1.Heartbeat",
+    "model": "Axis1.Model", "serial_number": "Axis1.SerialNumber", "firmware": "Axis1.Firmware",
+    "load_trajectory": "Axis1.LoadTrajectory", "start": "Axis1.Start", "stop": "Axis1.Stop",
+    "read_trace": "Axis1.ReadTrace", "clear_fault": "Axis1.ClearFault", "enable": "Axis1.Enable",
+    "disable": "Axis1.Disable",
+}
+
+
+class DriveError(Exception):
+    """Base of all driver errors; carries the device name and url."""
+
+    def __init__(self, device: str, url: str, message: str):
+        super().__init__(f"{device} ({url}): {message}")
+        self.device = device
+        self.url = url
+        self.message = message
+
+
+class DriveConnectionError(DriveError):
+    """No connection, or the connection was lost during a request."""
+
+
+class LimitError(DriveError):
+    """A trajectory violates the configured or the drive's limits; nothing was sent."""
+
+
+class DriveRefused(DriveError):
+    """The drive answered a method call with a non-zero result code."""
+
+    def __init__(self, device: str, url: str, message: str, code: int):
+        super().__init__(device, url, message)
+        self.code = code
+
+
+class DriveFault(DriveError):
+    """The drive reported a fault (e.g. speed limit, watchdog)."""
+
+    def __init__(self, device: str, url: str, message: str, fault_code: int):
+        super().__init__(device, url, message)
+        self.fault_code = fault_code
+
+
+class DriveTimeout(DriveError):
+    """The drive did not reach the expected state in time."""
+
+
+@dataclass
+class ServoDriveConfig:
+    """The ``[devices.drive]`` table."""
+
+    url: str
+    name: str = "crane-drive"
+    namespace: str = "urn:hil-lab:crane-drive"
+    torque_limit: float = 20.0
+    speed_limit: float = 150.0
+    max_samples: int = 100_000
+    timeout: float = 4.0
+    connect_timeout: float = 10.0
+    heartbeat_interval: float = 0.2
+    run_timeout_margin: float = 5.0
+    security: dict[str, Any] = field(default_factory=lambda: {"mode": "none"})
+    nodes: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, d: dict) -> ServoDriveConfig:
+        d = dict(d)
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"[devices.drive]: unknown key(s) {unknown}")
+        if "url" not in d:
+            raise ValueError("[devices.drive]: missing key url")
+        cfg = cls(**d)
+        cfg.nodes = {**NODE_DEFAULTS, **cfg.nodes}
+        mode = cfg.security.get("mode", "none")
+        if mode not in ("none", "Basic256Sha256_SignAndEncrypt"):
+            raise ValueError("[devices.drive.security] mode must be 'none' or 'Basic256Sha256_SignAndEncrypt'")
+        for key in ("torque_limit", "speed_limit", "timeout", "connect_timeout", "heartbeat_interval"):
+            if not float(getattr(cfg, key)) > 0:
+                raise ValueError(f"[devices.drive] {key} must be > 0")
+        return cfg
+
+
+def _cert_uri(cert_path: str | Path) -> str | None:
+    """Application URI (URI SAN) of a DER/PEM certificate."""
+    from cryptography import x509
+
+    raw = Path(cert_path).read_bytes()
+    cert = x509.load_pem_x509_certificate(raw) if raw.startswith(b"-----") else x509.load_der_x509_certificate(raw)
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return None
+    uris = san.get_values_for_type(x509.UniformResourceIdentifier)
+    return uris[0] if uris else None
+
+
+class ServoDrive:
+    """Async driver for one servo axis; use ``async with ServoDrive(cfg) as drive``."""
+
+    def __init__(self, config: dict | ServoDriveConfig, url: str | None = None):
+        self.cfg = config if isinstance(config, ServoDriveConfig) else ServoDriveConfig.from_config(config)
+        if url is not None:
+            self.cfg.url = url
+        self._client: Client | None = None
+        self._ns: int | None = None
+        self._hb_task: asyncio.Task | None = None
+        self._hb_count = 0
+        self._connected = False
+        self.drive_limits: dict[str, float] = {}
+
+    @property
+    def name(self) -> str:
+        return self.cfg.name
+
+    @property
+    def url(self) -> str:
+        return self.cfg.url
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    def _err(self, cls: type[DriveError], message: str, *extra) -> DriveError:
+        return cls(self.name, self.url, message, *extra)
+
+    # ------------------------------------------------------------------ connection
+    async def connect(self) -> None:
+        """Connect, retrying with backoff for up to ``connect_timeout`` s; starts the heartbeat."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.cfg.connect_timeout
+        delay = 0.1
+        while True:
+            try:
+                await self._connect_once()
+                return
+            except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+                await self._drop_client()
+                if loop.time() + delay > deadline:
+                    raise self._err(DriveConnectionError, f"cannot connect: {exc!r}") from exc
+                log.info("%s: connect failed (%r), retrying in %.1f s", self.name, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+            except ua.UaError as exc:
+                await self._drop_client()
+                raise self._err(DriveConnectionError, f"connection refused: {exc!r}") from exc
+
+    async def _connect_once(self) -> None:
+        client = Client(self.cfg.url, timeout=self.cfg.timeout)
+        sec = self.cfg.security
+        if sec.get("mode", "none") != "none":
+            for key in ("certificate", "private_key"):
+                if not sec.get(key):
+                    raise self._err(DriveConnectionError, f"security: missing {key}")
+            uri = _cert_uri(sec["certificate"])
+            if uri:
+                client.application_uri = uri
+            if sec.get("user"):
+                client.set_user(sec["user"])
+                password = sec.get("password")
+                if password is None and sec.get("password_env"):
+                    password = os.environ.get(sec["password_env"])
+                if password is None:
+                    raise self._err(DriveConnectionError, "security: no password (password or password_env)")
+                client.set_password(password)
+            self._client = client
+            await client.set_security(
+                SecurityPolicyBasic256Sha256, certificate=str(sec["certificate"]),
+                private_key=str(sec["private_key"]),
+                server_certificate=str(sec["server_certificate"]) if sec.get("server_certificate") else None,
+                mode=ua.MessageSecurityMode.SignAndEncrypt)
+        self._client = client
+        await asyncio.wait_for(client.connect(), self.cfg.timeout * 2)
+        self._ns = await client.get_namespace_index(self.cfg.namespace)
+        self._connected = True
+        tl = await self._read("torque_limit")
+        sl = await self._read("speed_limit")
+        self.drive_limits = {"torque_limit": float(tl), "speed_limit": float(sl)}
+        self._hb_task = asyncio.create_task(self._heartbeat(), name=f"{self.name}-heartbeat")
+
+    async def _drop_client(self) -> None:
+        self._connected = False
+        if self._hb_task is not None:
+            self._hb_task.cancel()
+            await asyncio.gather(self._hb_task, return_exceptions=True)
+            self._hb_task = None
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                await asyncio.wait_for(client.disconnect(), 2.0)
+            except Exception:  # the transport may already be gone
+                try:
+                    client.disconnect_socket()
+                except Exception:
+                    pass
+
+    async def close(self) -> None:
+        """Disconnect (without changing the drive state; call safe_state() first if needed)."""
+        await self._drop_client()
+
+    async def reconnect(self) -> None:
+        await self._drop_client()
+        await self.connect()
+
+    async def __aenter__(self) -> ServoDrive:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def _heartbeat(self) -> None:
+        node = self._client.get_node(self._node("heartbeat"))
+        while True:
+            self._hb_count = (self._hb_count + 1) % 2**32
+            try:
+                await node.write_value(ua.Variant(self._hb_count, ua.VariantType.UInt32))
+            except Exception as exc:
+                log.warning("%s: heartbeat failed: %r", self.name, exc)
+                self._connected = False
+                return
+            await asyncio.sleep(self.cfg.heartbeat_interval)
+
+    # ------------------------------------------------------------------ plumbing
+    def _node(self, key: str) -> ua.NodeId:
+        ident = self.cfg.nodes[key]
+        if ident.startswith(("ns=", "i=", "s=", "g=", "b=")):
+            return ua.NodeId.from_string(ident)
+        return ua.NodeId(ident, self._ns)
+
+    async def _request(self, make, retry: bool = False):
+        for attempt in (0, 1):
+            if not self._connected:
+                try:
+                    await self.reconnect()
+                except DriveError:
+                    raise
+            try:
+                return await make(self._client)
+            except ua.UaStatusCodeError as exc:
+                if not _is_connection_status(exc):
+                    raise self._err(DriveError, f"request failed: {exc}") from exc
+                err: Exception = exc
+            except (OSError, ConnectionError, asyncio.TimeoutError, ua.UaError) as exc:
+                err = exc
+            self._connected = False
+            if not retry or attempt:
+                raise self._err(DriveConnectionError, f"connection lost: {err!r}") from err
+        raise AssertionError("unreachable")
+
+    async def _read(self, key: str, retry: bool = True) -> Any:
+        return await self._request(lambda c: c.get_node(self._node(key)).read_value(), retry=retry)
+
+    async def _method(self, key: str, *args: ua.Variant, retry: bool = False) -> list:
+        obj, meth = self._node("object"), self._node(key)
+        out = await self._request(lambda c: c.get_node(obj).call_method(meth, *args), retry=retry)
+        out = out if isinstance(out, list) else [out]
+        code, message = int(out[0]), str(out[1])
+        if code != 0:
+            raise DriveRefused(self.name, self.url, f"{self.cfg.nodes[key]} refused: {message} (code {code})", code)
+        return out
+
+    # ------------------------------------------------------------------ drive API
+    def check_trajectory(self, dt: float, torque: np.ndarray) -> np.ndarray:
+        """Raise LimitError unless the trajectory respects every limit; returns it as float64."""
+        u = np.asarray(torque, dtype=float).ravel()
+        if not (isinstance(dt, int | float) and math.isfinite(dt) and dt > 0):
+            raise self._err(LimitError, f"sample time {dt!r} must be a positive number")
+        if u.size == 0:
+            raise self._err(LimitError, "empty trajectory")
+        if u.size > self.cfg.max_samples:
+            raise self._err(LimitError, f"{u.size} samples exceed max_samples {self.cfg.max_samples}")
+        if not np.all(np.isfinite(u)):
+            raise self._err(LimitError, "trajectory contains non-finite values")
+        limit = min(self.cfg.torque_limit, self.drive_limits.get("torque_limit", math.inf))
+        peak = float(np.abs(u).max())
+        if peak > limit:
+            raise self._err(LimitError, f"peak torque {peak:.4g} N*m exceeds the limit {limit:.4g} N*m")
+        return u
+
+    async def load_trajectory(self, dt: float, torque: np.ndarray) -> str:
+        """Check limits, then upload; returns the drive's message."""
+        u = self.check_trajectory(dt, torque)
+        out = await self._method("load_trajectory", ua.Variant(float(dt), ua.VariantType.Double),
+                                 ua.Variant(u.tolist(), ua.VariantType.Double))
+        self._expected_duration = u.size * float(dt)
+        return str(out[1])
+
+    async def enable(self) -> None:
+        await self._method("enable")
+
+    async def disable(self) -> None:
+        await self._method("disable", retry=True)
+
+    async def start(self) -> None:
+        await self._method("start")
+
+    async def stop(self) -> None:
+        await self._method("stop", retry=True)
+
+    async def clear_fault(self) -> None:
+        await self._method("clear_fault", retry=True)
+
+    async def status(self) -> dict:
+        """State, enabled flag, fault code, status text and live values."""
+        keys = ("state", "enabled", "fault_code", "status", "actual_speed", "actual_torque")
+        ids = [self._node(k) for k in keys]
+
+        async def read(c: Client):
+            return await c.read_values([c.get_node(i) for i in ids])
+
+        values = await self._request(read, retry=True)
+        return dict(zip(keys, values, strict=True))
+
+    async def wait_done(self, timeout: float | None = None, poll: float = 0.05) -> dict:
+        """Wait until the trajectory is done; DriveFault on a fault, DriveError if stopped."""
+        if timeout is None:
+            timeout = getattr(self, "_expected_duration", 0.0) + self.cfg.run_timeout_margin
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            st = await self.status()
+            if st["state"] == "Done":
+                return st
+            if st["state"] == "Fault" or st["fault_code"]:
+                raise DriveFault(self.name, self.url, f"drive fault {st['fault_code']}: {st['status']}",
+                                 int(st["fault_code"]))
+            if st["state"] in ("Stopped", "Idle", "Loaded") or not st["enabled"]:
+                raise self._err(DriveError, f"trajectory not running (state {st['state']}: {st['status']})")
+            if loop.time() > deadline:
+                raise self._err(DriveTimeout, f"not done after {timeout:.3g} s (state {st['state']})")
+            await asyncio.sleep(poll)
+
+    async def read_trace(self) -> dict[str, np.ndarray | float]:
+        """The last run's trace: ``dt``, ``t``, ``torque_cmd``, ``torque`` (N*m), ``speed`` (rad/s)."""
+        out = await self._method("read_trace", retry=True)
+        dt = float(out[2])
+        arrays = [np.asarray(x if x is not None else [], dtype=float) for x in out[3:6]]
+        n = arrays[2].size
+        return {"dt": dt, "t": np.arange(n) * dt, "torque_cmd": arrays[0], "torque": arrays[1],
+                "speed": arrays[2]}
+
+    async def safe_state(self) -> None:
+        """Best effort: stop and disable; never raises."""
+        for action in (self.stop, self.disable):
+            try:
+                await asyncio.wait_for(action(), self.cfg.timeout + 1)
+            except Exception as exc:
+                log.warning("%s: safe_state %s failed: %r", self.name, action.__name__, exc)
+
+    async def device_identity(self) -> dict:
+        """Model, serial number, firmware, url and limits (for the session record)."""
+        ident = {"name": self.name, "url": self.url}
+        for key in ("model", "serial_number", "firmware"):
+            ident[key] = str(await self._read(key))
+        ident.update(self.drive_limits)
+        ident["security"] = self.cfg.security.get("mode", "none")
+        return ident
+
+
+def _is_connection_status(exc: ua.UaStatusCodeError) -> bool:
+    name = getattr(exc, "code_as_name", lambda: "")()
+    return any(s in str(name) for s in ("Session", "SecureChannel", "Connection", "Timeout", "Shutdown",
+                                          "CommunicationError"))

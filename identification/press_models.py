@@ -1,0 +1,375 @@
+"""Candidate models of the press linkage: one structural model, three friction models (paper section 5).
+
+Structure (own code, same topology as the simulated plant): a quasi-static planar spring network with
+10 displacement unknowns (pressure-bar head D, end of bar 5 at joint F, pin F, end of bar 7 in frame bearing
+G, lever end in frame bearing A), linear bars, hardening radial bearings. State equation
+
+    E(y, p, q) = K(p) y + f_bearing(y) - b q = 0,   K(p) = K_0 + k5 K_5 + k7 K_7,
+
+with p = (k5, k7) in N/m and q the force that reaches the linkage, q = q_P - q_fric. Observations
+h = [D vertical, F horizontal, b0_ratio * D vertical] in m. Exact first and second derivatives are given.
+
+Friction models (all give q_fric from the force history q_P[series, setpoint] in chronological order):
+
+* M1 ``NoFriction``: q_fric = 0.
+* M2 ``CoulombFriction``: q_fric = q_c * sign(dq_P/dt), the sign taken from the last force change.
+  q_c is NOT a fitted parameter of the test: it is fixed from the training series (inverse model).
+* M3 ``MemoryFriction``: continuous, rate-independent memory model with inputs (q_P(t_i), q_P(t_i-1),
+  q_min, q_max) -> direction s and travel since the last reversal, q_fric = s * (c_0 + sum_j c_j
+  arctan(travel / w_j)) (a Preisach-like sum of arctan units), coefficients by linear least squares on
+  friction forces obtained through the inverse model from training series.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from identification.least_squares import fit_state_model
+
+P_NAMES = ("k5", "k7")
+
+_POS = {
+    "D": np.array([0.0, 0.0]),
+    "F": np.array([-0.30, 0.50]),
+    "G": np.array([0.0, 1.00]),
+    "A": np.array([-0.30, -0.20]),
+}
+_D, _F5, _F, _G7, _A = range(5)
+_NDOF = 10
+
+
+@dataclass
+class PressConstants:
+    """Known constants of the linkage model (SI). Same meaning as the simulator's keys of the same name."""
+
+    k_lever: float = 1.0e9
+    k_guide: float = 5.0e8
+    k_joint: float = 1.2e9
+    joint_beta: float = 2.0e8
+    b0_ratio: float = 0.2
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PressConstants:
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: float(v) for k, v in d.items() if k in names})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _bar_matrix(i: int, j: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Unit-stiffness (k = 1) matrix of a bar between nodes i and j with nominal ends a, b."""
+    n = (b - a) / np.linalg.norm(b - a)
+    K = np.zeros((_NDOF, _NDOF))
+    idx = [2 * i, 2 * i + 1, 2 * j, 2 * j + 1]
+    nn = np.outer(n, n)
+    K[np.ix_(idx, idx)] = np.block([[nn, -nn], [-nn, nn]])
+    return K
+
+
+class PressLinkageModel:
+    """Batched state model of the linkage for ``identification.least_squares.fit_state_model``."""
+
+    n_p = 2
+    n_s = 3
+
+    def __init__(self, constants: PressConstants | None = None) -> None:
+        c = constants or PressConstants()
+        self.c = c
+        self.K5 = _bar_matrix(_D, _F5, _POS["D"], _POS["F"])
+        self.K7 = _bar_matrix(_F, _G7, _POS["F"], _POS["G"])
+        self.K0 = c.k_lever * _bar_matrix(_F, _A, _POS["F"], _POS["A"])
+        self.K0[2 * _D, 2 * _D] += c.k_guide
+        # bearings: pairs of nodes (-1 = ground)
+        self.bearings = ((_F5, _F), (_G7, -1), (_A, -1))
+        self.b = np.zeros(_NDOF)
+        self.b[2 * _D + 1] = 1.0
+        self.Hobs = np.zeros((3, _NDOF))
+        self.Hobs[0, 2 * _D + 1] = 1.0
+        self.Hobs[1, 2 * _F] = 1.0
+        self.Hobs[2, 2 * _D + 1] = c.b0_ratio
+
+    def K(self, p: np.ndarray) -> np.ndarray:
+        return self.K0 + p[0] * self.K5 + p[1] * self.K7
+
+    # -- bearings -------------------------------------------------------------------------------------
+    def _rel(self, y: np.ndarray, i: int, j: int) -> np.ndarray:
+        d = y[:, 2 * i : 2 * i + 2]
+        return d - y[:, 2 * j : 2 * j + 2] if j >= 0 else d
+
+    def _bearing(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        k, beta = self.c.k_joint, self.c.joint_beta
+        N = y.shape[0]
+        f = np.zeros((N, _NDOF))
+        Jb = np.zeros((N, _NDOF, _NDOF))
+        eye = np.eye(2)
+        for i, j in self.bearings:
+            d = self._rel(y, i, j)
+            d2 = np.einsum("ni,ni->n", d, d)
+            g = k * (1 + beta * d2)[:, None] * d
+            kt = k * ((1 + beta * d2)[:, None, None] * eye + 2 * beta * np.einsum("ni,nj->nij", d, d))
+            si = slice(2 * i, 2 * i + 2)
+            f[:, si] += g
+            Jb[:, si, si] += kt
+            if j >= 0:
+                sj = slice(2 * j, 2 * j + 2)
+                f[:, sj] -= g
+                Jb[:, si, sj] -= kt
+                Jb[:, sj, si] -= kt
+                Jb[:, sj, sj] += kt
+        return f, Jb
+
+    # -- StateModel protocol --------------------------------------------------------------------------
+    def residual(self, y: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+        f, _ = self._bearing(y)
+        return y @ self.K(p).T + f - np.outer(q, self.b)
+
+    def solve_state(self, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+        q = np.asarray(q, dtype=float).ravel()
+        K = self.K(p)
+        K_lin = K + self._bearing(np.zeros((1, _NDOF)))[1][0]
+        y = np.linalg.solve(K_lin, np.outer(self.b, q)).T  # linear start
+        for _ in range(30):
+            f, Jb = self._bearing(y)
+            res = y @ K.T + f - np.outer(q, self.b)
+            dy = np.linalg.solve(K + Jb, -res[:, :, None])[:, :, 0]
+            y += dy
+            if np.max(np.abs(dy)) < 1e-15:
+                break
+        return y
+
+    def jacobians(self, y: np.ndarray, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        _, Jb = self._bearing(y)
+        Ey = self.K(p)[None] + Jb
+        Ep = np.stack([y @ self.K5.T, y @ self.K7.T], axis=2)
+        return Ey, Ep
+
+    def observe(self, y: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+        return y @ self.Hobs.T
+
+    def observe_jacobians(self, y: np.ndarray, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        N = y.shape[0]
+        return np.broadcast_to(self.Hobs, (N, 3, _NDOF)), np.zeros((N, 3, 2))
+
+    def E_second(self, y: np.ndarray, p: np.ndarray, q: np.ndarray, Yp: np.ndarray) -> np.ndarray:
+        """E_yy[Y_l, Y_m] + K_m Y_l + K_l Y_m (E is linear in p, so E_pp = 0)."""
+        k, beta = self.c.k_joint, self.c.joint_beta
+        N = y.shape[0]
+        T = np.zeros((N, _NDOF, 2, 2))
+        for i, j in self.bearings:
+            d = self._rel(y, i, j)
+            V = Yp[:, 2 * i : 2 * i + 2, :] - (Yp[:, 2 * j : 2 * j + 2, :] if j >= 0 else 0.0)  # (N, 2, n_p)
+            dv = np.einsum("ni,nil->nl", d, V)
+            vv = np.einsum("nil,nim->nlm", V, V)
+            # d2g[v, w] = 2 k beta ((d.w) v + (d.v) w + (v.w) d)
+            g2 = 2 * k * beta * (
+                np.einsum("nm,nil->nilm", dv, V) + np.einsum("nl,nim->nilm", dv, V)
+                + np.einsum("nlm,ni->nilm", vv, d)
+            )
+            T[:, 2 * i : 2 * i + 2] += g2
+            if j >= 0:
+                T[:, 2 * j : 2 * j + 2] -= g2
+        KY = [np.einsum("ij,njl->nil", Km, Yp) for Km in (self.K5, self.K7)]  # (N, d_y, n_p) each
+        for m in range(2):
+            T[:, :, :, m] += KY[m]
+            T[:, :, m, :] += KY[m]
+        return T
+
+    def h_second(self, y: np.ndarray, p: np.ndarray, q: np.ndarray, Yp: np.ndarray) -> np.ndarray:
+        return np.zeros((y.shape[0], 3, 2, 2))
+
+    # -- helpers --------------------------------------------------------------------------------------
+    def predict(self, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """Displacements (N, 3) in m for effective forces q (N,) in N."""
+        q = np.asarray(q, dtype=float)
+        y = self.solve_state(np.asarray(p, float), q.ravel())
+        return self.observe(y, p, None).reshape(q.shape + (3,))
+
+    def inverse_force(
+        self,
+        p: np.ndarray,
+        z: np.ndarray,
+        sigmas: np.ndarray,
+        omega: np.ndarray | None = None,
+        iters: int = 8,
+    ) -> np.ndarray:
+        """Force q (N,) whose model output best matches z (N, 3), weights omega/sigma^2 (inverse model)."""
+        z = np.asarray(z, dtype=float)
+        w = (np.ones(3) if omega is None else np.asarray(omega, float)) / np.asarray(sigmas, float) ** 2
+        K = self.K(p)
+        s0 = self.Hobs @ np.linalg.solve(K + self._bearing(np.zeros((1, _NDOF)))[1][0], self.b)
+        q = (z @ (w * s0)) / (s0 @ (w * s0))
+        for _ in range(iters):
+            y = self.solve_state(p, q)
+            _, Jb = self._bearing(y)
+            dq_dy = np.linalg.solve(K[None] + Jb, np.broadcast_to(self.b, y.shape)[:, :, None])[:, :, 0]
+            g = dq_dy @ self.Hobs.T  # dh/dq (N, 3)
+            r = z - self.observe(y, p, None)
+            q = q + np.einsum("ns,s,ns->n", g, w, r) / np.einsum("ns,s,ns->n", g, w, g)
+        return q
+
+
+# ---------------------------------------------------------------------------------------------------
+# friction models
+# ---------------------------------------------------------------------------------------------------
+
+
+def force_history_features(q_hist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Direction s (+1 loading / -1 unloading) and force travel since the last reversal, per sample.
+
+    q_hist is the chronological force record (any shape, flattened in C order). The direction is the sign of
+    q_P(t_i) - q_P(t_i-1) (kept when the force does not change); the travel uses the running extremum of the
+    current branch: q_P - q_min while loading, q_max - q_P while unloading. The record starts on a loading
+    branch from its first value.
+    """
+    q = np.asarray(q_hist, dtype=float).ravel()
+    s = np.empty_like(q)
+    travel = np.empty_like(q)
+    direction, q_rev = 1.0, q[0] if q.size else 0.0
+    prev = q_rev
+    for i, qi in enumerate(q):
+        dq = qi - prev
+        if dq != 0 and np.sign(dq) != direction:
+            direction = float(np.sign(dq))
+            q_rev = prev  # the last extremum becomes q_min (now loading) or q_max (now unloading)
+        s[i] = direction
+        travel[i] = max(direction * (qi - q_rev), 0.0)
+        prev = qi
+    shape = np.shape(q_hist)
+    return s.reshape(shape), travel.reshape(shape)
+
+
+def _fit_with_nuisance(X: np.ndarray, q: np.ndarray, y: np.ndarray, ridge: float = 1e-9) -> np.ndarray:
+    """Least squares y ~ X c + b q; returns c only.
+
+    Friction inferred through the inverse model carries a term proportional to the force wherever the
+    first-step stiffness (fitted without friction) is slightly off; the nuisance column b q absorbs it so
+    it does not leak into the friction coefficients (it is a stiffness error, not friction).
+    """
+    A = np.column_stack([X, q])
+    scale = np.linalg.norm(A, axis=0) + 1e-300
+    As = A / scale
+    coef = np.linalg.solve(As.T @ As + ridge * np.eye(As.shape[1]), As.T @ y) / scale
+    return coef[:-1]
+
+
+class NoFriction:
+    """M1: friction neglected."""
+
+    name = "M1"
+    description = "no friction"
+
+    def fit(self, q_hist: np.ndarray, q_fric: np.ndarray, mask: np.ndarray | None = None) -> NoFriction:
+        return self
+
+    def friction(self, q_hist: np.ndarray) -> np.ndarray:
+        return np.zeros_like(np.asarray(q_hist, dtype=float))
+
+    def to_dict(self) -> dict:
+        return {"model": self.name}
+
+
+class CoulombFriction:
+    """M2: q_fric = q_c * sign(dq_P/dt); q_c fixed by least squares on training friction forces."""
+
+    name = "M2"
+    description = "Coulomb friction"
+
+    def __init__(self, q_c: float = 0.0) -> None:
+        self.q_c = float(q_c)
+
+    def fit(self, q_hist: np.ndarray, q_fric: np.ndarray, mask: np.ndarray | None = None) -> CoulombFriction:
+        s, _ = force_history_features(q_hist)
+        m = np.ones(s.shape, bool) if mask is None else mask
+        coef = _fit_with_nuisance(s[m][:, None], np.asarray(q_hist)[m], np.asarray(q_fric)[m])
+        self.q_c = float(coef[0])
+        return self
+
+    def friction(self, q_hist: np.ndarray) -> np.ndarray:
+        s, _ = force_history_features(q_hist)
+        return self.q_c * s
+
+    def to_dict(self) -> dict:
+        return {"model": self.name, "q_c": self.q_c}
+
+
+class MemoryFriction:
+    """M3: q_fric = s * (c_0 + sum_j c_j arctan(travel / w_j)), linear least squares in c."""
+
+    name = "M3"
+    description = "rate-independent memory friction (arctan units)"
+
+    def __init__(
+        self, widths: tuple[float, ...] = (250.0, 600.0, 1200.0, 2500.0, 5000.0), ridge: float = 1e-9
+    ) -> None:
+        self.widths = np.asarray(widths, dtype=float)
+        self.coef = np.zeros(self.widths.size + 1)
+        self.ridge = ridge
+
+    def _features(self, q_hist: np.ndarray) -> np.ndarray:
+        s, travel = force_history_features(q_hist)
+        units = np.arctan(travel[..., None] / self.widths)
+        return s[..., None] * np.concatenate([np.ones(s.shape + (1,)), units], axis=-1)
+
+    def fit(self, q_hist: np.ndarray, q_fric: np.ndarray, mask: np.ndarray | None = None) -> MemoryFriction:
+        X = self._features(q_hist)
+        m = np.ones(X.shape[:-1], bool) if mask is None else mask
+        self.coef = _fit_with_nuisance(X[m], np.asarray(q_hist)[m], np.asarray(q_fric)[m], self.ridge)
+        return self
+
+    def friction(self, q_hist: np.ndarray) -> np.ndarray:
+        return self._features(q_hist) @ self.coef
+
+    def to_dict(self) -> dict:
+        return {"model": self.name, "widths_N": self.widths.tolist(), "coef_N": self.coef.tolist()}
+
+
+FRICTION_MODELS = {"M1": NoFriction, "M2": CoulombFriction, "M3": MemoryFriction}
+
+
+@dataclass
+class TrainedPressModels:
+    """Structural model, friction models trained on the training series, and the first-step stiffness."""
+
+    structure: PressLinkageModel
+    friction: dict  # name -> friction model
+    p_train_m1: np.ndarray
+    q_fric_train: np.ndarray  # inferred friction forces on the training series, N
+
+
+def train_friction_models(
+    z: np.ndarray,
+    q_hist: np.ndarray,
+    sigmas: np.ndarray,
+    train_series: list[int],
+    *,
+    constants: PressConstants | None = None,
+    omega: np.ndarray | None = None,
+    p0: np.ndarray = (1.8e8, 1.8e8),
+    skip_virgin: bool = True,
+) -> TrainedPressModels:
+    """Train M2/M3 through the inverse model (paper section 5).
+
+    1. Fit k5, k7 with M1 on the training series. 2. Inverse model: the force that explains each measured
+    displacement; friction = q_P - that force. 3. Fit q_c (M2) and the arctan coefficients (M3) to it.
+    ``skip_virgin`` leaves out the first loading branch of the record (friction memory not yet formed).
+    """
+    model = PressLinkageModel(constants)
+    tr = list(train_series)
+    zt = z[tr].reshape(-1, 3)
+    qt = q_hist[tr].reshape(-1)
+    fit = fit_state_model(model, zt, qt, sigmas, np.asarray(p0, float), omega=omega, second_order=False,
+                          bounds=(0.0, np.inf))
+    q_inv = model.inverse_force(fit.p, zt, sigmas, omega).reshape(len(tr), -1)
+    q_fric = np.full(q_hist.shape, np.nan)
+    q_fric[tr] = q_hist[tr] - q_inv
+    mask = np.zeros(q_hist.shape, bool)
+    mask[tr] = True
+    if skip_virgin:
+        s, _ = force_history_features(q_hist)
+        first_down = np.argmax(s.ravel() < 0)
+        mask.reshape(-1)[:first_down] = False
+    fr = {name: cls().fit(q_hist, np.nan_to_num(q_fric), mask) for name, cls in FRICTION_MODELS.items()}
+    return TrainedPressModels(structure=model, friction=fr, p_train_m1=fit.p, q_fric_train=q_fric)

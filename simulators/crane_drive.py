@@ -1,0 +1,446 @@
+"""Simulated OPC UA servo drive for the crane axis.
+
+The drive logic (:class:`CraneDrive`) is a small state machine; every OPC UA server that
+exposes it (a plain and/or a secure endpoint, see :func:`build_server`) is a "face" carrying
+the same nodes with stable string NodeIds ``ns=<idx>;s=Axis1.<Name>`` in the namespace
+``urn:hil-lab:crane-drive``.
+
+Variables: Enabled, Mode, State (Idle/Loaded/Running/Done/Stopped/Fault), Status (text),
+FaultCode, TorqueSetpoint, ActualSpeed, ActualTorque, TorqueLimit, SpeedLimit, CycleTime,
+MaxSamples, Progress, Heartbeat (written by the client), Model, SerialNumber, Firmware.
+
+Methods (all return ``Int32 code, String message`` first; code 0 = accepted, see
+:class:`Result`): LoadTrajectory(Double sample_time, Double[] torque), Start, Stop, Enable,
+Disable, ClearFault, ReadTrace -> (code, message, Double sample_time, Double[] torque_cmd,
+Double[] torque, Double[] speed).
+
+Running: the physics is simulated at the drive cycle (``cycle_time``) in an executor, then
+played out in real time divided by ``time_scale``; live values update at ``live_rate``.
+Safety: limits are checked on upload; speed above ``speed_limit`` faults and disables; while
+enabled, a client must keep changing ``Heartbeat`` - no change for ``watchdog_timeout`` s
+(client crashed, network or session lost) faults and disables the drive. A heartbeat is used
+instead of session-close hooks because it also catches a hung client whose TCP session is alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from asyncua import Server, ua
+from asyncua.crypto.permission_rules import User, UserRole
+from asyncua.crypto.truststore import TrustStore
+from asyncua.crypto.validator import CertificateValidator, CertificateValidatorOptions
+from asyncua.server.user_managers import UserManager
+
+from simulators.certs import Pki
+from simulators.physics.crane import CraneTruth, simulate_axis
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "urn:hil-lab:crane-drive"
+
+
+class Result(enum.IntEnum):
+    OK = 0
+    BUSY = 1
+    BAD_SAMPLE_TIME = 2
+    TOO_LONG = 3
+    TORQUE_LIMIT = 4
+    BAD_DATA = 5
+    NOT_ENABLED = 6
+    NO_TRAJECTORY = 7
+    FAULT_ACTIVE = 8
+    NO_TRACE = 9
+
+
+class Fault(enum.IntEnum):
+    NONE = 0
+    SPEED_LIMIT = 1
+    WATCHDOG = 2
+    SIMULATION = 3
+
+
+@dataclass
+class DriveSettings:
+    """The ``[simulator.drive]`` table."""
+
+    name: str = "crane-drive-sim"
+    host: str = "127.0.0.1"
+    port: int = 0
+    secure_port: int = 0
+    security: str = "none"  # none | secure | both
+    pki_dir: str = "sessions/pki/crane"
+    users: dict[str, str] = field(default_factory=lambda: {"operator": "crane-sim"})
+    namespace: str = NAMESPACE
+    axis: str = "Axis1"
+    cycle_time: float = 1e-4
+    max_samples: int = 100_000
+    max_sample_time: float = 0.01
+    torque_limit: float = 20.0
+    speed_limit: float = 150.0
+    time_scale: float = 1.0
+    live_rate: float = 25.0
+    watchdog_timeout: float = 1.0
+    seed: int = 4
+
+    @classmethod
+    def from_config(cls, d: dict | None) -> DriveSettings:
+        d = dict(d or {})
+        names = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"[simulator.drive]: unknown key(s) {unknown}")
+        s = cls(**d)
+        if s.security not in ("none", "secure", "both"):
+            raise ValueError("[simulator.drive] security must be 'none', 'secure' or 'both'")
+        for key in ("cycle_time", "max_sample_time", "torque_limit", "speed_limit", "time_scale",
+                    "live_rate", "watchdog_timeout"):
+            if not float(getattr(s, key)) > 0:
+                raise ValueError(f"[simulator.drive] {key} must be > 0")
+        if int(s.max_samples) < 1:
+            raise ValueError("[simulator.drive] max_samples must be >= 1")
+        return s
+
+
+_VARS: dict[str, tuple[object, ua.VariantType]] = {
+    "Enabled": (False, ua.VariantType.Boolean),
+    "Mode": ("torque_trajectory", ua.VariantType.String),
+    "State": ("Idle", ua.VariantType.String),
+    "Status": ("ready", ua.VariantType.String),
+    "FaultCode": (0, ua.VariantType.Int32),
+    "TorqueSetpoint": (0.0, ua.VariantType.Double),
+    "ActualSpeed": (0.0, ua.VariantType.Double),
+    "ActualTorque": (0.0, ua.VariantType.Double),
+    "TorqueLimit": (0.0, ua.VariantType.Double),
+    "SpeedLimit": (0.0, ua.VariantType.Double),
+    "CycleTime": (0.0, ua.VariantType.Double),
+    "MaxSamples": (0, ua.VariantType.Int32),
+    "Progress": (0.0, ua.VariantType.Double),
+    "Heartbeat": (0, ua.VariantType.UInt32),
+    "Model": ("HIL-SIM servo drive", ua.VariantType.String),
+    "SerialNumber": ("SIM-0001", ua.VariantType.String),
+    "Firmware": ("sim-1.0", ua.VariantType.String),
+}
+
+
+def _arg(name: str, vtype: int, array: bool = False) -> ua.Argument:
+    a = ua.Argument()
+    a.Name = name
+    a.DataType = ua.NodeId(vtype)
+    a.ValueRank = 1 if array else -1
+    a.ArrayDimensions = [0] if array else []
+    a.Description = ua.LocalizedText(name)
+    return a
+
+
+_CODE = [_arg("code", ua.ObjectIds.Int32), _arg("message", ua.ObjectIds.String)]
+_DOUBLES = ua.ObjectIds.Double
+
+
+def _reply(code: Result, message: str) -> list[ua.Variant]:
+    return [ua.Variant(int(code), ua.VariantType.Int32), ua.Variant(message, ua.VariantType.String)]
+
+
+def _doubles(x: np.ndarray) -> ua.Variant:
+    return ua.Variant(np.asarray(x, dtype=float).tolist(), ua.VariantType.Double)
+
+
+class CraneDrive:
+    """Drive state machine over the crane physics; exposed by one or more OPC UA servers."""
+
+    def __init__(self, truth: CraneTruth, settings: DriveSettings):
+        self.truth = truth
+        self.s = settings
+        self._faces: list[tuple[Server, int]] = []
+        self._values = {k: v for k, (v, _) in _VARS.items()}
+        self._values.update(TorqueLimit=float(settings.torque_limit), SpeedLimit=float(settings.speed_limit),
+                            CycleTime=float(settings.cycle_time), MaxSamples=int(settings.max_samples),
+                            SerialNumber=f"SIM-{settings.name}")
+        self._lock = asyncio.Lock()
+        self._trajectory: tuple[float, np.ndarray] | None = None
+        self._trace: dict[str, np.ndarray] | None = None
+        self._run_task: asyncio.Task | None = None
+        self._watch_task: asyncio.Task | None = None
+        self._last_beat: dict[int, int] = {}
+        self._beat_seen = 0.0
+        self._runs = 0
+
+    # ------------------------------------------------------------------ faces
+    def nodeid(self, idx: int, name: str) -> ua.NodeId:
+        return ua.NodeId(f"{self.s.axis}.{name}" if name else self.s.axis, idx)
+
+    async def attach(self, server: Server) -> int:
+        """Create the axis object, variables and methods in ``server``; returns the namespace index."""
+        idx = await server.register_namespace(self.s.namespace)
+        obj = await server.nodes.objects.add_object(self.nodeid(idx, ""), ua.QualifiedName(self.s.axis, idx))
+        for name, (_, vtype) in _VARS.items():
+            var = await obj.add_variable(self.nodeid(idx, name), ua.QualifiedName(name, idx),
+                                         ua.Variant(self._values[name], vtype))
+            if name == "Heartbeat":
+                await var.set_writable()
+        methods = {
+            "LoadTrajectory": (self._m_load, [_arg("sample_time", _DOUBLES), _arg("torque", _DOUBLES, True)],
+                               _CODE),
+            "Start": (self._m_start, [], _CODE),
+            "Stop": (self._m_stop, [], _CODE),
+            "Enable": (self._m_enable, [], _CODE),
+            "Disable": (self._m_disable, [], _CODE),
+            "ClearFault": (self._m_clear, [], _CODE),
+            "ReadTrace": (self._m_trace, [], _CODE + [
+                _arg("sample_time", _DOUBLES), _arg("torque_cmd", _DOUBLES, True),
+                _arg("torque", _DOUBLES, True), _arg("speed", _DOUBLES, True)]),
+        }
+        for name, (func, ins, outs) in methods.items():
+            await obj.add_method(self.nodeid(idx, name), ua.QualifiedName(name, idx), func, ins, outs)
+        self._faces.append((server, idx))
+        return idx
+
+    def start(self) -> None:
+        """Start the watchdog (call once the faces are serving)."""
+        if self._watch_task is None:
+            self._watch_task = asyncio.create_task(self._watchdog(), name="crane-drive-watchdog")
+
+    async def close(self) -> None:
+        """Stop any motion and the watchdog; the drive ends disabled."""
+        await self._halt("drive shut down")
+        await self._set(Enabled=False)
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            await asyncio.gather(self._watch_task, return_exceptions=True)
+            self._watch_task = None
+        self._faces.clear()
+
+    async def _set(self, **values) -> None:
+        self._values.update(values)
+        for server, idx in list(self._faces):
+            for name, value in values.items():
+                vtype = _VARS[name][1]
+                await server.write_attribute_value(self.nodeid(idx, name),
+                                                   ua.DataValue(ua.Variant(value, vtype)))
+
+    @property
+    def state(self) -> str:
+        return str(self._values["State"])
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._values["Enabled"])
+
+    # ------------------------------------------------------------------ methods
+    async def _m_load(self, parent, sample_time: ua.Variant, torque: ua.Variant) -> list[ua.Variant]:
+        async with self._lock:
+            code, msg = self._check_trajectory(sample_time.Value, torque.Value)
+            if code is Result.OK:
+                self._trajectory = (float(sample_time.Value), np.asarray(torque.Value, dtype=float))
+                self._trace = None
+                await self._set(State="Loaded", Status=msg, Progress=0.0)
+            else:
+                await self._set(Status=f"refused: {msg}")
+            return _reply(code, msg)
+
+    def _check_trajectory(self, sample_time, torque) -> tuple[Result, str]:
+        s = self.s
+        if self.state == "Running":
+            return Result.BUSY, "a trajectory is running"
+        try:
+            st = float(sample_time)
+        except (TypeError, ValueError):
+            return Result.BAD_SAMPLE_TIME, "sample_time is not a number"
+        ratio = st / s.cycle_time if math.isfinite(st) else float("nan")
+        if not (st > 0 and st <= s.max_sample_time and abs(ratio - round(ratio)) < 1e-6 * max(1.0, ratio)
+                and round(ratio) >= 1):
+            return (Result.BAD_SAMPLE_TIME,
+                    f"sample_time {sample_time!r} s must be a multiple of the cycle time {s.cycle_time} s "
+                    f"and at most {s.max_sample_time} s")
+        if torque is None or len(torque) == 0:
+            return Result.BAD_DATA, "empty trajectory"
+        if len(torque) > s.max_samples:
+            return Result.TOO_LONG, f"{len(torque)} samples exceed the maximum of {s.max_samples}"
+        u = np.asarray(torque, dtype=float)
+        if not np.all(np.isfinite(u)):
+            return Result.BAD_DATA, "trajectory contains non-finite values"
+        peak = float(np.abs(u).max())
+        if peak > s.torque_limit:
+            return Result.TORQUE_LIMIT, f"peak torque {peak:.4g} N*m exceeds the limit {s.torque_limit:.4g} N*m"
+        return Result.OK, f"loaded {u.size} samples at {st:g} s ({u.size * st:.4g} s)"
+
+    async def _m_enable(self, parent) -> list[ua.Variant]:
+        async with self._lock:
+            if self._values["FaultCode"] != Fault.NONE:
+                return _reply(Result.FAULT_ACTIVE, f"fault {self._values['FaultCode']} active: clear it first")
+            self._beat_seen = asyncio.get_running_loop().time()
+            await self._set(Enabled=True, Status="enabled")
+            return _reply(Result.OK, "enabled")
+
+    async def _m_disable(self, parent) -> list[ua.Variant]:
+        async with self._lock:
+            await self._halt("disabled while running")
+            await self._set(Enabled=False, Status="disabled")
+            return _reply(Result.OK, "disabled")
+
+    async def _m_start(self, parent) -> list[ua.Variant]:
+        async with self._lock:
+            if self._values["FaultCode"] != Fault.NONE:
+                return _reply(Result.FAULT_ACTIVE, "fault active")
+            if not self.enabled:
+                return _reply(Result.NOT_ENABLED, "drive not enabled")
+            if self.state == "Running":
+                return _reply(Result.BUSY, "already running")
+            if self._trajectory is None:
+                return _reply(Result.NO_TRAJECTORY, "no trajectory loaded")
+            self._trace = None
+            await self._set(State="Running", Status="running", Progress=0.0)
+            self._run_task = asyncio.create_task(self._run(*self._trajectory), name="crane-drive-run")
+            return _reply(Result.OK, "started")
+
+    async def _m_stop(self, parent) -> list[ua.Variant]:
+        async with self._lock:
+            stopped = await self._halt("stopped by client")
+            return _reply(Result.OK, "stopped" if stopped else "not running")
+
+    async def _m_clear(self, parent) -> list[ua.Variant]:
+        async with self._lock:
+            await self._set(FaultCode=int(Fault.NONE), Status="fault cleared",
+                            State="Loaded" if self._trajectory is not None else "Idle")
+            return _reply(Result.OK, "fault cleared")
+
+    async def _m_trace(self, parent) -> list[ua.Variant]:
+        empty = np.zeros(0)
+        if self.state == "Running":
+            return _reply(Result.BUSY, "trajectory still running") + [
+                ua.Variant(0.0, ua.VariantType.Double)] + [_doubles(empty)] * 3
+        if self._trace is None:
+            return _reply(Result.NO_TRACE, "no trace recorded") + [
+                ua.Variant(0.0, ua.VariantType.Double)] + [_doubles(empty)] * 3
+        tr = self._trace
+        return _reply(Result.OK, f"{tr['speed'].size} samples") + [
+            ua.Variant(float(self.s.cycle_time), ua.VariantType.Double),
+            _doubles(tr["torque_cmd"]), _doubles(tr["torque"]), _doubles(tr["speed"])]
+
+    # ------------------------------------------------------------------ motion
+    async def _halt(self, reason: str) -> bool:
+        """Cancel a running trajectory (trace kept up to the stop); True if one was running."""
+        task = self._run_task
+        if task is None or task.done():
+            return False
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await self._set(State="Stopped", Status=reason, TorqueSetpoint=0.0, ActualTorque=0.0)
+        return True
+
+    async def _run(self, sample_time: float, torque: np.ndarray) -> None:
+        s = self.s
+        loop = asyncio.get_running_loop()
+        ratio = int(round(sample_time / s.cycle_time))
+        cmd = np.repeat(torque, ratio)
+        rng = np.random.default_rng([s.seed, self._runs])
+        self._runs += 1
+        k = 0
+        sim: dict | None = None
+        try:
+            sim = await loop.run_in_executor(None, simulate_axis, self.truth, cmd, s.cycle_time, rng)
+            over = np.flatnonzero(np.abs(sim["speed_true"]) > s.speed_limit)
+            n_end = int(over[0]) + 1 if over.size else cmd.size
+            t0 = loop.time()
+            while True:
+                k = min(int((loop.time() - t0) * s.time_scale / s.cycle_time), n_end)
+                if k >= n_end:
+                    break
+                await self._set(TorqueSetpoint=float(cmd[k]), ActualTorque=float(sim["torque"][k]),
+                                ActualSpeed=float(sim["speed"][k]), Progress=k / cmd.size)
+                await asyncio.sleep(1.0 / s.live_rate)
+            k = n_end
+            self._keep_trace(sim, k)
+            last = float(sim["speed"][k - 1])
+            if over.size:
+                await self._fault(Fault.SPEED_LIMIT,
+                                  f"speed {sim['speed_true'][over[0]]:.4g} rad/s exceeds limit {s.speed_limit} "
+                                  f"rad/s at t={over[0] * s.cycle_time:.4f} s")
+                return
+            await self._set(State="Done", Status="trajectory done", TorqueSetpoint=0.0, ActualTorque=0.0,
+                            ActualSpeed=last, Progress=1.0)
+        except asyncio.CancelledError:
+            if sim is not None:
+                self._keep_trace(sim, k)
+            raise
+        except Exception as exc:  # any simulation error: fault and disable
+            log.exception("crane drive run failed")
+            await self._fault(Fault.SIMULATION, f"simulation error: {exc}")
+
+    def _keep_trace(self, sim: dict, k: int) -> None:
+        self._trace = {key: np.asarray(sim[key][:k]) for key in ("torque_cmd", "torque", "speed")}
+
+    async def _fault(self, code: Fault, message: str) -> None:
+        log.warning("crane drive fault %s: %s", code.name, message)
+        await self._set(FaultCode=int(code), Status=f"fault: {message}", State="Fault", Enabled=False,
+                        TorqueSetpoint=0.0, ActualTorque=0.0)
+
+    async def _watchdog(self) -> None:
+        loop = asyncio.get_running_loop()
+        period = min(0.05, self.s.watchdog_timeout / 4)
+        while True:
+            await asyncio.sleep(period)
+            now = loop.time()
+            for server, idx in list(self._faces):
+                beat = server.read_attribute_value(self.nodeid(idx, "Heartbeat")).Value.Value
+                if self._last_beat.get(id(server)) != beat:
+                    self._last_beat[id(server)] = beat
+                    self._beat_seen = now
+            if self.enabled and now - self._beat_seen > self.s.watchdog_timeout:
+                async with self._lock:
+                    if self.enabled:
+                        await self._halt("watchdog")
+                        await self._fault(Fault.WATCHDOG,
+                                          f"no client heartbeat for {self.s.watchdog_timeout} s")
+
+
+class PasswordUsers(UserManager):
+    """User manager accepting only the configured user/password pairs."""
+
+    def __init__(self, users: dict[str, str]):
+        self._users = dict(users)
+
+    def get_user(self, iserver, username=None, password=None, certificate=None):
+        if username is not None and username in self._users and self._users[username] == password:
+            return User(role=UserRole.User, name=username)
+        return None
+
+
+async def build_server(drive: CraneDrive, host: str, port: int, *, pki: Pki | None = None,
+                       users: dict[str, str] | None = None) -> Server:
+    """A started OPC UA server exposing ``drive``: plain (anonymous) or, with ``pki``, secure only.
+
+    Secure: Basic256Sha256 SignAndEncrypt, client certificates checked against
+    ``pki.trusted_dir``, user/password from ``users`` required (anonymous refused).
+    """
+    secure = pki is not None
+    server = Server(user_manager=PasswordUsers(users or {}) if secure else None)
+    await server.init()
+    server.set_endpoint(f"opc.tcp://{host}:{port}/hil/crane")
+    server.set_server_name(f"{drive.s.name} ({'secure' if secure else 'plain'})")
+    if secure:
+        server.set_security_policy([ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt])
+        server.set_identity_tokens([ua.UserNameIdentityToken])
+        await server.load_certificate(str(pki.server.cert))
+        await server.load_private_key(str(pki.server.key))
+        store = TrustStore([pki.trusted_dir], [])
+        await store.load()
+        server.set_certificate_validator(
+            CertificateValidator(CertificateValidatorOptions.TRUSTED_VALIDATION
+                                 | CertificateValidatorOptions.PEER_CLIENT, store))
+    else:
+        server.set_security_policy([ua.SecurityPolicyType.NoSecurity])
+        server.set_identity_tokens([ua.AnonymousIdentityToken])
+    await drive.attach(server)
+    await server.start()
+    return server
+
+
+def server_url(server: Server, host: str) -> str:
+    """The endpoint URL with the bound port (port 0 resolved)."""
+    return f"opc.tcp://{host}:{server.bserver.port}/hil/crane"

@@ -1,0 +1,90 @@
+"""Simulated crane rig: the crane axis physics behind an OPC UA servo drive on loopback.
+
+``CraneRig(config)`` takes the whole rig config (``[simulator.truth]``, ``[simulator.drive]``)
+or just the ``[simulator]`` table. Security ``"none"`` serves a plain endpoint, ``"secure"`` a
+Basic256Sha256 SignAndEncrypt endpoint (trusted client certificates + user/password),
+``"both"`` serves both on two ports, sharing one drive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from asyncua import Server
+
+from simulators.certs import Pki, ensure_pki
+from simulators.crane_drive import CraneDrive, DriveSettings, build_server, server_url
+from simulators.physics.crane import CraneTruth
+
+
+class CraneRig:
+    """The simulated drive(s) of a crane config; ``await start()`` / ``await stop()``."""
+
+    def __init__(self, config: dict, pki_dir: str | Path | None = None):
+        sim = config.get("simulator", config)
+        self.truth = CraneTruth.from_config(sim.get("truth"))
+        self.settings = DriveSettings.from_config(sim.get("drive"))
+        self.pki_dir = Path(pki_dir if pki_dir is not None else self.settings.pki_dir)
+        self.drive = CraneDrive(self.truth, self.settings)
+        self.pki: Pki | None = None
+        self._servers: list[Server] = []
+        self.endpoints: dict[str, str] = {}
+
+    @property
+    def url(self) -> str:
+        """The plain endpoint if served, else the secure one."""
+        return self.endpoints.get("plain") or self.endpoints["secure"]
+
+    async def start(self) -> dict[str, str]:
+        """Serve; returns ``{"plain": url, "secure": url}`` (only the served ones)."""
+        s = self.settings
+        try:
+            if s.security in ("none", "both"):
+                server = await build_server(self.drive, s.host, s.port)
+                self._servers.append(server)
+                self.endpoints["plain"] = server_url(server, s.host)
+            if s.security in ("secure", "both"):
+                self.pki = await ensure_pki(self.pki_dir)
+                server = await build_server(self.drive, s.host, s.secure_port, pki=self.pki, users=s.users)
+                self._servers.append(server)
+                self.endpoints["secure"] = server_url(server, s.host)
+            self.drive.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return dict(self.endpoints)
+
+    async def stop(self) -> None:
+        """Disable the drive and close every endpoint."""
+        await self.drive.close()
+        for server in self._servers:
+            await server.stop()
+        self._servers.clear()
+        self.endpoints.clear()
+
+    async def __aenter__(self) -> CraneRig:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+
+async def serve_crane(config_path: str | Path, port: int | None = None) -> None:
+    """Serve the simulated crane rig of ``config_path`` until cancelled; prints the endpoints."""
+    from daq.config import load_config
+
+    config = load_config(config_path)
+    if port is not None:
+        config.setdefault("simulator", {}).setdefault("drive", {})["port"] = port
+    rig = CraneRig(config)
+    endpoints = await rig.start()
+    try:
+        for kind, url in endpoints.items():
+            print(f"crane drive {kind} endpoint: {url}", flush=True)
+        if rig.pki is not None:
+            print(f"certificates: {rig.pki_dir.resolve()}", flush=True)
+        await asyncio.Event().wait()
+    finally:
+        await rig.stop()

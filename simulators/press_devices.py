@@ -1,0 +1,166 @@
+"""Shared pieces of the simulated press devices: register images and a restartable Modbus server.
+
+The simulators parse the same TOML register maps as the drivers but encode with pymodbus' own
+converters, so a codec bug on one side is not mirrored on the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pymodbus import FramerType
+from pymodbus.client import ModbusTcpClient
+from pymodbus.constants import ExcCodes
+from pymodbus.server import ModbusSerialServer, ModbusTcpServer
+from pymodbus.simulator import DataType, SimData, SimDevice
+
+log = logging.getLogger(__name__)
+
+_DT = ModbusTcpClient.DATATYPE
+_TYPES = {"float32": _DT.FLOAT32, "int16": _DT.INT16, "uint16": _DT.UINT16, "int32": _DT.INT32,
+          "uint32": _DT.UINT32}
+HOLDING_FC = (6, 16, 3)
+INPUT_FC = (4,)
+
+
+class SimValueError(ValueError):
+    """A write carried a value the simulated device refuses."""
+
+
+@dataclass(frozen=True)
+class SimRegister:
+    """One mapped value as the device sees it."""
+
+    name: str
+    table: str
+    address: int
+    type: str
+    word_order: str
+    scale: float
+    offset: float
+
+    @property
+    def count(self) -> int:
+        return _TYPES[self.type].value[1]
+
+    def to_regs(self, value: float) -> list[int]:
+        raw = (value - self.offset) / self.scale
+        if self.type != "float32":
+            raw = int(round(raw))
+        return ModbusTcpClient.convert_to_registers(raw, _TYPES[self.type], word_order=self.word_order)
+
+    def from_regs(self, regs: list[int]) -> float:
+        raw = ModbusTcpClient.convert_from_registers(regs, _TYPES[self.type], word_order=self.word_order)
+        return float(raw) * self.scale + self.offset
+
+
+def parse_map(table: Mapping[str, Mapping[str, Any]]) -> dict[str, SimRegister]:
+    """Register entries of a ``[devices.*.registers]`` table."""
+    out = {}
+    for name, d in table.items():
+        out[name] = SimRegister(name, str(d.get("table", "holding")), int(d["address"]),
+                                str(d.get("type", "float32")), str(d.get("word_order", "big")),
+                                float(d.get("scale", 1.0)), float(d.get("offset", 0.0)))
+    return out
+
+
+def _block(regs: list[SimRegister]) -> list[SimData]:
+    """One contiguous block of plain registers covering ``regs`` (a dummy register if none)."""
+    if not regs:
+        return [SimData(0, count=1, values=0, datatype=DataType.REGISTERS)]
+    lo = min(r.address for r in regs)
+    hi = max(r.address + r.count for r in regs)
+    return [SimData(lo, count=hi - lo, values=0, datatype=DataType.REGISTERS)]
+
+
+def put(regs: list[int], start: int, reg: SimRegister, value: float) -> None:
+    """Write ``value`` into a pymodbus register list that starts at address ``start``."""
+    i = reg.address - start
+    regs[i:i + reg.count] = reg.to_regs(value)
+
+
+def written(regs: list[int], start: int, address: int, values: list[int],
+            rmap: Mapping[str, SimRegister]) -> dict[str, float]:
+    """Values of the mapped holding registers touched by a write, decoded from the would-be image."""
+    image = list(regs)
+    image[address - start:address - start + len(values)] = [int(v) for v in values]
+    end = address + len(values)
+    out = {}
+    for reg in rmap.values():
+        if reg.table == "holding" and reg.address < end and address < reg.address + reg.count:
+            i = reg.address - start
+            out[reg.name] = reg.from_regs(image[i:i + reg.count])
+    return out
+
+
+Action = Callable[[int, int, int, int, list[int], list[int] | None], Awaitable[ExcCodes | None]]
+
+
+class ModbusSimServer:
+    """A pymodbus server (TCP, or RTU on a ``socket://host:port`` listener) that can stop and restart on
+    the same port, as a device that is power-cycled."""
+
+    def __init__(self, name: str, protocol: str, host: str, port: int, device_id: int,
+                 rmap: Mapping[str, SimRegister], action: Action) -> None:
+        if protocol not in ("modbus_tcp", "modbus_rtu"):
+            raise ValueError(f"{name}: unknown protocol {protocol!r}")
+        self.name, self.protocol, self.host, self.port = name, protocol, host, int(port)
+        self.device_id = int(device_id)
+        self.rmap = dict(rmap)
+        self._action = action
+        self._server: ModbusTcpServer | ModbusSerialServer | None = None
+
+    def _device(self) -> SimDevice:
+        hold = [r for r in self.rmap.values() if r.table == "holding"]
+        inp = [r for r in self.rmap.values() if r.table == "input"]
+        bits = [SimData(0, count=16, values=False, datatype=DataType.BITS)]
+        return SimDevice(id=self.device_id, simdata=(bits, list(bits), _block(hold), _block(inp)),
+                         action=self._guarded_action)
+
+    async def _guarded_action(self, fc, start, address, count, regs, values):
+        """Never let a simulation bug kill the request handler: answer DEVICE_FAILURE instead."""
+        try:
+            return await self._action(fc, start, address, count, regs, values)
+        except SimValueError as exc:
+            log.info("%s: refused write at %d: %s", self.name, address, exc)
+            return ExcCodes.ILLEGAL_VALUE
+        except Exception:  # noqa: BLE001 - the device must keep serving
+            log.exception("%s: simulation error at address %d", self.name, address)
+            return ExcCodes.DEVICE_FAILURE
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    @property
+    def url(self) -> str:
+        """Where a client connects: "tcp://host:port" (Modbus TCP) or "socket://host:port" (RTU gateway)."""
+        scheme = "tcp" if self.protocol == "modbus_tcp" else "socket"
+        return f"{scheme}://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        if self._server is not None:
+            return
+        if self.protocol == "modbus_tcp":
+            server = ModbusTcpServer(self._device(), address=(self.host, self.port))
+        else:
+            server = ModbusSerialServer(self._device(), framer=FramerType.RTU,
+                                        port=f"socket://{self.host}:{self.port}")
+        await server.serve_forever(background=True)
+        sockets = getattr(server.transport, "sockets", None)
+        if not sockets:
+            await server.shutdown()
+            raise OSError(f"{self.name}: could not listen on {self.host}:{self.port}")
+        self.port = int(sockets[0].getsockname()[1])
+        self._server = server
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        server, self._server = self._server, None
+        await server.shutdown()
+        await asyncio.sleep(0)

@@ -1,0 +1,142 @@
+"""The simulated press rig: force source -> press linkage -> three displacement sensors, on loopback.
+
+``PressRig(config)`` builds the devices of a press config, ``start()`` serves them and returns their
+endpoints, ``device_config()`` gives the ``[devices]`` table with the real ports for the drivers, and
+``stop_device`` / ``start_device`` power-cycle one device (same port) to test lost connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simulators.displacement_sim import ModbusSensorSim
+from simulators.force_source_sim import ForceSourceSim
+from simulators.physics.press import SENSOR_NAMES, PressLinkage, PressTruth
+from simulators.serial_sensor_sim import SerialSensorSim
+
+Device = ForceSourceSim | ModbusSensorSim | SerialSensorSim
+
+
+class PressRig:
+    """All simulated press devices plus the plant task that couples them."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = copy.deepcopy(dict(config))
+        sim = self.config.get("simulator", {})
+        devices = self.config["devices"]
+        seq = np.random.SeedSequence(int(sim.get("seed", 0)))
+        seeds = iter(seq.spawn(2 + len(SENSOR_NAMES)))
+        self.plant_period = float(sim.get("plant_period", 0.005))
+        self.linkage = PressLinkage(PressTruth.from_config(dict(sim.get("truth", {}))))
+        self.z = np.zeros(len(SENSOR_NAMES))  # current true displacements, m
+        self.force_source = ForceSourceSim(devices["force_source"], sim.get("force_source", {}),
+                                           np.random.default_rng(next(seeds)))
+        next(seeds)  # reserved for the plant
+        self.devices: dict[str, Device] = {"force_source": self.force_source}
+        sensor_sim = sim.get("sensors", {})
+        for name, dcfg in devices.get("sensors", {}).items():
+            if name not in SENSOR_NAMES:
+                raise ValueError(f"unknown press sensor {name!r}; the plant has {SENSOR_NAMES}")
+            idx = SENSOR_NAMES.index(name)
+            noise = sensor_sim.get(name, {})
+            kw = dict(source=lambda i=idx: float(self.z[i]), sigma=float(noise.get("sigma", 0.0)),
+                      resolution=float(noise.get("resolution", 0.0)), rng=np.random.default_rng(next(seeds)))
+            proto = dcfg.get("protocol")
+            if proto in ("modbus_rtu", "modbus_tcp"):
+                self.devices[name] = ModbusSensorSim(name, dcfg, **kw)
+            elif proto == "serial":
+                self.devices[name] = SerialSensorSim(name, dcfg, **kw)
+            else:
+                raise ValueError(f"sensor {name}: unknown protocol {proto!r}")
+        self._plant_task: asyncio.Task | None = None
+
+    def plant_step(self) -> None:
+        """Apply the source's actual force to the linkage and refresh the true displacements."""
+        self.z = self.linkage.respond(self.force_source.force)
+
+    async def _plant_loop(self) -> None:
+        while True:
+            self.plant_step()
+            await asyncio.sleep(self.plant_period)
+
+    async def start(self) -> dict[str, str]:
+        """Serve every device; returns name -> endpoint ("tcp://host:port" or "socket://host:port")."""
+        try:
+            for dev in self.devices.values():
+                await dev.start()
+        except BaseException:
+            await self.stop()
+            raise
+        self._plant_task = asyncio.create_task(self._plant_loop(), name="press plant")
+        return self.endpoints()
+
+    async def stop(self) -> None:
+        if self._plant_task is not None:
+            self._plant_task.cancel()
+            try:
+                await self._plant_task
+            except asyncio.CancelledError:
+                pass
+            self._plant_task = None
+        for dev in self.devices.values():
+            await dev.stop()
+
+    def endpoints(self) -> dict[str, str]:
+        return {name: dev.url for name, dev in self.devices.items()}
+
+    async def stop_device(self, name: str) -> None:
+        """Power a device off (its port is kept for the restart)."""
+        await self.devices[name].stop()
+
+    async def start_device(self, name: str) -> None:
+        """Power a device on again, on the same port."""
+        await self.devices[name].start()
+
+    def device_config(self) -> dict[str, Any]:
+        """The ``[devices]`` table with the real ports filled in, ready for the drivers."""
+        out = copy.deepcopy(self.config["devices"])
+        out["force_source"]["port"] = self.force_source.port
+        out["force_source"]["host"] = self.force_source.server.host
+        for name, dev in self.devices.items():
+            if name != "force_source":
+                dcfg = out["sensors"][name]
+                if dcfg.get("protocol") == "modbus_tcp":
+                    dcfg["host"], dcfg["port"] = dev.server.host, dev.port  # type: ignore[union-attr]
+                else:
+                    dcfg["url"] = dev.url
+        return out
+
+    async def __aenter__(self) -> PressRig:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
+
+
+async def serve_press(config_path: str | Path | Mapping[str, Any],
+                      ready: asyncio.Event | None = None) -> None:
+    """Serve the whole rig until cancelled, printing the endpoints (``hil sim press [CONFIG]``)."""
+    config = config_path if isinstance(config_path, Mapping) else load_toml(config_path)
+    rig = PressRig(config)
+    endpoints = await rig.start()
+    try:
+        for name, url in endpoints.items():
+            print(f"{name:14s} {url}", flush=True)
+        if ready is not None:
+            ready.set()
+        await asyncio.Event().wait()
+    finally:
+        await rig.stop()

@@ -1,0 +1,141 @@
+"""The whole simulated press rig from configs/press-sim.toml, driven by the real drivers."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from drivers.displacement import open_sensor
+from drivers.errors import DeviceConnectionError, DeviceTimeout
+from drivers.force_source import ForceSource
+from simulators.physics.press import SENSOR_NAMES
+from simulators.press_rig import PressRig, serve_press
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "press-sim.toml"
+FAST = {"timeout": 0.2, "retries": 0, "connect_timeout": 1.0, "backoff_initial": 0.02, "backoff_max": 0.1}
+
+
+def load_config() -> dict:
+    with open(CONFIG, "rb") as fh:
+        cfg = tomllib.load(fh)
+    cfg["simulator"]["force_source"].update(tau=0.01, watchdog_timeout=5.0)
+    return cfg
+
+
+def fast(dcfg: dict) -> dict:
+    return {**dcfg, **FAST}
+
+
+async def wait_until(cond, timeout: float = 3.0, period: float = 0.01) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(period)
+
+
+@pytest.fixture
+async def rig():
+    r = PressRig(load_config())
+    await r.start()
+    yield r
+    await r.stop()
+
+
+def test_config_has_the_tables_the_rig_and_drivers_need():
+    cfg = load_config()
+    assert cfg["rig"]["kind"] == "press" and cfg["rig"]["simulated"] is True
+    assert set(cfg["devices"]["sensors"]) == set(SENSOR_NAMES)
+    sigmas = [cfg["devices"]["sensors"][n]["sigma"] for n in SENSOR_NAMES]
+    assert sigmas == [1.518e-5, 4.895e-6, 3.904e-6]
+    assert cfg["plan"]["n_steps_up"] == 14 and cfg["plan"]["n_series"] == 6
+    real = tomllib.loads((CONFIG.parent / "press.toml").read_text())
+    assert real["rig"]["simulated"] is False
+    fs_keys = cfg["devices"]["force_source"]["registers"].keys()
+    assert real["devices"]["force_source"]["registers"].keys() == fs_keys
+
+
+async def test_rig_endpoints_and_device_config(rig):
+    endpoints = rig.endpoints()
+    assert set(endpoints) == {"force_source", *SENSOR_NAMES}
+    dc = rig.device_config()
+    assert dc["force_source"]["port"] == rig.force_source.port != 0
+    for name in SENSOR_NAMES:
+        assert dc["sensors"][name]["url"] == endpoints[name] and not endpoints[name].endswith(":0")
+    assert rig.config["devices"]["force_source"]["port"] == 0  # the input config is not modified
+
+
+async def test_force_drives_the_plant_seen_by_the_sensors(rig):
+    dc = rig.device_config()
+    fs = ForceSource(fast(dc["force_source"]))
+    sensors = {n: open_sensor(n, fast(c)) for n, c in dc["sensors"].items()}
+    try:
+        means = []
+        for q in (4000.0, 12000.0):
+            await fs.set_force(q)
+            await fs.enable()
+            await wait_until(lambda q=q: rig.force_source.settled and rig.force_source.force > 0.9 * q)
+            await asyncio.sleep(2 * rig.plant_period)
+            force = await fs.read_force()
+            assert abs(force - q) > 0.01 * q  # the source misses the setpoint (gain error)
+            z_true = rig.z.copy()
+            z = np.array([(await sensors[n].read_many(40)).mean() for n in SENSOR_NAMES])
+            sig = np.array([sensors[n].sigma for n in SENSOR_NAMES])
+            # The plant keeps moving slightly with the pressure wander; compare within noise + a margin.
+            assert np.all(np.abs(z - z_true) < 5 * sig / np.sqrt(40) + 2e-6)
+            means.append(z)
+        d_lo, d_hi = means[0][0], means[1][0]
+        assert 0 < d_lo < d_hi  # upward force lifts D
+        assert means[1][2] == pytest.approx(0.2 * means[1][0], rel=0.1)  # feeler lever ratio
+        assert await fs.safe_state()
+        await wait_until(lambda: rig.force_source.force < 1.0)
+    finally:
+        await fs.close()
+        for s in sensors.values():
+            await s.close()
+
+
+@pytest.mark.parametrize("name", ["F_horizontal", "B0_vertical"])
+async def test_stop_and_restart_a_sensor(rig, name):
+    drv = open_sensor(name, fast(rig.device_config()["sensors"][name]))
+    try:
+        await drv.read()
+        url = rig.devices[name].url
+        await rig.stop_device(name)
+        with pytest.raises((DeviceConnectionError, DeviceTimeout)):
+            await drv.read()
+        await rig.start_device(name)
+        assert rig.devices[name].url == url
+        assert np.isfinite(await drv.read())
+    finally:
+        await drv.close()
+
+
+def test_sensor_noise_is_reproducible_from_the_seed():
+    a, b = PressRig(load_config()), PressRig(load_config())
+    for name in SENSOR_NAMES:
+        ra = [a.devices[name].measure() for _ in range(5)]
+        rb = [b.devices[name].measure() for _ in range(5)]
+        assert ra == rb
+    other = copy.deepcopy(load_config())
+    other["simulator"]["seed"] += 1
+    c = PressRig(other)
+    assert [c.devices["D_vertical"].measure() for _ in range(5)] != [
+        PressRig(load_config()).devices["D_vertical"].measure() for _ in range(5)]
+
+
+async def test_serve_press_prints_endpoints_until_cancelled(capsys):
+    ready = asyncio.Event()
+    task = asyncio.create_task(serve_press(load_config(), ready=ready))
+    await asyncio.wait_for(ready.wait(), timeout=5)
+    out = capsys.readouterr().out
+    assert "force_source" in out and "tcp://127.0.0.1:" in out and "socket://127.0.0.1:" in out
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
