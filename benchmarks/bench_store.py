@@ -76,8 +76,9 @@ def main() -> None:
             t_ours = bench_ours(Path(tmp) / f"ours{k}.sqlite", frames)
             for name, t in (("plain", t_plain), ("ours", t_ours)):
                 ratio = f"{t_plain / t_ours:.2f}" if name == "ours" else ""
-                print(f"{rows:>10} {name:>6} {values / t:>12.3g} {rows * n / t:>11.3g} {values * 8 / t / 1e6:>8.0f} "
-                      f"{ratio:>11}")
+                mb_s = values * 8 / t / 1e6
+                rate, row_rate = values / t, rows * n / t
+                print(f"{rows:>10} {name:>6} {rate:>12.3g} {row_rate:>11.3g} {mb_s:>8.0f} {ratio:>11}")
 
 
 if __name__ == "__main__":

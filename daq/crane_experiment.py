@@ -70,6 +70,7 @@ class _Plan:
         self.pub = publisher
         self.sid = session_id
         self.done: list[str] = []
+        self._t_end = 0.0  # end of the last published trace: time bases never overlap
 
     async def event(self, kind: str, **body) -> None:
         await self.pub.publish(Event(PLAN_STREAM, kind, self.pub.next_seq(PLAN_STREAM), time.time(), body,
@@ -79,20 +80,22 @@ class _Plan:
         d = self.drive
         await d.load_trajectory(dt, torque)
         await d.enable()
-        t0 = time.time()
+        t0 = max(time.time(), self._t_end)
         await d.start()
         await d.wait_done()
         trace = await d.read_trace()
         await d.disable()
         n = int(trace["speed"].size)
         if n != int(round(torque.size * dt / trace["dt"])):
-            raise RuntimeError(f"{role}: trace has {n} samples, expected {torque.size * dt / trace['dt']:.0f}")
+            expected = torque.size * dt / trace["dt"]
+            raise RuntimeError(f"{role}: trace has {n} samples, expected {expected:.0f}")
         await self.event("trajectory_start", role=role, dt=trace["dt"], n=n, t0=t0, **info)
         data = np.column_stack([trace[c] for c in CHANNELS])
         for k in range(0, n, FRAME_SAMPLES):
             block = np.ascontiguousarray(data[k:k + FRAME_SAMPLES])
             await self.pub.publish(Frame(TRACE_STREAM, self.pub.next_seq(TRACE_STREAM), t0 + k * trace["dt"],
                                          trace["dt"], CHANNELS, UNITS, block, session_id=self.sid))
+        self._t_end = t0 + n * trace["dt"]
         await self.event("trajectory_end", role=role, dt=trace["dt"], n=n, t0=t0)
         self.done.append(role)
 
@@ -146,6 +149,8 @@ async def run_crane(config: dict, store_path: str | None = None, *, rig=None,
             async with guard:
                 await plan.run(excitations)
         except BaseException as exc:  # noqa: BLE001 - the guard reached the safe state and kept the reason
+            if isinstance(exc, asyncio.CancelledError):  # also subclasses raised inside asyncua
+                guard.reason = "cancelled (operator stop or shutdown)"
             log.warning("crane plan aborted: %s", guard.reason or exc)
             with contextlib.suppress(Exception):
                 await plan.event("plan_outcome", status="aborted", reason=guard.reason, safe=guard.safe)
@@ -190,15 +195,18 @@ def crane_arrays(store: SessionStore, session_id: str) -> dict[str, tuple[np.nda
     ``t`` starts at 0; ``torque_cmd`` is the commanded torque (N*m, the input whose effect is
     delayed by the plant's dead time), ``speed`` the measured motor speed (rad/s).
     """
-    stream = store.read_stream(session_id, TRACE_STREAM)
     ends = {e.body["role"] for e in store.events(session_id, kind="trajectory_end")}
+    if not ends:
+        return {}
+    stream = store.read_stream(session_id, TRACE_STREAM)
     out: dict = {}
+    offset = 0  # each trajectory's frames follow its start event, in order
     for ev in store.events(session_id, kind="trajectory_start"):
-        role, dt, n, t0 = ev.body["role"], float(ev.body["dt"]), int(ev.body["n"]), float(ev.body["t0"])
+        role, dt, n = ev.body["role"], float(ev.body["dt"]), int(ev.body["n"])
+        rows = stream.data[offset:offset + n]
+        offset += n
         if role not in ends:
             continue
-        mask = (stream.t > t0 - dt / 2) & (stream.t < t0 + (n - 0.5) * dt)
-        rows = stream.data[mask]
         if rows.shape[0] != n:
             raise ValueError(f"session {session_id}: {role} has {rows.shape[0]} stored samples, expected {n}")
         out[role] = (np.arange(n) * dt, rows[:, CHANNELS.index("torque_cmd")].astype(float),

@@ -65,10 +65,15 @@ class SerialLine:
 
     def close(self) -> None:
         if self._port is not None:
+            # pyserial 3.5's socket:// close() skips socket.close() when shutdown() fails on a dropped
+            # connection; close the socket ourselves so it does not leak.
+            sock = getattr(self._port, "_socket", None)
             try:
                 self._port.close()
             except (serial.SerialException, OSError):
                 pass
+            if sock is not None:
+                sock.close()
             self._port = None
 
     def _exchange(self, port: serial.SerialBase, data: bytes) -> bytes:

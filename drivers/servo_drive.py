@@ -103,7 +103,8 @@ class ServoDriveConfig:
         cfg.nodes = {**NODE_DEFAULTS, **cfg.nodes}
         mode = cfg.security.get("mode", "none")
         if mode not in ("none", "Basic256Sha256_SignAndEncrypt"):
-            raise ValueError("[devices.drive.security] mode must be 'none' or 'Basic256Sha256_SignAndEncrypt'")
+            raise ValueError("[devices.drive.security] mode must be 'none' or "
+                             "'Basic256Sha256_SignAndEncrypt'")
         for key in ("torque_limit", "speed_limit", "timeout", "connect_timeout", "heartbeat_interval"):
             if not float(getattr(cfg, key)) > 0:
                 raise ValueError(f"[devices.drive] {key} must be > 0")
@@ -115,7 +116,8 @@ def _cert_uri(cert_path: str | Path) -> str | None:
     from cryptography import x509
 
     raw = Path(cert_path).read_bytes()
-    cert = x509.load_pem_x509_certificate(raw) if raw.startswith(b"-----") else x509.load_der_x509_certificate(raw)
+    pem = raw.startswith(b"-----")
+    cert = x509.load_pem_x509_certificate(raw) if pem else x509.load_der_x509_certificate(raw)
     try:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
@@ -163,7 +165,7 @@ class ServoDrive:
             try:
                 await self._connect_once()
                 return
-            except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+            except (TimeoutError, OSError, ConnectionError) as exc:
                 await self._drop_client()
                 if loop.time() + delay > deadline:
                     raise self._err(DriveConnectionError, f"cannot connect: {exc!r}") from exc
@@ -270,7 +272,7 @@ class ServoDrive:
                 if not _is_connection_status(exc):
                     raise self._err(DriveError, f"request failed: {exc}") from exc
                 err: Exception = exc
-            except (OSError, ConnectionError, asyncio.TimeoutError, ua.UaError) as exc:
+            except (TimeoutError, OSError, ConnectionError, ua.UaError) as exc:
                 err = exc
             self._connected = False
             if not retry or attempt:
@@ -286,7 +288,8 @@ class ServoDrive:
         out = out if isinstance(out, list) else [out]
         code, message = int(out[0]), str(out[1])
         if code != 0:
-            raise DriveRefused(self.name, self.url, f"{self.cfg.nodes[key]} refused: {message} (code {code})", code)
+            raise DriveRefused(self.name, self.url, f"{self.cfg.nodes[key]} refused: {message} (code {code})",
+                               code)
         return out
 
     # ------------------------------------------------------------------ drive API

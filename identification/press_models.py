@@ -349,27 +349,37 @@ def train_friction_models(
     omega: np.ndarray | None = None,
     p0: np.ndarray = (1.8e8, 1.8e8),
     skip_virgin: bool = True,
+    n_iter: int = 3,
 ) -> TrainedPressModels:
     """Train M2/M3 through the inverse model (paper section 5).
 
     1. Fit k5, k7 with M1 on the training series. 2. Inverse model: the force that explains each measured
     displacement; friction = q_P - that force. 3. Fit q_c (M2) and the arctan coefficients (M3) to it.
     ``skip_virgin`` leaves out the first loading branch of the record (friction memory not yet formed).
+    Steps 1-3 are repeated ``n_iter`` times with the stiffness re-fitted under M3, so that stiffness and
+    inferred friction become consistent (the first pass is exactly the paper's procedure).
     """
     model = PressLinkageModel(constants)
     tr = list(train_series)
     zt = z[tr].reshape(-1, 3)
-    qt = q_hist[tr].reshape(-1)
-    fit = fit_state_model(model, zt, qt, sigmas, np.asarray(p0, float), omega=omega, second_order=False,
-                          bounds=(0.0, np.inf))
-    q_inv = model.inverse_force(fit.p, zt, sigmas, omega).reshape(len(tr), -1)
-    q_fric = np.full(q_hist.shape, np.nan)
-    q_fric[tr] = q_hist[tr] - q_inv
     mask = np.zeros(q_hist.shape, bool)
     mask[tr] = True
     if skip_virgin:
         s, _ = force_history_features(q_hist)
-        first_down = np.argmax(s.ravel() < 0)
+        first_down = int(np.argmax(s.ravel() < 0))
         mask.reshape(-1)[:first_down] = False
-    fr = {name: cls().fit(q_hist, np.nan_to_num(q_fric), mask) for name, cls in FRICTION_MODELS.items()}
-    return TrainedPressModels(structure=model, friction=fr, p_train_m1=fit.p, q_fric_train=q_fric)
+    q_eff = q_hist
+    p = np.asarray(p0, float)
+    p_m1 = None
+    fr: dict = {}
+    for _ in range(max(n_iter, 1)):
+        fit = fit_state_model(model, zt, q_eff[tr].reshape(-1), sigmas, p, omega=omega, second_order=False,
+                              bounds=(0.0, np.inf))
+        p = fit.p
+        p_m1 = p if p_m1 is None else p_m1
+        q_inv = model.inverse_force(p, zt, sigmas, omega).reshape(len(tr), -1)
+        q_fric = np.zeros(q_hist.shape)
+        q_fric[tr] = q_hist[tr] - q_inv
+        fr = {name: cls().fit(q_hist, q_fric, mask) for name, cls in FRICTION_MODELS.items()}
+        q_eff = q_hist - fr["M3"].friction(q_hist)
+    return TrainedPressModels(structure=model, friction=fr, p_train_m1=p_m1, q_fric_train=q_fric)

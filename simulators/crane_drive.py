@@ -266,13 +266,15 @@ class CraneDrive:
             return Result.BAD_DATA, "trajectory contains non-finite values"
         peak = float(np.abs(u).max())
         if peak > s.torque_limit:
-            return Result.TORQUE_LIMIT, f"peak torque {peak:.4g} N*m exceeds the limit {s.torque_limit:.4g} N*m"
+            return (Result.TORQUE_LIMIT,
+                    f"peak torque {peak:.4g} N*m exceeds the limit {s.torque_limit:.4g} N*m")
         return Result.OK, f"loaded {u.size} samples at {st:g} s ({u.size * st:.4g} s)"
 
     async def _m_enable(self, parent) -> list[ua.Variant]:
         async with self._lock:
             if self._values["FaultCode"] != Fault.NONE:
-                return _reply(Result.FAULT_ACTIVE, f"fault {self._values['FaultCode']} active: clear it first")
+                code = self._values["FaultCode"]
+                return _reply(Result.FAULT_ACTIVE, f"fault {code} active: clear it first")
             self._beat_seen = asyncio.get_running_loop().time()
             await self._set(Enabled=True, Status="enabled")
             return _reply(Result.OK, "enabled")
@@ -359,8 +361,8 @@ class CraneDrive:
             last = float(sim["speed"][k - 1])
             if over.size:
                 await self._fault(Fault.SPEED_LIMIT,
-                                  f"speed {sim['speed_true'][over[0]]:.4g} rad/s exceeds limit {s.speed_limit} "
-                                  f"rad/s at t={over[0] * s.cycle_time:.4f} s")
+                                  f"speed {sim['speed_true'][over[0]]:.4g} rad/s exceeds limit "
+                                  f"{s.speed_limit} rad/s at t={over[0] * s.cycle_time:.4f} s")
                 return
             await self._set(State="Done", Status="trajectory done", TorqueSetpoint=0.0, ActualTorque=0.0,
                             ActualSpeed=last, Progress=1.0)

@@ -43,7 +43,7 @@ class SerialSensorSim:
         self.inject: str | None = None  # None or "garbage"
         self.n_errors = 0
         self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._sessions: dict[asyncio.Task, asyncio.StreamWriter] = {}
 
     def measure(self) -> float:
         """One noisy, quantised reading (m)."""
@@ -75,7 +75,9 @@ class SerialSensorSim:
         return f"ERR 1 unknown command {cmd[:32]!r}"
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
+        task = asyncio.current_task()
+        assert task is not None
+        self._sessions[task] = writer
         buf = b""
         skipping = False  # inside an over-long line: drop bytes up to its newline
         try:
@@ -102,8 +104,10 @@ class SerialSensorSim:
         except Exception:  # noqa: BLE001 - one bad session must not take the device down
             log.exception("%s: session error", self.name)
         finally:
-            self._writers.discard(writer)
+            self._sessions.pop(task, None)
             writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
 
     @property
     def url(self) -> str:
@@ -124,7 +128,10 @@ class SerialSensorSim:
             return
         server, self._server = self._server, None
         server.close()
-        for w in list(self._writers):
-            w.close()
+        sessions = list(self._sessions)
+        for writer in self._sessions.values():
+            writer.transport.abort()  # the session sees EOF and ends by itself (no cancel: asyncio logs those)
+        if sessions:
+            await asyncio.wait(sessions, timeout=1.0)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.wait_closed(), timeout=1.0)

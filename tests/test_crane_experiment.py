@@ -81,7 +81,7 @@ async def test_cancel_mid_trajectory_disables_and_marks_aborted(config, rig, tmp
     await rig.drive._m_clear(None)
     sids: list[str] = []
     task = asyncio.create_task(run_crane(config, tmp_path / "s.sqlite", rig=rig, on_session=sids.append))
-    for _ in range(200):
+    for _ in range(1000):
         if rig.drive.state == "Running":
             break
         await asyncio.sleep(0.01)
@@ -100,6 +100,8 @@ async def test_simulated_config_starts_its_own_rig(config, tmp_path):
     cfg["excitation"]["duration"] = 0.5
     cfg["excitation"]["f_min"] = 4.0
     cfg["excitation"]["validation"]["f_min"] = 4.0
+    cfg["excitation"]["n_lines"] = 30
+    cfg["excitation"]["validation"]["n_lines"] = 25
     sid = await run_crane(cfg, tmp_path / "own.sqlite")
     with SessionStore(tmp_path / "own.sqlite") as store:
         assert store.get_session(sid).status == "complete"

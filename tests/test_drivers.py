@@ -315,17 +315,23 @@ async def test_serial_sensor_driver():
 
 async def test_serial_sensor_timeout_is_typed():
     # A listener that accepts but never answers.
+    done = asyncio.Event()
+
     async def silent(reader, writer):
-        await reader.read(100)
-        await asyncio.sleep(2)
+        await done.wait()
         writer.close()
+        await writer.wait_closed()
 
     server = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     drv = open_sensor("B0_vertical", {"protocol": "serial", "url": f"socket://127.0.0.1:{port}", **FAST})
     try:
-        with pytest.raises(DeviceTimeout):
+        with pytest.raises(DeviceTimeout) as info:
             await drv.read()
+        assert info.value.device == "B0_vertical"
     finally:
         await drv.close()
+        done.set()
         server.close()
+        await server.wait_closed()
+        await asyncio.sleep(0.01)
