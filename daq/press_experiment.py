@@ -81,10 +81,13 @@ async def _close_devices(devices: _Devices | None) -> None:
 
 
 class ForceAcquisition:
-    """Polls the force source at ``rate`` Hz and publishes blocks of (command, force, pressure)."""
+    """Polls the force source at ``rate`` Hz and publishes blocks of (command, force, pressure).
+
+    A poll may fail once or twice on a busy line; ``max_failures`` failures in a row end the plan.
+    """
 
     def __init__(self, source, publisher: BusPublisher, session_id: str, rate: float = 200.0,
-                 block: int = 10):
+                 block: int = 10, max_failures: int = 3):
         self.source = source
         self.publisher = publisher
         self.session_id = session_id
@@ -92,17 +95,25 @@ class ForceAcquisition:
         self.block = block
         self.command = 0.0
         self.last_force = math.nan
+        self.max_failures = max_failures
 
     async def run(self) -> None:
         rows: list[tuple[float, float, float]] = []
         stamps: list[float] = []
         next_t = time.monotonic()
+        failures = 0
         while True:
             try:
                 force = await self.source.read_force()
                 pressure = await self.source.read_pressure()
-            except Exception as exc:  # noqa: BLE001 - any failure of the source ends the plan
-                raise DeviceFault(f"force source lost: {exc}") from exc
+                failures = 0
+            except Exception as exc:  # noqa: BLE001 - repeated failures of the source end the plan
+                failures += 1
+                if failures >= self.max_failures:
+                    raise DeviceFault(f"force source lost: {exc}") from exc
+                log.warning("force source poll failed (%d/%d): %s", failures, self.max_failures, exc)
+                next_t = time.monotonic() + self.period
+                continue
             stamps.append(time.time())
             rows.append((self.command, force, pressure))
             self.last_force = force

@@ -130,7 +130,7 @@ class SerialSensorSim:
         server.close()
         sessions = list(self._sessions)
         for writer in self._sessions.values():
-            writer.transport.abort()  # the session sees EOF and ends by itself (no cancel: asyncio logs those)
+            writer.transport.abort()  # the session sees EOF and ends (cancelling would log errors)
         if sessions:
             await asyncio.wait(sessions, timeout=1.0)
         with contextlib.suppress(Exception):

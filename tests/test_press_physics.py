@@ -62,7 +62,8 @@ def test_hysteresis_visible_continuous_and_rate_independent():
     a, b = PressLinkage(t), PressLinkage(t)
     for q in (0, 15000, 3000, 9000):
         za = a.respond(q)
-    for q in np.concatenate([np.linspace(0, 15000, 40), np.linspace(15000, 3000, 33), np.linspace(3000, 9000, 7)]):
+    fine = [np.linspace(0, 15000, 40), np.linspace(15000, 3000, 33), np.linspace(3000, 9000, 7)]
+    for q in np.concatenate(fine):
         zb = b.respond(q)
     np.testing.assert_allclose(za, zb, rtol=1e-9, atol=1e-13)
     # reset returns to the virgin state
