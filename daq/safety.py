@@ -56,9 +56,9 @@ class SafeStateGuard:
             self.outcome = "aborted"
             if isinstance(exc, PlanAborted):
                 self.reason = exc.reason
-            elif exc_type is asyncio.CancelledError:
+            elif issubclass(exc_type, asyncio.CancelledError):
                 self.reason = self.reason or "cancelled (operator stop or shutdown)"
-            elif exc_type is KeyboardInterrupt:
+            elif issubclass(exc_type, KeyboardInterrupt):
                 self.reason = "interrupted (Ctrl-C)"
             else:
                 self.reason = f"{exc_type.__name__}: {exc}"
