@@ -454,3 +454,7 @@ def demo(state: CliState, duration: float, rate: float, as_json: bool) -> None:
     )
     if not summary["replay_identical"]:
         sys.exit(2)
+
+
+# Rig-level commands (run, analyze, sim press|crane) register themselves on import.
+from daq import rig_commands  # noqa: E402,F401

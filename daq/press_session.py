@@ -61,6 +61,9 @@ def press_arrays(store: SessionStore, session_id: str) -> PressArrays:
     if not complete.any():
         raise NotAPressSession(f"session {info.id} has no complete measurement series")
     sens_cfg = info.config.get("devices", {}).get("sensors", {})
-    sigmas = np.array([float(sens_cfg.get(name, {}).get("sigma", np.nan)) for name in sensors])
+    n_avg = np.array([e.body.get("n_samples", 1) for e in events], dtype=float).min()
+    # each z value is the mean of n_avg readings: its standard deviation is sigma / sqrt(n_avg)
+    sigma_reading = np.array([float(sens_cfg.get(name, {}).get("sigma", np.nan)) for name in sensors])
+    sigmas = sigma_reading / np.sqrt(n_avg)
     n_up = int(info.config.get("plan", {}).get("n_steps_up", (n_q - 1) // 2))
     return PressArrays(z[complete], q[complete], q_desired, sensors, sigmas, n_up + 1)

@@ -21,6 +21,7 @@ update per step.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,81 +132,127 @@ def simulate(structure: DriveStructure, params: dict[str, float], inp: StepInput
     if not sensitivities:
         m = n
         Phi = Ad
-        W = np.outer(v, Bd)
+        Gam = Bd[:, None]
+        w_in = v[:, None]
         Gf = Bd
     else:
         m = n * (1 + n_p)
         Phi = np.zeros((m, m))
         Phi[:n, :n] = Ad
-        for j in range(n_p):
+        # input channels: held torque v, its dead-time derivative, constant 1 (gravity)
+        Gam = np.zeros((m, 3))
+        Gam[:n, 0] = Bd
+        for j, name in enumerate(names):
             r = n * (j + 1)
             Phi[r:r + n, :n] = dAd[j]
             Phi[r:r + n, r:r + n] = Ad
-        W = np.zeros((N, m))
-        W[:, :n] = np.outer(v, Bd)
-        for j, name in enumerate(names):
-            r = n * (j + 1)
-            W[:, r:r + n] = np.outer(v, dBd[j])
+            Gam[r:r + n, 0] = dBd[j]
             if name == "dead_time":
-                W[:, r:r + n] += np.outer(dv_dT, Bd)
+                Gam[r:r + n, 1] = Bd
             elif name == "gravity_torque":
-                W[:, r:r + n] += Bd
+                Gam[r:r + n, 2] = Bd
+        w_in = np.column_stack([v, dv_dT, np.ones(N)])
         Gf = np.concatenate([Bd] + [dBd[j] for j in range(n_p)])
     out_idx = np.arange(0, m, n)  # w1 and d w1 / d p_j
 
-    X = np.empty((N, out_idx.size))
-    xi = np.zeros(m)
     if not s.nonlinear:
-        PhiT = Phi  # local alias for speed
-        dot = np.dot
-        for k in range(N):
-            X[k] = xi[out_idx]
-            xi = dot(PhiT, xi) + W[k]
+        X = _linear_blocks(Phi, Gam, w_in, out_idx)
     else:
+        X = np.empty((N, out_idx.size))
+        xi = np.zeros(m)
+        W = w_in @ Gam.T
         fc = p.get("coulomb", 0.0)
-        fs = p.get("stribeck_torque", 0.0)
-        vs = p.get("stribeck_speed", 1.0)
-        eps = float(friction_eps)
+        fs = p.get("stribeck_torque", 0.0) if s.stribeck else 0.0
+        inv_vs = 1.0 / p["stribeck_speed"] if s.stribeck else 0.0
+        inv_eps = 1.0 / float(friction_eps)
         g = float(Bd[0])
-        jc = names.index("coulomb") if "coulomb" in names else -1
-        js = names.index("stribeck_torque") if "stribeck_torque" in names else -1
-        jv = names.index("stribeck_speed") if "stribeck_speed" in names else -1
+        jc = names.index("coulomb") if s.coulomb else -1
+        js = names.index("stribeck_torque") if s.stribeck else -1
+        jv = names.index("stribeck_speed") if s.stribeck else -1
         Fp = np.zeros(n_p)
-        Bd_c = Bd.copy()
-        sens_idx = out_idx[1:]
+        Bd_row = Bd[None, :]
         dot = np.dot
-        outer = np.outer
+        tanh, exp = math.tanh, math.exp
         f = 0.0
         for k in range(N):
             X[k] = xi[out_idx]
-            base = dot(Phi, xi) + W[k]
+            base = dot(Phi, xi)
+            base += W[k]
             a = base[0]
-            # implicit friction: f = F(a + g f), scalar Newton from the previous value
-            for _ in range(20):
+            # implicit friction: f = F(a + g f), scalar Newton started from the previous value
+            for _ in range(30):
                 w = a + g * f
-                F, dF, dfc, dfs, dfv = friction_torque(w, fc, fs, vs, eps)
-                res = f - F
-                jac = 1.0 - dF * g
-                step = res / jac
+                th = tanh(w * inv_eps)
+                if fs:
+                    e = exp(-abs(w) * inv_vs)
+                    level = fc + fs * e
+                    dlev = -fs * e * inv_vs if w >= 0 else fs * e * inv_vs
+                else:
+                    e = 0.0
+                    level = fc
+                    dlev = 0.0
+                F = -th * level
+                dF = -(1.0 - th * th) * inv_eps * level - th * dlev
+                step = (f - F) / (1.0 - dF * g)
                 f -= step
-                if abs(step) <= 1e-13 * (1.0 + abs(f)):
+                if abs(step) <= 1e-12 * (1.0 + abs(f)):
                     break
-            w = a + g * f
-            F, dF, dfc, dfs, dfv = friction_torque(w, fc, fs, vs, eps)
-            f = F
+            f = F  # consistent with the last evaluation (step was negligible)
             xi = base + Gf * f
             if sensitivities:
                 if jc >= 0:
-                    Fp[jc] = dfc
+                    Fp[jc] = -th
                 if js >= 0:
-                    Fp[js] = dfs
-                if jv >= 0:
-                    Fp[jv] = dfv
-                q = xi[sens_idx]
-                df = (dF * q + Fp) / (1.0 - dF * g)
-                xi[n:] += outer(df, Bd_c).ravel()
+                    Fp[js] = -th * e
+                    Fp[jv] = -th * fs * e * abs(w) * inv_vs * inv_vs
+                Sv = xi[n:].reshape(n_p, n)
+                df = (dF * Sv[:, 0] + Fp) / (1.0 - dF * g)
+                Sv += df[:, None] * Bd_row
     y = X[:, 0].copy()
     S = X[:, 1:].copy() if sensitivities else None
     if not np.all(np.isfinite(y)):
         y = np.nan_to_num(y, nan=1e6, posinf=1e6, neginf=-1e6)
     return SimResult(t=t, y=y, S=S, names=list(names))
+
+
+def _linear_blocks(Phi: np.ndarray, Gam: np.ndarray, w_in: np.ndarray, out_idx: np.ndarray,
+                   L: int = 64) -> np.ndarray:
+    """Outputs ``xi_k[out_idx]`` of ``xi_{k+1} = Phi xi_k + Gam w_k``, ``xi_0 = 0``, by block lifting.
+
+    Within a block of ``L`` steps the outputs are a free response of the block's initial
+    state plus a convolution of the few input channels with the Markov parameters; only
+    the block-initial states are propagated sequentially (N/L small steps instead of N).
+    """
+    N, c = w_in.shape
+    m = Phi.shape[0]
+    r = out_idx.size
+    L = max(1, min(L, N))
+    nb = -(-N // L)
+    w = np.zeros((nb * L, c))
+    w[:N] = w_in
+    # powers: O[j] = C Phi^j (r x m), P[l] = Phi^l Gam (m x c)
+    O = np.empty((L, r, m))
+    P = np.empty((L, m, c))
+    Pw = np.eye(m)
+    for j in range(L):
+        O[j] = Pw[out_idx]
+        P[j] = Pw @ Gam
+        Pw = Phi @ Pw
+    PhiL = Pw
+    # forced response inside a block: y[j] = sum_{i<j} C P[j-1-i] w[i]
+    H = P[:, out_idx, :]  # (L, r, c) Markov parameters
+    T = np.zeros((L, r, L, c))
+    for j in range(1, L):
+        T[j, :, :j, :] = H[j - 1::-1].transpose(1, 0, 2)
+    wb = w.reshape(nb, L * c)
+    Y = wb @ T.reshape(L * r, L * c).T  # (nb, L*r)
+    # block-initial states
+    R = P[::-1].transpose(1, 0, 2).reshape(m, L * c)  # [P_{L-1} ... P_0]
+    D = wb @ R.T  # (nb, m)
+    Xi = np.empty((nb, m))
+    xi = np.zeros(m)
+    for b in range(nb):
+        Xi[b] = xi
+        xi = PhiL @ xi + D[b]
+    Y += Xi @ O.reshape(L * r, m).T
+    return Y.reshape(nb * L, r)[:N]

@@ -5,7 +5,8 @@ Entry point ``analyze_press(z, q, q_desired, sigmas, ...)`` works on plain array
 (chronological: series in the order they were run), desired forces q_desired[setpoint] in N, sigmas in m.
 
 Procedure (paper section 6):
-1. Shapiro-Wilk on paired differences of repeated series (forces corrected with z * q_d / q first).
+1. Shapiro-Wilk on paired differences of repeated series (forces corrected with z * q_d / q first;
+   setpoints with q_d = 0 are left out because the correction is undefined there).
 2. Friction models M2/M3 are trained on ``train_series`` through the inverse model; the remaining
    ``test_series`` are used for all three models alike.
 3. Sensor selection: A/D/E for every sensor combination with >= 2 sensors, covariance with the
@@ -176,7 +177,8 @@ def analyze_press(
         constants = PressConstants.from_dict(constants)
     p0 = np.asarray(p0, float)
 
-    normality = shapiro_table(corrected_displacements(z, q, q_desired), SENSOR_NAMES)
+    loaded = np.asarray(q_desired, float) > 0  # the force correction is undefined at q_d = 0
+    normality = shapiro_table(corrected_displacements(z, q, q_desired)[:, loaded], SENSOR_NAMES)
     trained = train_friction_models(z, q, sig, train_series, constants=constants, p0=p0)
     model = trained.structure
 

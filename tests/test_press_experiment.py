@@ -137,3 +137,34 @@ async def test_device_killed_mid_plan_leaves_rig_safe_and_loses_nothing(tmp_path
         n_meas = len(store.events(result.session_id, kind="measurement"))
         n_steps = len(store.events(result.session_id, kind="step"))
         assert n_meas >= 4 and n_steps - n_meas <= 1  # only the step in progress lacks its measurement
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+async def test_ctrl_c_once_finishes_the_step_twice_stops_now(tmp_path, presses):
+    import os
+    import signal
+
+    cfg = short_config(n_series=3, n_steps_up=3)
+    store_path = tmp_path / "s.sqlite"
+    async with PressRig(cfg) as rig:
+        run = asyncio.ensure_future(run_press(cfg, str(store_path), show_progress=False, handle_sigint=True,
+                                              rig=rig))
+        await _wait_for_measurements(store_path, 3)
+        for _ in range(presses):
+            os.kill(os.getpid(), signal.SIGINT)
+            await asyncio.sleep(0.01)
+        result = await asyncio.wait_for(run, 30.0)
+        async with ForceSource(rig.device_config()["force_source"]) as source:
+            status = await source.read_status()
+            setpoint = await source.read_setpoint()
+    assert result.status == "aborted" and result.safe
+    assert not status.enabled and setpoint == 0.0
+    with SessionStore(store_path) as store:
+        n_meas = len(store.events(result.session_id, kind="measurement"))
+        n_steps = len(store.events(result.session_id, kind="step"))
+    if presses == 1:
+        assert "operator" in result.reason
+        assert n_meas == n_steps  # the step in progress was finished and measured
+    else:
+        assert "cancel" in result.reason
+    assert n_meas < 3 * 7

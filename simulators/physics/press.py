@@ -227,15 +227,21 @@ def simulate_staircase(
     q_actual: np.ndarray,
     sigmas: np.ndarray,
     rng: np.random.Generator,
+    precondition: bool = True,
 ) -> np.ndarray:
     """Noisy displacements z[series, setpoint, sensor] (m) for actual forces q_actual[series, setpoint] (N).
 
     One plant runs through all series in order without reset (friction memory carries over, as on the
-    rig); independent Gaussian noise with the given per-sensor sigmas (m) is added.
+    rig); independent Gaussian noise with the given per-sensor sigmas (m) is added. ``precondition`` first
+    runs one unrecorded cycle 0 -> max(q_actual) -> 0, so that every recorded series is a true repeat
+    (no virgin friction branch).
     """
     q_actual = np.atleast_2d(np.asarray(q_actual, dtype=float))
     sig = np.asarray(sigmas, dtype=float)
     plant = PressLinkage(truth)
+    if precondition:
+        for qp in staircase_forces(float(q_actual.max()), 14):
+            plant.respond(qp)
     z = np.empty(q_actual.shape + (len(SENSOR_NAMES),))
     for i in range(q_actual.shape[0]):
         for j in range(q_actual.shape[1]):

@@ -1,0 +1,84 @@
+"""End-to-end press analysis on simulated data: the paper's qualitative result must come out."""
+
+import json
+
+import numpy as np
+import pytest
+
+from identification.plots import plot_estimates, plot_force_displacement
+from identification.press_analysis import analyze_press
+from simulators.physics.press import PressTruth, simulate_staircase, staircase_forces
+
+# Per-setpoint values are means over a hold window of 100 samples of sensors with the paper's sigmas.
+SIG_SAMPLE = np.array([1.518e-5, 4.895e-6, 3.904e-6])
+SIG = SIG_SAMPLE / 10
+
+
+def _data(seed, sig):
+    rng = np.random.default_rng(seed)
+    qd = staircase_forces()
+    gain = 1 + 0.01 * rng.standard_normal((6, 1))  # pneumatic gain error per series
+    q = np.clip(qd * gain + 20 * rng.standard_normal((6, 29)), 0, None)
+    z = simulate_staircase(PressTruth(), q, sig, rng)
+    return z, q, qd
+
+
+@pytest.fixture(scope="module")
+def result():
+    z, q, qd = _data(0, SIG)
+    return analyze_press(z, q, qd, SIG, train_series=[0, 1, 2, 3], test_series=[4, 5], tol=0.05,
+                         criterion="E"), (z, q, qd)
+
+
+def test_verdicts_match_paper(result):
+    res, _ = result
+    print("\n" + res.format_table())
+    rej = {m: {t.name: t.reject for t in r.test.tests} for m, r in res.models.items()}
+    assert all(rej["M1"].values())
+    assert rej["M2"]["loading vs unloading"] and rej["M2"]["alternating"]
+    assert not any(rej["M3"].values())
+    assert res.to_dict()["verdicts"] == {"M1": "reject", "M2": "reject", "M3": "keep"}
+    p3 = res.models["M3"].fit_all
+    assert np.all(np.abs(p3.p - [2.0e8, 1.5e8]) < 4 * p3.std_errors)
+
+
+def test_sensor_selection_and_normality(result):
+    res, _ = result
+    assert res.selection.label == "110"  # D and F kept, the redundant B0 feeler dropped
+    table = {r["combination"]: r for r in res.selection.table}
+    assert np.isinf(table["101"]["E"])
+    assert table["110"]["E"] < table["011"]["E"]
+    assert all(r.normal for r in res.normality)
+
+
+def test_to_dict_is_json_and_plots(result, tmp_path):
+    res, (z, q, qd) = result
+    d = json.loads(json.dumps(res.to_dict()))
+    assert set(d["models"]) == {"M1", "M2", "M3"}
+    assert d["sensor_selection"]["combination"] == "110"
+    assert len(d["models"]["M1"]["tests"]) == 4
+    from identification.press_models import PressLinkageModel, train_friction_models
+
+    tr = train_friction_models(z, q, SIG, [0, 1, 2, 3])
+    m = PressLinkageModel()
+    curves = {name: m.predict(res.models[name].fit_all.p, (q - fr.friction(q)).ravel()).reshape(z.shape)
+              for name, fr in tr.friction.items()}
+    p1 = plot_force_displacement(z, q, curves, tmp_path, series=[4, 5])
+    p2 = plot_estimates(res, tmp_path)
+    assert p1.stat().st_size > 10_000 and p2.stat().st_size > 10_000
+
+
+def test_random_splits_join_the_family():
+    z, q, qd = _data(1, SIG)
+    res = analyze_press(z, q, qd, SIG, n_random_splits=4, seed=3)
+    assert res.models["M3"].test.n_tests == 8
+    assert res.models["M1"].test.reject and not res.models["M3"].test.reject
+
+
+def test_paper_sigmas_per_sample_lose_power_but_keep_m3():
+    # With single-sample sigmas the within-branch splits cannot see the friction; the cross-branch ones can.
+    z, q, qd = _data(0, SIG_SAMPLE)
+    res = analyze_press(z, q, qd, SIG_SAMPLE)
+    print("\n" + res.format_table())
+    assert res.models["M1"].test.reject
+    assert not res.models["M3"].test.reject

@@ -1,0 +1,64 @@
+"""Press candidate models: structure equals the plant up to friction; friction models trained correctly."""
+
+import numpy as np
+import pytest
+
+from identification.press_models import (
+    CoulombFriction,
+    MemoryFriction,
+    PressLinkageModel,
+    force_history_features,
+    train_friction_models,
+)
+from simulators.physics.press import PressLinkage, PressTruth, staircase_forces
+
+SIG = np.array([1.518e-5, 4.895e-6, 3.904e-6]) / 10
+
+
+def test_structure_matches_plant_without_friction():
+    t = PressTruth(friction_max=0.0)
+    plant = PressLinkage(t)
+    qd = staircase_forces()
+    z_plant = np.array([plant.respond(q) for q in qd])
+    z_model = PressLinkageModel().predict([t.k5, t.k7], qd)
+    np.testing.assert_allclose(z_model, z_plant, rtol=1e-10, atol=1e-15)
+
+
+def test_inverse_model_recovers_force():
+    m = PressLinkageModel()
+    q = np.linspace(500, 20000, 9)
+    z = m.predict([2e8, 1.5e8], q)
+    np.testing.assert_allclose(m.inverse_force(np.array([2e8, 1.5e8]), z, SIG), q, rtol=1e-10)
+
+
+def test_force_history_features():
+    q = np.array([0, 10, 20, 15, 5, 5, 12, 30.0])
+    s, travel = force_history_features(q)
+    np.testing.assert_array_equal(s, [1, 1, 1, -1, -1, -1, 1, 1])
+    np.testing.assert_allclose(travel, [0, 10, 20, 5, 15, 15, 7, 25])
+
+
+def test_friction_models_trained_through_inverse_model():
+    rng = np.random.default_rng(4)
+    t = PressTruth()
+    qd = staircase_forces()
+    q = np.clip(qd * (1 + 0.01 * rng.standard_normal((6, 1))) + 20 * rng.standard_normal((6, 29)), 0, None)
+    plant = PressLinkage(t)
+    for qp in qd:  # preconditioning cycle, as simulate_staircase does
+        plant.respond(qp)
+    z = np.empty((6, 29, 3))
+    f_true = np.empty((6, 29))
+    for i in range(6):
+        for j in range(29):
+            z[i, j] = plant.respond(q[i, j])
+            f_true[i, j] = plant.last_friction
+    z += rng.standard_normal(z.shape) * SIG
+    tr = train_friction_models(z, q, SIG, [0, 1, 2, 3])
+    m2, m3 = tr.friction["M2"], tr.friction["M3"]
+    assert isinstance(m2, CoulombFriction) and isinstance(m3, MemoryFriction)
+    assert m2.q_c == pytest.approx(t.friction_max, rel=0.2)
+    inner = slice(1, -1)  # setpoints 2..28 (the unloaded ends are not used by the test)
+    err3 = np.abs(m3.friction(q)[4:, inner] - f_true[4:, inner]).max()  # on the unseen test series
+    err2 = np.abs(m2.friction(q)[4:, inner] - f_true[4:, inner]).max()
+    print(f"max friction error on test series: M3 {err3:.1f} N, M2 {err2:.1f} N")
+    assert err3 < 0.03 * t.friction_max and err2 > 0.5 * t.friction_max
