@@ -249,18 +249,34 @@ class BusSubscriber:
     async def _recv_parts(self, deadline: float | None) -> list:
         while True:
             try:
-                parts = self._sync.recv_multipart(zmq.NOBLOCK, copy=False)
+                parts = self._recv_nowait()
             except zmq.Again:
                 pass
             else:
                 self._n += 1
                 if self._n % _YIELD_EVERY == 0:
                     await asyncio.sleep(0)
-                # topic and header are small: bytes; the payload stays a zero-copy buffer
-                return [parts[0].bytes, parts[1].bytes, parts[2].buffer] if len(parts) == 3 else parts
+                return parts
             timeout = None if deadline is None else deadline - time.monotonic()
             if timeout is not None and timeout <= 0 or not await self._wait_readable(timeout):
                 raise BusTimeout(f"no message from {self.endpoint} within the timeout")
+
+    def _recv_nowait(self) -> list:
+        """One message without blocking (zmq.Again if none).
+
+        Small messages are copied into bytes (cheaper than zmq.Frame objects); a payload above the
+        zero-copy threshold stays a zero-copy buffer.
+        """
+        sock = self._sync
+        topic = sock.recv(zmq.NOBLOCK)
+        parts = [topic]
+        while sock.getsockopt(zmq.RCVMORE):
+            if len(parts) < 2:
+                parts.append(sock.recv())
+            else:
+                frame = sock.recv(copy=False)
+                parts.append(frame.bytes if len(frame) < ZERO_COPY_THRESHOLD else frame.buffer)
+        return parts
 
     async def _wait_readable(self, timeout: float | None) -> bool:
         """Wait until the socket has a message (cheaper than a zmq.asyncio poll per wait).

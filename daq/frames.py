@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 
 SCHEMA_VERSION = 1
 
@@ -301,12 +302,22 @@ def _str_list(h: dict, key: str, n: int) -> list[str]:
     return value
 
 
+def _loads(raw: bytes) -> Any:
+    """orjson is ~4x faster than json on our small headers (it is the bus's per-message cost at 8 kB);
+    it rejects the NaN/Infinity literals that json.dumps may write into event bodies, so those
+    headers go through the standard parser."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw.decode("utf-8"))
+
+
 def parse_header(raw: bytes) -> dict:
     """Parse and version-check a JSON header."""
     if len(raw) > MAX_HEADER_BYTES:
         raise FrameError("oversized", f"header of {len(raw)} bytes exceeds {MAX_HEADER_BYTES}")
     try:
-        h = json.loads((raw if isinstance(raw, bytes) else bytes(raw)).decode("utf-8"))
+        h = _loads(raw if isinstance(raw, bytes) else bytes(raw))
     except (UnicodeDecodeError, ValueError) as exc:
         raise FrameError("json", f"header is not UTF-8 JSON: {exc}") from None
     if not isinstance(h, dict):
