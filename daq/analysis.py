@@ -60,7 +60,7 @@ def _analyze_press(store: SessionStore, info, plots_dir):
     if plots_dir is not None:
         from identification import press_analysis
 
-        press_analysis.write_plots(result, arrays.z, arrays.q, arrays.q_desired, Path(plots_dir))
+        press_analysis.write_plots(result, arrays.z, arrays.q, Path(plots_dir))
     return result
 
 

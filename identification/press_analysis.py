@@ -68,6 +68,7 @@ class PressAnalysisResult:
     p_names: tuple[str, ...] = P_NAMES
     sensor_names: tuple[str, ...] = SENSOR_NAMES
     extra: dict = field(default_factory=dict)
+    model_curves: dict[str, np.ndarray] = field(default_factory=dict)  # z_model[series, setpoint, sensor]
 
     def alpha_table(self) -> dict[str, dict[str, float]]:
         """alpha_min per model and split: {model: {split: alpha_min}}."""
@@ -198,6 +199,7 @@ def analyze_press(
         splits.update(random_splits(n_q, n_random_splits, np.random.default_rng(seed)))
     ts = np.asarray(test_series)
     reports = {}
+    curves: dict[str, np.ndarray] = {}  # model output at every recorded force, for the plots
     for name in MODEL_NAMES:
         fr = trained.friction[name]
         q_eff = q - fr.friction(q)
@@ -213,8 +215,20 @@ def analyze_press(
         test = run_uncertainty_test(fit_pc, splits, tol, compare)
         reports[name] = ModelReport(name=name, description=fr.description, friction=fr.to_dict(),
                                     fit_all=fit_idx(inner), test=test)
+        fitted = reports[name].fit_all.p
+        curves[name] = model.predict(fitted, q_eff.ravel()).reshape(n_series, n_q, -1)
     return PressAnalysisResult(normality=normality, selection=selection, models=reports,
                                train_series=list(map(int, train_series)),
                                test_series=list(map(int, test_series)), tol=tol, sigmas=sig,
                                extra={"p_train_m1": trained.p_train_m1.tolist(),
-                                      "p_selection_m3": fit3.p.tolist()})
+                                      "p_selection_m3": fit3.p.tolist()},
+                               model_curves=curves)
+
+
+def write_plots(result: PressAnalysisResult, z: np.ndarray, q: np.ndarray, out_dir) -> list:
+    """Force-displacement loops of the test series with every model, and the estimates with ellipses."""
+    from identification.plots import plot_estimates, plot_force_displacement
+
+    return [plot_force_displacement(z, q, result.model_curves, out_dir, sensor_names=result.sensor_names,
+                                    series=result.test_series),
+            plot_estimates(result, out_dir)]
