@@ -174,6 +174,8 @@ class PressExperiment:
         await self.event("plan_start", n_series=plan.n_series, q_desired=q_d.tolist(),
                          sensors=list(self.devices.sensors))
         await self.devices.source.enable()
+        if plan.precondition:
+            await self.precondition()
         for i in range(plan.n_series):
             for j, q in enumerate(q_d):
                 if self.stop_requested:
@@ -187,6 +189,18 @@ class PressExperiment:
                 self.setpoints += 1
         await self.set_command(0.0)
         await self.event("plan_end", setpoints=self.setpoints, not_reached=self.not_reached)
+
+    async def precondition(self) -> None:
+        """Load to q_max and back to 0 once, unrecorded as a series.
+
+        The guide friction remembers the force history; a full cycle wipes that memory, so the first
+        recorded series starts from the same state as every later one (not from the virgin state).
+        """
+        for q in (self.plan.q_max, 0.0):
+            if self.stop_requested:
+                raise PlanAborted("stopped by the operator during preconditioning")
+            result = await self.corrector.reach(q)
+            await self.event("precondition", q_desired=q, q_actual=result.q_actual, reached=result.reached)
 
     async def _report_setpoint(self, i: int, j: int, r: CorrectionResult) -> None:
         kind = "setpoint_reached" if r.reached else "setpoint_not_reached"

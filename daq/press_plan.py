@@ -22,6 +22,7 @@ class PressPlan:
     n_samples: int = 20             # samples per sensor and setpoint
     sample_interval: float = 0.005  # s between sensor samples
     settle_time: float = 0.1        # s to wait after a setpoint is reached, before measuring
+    precondition: bool = True       # one unrecorded 0 -> q_max -> 0 cycle first (erases the friction memory)
 
     @property
     def q_desired(self) -> np.ndarray:
@@ -41,6 +42,7 @@ class PressPlan:
         n_samples = int(get(plan, "n_samples", int, default=cls.n_samples, file=file))
         interval = float(get(plan, "sample_interval", float, default=cls.sample_interval, file=file))
         settle = float(get(plan, "settle_time", float, default=cls.settle_time, file=file))
+        precondition = bool(get(plan, "precondition", bool, default=cls.precondition, file=file))
         if not q_max > 0:
             raise ConfigError("must be > 0 N", file, "plan.q_max")
         for key, value in (("n_steps_up", n_up), ("n_series", n_series), ("n_samples", n_samples)):
@@ -49,4 +51,4 @@ class PressPlan:
         for key, value in (("sample_interval", interval), ("settle_time", settle)):
             if not value >= 0:
                 raise ConfigError("must be >= 0 s", file, f"plan.{key}")
-        return cls(q_max, n_up, n_series, n_samples, interval, settle)
+        return cls(q_max, n_up, n_series, n_samples, interval, settle, precondition)

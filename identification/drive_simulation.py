@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from identification.drive_models import DriveStructure, friction_torque, linear_matrices
+from identification.drive_models import DriveStructure, linear_matrices
 
 __all__ = ["SimResult", "StepInput", "prepare_input", "discretize", "simulate", "DEFAULT_FRICTION_EPS"]
 

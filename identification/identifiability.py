@@ -63,7 +63,8 @@ class IdentifiabilityResult:
             "variance_proportions": self.variance_proportions.tolist(),
             "scaled_variances": [_finite(v) for v in np.diag(self.scaled_covariance)],
             "sigma2": self.sigma2,
-            "thresholds": {"min_pii_ratio": self.min_pii_ratio, "max_condition_index": self.max_condition_index},
+            "thresholds": {"min_pii_ratio": self.min_pii_ratio,
+                           "max_condition_index": self.max_condition_index},
             "accepted": self.accepted,
             "reasons": list(self.reasons),
         }
@@ -137,15 +138,17 @@ class ProfileResult:
         return {
             "cost_opt": self.cost_opt,
             "parameters": [
-                {"name": n, "estimate": float(e), "grid": g.tolist(), "cost": c.tolist(), "clear_minimum": bool(m)}
-                for n, e, g, c, m in zip(self.names, self.estimate, self.grids, self.costs, self.clear_minimum,
-                                         strict=True)
+                {"name": n, "estimate": float(e), "grid": g.tolist(), "cost": c.tolist(),
+                 "clear_minimum": bool(m)}
+                for n, e, g, c, m in zip(self.names, self.estimate, self.grids, self.costs,
+                                         self.clear_minimum, strict=True)
             ],
         }
 
 
-def profile_likelihood(refit: Callable[[int, float], float], names: Sequence[str], estimate: Sequence[float],
-                       bounds: Sequence[tuple[float, float]], cost_opt: float, n_grid: int = 9,
+def profile_likelihood(refit: Callable[[int, float], float], names: Sequence[str],
+                       estimate: Sequence[float], bounds: Sequence[tuple[float, float]],
+                       cost_opt: float, n_grid: int = 9,
                        rise: float = 1.1, which: Sequence[int] | None = None,
                        span: float = 1.0) -> ProfileResult:
     """Profile each parameter over ``span`` x its bound range (centred on the estimate, clipped).
@@ -166,8 +169,9 @@ def profile_likelihood(refit: Callable[[int, float], float], names: Sequence[str
         c = np.array([cost_opt if v == est[j] else refit(j, float(v)) for v in grid])
         left = c[grid < est[j]]
         right = c[grid > est[j]]
-        ok_left = left.size == 0 and est[j] <= lo + 1e-12 * (hi - lo) or left.size > 0 and left.max() >= rise * cost_opt
-        ok_right = (right.size == 0 and est[j] >= hi - 1e-12 * (hi - lo)) or (
+        tol = 1e-9 * (hi - lo)
+        ok_left = (left.size == 0 and est[j] <= lo + tol) or (left.size > 0 and left.max() >= rise * cost_opt)
+        ok_right = (right.size == 0 and est[j] >= hi - tol) or (
             right.size > 0 and right.max() >= rise * cost_opt)
         grids.append(grid)
         costs.append(c)

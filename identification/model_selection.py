@@ -68,8 +68,8 @@ class _Scaling:
             bad = [n for n, a, b in zip(names, self.lo, self.hi, strict=True) if b <= a]
             raise ValueError(f"bounds need lo < hi for {bad}")
         self.log = (self.lo > 0) & (self.hi / np.where(self.lo > 0, self.lo, 1.0) >= 10.0)
-        self.ratio = np.where(self.log, np.log(np.where(self.log, self.hi / np.where(self.lo > 0, self.lo, 1), 2.0)),
-                              0.0)
+        safe_lo = np.where(self.lo > 0, self.lo, 1.0)
+        self.ratio = np.where(self.log, np.log(np.where(self.log, self.hi / safe_lo, 2.0)), 0.0)
 
     def to_p(self, th: np.ndarray) -> np.ndarray:
         lin = self.lo + th * (self.hi - self.lo)
@@ -114,8 +114,8 @@ def _nrmse(e: np.ndarray, y: np.ndarray) -> float:
 class _Problem:
     """Residuals and Jacobian in the scaled coordinates, with one cached simulation per point."""
 
-    def __init__(self, structure, inp: StepInput, y: np.ndarray, scaling: _Scaling, skip: int, friction_eps: float,
-                 fixed: dict[str, float] | None = None):
+    def __init__(self, structure, inp: StepInput, y: np.ndarray, scaling: _Scaling, skip: int,
+                 friction_eps: float, fixed: dict[str, float] | None = None):
         self.s = structure
         self.inp = inp
         self.y = y
@@ -223,15 +223,16 @@ def fit_structure(structure: DriveStructure | str, u: np.ndarray, y: np.ndarray,
     n_free_p = max(n_used - n_free, 1)
     y_used = yd[: n_used + skip][skip:]
     th_full = sc.to_th(np.array([params[n] for n in sc.names]))
-    at_bound = [n for n, v, j in zip(sc.names, th_full, range(len(sc.names)), strict=True)
-                if n not in prob.fixed and (v <= 1e-6 or v >= 1 - 1e-6) and j >= 0]
+    at_bound = [n for n, v in zip(sc.names, th_full, strict=True)
+                if n not in prob.fixed and (v <= 1e-6 or v >= 1 - 1e-6)]
     return FitResult(structure=s, params=params, cost=float(best_cost), fit=1.0 - _nrmse(res, y_used), S=S,
                      sigma2=float(res @ res) / n_free_p, n_evals=prob.n_evals, n_starts=len(start_costs),
                      start_costs=start_costs, at_bound=at_bound)
 
 
-def simulate_run(structure: DriveStructure, params: dict[str, float], u: np.ndarray, y: np.ndarray, dt: float,
-                 decimate: int, friction_eps: float = DEFAULT_FRICTION_EPS) -> tuple[np.ndarray, np.ndarray, float]:
+def simulate_run(structure: DriveStructure, params: dict[str, float], u: np.ndarray, y: np.ndarray,
+                 dt: float, decimate: int, friction_eps: float = DEFAULT_FRICTION_EPS
+                 ) -> tuple[np.ndarray, np.ndarray, float]:
     """Model output on the run's decimated grid; returns (t, y_model, 1 - NRMSE)."""
     inp = prepare_input(u, dt, decimate)
     r = simulate(structure, params, inp, sensitivities=False, friction_eps=friction_eps)
@@ -315,10 +316,12 @@ class SelectionResult:
             idf = c.identifiability
             mark = "*" if self.chosen is not None and c.name == self.chosen.name else " "
             lines.append(
-                f"{mark}{c.name:<27} {c.structure.n_params:>3} {100 * c.train_fit:>8.3f} {100 * c.valid_fit:>8.3f} "
+                f"{mark}{c.name:<27} {c.structure.n_params:>3} {100 * c.train_fit:>8.3f} "
+                f"{100 * c.valid_fit:>8.3f} "
                 f"{idf.min_pii:>8.3g} {_fmt(idf.max_ci):>9} {_fmt(idf.collinearity_index):>9} "
                 f"{'yes' if c.accepted else 'no':>4}")
-        lines.append(f"chosen: {self.chosen_name}   ({len(self.candidates)} candidates, {self.seconds:.1f} s)")
+        lines.append(f"chosen: {self.chosen_name}   ({len(self.candidates)} candidates, "
+                     f"{self.seconds:.1f} s)")
         return "\n".join(lines)
 
 
@@ -357,7 +360,8 @@ def _evaluate_candidate(structure: DriveStructure, train, valid, bounds, opts: d
         idf.reasons.append(f"validation fit {vfit:.3f} < {opts['min_validation_fit']}")
     return CandidateResult(structure=structure, params=fit.params, train_fit=fit.fit, valid_fit=vfit,
                            valid_cost=vcost, identifiability=idf, accepted=accepted, n_evals=fit.n_evals,
-                           seconds=time.perf_counter() - t0, start_costs=fit.start_costs, at_bound=fit.at_bound)
+                           seconds=time.perf_counter() - t0, start_costs=fit.start_costs,
+                           at_bound=fit.at_bound)
 
 
 def _choose(cands: list[CandidateResult], parsimony_tol: float) -> CandidateResult | None:
