@@ -1,0 +1,110 @@
+"""`hil run`, `hil analyze` and `hil sim` as a user calls them (real rigs on loopback, real store files)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from daq.cli import main
+
+PRESS_SIM = Path("configs/press-sim.toml").read_text()
+
+
+def short_press_config(tmp_path: Path, n_series: int = 2, n_steps_up: int = 2) -> Path:
+    """The shipped simulated press config with a short plan."""
+    text = re.sub(r"(?m)^n_series = \d+", f"n_series = {n_series}", PRESS_SIM)
+    text = re.sub(r"(?m)^n_steps_up = \d+", f"n_steps_up = {n_steps_up}", text)
+    text = re.sub(r"(?m)^n_samples = \d+", "n_samples = 4", text)
+    text = re.sub(r"(?m)^q_max = 20000.0(\s+# N, top)", r"q_max = 8000.0\1", text)
+    path = tmp_path / "press-short.toml"
+    path.write_text(text)
+    return path
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_run_records_a_session_and_analyze_refuses_too_little_data(tmp_path):
+    cfg = short_press_config(tmp_path)
+    store = str(tmp_path / "s.sqlite")
+    res = invoke("--store", store, "run", str(cfg), "--no-progress", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["run"]["status"] == "complete" and out["run"]["setpoints"] == 2 * 5
+    sid = out["run"]["session"]
+    shown = json.loads(invoke("--store", store, "show", sid, "--json").output)
+    assert shown["status"] == "complete" and shown["kind"] == "press"
+    res = invoke("--store", store, "analyze", "latest")
+    assert res.exit_code == 1
+    assert "at least 3" in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("content, message", [
+    ("[rig]\nkind = 'lathe'\n", "unknown rig kind"),
+    ("[rig\nkind = 'press'\n", "invalid TOML"),
+])
+def test_run_with_a_malformed_config_is_one_clear_line(tmp_path, content, message):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(content)
+    res = invoke("--store", str(tmp_path / "s.sqlite"), "run", str(bad))
+    assert res.exit_code == 1
+    assert message in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "s.sqlite").exists()  # nothing was recorded
+
+
+def test_run_with_a_missing_config_and_unknown_session(tmp_path):
+    res = invoke("--store", str(tmp_path / "s.sqlite"), "run", str(tmp_path / "nope.toml"))
+    assert res.exit_code == 1 and "file not found" in res.output
+    invoke("--store", str(tmp_path / "s.sqlite"), "sessions")
+    res = invoke("--store", str(tmp_path / "s.sqlite"), "analyze", "abc123")
+    assert res.exit_code == 1 and "Traceback" not in res.output
+
+
+def test_sim_press_serves_until_ctrl_c(tmp_path):
+    """`hil sim press` prints the endpoints, the devices answer, Ctrl-C ends it cleanly."""
+    import asyncio
+
+    from drivers.force_source import ForceSource
+
+    hil = Path(sys.executable).parent / "hil"  # the installed console script
+    proc = subprocess.Popen([str(hil), "sim", "press", "configs/press-sim.toml"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        endpoint = None
+        deadline = time.monotonic() + 30
+        lines = []
+        while time.monotonic() < deadline and endpoint is None:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            m = re.search(r"force_source\S*\s+tcp://127\.0\.0\.1:(\d+)", line)
+            if m:
+                endpoint = int(m.group(1))
+        assert endpoint, "".join(lines)
+        cfg = dict(__import__("tomllib").loads(PRESS_SIM)["devices"]["force_source"], port=endpoint)
+
+        async def talk() -> float:
+            async with ForceSource(cfg) as source:
+                return await source.read_pressure()
+
+        assert asyncio.run(talk()) > 1e5  # supply pressure in Pa
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=15)
+        assert proc.returncode in (0, 1, -signal.SIGINT, 130)
+        assert "Traceback" not in proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
