@@ -22,7 +22,7 @@ class AnalysisError(StoreError):
 def analyze_session(store: SessionStore, session: str, *, plots_dir: str | Path | None = None,
                     progress: Callable[[int, int, str], None] | None = None):
     """Analyse ``session`` (id, unique prefix or "latest"); returns (info, result)."""
-    info = latest_session(store) if session == "latest" else store.get_session(session)
+    info = store.get_session(session)
     if info.kind == "press":
         result = _analyze_press(store, info, plots_dir)
     elif info.kind == "crane":
@@ -30,13 +30,6 @@ def analyze_session(store: SessionStore, session: str, *, plots_dir: str | Path 
     else:
         raise AnalysisError(f"session {info.id}: no analysis for rig kind {info.kind!r}")
     return info, result
-
-
-def latest_session(store: SessionStore):
-    sessions = store.list_sessions()
-    if not sessions:
-        raise AnalysisError(f"the store {store.path} holds no sessions")
-    return max(sessions, key=lambda s: s.started)
 
 
 def _analyze_press(store: SessionStore, info, plots_dir):

@@ -109,6 +109,10 @@ CREATE INDEX IF NOT EXISTS events_by_ord ON events (session_id, ord);
 _STORE_FORMAT = "1"
 
 
+#: Session key that selects the newest session.
+LATEST = "latest"
+
+
 class StoreError(Exception):
     """A problem with the store or a request to it (one clear message)."""
 
@@ -350,10 +354,14 @@ class SessionStore:
             return [self._session_from_row(r) for r in rows]
 
     def get_session(self, session_id_or_unique_prefix: str) -> SessionInfo:
-        """The session with this id, or the only one whose id starts with the given prefix."""
+        """The session with this id, the only one whose id starts with the given prefix, or the newest
+        one for ``"latest"``."""
         key = str(session_id_or_unique_prefix)
         with self._lock:
             row = self._db.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE id=?", (key,)).fetchone()
+            if row is None and key == LATEST:
+                row = self._db.execute(
+                    f"SELECT {_SESSION_COLS} FROM sessions ORDER BY started DESC LIMIT 1").fetchone()
             if row is None and key:
                 like = key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
                 rows = self._db.execute(

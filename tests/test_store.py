@@ -238,3 +238,15 @@ async def test_recorder_killed_with_sigkill_leaves_committed_frames_and_incomple
     assert store.read_stream(sid, "press.sensors").data.shape == (100 * len(stored), 2)
     with pytest.raises(StoreError):
         store.append(sid, sent[0])  # an incomplete session is closed for writing
+
+
+def test_latest_selects_the_newest_session(tmp_path):
+    from daq.store import SessionStore, UnknownSession
+
+    with SessionStore(tmp_path / "s.sqlite") as store:
+        with pytest.raises(UnknownSession):
+            store.get_session("latest")
+        first = store.create_session("press", {})
+        store.finish(first, "complete")
+        second = store.create_session("crane", {})
+        assert store.get_session("latest").id == second != first
