@@ -233,12 +233,12 @@ def _linear_blocks(Phi: np.ndarray, Gam: np.ndarray, w_in: np.ndarray, out_idx: 
     # powers: O[j] = C Phi^j (r x m), P[l] = Phi^l Gam (m x c)
     O = np.empty((L, r, m))
     P = np.empty((L, m, c))
-    Pw = np.eye(m)
-    for j in range(L):
-        O[j] = Pw[out_idx]
-        P[j] = Pw @ Gam
-        Pw = Phi @ Pw
-    PhiL = Pw
+    O[0] = np.eye(m)[out_idx]
+    P[0] = Gam
+    for j in range(1, L):
+        O[j] = O[j - 1] @ Phi
+        P[j] = Phi @ P[j - 1]
+    PhiL = np.linalg.matrix_power(Phi, L)
     # forced response inside a block: y[j] = sum_{i<j} C P[j-1-i] w[i]
     H = P[:, out_idx, :]  # (L, r, c) Markov parameters
     T = np.zeros((L, r, L, c))

@@ -12,9 +12,11 @@ A profile likelihood is computed for the chosen model.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
+import ctypes
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,6 +56,56 @@ def as_run(run: Run) -> tuple[np.ndarray, np.ndarray, float]:
     if u.size != y.size:
         raise ValueError("input and output of a run differ in length")
     return u, y, float(dt)
+
+
+# ------------------------------------------------------------------------------------ BLAS threads
+_BLAS_SYMBOLS = (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
+                 ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
+                 ("openblas_set_num_threads", "openblas_get_num_threads"))
+
+
+def _blas_handles() -> list[tuple]:
+    """(set, get) of every OpenBLAS loaded in this process (Linux; empty elsewhere)."""
+    out = []
+    try:
+        with open("/proc/self/maps") as fh:
+            paths = {line.split()[-1] for line in fh if "openblas" in line.lower() and "/" in line}
+    except OSError:
+        return out
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for set_name, get_name in _BLAS_SYMBOLS:
+            if hasattr(lib, set_name) and hasattr(lib, get_name):
+                out.append((getattr(lib, set_name), getattr(lib, get_name)))
+                break
+    return out
+
+
+@contextlib.contextmanager
+def single_thread_blas() -> Iterator[None]:
+    """Run BLAS single-threaded inside the block.
+
+    The matrices here are tiny (tens of columns); multi-threaded OpenBLAS only adds
+    synchronisation, and with a process per core it oversubscribes the machine (measured
+    5x slower fits on 2 cores).
+    """
+    handles = _blas_handles()
+    old = [int(get()) for _, get in handles]
+    for set_, _ in handles:
+        set_(1)
+    try:
+        yield
+    finally:
+        for (set_, _), n in zip(handles, old, strict=True):
+            set_(n)
+
+
+def _worker_init() -> None:
+    for set_, _ in _blas_handles():
+        set_(1)
 
 
 # ---------------------------------------------------------------------------------- parametrisation
@@ -178,7 +230,7 @@ def fit_structure(structure: DriveStructure | str, u: np.ndarray, y: np.ndarray,
                   bounds: dict[str, tuple[float, float]] | None = None, *, n_starts: int = 4, seed: int = 0,
                   decimate: int = 5, skip: int = 0, friction_eps: float = DEFAULT_FRICTION_EPS,
                   max_nfev: int = 60, fixed: dict[str, float] | None = None,
-                  start: dict[str, float] | None = None) -> FitResult:
+                  start: dict[str, float] | None = None, xtol: float = 1e-10) -> FitResult:
     """Fit one candidate on a run: multistart ``least_squares`` (TRF, box bounds) with sensitivity Jacobian.
 
     The model runs on the step ``decimate*dt``; the output is compared at the same instants
@@ -208,7 +260,7 @@ def fit_structure(structure: DriveStructure | str, u: np.ndarray, y: np.ndarray,
         for th0 in starts:
             try:
                 r = scipy.optimize.least_squares(prob.fun, th0, jac=prob.jac, bounds=(0.0, 1.0), method="trf",
-                                                 x_scale="jac", max_nfev=max_nfev, xtol=1e-10, ftol=1e-10)
+                                                 x_scale="jac", max_nfev=max_nfev, xtol=xtol, ftol=xtol)
                 cost = float(r.cost)
                 th = r.x
             except (ValueError, np.linalg.LinAlgError, FloatingPointError):
@@ -402,7 +454,7 @@ def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] 
     # expensive (nonlinear, many parameters) first for load balance
     order = sorted(structs, key=lambda s: (not s.nonlinear, -s.n_params))
     if n_jobs > 1 and total > 1:
-        with cf.ProcessPoolExecutor(max_workers=int(n_jobs)) as ex:
+        with cf.ProcessPoolExecutor(max_workers=int(n_jobs), initializer=_worker_init) as ex:
             futs = [ex.submit(_evaluate_candidate, s, train, valid, bounds, opts) for s in order]
             for f in cf.as_completed(futs):
                 r = f.result()
@@ -410,28 +462,38 @@ def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] 
                 if progress:
                     progress(len(results), total, r)
     else:
-        for s in order:
-            r = _evaluate_candidate(s, train, valid, bounds, opts)
-            results.append(r)
-            if progress:
-                progress(len(results), total, r)
+        with single_thread_blas():
+            for s in order:
+                r = _evaluate_candidate(s, train, valid, bounds, opts)
+                results.append(r)
+                if progress:
+                    progress(len(results), total, r)
     rank = {s: i for i, s in enumerate(structs)}
     results.sort(key=lambda r: rank[r.structure])
     chosen = _choose(results, float(parsimony_tol))
     prof = None
     traces: dict = {}
-    if chosen is not None:
-        u, y, dt = train
-        uv, yv, dtv = valid
-        tt, yt, _ = simulate_run(chosen.structure, chosen.params, u, y, dt, decimate, friction_eps)
-        tv, yvm, _ = simulate_run(chosen.structure, chosen.params, uv, yv, dtv, decimate, friction_eps)
-        traces = {"train": (tt, y[::decimate][: tt.size], yt), "valid": (tv, yv[::decimate][: tv.size], yvm)}
-        if profile:
-            prof = profile_chosen(chosen, train, bounds, opts, n_grid=profile_points)
+    with single_thread_blas():
+        if chosen is not None:
+            traces, prof = _chosen_details(chosen, train, valid, bounds, opts, decimate, friction_eps,
+                                           profile, profile_points)
     settings = dict(opts, parsimony_tol=float(parsimony_tol), bounds={k: list(v) for k, v in bounds.items()},
                     n_candidates=total, n_jobs=int(n_jobs))
     return SelectionResult(candidates=results, chosen=chosen, profile=prof, settings=settings,
                            seconds=time.perf_counter() - t0, traces=traces)
+
+
+def _chosen_details(chosen, train, valid, bounds, opts, decimate, friction_eps, profile, profile_points):
+    """Decimated traces of the chosen model and its profile likelihood."""
+    prof = None
+    u, y, dt = train
+    uv, yv, dtv = valid
+    tt, yt, _ = simulate_run(chosen.structure, chosen.params, u, y, dt, decimate, friction_eps)
+    tv, yvm, _ = simulate_run(chosen.structure, chosen.params, uv, yv, dtv, decimate, friction_eps)
+    traces = {"train": (tt, y[::decimate][: tt.size], yt), "valid": (tv, yv[::decimate][: tv.size], yvm)}
+    if profile:
+        prof = profile_chosen(chosen, train, bounds, opts, n_grid=profile_points)
+    return traces, prof
 
 
 def profile_chosen(chosen: CandidateResult, train, bounds, opts: dict, n_grid: int = 9) -> ProfileResult:

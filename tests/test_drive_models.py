@@ -3,7 +3,13 @@
 import numpy as np
 import pytest
 
-from identification.drive_models import DriveStructure, all_structures, friction_torque, linear_matrices, parse_name
+from identification.drive_models import (
+    DriveStructure,
+    all_structures,
+    friction_torque,
+    linear_matrices,
+    parse_name,
+)
 from identification.drive_simulation import prepare_input, simulate
 from identification.multisine import design_multisine
 from simulators.physics.crane import CraneTruth, linear_state_space, simulate_axis
@@ -87,8 +93,8 @@ def test_friction_derivatives():
     for w in (-0.7, -0.01, 0.02, 1.3):
         F, dF, dc, ds, dv = friction_torque(w, *args)
         h = 1e-7
-        assert dF == pytest.approx((friction_torque(w + h, *args)[0] - friction_torque(w - h, *args)[0]) / (2 * h),
-                                   rel=1e-5)
+        fd = (friction_torque(w + h, *args)[0] - friction_torque(w - h, *args)[0]) / (2 * h)
+        assert dF == pytest.approx(fd, rel=1e-5)
         assert dv == pytest.approx((friction_torque(w, 0.3, 0.15, 0.5 + h, 0.05)[0]
                                     - friction_torque(w, 0.3, 0.15, 0.5 - h, 0.05)[0]) / (2 * h), rel=1e-5)
         assert dc == pytest.approx(-np.tanh(w / 0.05))
