@@ -428,7 +428,7 @@ def _choose(cands: list[CandidateResult], parsimony_tol: float) -> CandidateResu
 
 
 def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] | None = None, *,
-                 candidates: Sequence[DriveStructure | str] | None = None, n_starts: int = 4, seed: int = 0,
+                 candidates: Sequence[DriveStructure | str] | None = None, n_starts: int = 3, seed: int = 0,
                  min_pii_ratio: float = 0.01, max_condition_index: float = 30.0,
                  min_validation_fit: float = 0.0, parsimony_tol: float = 0.0, decimate: int = 5,
                  skip: int = 0, friction_eps: float = DEFAULT_FRICTION_EPS, max_nfev: int = 60,
