@@ -23,6 +23,7 @@ from drivers.registers import RegisterMap, RegisterSpec
 from simulators.displacement_sim import ModbusSensorSim
 from simulators.force_source_sim import ForceSourceSim
 from simulators.serial_sensor_sim import SerialSensorSim
+from tests.polling import wait_until
 
 FS_MAP = {
     "setpoint": {"table": "holding", "address": 0, "type": "float32", "unit": "N"},
@@ -42,20 +43,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-async def wait_until(cond, timeout: float = 3.0, period: float = 0.01) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
-        res = cond()
-        if asyncio.iscoroutine(res):
-            res = await res
-        if res:
-            return
-        if loop.time() > end:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(period)
 
 
 def fs_cfg(port: int, **kw) -> dict:

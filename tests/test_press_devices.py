@@ -13,6 +13,7 @@ from pymodbus.client import AsyncModbusSerialClient, AsyncModbusTcpClient
 from simulators.displacement_sim import ModbusSensorSim
 from simulators.force_source_sim import FAULT_WATCHDOG, STATUS_ENABLED, STATUS_FAULT, ForceSourceSim
 from simulators.serial_sensor_sim import SerialSensorSim
+from tests.polling import wait_until
 
 FS_MAP = {
     "setpoint": {"table": "holding", "address": 0, "type": "float32"},
@@ -26,21 +27,6 @@ FS_MAP = {
 }
 FS_SIM = {"tau": 0.01, "watchdog_timeout": 0.3, "tick": 0.002, "gain": 0.97, "offset": -15.0}
 F32 = AsyncModbusTcpClient.DATATYPE.FLOAT32
-
-
-async def wait_until(cond, timeout: float = 3.0, period: float = 0.01) -> None:
-    """Poll an async or plain predicate until it holds (no wall-clock assertion, only a generous cap)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
-        res = cond()
-        if asyncio.iscoroutine(res):
-            res = await res
-        if res:
-            return
-        if loop.time() > end:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(period)
 
 
 @pytest.fixture
