@@ -88,7 +88,7 @@ async def test_short_plan_records_a_complete_session(tmp_path):
         assert kinds[0] == "plan_start" and "plan_end" in kinds and kinds[-1] == "plan_outcome"
 
 
-async def _wait_for_measurements(store_path, n: int, timeout: float = 60.0) -> None:
+async def _wait_for_measurements(store_path, n: int, timeout: float = 120.0) -> None:
     """Poll the store as a second reader until ``n`` measurements of the running session are committed."""
     deadline = asyncio.get_running_loop().time() + timeout
     while asyncio.get_running_loop().time() < deadline:
@@ -111,7 +111,7 @@ async def test_device_killed_mid_plan_leaves_rig_safe_and_loses_nothing(tmp_path
                                               rig=rig))
         await _wait_for_measurements(store_path, 4)
         await rig.stop_device(victim)
-        result = await asyncio.wait_for(run, 60.0)
+        result = await asyncio.wait_for(run, 120.0)
         if victim == "force_source":
             await rig.start_device(victim)
         # the source is off: setpoint zero and output disabled (by the guard, or by the device watchdog
@@ -153,7 +153,7 @@ async def test_ctrl_c_once_finishes_the_step_twice_stops_now(tmp_path, presses):
         for _ in range(presses):
             os.kill(os.getpid(), signal.SIGINT)
             await asyncio.sleep(0.01)
-        result = await asyncio.wait_for(run, 30.0)
+        result = await asyncio.wait_for(run, 120.0)
         async with ForceSource(rig.device_config()["force_source"]) as source:
             status = await source.read_status()
             setpoint = await source.read_setpoint()
