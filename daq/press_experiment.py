@@ -94,7 +94,6 @@ class ForceAcquisition:
         self.period = 1.0 / rate
         self.block = block
         self.command = 0.0
-        self.last_force = math.nan
         self.max_failures = max_failures
 
     async def run(self) -> None:
@@ -116,7 +115,6 @@ class ForceAcquisition:
                 continue
             stamps.append(time.time())
             rows.append((self.command, force, pressure))
-            self.last_force = force
             if len(rows) >= self.block:
                 await self._publish(rows, stamps)
                 rows, stamps = [], []

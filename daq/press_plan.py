@@ -29,10 +29,6 @@ class PressPlan:
         up = np.linspace(0.0, self.q_max, self.n_steps_up + 1)
         return np.concatenate([up, up[-2::-1]])
 
-    @property
-    def n_loading(self) -> int:
-        return self.n_steps_up + 1
-
     @classmethod
     def from_config(cls, cfg: dict, file: str | None = None) -> PressPlan:
         plan = get(cfg, "plan", dict, default={}, file=file)

@@ -31,10 +31,9 @@ class PressArrays:
 
     def corrected(self) -> np.ndarray:
         """The paper's post-hoc correction z_ijk * q_d_j / q_ij (refers every value to its desired force)."""
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(np.abs(self.q) > 0, self.q_desired[None, :] / self.q, 0.0)
-        ratio = np.where(self.q_desired[None, :] == 0, 0.0, ratio)
-        return self.z * ratio[:, :, None]
+        from identification.press_analysis import corrected_displacements
+
+        return corrected_displacements(self.z, self.q, self.q_desired)
 
 
 def press_arrays(store: SessionStore, session_id: str) -> PressArrays:

@@ -13,6 +13,13 @@ import numpy as np  # noqa: E402
 from identification.ellipsoid import confidence_ellipsoid  # noqa: E402
 
 
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_force_displacement(
     z: np.ndarray,
     q: np.ndarray,
@@ -41,11 +48,7 @@ def plot_force_displacement(
         ax.set_ylabel(f"{sensor_names[k]} [um]")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    path = out / filename
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out / filename)
 
 
 def plot_estimates(
@@ -75,8 +78,4 @@ def plot_estimates(
         ax.set_ylabel("k7 [N/um]")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    path = out / filename
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out / filename)

@@ -188,19 +188,17 @@ async def test_recorder_killed_with_sigkill_leaves_committed_frames_and_incomple
         sid = (await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 30)).strip()
         await pub.wait_for_subscribers(1, timeout=30)
         sent: list[Frame] = []
+
+        def next_frame() -> Frame:
+            n = len(sent)
+            data = rng.standard_normal((100, 2))
+            return Frame("press.sensors", n, n * 0.1, 1e-3, ["a", "b"], ["m", "N"], data)
+
         reader = SessionStore(path)
         committed = 0
         while committed < 40:  # keep publishing until the recorder has committed a good part
             for _ in range(10):
-                f = Frame(
-                    "press.sensors",
-                    len(sent),
-                    len(sent) * 0.1,
-                    1e-3,
-                    ["a", "b"],
-                    ["m", "N"],
-                    rng.standard_normal((100, 2)),
-                )
+                f = next_frame()
                 sent.append(f)
                 await pub.publish(f)
             await asyncio.sleep(0.02)
@@ -208,15 +206,7 @@ async def test_recorder_killed_with_sigkill_leaves_committed_frames_and_incomple
             committed = info.streams["press.sensors"].n_messages if "press.sensors" in info.streams else 0
             assert len(sent) < 100000, "the recorder never committed"
         for _ in range(20):  # more data in flight at the moment of the kill
-            f = Frame(
-                "press.sensors",
-                len(sent),
-                len(sent) * 0.1,
-                1e-3,
-                ["a", "b"],
-                ["m", "N"],
-                rng.standard_normal((100, 2)),
-            )
+            f = next_frame()
             sent.append(f)
             await pub.publish(f)
         child.send_signal(signal.SIGKILL)
