@@ -293,7 +293,8 @@ class BusSubscriber:
                 if self._sync.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                     return True
                 try:
-                    await asyncio.wait_for(fut, timeout) if timeout is not None else await fut
+                    async with asyncio.timeout(timeout):  # None: no limit
+                        await fut
                 except TimeoutError:
                     return bool(self._sync.getsockopt(zmq.EVENTS) & zmq.POLLIN)
             finally:

@@ -187,7 +187,8 @@ class CommandClient:
         ).encode()
         async with self._lock:
             try:
-                await asyncio.wait_for(self._sock.send_multipart([b"", body]), max(timeout, 0.001))
+                async with asyncio.timeout(max(timeout, 0.001)):
+                    await self._sock.send_multipart([b"", body])
             except TimeoutError:
                 raise CommandTimeout(
                     f"command {name!r}: no server reachable at {self.endpoint} within {timeout} s"

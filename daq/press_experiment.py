@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 FORCE_STREAM = "press.force"
 SENSOR_STREAM = "press.sensors"
 PLAN_STREAM = "press.plan"
+TASK_STOP_TIMEOUT = 10.0  # s a cancelled plan or acquisition task gets to finish
 
 
 @dataclass
@@ -157,6 +158,10 @@ class PressExperiment:
         self.setpoints = 0
         self.not_reached = 0
 
+    def request_stop(self) -> None:
+        """Finish the current step, then stop (first Ctrl-C)."""
+        self.stop_requested = True
+
     async def event(self, kind: str, **body) -> None:
         await self.publisher.publish(Event(
             stream=PLAN_STREAM, kind=kind, seq=self.publisher.next_seq(PLAN_STREAM), t=time.time(),
@@ -269,6 +274,11 @@ async def run_press(config: dict, store_path: str | None = None, *, show_progres
     guard: SafeStateGuard | None = None
     status, reason, failure = "aborted", None, None
     progress = _Progress(plan) if show_progress else None
+    # Ctrl-C is ours from here to the end of the clean-up: a late second press must not interrupt the
+    # safe state or the bookkeeping of the session
+    stopper = OperatorStop(on_first=lambda: experiment is not None and experiment.request_stop())
+    if handle_sigint:
+        stopper.install()
     try:
         await publisher.wait_for_subscribers(2)
         devices = await _open_devices(device_cfg)
@@ -284,10 +294,11 @@ async def run_press(config: dict, store_path: str | None = None, *, show_progres
         experiment = PressExperiment(devices, publisher, corrector, acquisition, plan, session_id,
                                      on_progress=progress.update if progress else None)
         corrector.set_command = experiment.set_command
+        experiment.stop_requested = stopper.requested  # Ctrl-C during set-up stops before the first step
         guard = SafeStateGuard([("force to zero and disable", devices.source.safe_state)])
         try:
             async with guard:
-                await _run_with_acquisition(experiment, acquisition, handle_sigint)
+                await _run_with_acquisition(experiment, acquisition, stopper)
         except BaseException as exc:  # noqa: BLE001 - the guard reached the safe state and kept the reason
             log.warning("press plan aborted: %s", guard.reason or exc)
         await _record_outcome(experiment, guard)
@@ -309,6 +320,7 @@ async def run_press(config: dict, store_path: str | None = None, *, show_progres
         corr_sub.close()
         publisher.close()
         store.close()
+        stopper.uninstall()
         if own_rig is not None:
             await own_rig.stop()
     if failure is not None:
@@ -325,30 +337,40 @@ async def _record_outcome(experiment: PressExperiment, guard: SafeStateGuard) ->
 
 
 async def _run_with_acquisition(experiment: PressExperiment, acquisition: ForceAcquisition,
-                                handle_sigint: bool) -> None:
+                                stopper: OperatorStop) -> None:
     """Run the plan and the acquisition side by side; whichever fails first ends both."""
     acq_task = asyncio.ensure_future(acquisition.run())
     plan_task = asyncio.ensure_future(experiment.run_plan())
-    stopper = OperatorStop(plan_task, on_first=lambda: setattr(experiment, "stop_requested", True))
-    if handle_sigint:
-        stopper.install()
+    stopper.target = plan_task
     try:
         done, _ = await asyncio.wait({acq_task, plan_task}, return_when=asyncio.FIRST_COMPLETED)
         if acq_task in done and not plan_task.done():
             plan_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await plan_task
+            await asyncio.wait({plan_task}, timeout=TASK_STOP_TIMEOUT)
             acq_task.result()  # raises the device fault
             raise PlanAborted("acquisition stopped unexpectedly")
         await plan_task  # raises PlanAborted / device errors / CancelledError
     finally:
-        stopper.uninstall()
-        for task in (plan_task, acq_task):
-            if not task.done():
-                task.cancel()
-        for task in (plan_task, acq_task):
-            with contextlib.suppress(BaseException):
-                await task
+        stopper.target = None
+        await _stop_tasks(plan_task, acq_task)
+
+
+async def _stop_tasks(*tasks: asyncio.Future) -> None:
+    """Cancel and await ``tasks``, but never wait for longer than ``TASK_STOP_TIMEOUT``.
+
+    Stopping must not hang the way to the safe state: a task that ignores its cancellation is
+    reported and left behind.
+    """
+    pending = [t for t in tasks if not t.done()]
+    for t in pending:
+        t.cancel()
+    if pending:
+        _, still = await asyncio.wait(pending, timeout=TASK_STOP_TIMEOUT)
+        for t in still:
+            log.error("task %r did not stop within %.0f s of its cancellation", t, TASK_STOP_TIMEOUT)
+    for t in tasks:
+        if t.done() and not t.cancelled():
+            t.exception()  # retrieved: the caller reports the failure that mattered
 
 
 class _Progress:

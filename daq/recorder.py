@@ -69,14 +69,18 @@ class Recorder:
         self._task = asyncio.get_running_loop().create_task(self.run())
         return self
 
-    async def stop(self, drain: float = 0.0) -> None:
-        """Stop recording; with ``drain`` > 0 first keep recording until the bus is quiet that long."""
+    async def stop(self, drain: float = 0.0, max_drain: float = 10.0) -> None:
+        """Stop recording; with ``drain`` > 0 first keep recording until the bus is quiet that long
+        (but for at most ``max_drain`` s: a producer that never stops must not keep us here)."""
         if drain > 0 and self._task is not None:
-            while True:
+            give_up = time.monotonic() + max_drain
+            while time.monotonic() < give_up:
                 before = self.recorded + self.rejected
                 await asyncio.sleep(drain)
                 if self.recorded + self.rejected == before:
                     break
+            else:
+                log.warning("recorder: the bus was still busy after %.0f s; stopping anyway", max_drain)
         self._stop.set()
         if self._task is not None:
             await self._task

@@ -71,7 +71,8 @@ class SafeStateGuard:
         for name, action in self.actions:
             for attempt in range(1, self.attempts + 1):
                 try:
-                    await asyncio.wait_for(action(), self.timeout)
+                    async with asyncio.timeout(self.timeout):
+                        await action()
                     break
                 except Exception as exc:  # noqa: BLE001 - safe state must try everything
                     msg = f"safe state: {name} failed (attempt {attempt}/{self.attempts}): {exc}"
@@ -86,11 +87,14 @@ class SafeStateGuard:
 
 
 class OperatorStop:
-    """Two-level Ctrl-C: first press requests a clean stop after the current step, second cancels."""
+    """Two-level Ctrl-C: the first press requests a clean stop after the current step, the second
+    cancels ``target`` (the running plan task). Presses while no plan runs (set-up, safe state,
+    clean-up) are only logged, so Ctrl-C never interrupts the way to the safe state.
+    """
 
-    def __init__(self, task: asyncio.Task | None = None, on_first: Callable[[], None] | None = None):
+    def __init__(self, target: asyncio.Future | None = None, on_first: Callable[[], object] | None = None):
         self.requested = False
-        self._task = task
+        self.target = target
         self._on_first = on_first
         self._installed = False
 
@@ -114,6 +118,8 @@ class OperatorStop:
             log.warning("stop requested: finishing the current step (Ctrl-C again to stop now)")
             if self._on_first is not None:
                 self._on_first()
-        elif self._task is not None:
+        elif self.target is not None and not self.target.done():
             log.warning("stopping now")
-            self._task.cancel()
+            self.target.cancel()
+        else:
+            log.warning("already stopping: bringing the rig to the safe state, please wait")

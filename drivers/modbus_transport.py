@@ -17,6 +17,7 @@ from pymodbus import FramerType
 from pymodbus.client import AsyncModbusSerialClient, AsyncModbusTcpClient
 from pymodbus.exceptions import ConnectionException, ModbusException, ModbusIOException
 
+from drivers.cancellation import checked
 from drivers.errors import BadResponse, DeviceConnectionError, DeviceRefused, DeviceTimeout
 from drivers.registers import RegisterSpec
 
@@ -83,7 +84,8 @@ class ModbusTransport:
                 self._client.close()
             self._client = self._new_client()
             try:
-                ok = await asyncio.wait_for(self._client.connect(), timeout=max(self.timeout, 0.1))
+                async with asyncio.timeout(max(self.timeout, 0.1)):
+                    ok = await checked(self._client.connect())
             except (TimeoutError, OSError, ModbusException):
                 ok = False
             if ok and self._client.connected:
@@ -110,7 +112,8 @@ class ModbusTransport:
             assert self._client is not None
             guard = self.timeout * (self.retries + 1) + 0.5
             try:
-                rr = await asyncio.wait_for(call(self._client), timeout=guard)
+                async with asyncio.timeout(guard):
+                    rr = await checked(call(self._client))
             except (TimeoutError, ModbusIOException) as exc:
                 if not self._client.connected:
                     self.close()

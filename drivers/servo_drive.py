@@ -21,6 +21,8 @@ import numpy as np
 from asyncua import Client, ua
 from asyncua.crypto.security_policies import SecurityPolicyBasic256Sha256
 
+from drivers.cancellation import checked
+
 log = logging.getLogger(__name__)
 
 NODE_DEFAULTS = {
@@ -201,8 +203,9 @@ class ServoDrive:
                 server_certificate=str(sec["server_certificate"]) if sec.get("server_certificate") else None,
                 mode=ua.MessageSecurityMode.SignAndEncrypt)
         self._client = client
-        await asyncio.wait_for(client.connect(), self.cfg.timeout * 2)
-        self._ns = await client.get_namespace_index(self.cfg.namespace)
+        async with asyncio.timeout(self.cfg.timeout * 2):
+            await checked(client.connect())
+        self._ns = await checked(client.get_namespace_index(self.cfg.namespace))
         self._connected = True
         tl = await self._read("torque_limit")
         sl = await self._read("speed_limit")
@@ -218,7 +221,8 @@ class ServoDrive:
         client, self._client = self._client, None
         if client is not None:
             try:
-                await asyncio.wait_for(client.disconnect(), 2.0)
+                async with asyncio.timeout(2.0):
+                    await client.disconnect()
             except Exception:  # the transport may already be gone
                 try:
                     client.disconnect_socket()
@@ -245,7 +249,7 @@ class ServoDrive:
         while True:
             self._hb_count = (self._hb_count + 1) % 2**32
             try:
-                await node.write_value(ua.Variant(self._hb_count, ua.VariantType.UInt32))
+                await checked(node.write_value(ua.Variant(self._hb_count, ua.VariantType.UInt32)))
             except Exception as exc:
                 log.warning("%s: heartbeat failed: %r", self.name, exc)
                 self._connected = False
@@ -267,7 +271,7 @@ class ServoDrive:
                 except DriveError:
                     raise
             try:
-                return await make(self._client)
+                return await checked(make(self._client))
             except ua.UaStatusCodeError as exc:
                 if not _is_connection_status(exc):
                     raise self._err(DriveError, f"request failed: {exc}") from exc
@@ -376,7 +380,8 @@ class ServoDrive:
         """Best effort: stop and disable; never raises."""
         for action in (self.stop, self.disable):
             try:
-                await asyncio.wait_for(action(), self.cfg.timeout + 1)
+                async with asyncio.timeout(self.cfg.timeout + 1):
+                    await action()
             except Exception as exc:
                 log.warning("%s: safe_state %s failed: %r", self.name, action.__name__, exc)
 

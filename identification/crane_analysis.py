@@ -14,7 +14,7 @@ Keys (all optional; SI units)::
     min_pii_ratio = 0.01        # accept only if min PII >= this x max PII (eq. 6)
     max_condition_index = 30.0  # ... and every scaled condition index < this (eq. 8)
     min_validation_fit = 0.8    # ... and 1 - NRMSE on the validation run >= this
-    parsimony_tol = 0.0         # > 0: fewest parameters within (1 + tol) x best validation cost
+    parsimony_tol = 0.01        # fewest parameters within (1 + tol) x best validation cost (0: best fit)
     profile_points = 9          # grid points per parameter of the profile likelihood
     n_jobs = 2                  # worker processes
 
@@ -42,7 +42,7 @@ DEFAULTS: dict = {
     "min_pii_ratio": 0.01,
     "max_condition_index": 30.0,
     "min_validation_fit": 0.8,
-    "parsimony_tol": 0.0,
+    "parsimony_tol": 0.01,
     "profile_points": 9,
     "n_jobs": 2,
 }

@@ -3,9 +3,11 @@
 Every candidate structure is fitted to the training run (multistart bounded nonlinear least
 squares with the sensitivity Jacobian), checked for practical identifiability at its optimum
 (:mod:`identification.identifiability`) and simulated on the validation run with the training
-parameters. The choice is the accepted candidate with the best validation fit; with
-``parsimony_tol > 0`` the candidate with the fewest parameters whose validation cost is within
-``(1 + parsimony_tol)`` of the best accepted one is taken instead (ties: better validation).
+parameters. The choice is the accepted candidate with the fewest parameters whose validation cost
+is within ``(1 + parsimony_tol)`` of the best accepted one (ties: better validation). The default
+tolerance of 1 % settles near-ties: a spurious term (a gravity torque fitted to ~0 on a horizontal
+axis) can win by a cost difference in the sixth digit, which says nothing about the structure.
+``parsimony_tol = 0`` is the paper's rule (best validation fit, nothing else).
 A profile likelihood is computed for the chosen model.
 """
 
@@ -13,14 +15,15 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
-import ctypes
 import math
+import multiprocessing
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.optimize
+from threadpoolctl import threadpool_limits
 
 from identification.drive_models import DEFAULT_BOUNDS, DriveStructure, all_structures, parse_name
 from identification.drive_simulation import DEFAULT_FRICTION_EPS, StepInput, prepare_input, simulate
@@ -59,53 +62,21 @@ def as_run(run: Run) -> tuple[np.ndarray, np.ndarray, float]:
 
 
 # ------------------------------------------------------------------------------------ BLAS threads
-_BLAS_SYMBOLS = (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
-                 ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
-                 ("openblas_set_num_threads", "openblas_get_num_threads"))
-
-
-def _blas_handles() -> list[tuple]:
-    """(set, get) of every OpenBLAS loaded in this process (Linux; empty elsewhere)."""
-    out = []
-    try:
-        with open("/proc/self/maps") as fh:
-            paths = {line.split()[-1] for line in fh if "openblas" in line.lower() and "/" in line}
-    except OSError:
-        return out
-    for path in sorted(paths):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for set_name, get_name in _BLAS_SYMBOLS:
-            if hasattr(lib, set_name) and hasattr(lib, get_name):
-                out.append((getattr(lib, set_name), getattr(lib, get_name)))
-                break
-    return out
-
-
 @contextlib.contextmanager
 def single_thread_blas() -> Iterator[None]:
-    """Run BLAS single-threaded inside the block.
+    """Run BLAS single-threaded inside the block (threadpoolctl).
 
     The matrices here are tiny (tens of columns); multi-threaded OpenBLAS only adds
     synchronisation, and with a process per core it oversubscribes the machine (measured
     5x slower fits on 2 cores).
     """
-    handles = _blas_handles()
-    old = [int(get()) for _, get in handles]
-    for set_, _ in handles:
-        set_(1)
-    try:
+    with threadpool_limits(limits=1, user_api="blas"):
         yield
-    finally:
-        for (set_, _), n in zip(handles, old, strict=True):
-            set_(n)
 
 
 def _worker_init() -> None:
-    for set_, _ in _blas_handles():
-        set_(1)
+    threadpool_limits(limits=1, user_api="blas")
+
 
 
 # ---------------------------------------------------------------------------------- parametrisation
@@ -430,7 +401,7 @@ def _choose(cands: list[CandidateResult], parsimony_tol: float) -> CandidateResu
 def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] | None = None, *,
                  candidates: Sequence[DriveStructure | str] | None = None, n_starts: int = 3, seed: int = 0,
                  min_pii_ratio: float = 0.01, max_condition_index: float = 30.0,
-                 min_validation_fit: float = 0.0, parsimony_tol: float = 0.0, decimate: int = 5,
+                 min_validation_fit: float = 0.0, parsimony_tol: float = 0.01, decimate: int = 5,
                  skip: int = 0, friction_eps: float = DEFAULT_FRICTION_EPS, max_nfev: int = 60,
                  profile: bool = True, profile_points: int = 9,
                  progress: Callable[[int, int, CandidateResult], None] | None = None,
@@ -454,7 +425,10 @@ def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] 
     # expensive (nonlinear, many parameters) first for load balance
     order = sorted(structs, key=lambda s: (not s.nonlinear, -s.n_params))
     if n_jobs > 1 and total > 1:
-        with cf.ProcessPoolExecutor(max_workers=int(n_jobs), initializer=_worker_init) as ex:
+        # spawn, not fork: the caller may hold threads (asyncio executors, ZeroMQ I/O threads, BLAS
+        # pools) whose locks a forked child would inherit in a locked state and wait on forever
+        ctx = multiprocessing.get_context("spawn")
+        with cf.ProcessPoolExecutor(max_workers=int(n_jobs), initializer=_worker_init, mp_context=ctx) as ex:
             futs = [ex.submit(_evaluate_candidate, s, train, valid, bounds, opts) for s in order]
             for f in cf.as_completed(futs):
                 r = f.result()

@@ -134,4 +134,5 @@ class SerialSensorSim:
         if sessions:
             await asyncio.wait(sessions, timeout=1.0)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(server.wait_closed(), timeout=1.0)
+            async with asyncio.timeout(1.0):
+                await server.wait_closed()

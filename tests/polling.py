@@ -18,3 +18,17 @@ async def wait_until(cond, timeout: float = 3.0, period: float = 0.01) -> None:
         if loop.time() > end:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(period)
+
+
+async def finished(task: asyncio.Future, timeout: float):
+    """The result of ``task``; AssertionError (and the task cancelled) if it has not ended within ``timeout``.
+
+    Unlike ``asyncio.wait_for`` this cannot pass when the task swallows the cancellation it gets on
+    the timeout: a task that has to be cancelled is a failure here.
+    """
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        task.cancel()
+        await asyncio.wait({task}, timeout=10.0)
+        raise AssertionError(f"{task!r} did not end within {timeout} s")
+    return task.result()

@@ -16,6 +16,7 @@ from daq.setpoint_correction import CorrectionSettings, SetpointCorrector
 from daq.store import SessionStore
 from drivers.force_source import ForceSource
 from simulators.press_rig import PressRig
+from tests.polling import finished
 
 BASE = load_config("configs/press-sim.toml")
 
@@ -111,7 +112,7 @@ async def test_device_killed_mid_plan_leaves_rig_safe_and_loses_nothing(tmp_path
                                               rig=rig))
         await _wait_for_measurements(store_path, 4)
         await rig.stop_device(victim)
-        result = await asyncio.wait_for(run, 120.0)
+        result = await finished(run, 120.0)
         if victim == "force_source":
             await rig.start_device(victim)
         # the source is off: setpoint zero and output disabled (by the guard, or by the device watchdog
@@ -150,10 +151,9 @@ async def test_ctrl_c_once_finishes_the_step_twice_stops_now(tmp_path, presses):
         run = asyncio.ensure_future(run_press(cfg, str(store_path), show_progress=False, handle_sigint=True,
                                               rig=rig))
         await _wait_for_measurements(store_path, 3)
-        for _ in range(presses):
+        for _ in range(presses):  # back to back: both arrive while the step is still running
             os.kill(os.getpid(), signal.SIGINT)
-            await asyncio.sleep(0.01)
-        result = await asyncio.wait_for(run, 120.0)
+        result = await finished(run, 120.0)
         async with ForceSource(rig.device_config()["force_source"]) as source:
             status = await source.read_status()
             setpoint = await source.read_setpoint()
