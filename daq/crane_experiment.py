@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -37,13 +38,19 @@ FRAME_SAMPLES = 5000
 
 
 def design_excitation(config: dict, role: str, torque_limit: float) -> tuple[float, np.ndarray, dict]:
-    """Torque trajectory for ``role`` from ``[excitation]`` (+ ``[excitation.<role>]`` overrides)."""
-    from identification.multisine import design_multisine
+    """Torque trajectory for ``role`` from ``[excitation]`` (+ ``[excitation.<role>]`` overrides).
+
+    With ``[excitation] export_dir`` set, the trajectory is also written there as
+    ``<role>.csv`` (``t [s],torque [N*m]``) and ``<role>.png`` (one period and the amplitude
+    spectrum); ``info["files"]`` lists them.
+    """
+    from identification.multisine import design_multisine, export_trajectory, plot_multisine
 
     exc = dict(get(config, "excitation", dict))
     exc.update(exc.pop(role, {}) or {})
     for other in ROLES:
         exc.pop(other, None)
+    export_dir = exc.pop("export_dir", None)
     dt = float(exc.get("dt", 1e-4))
     duration = float(exc.get("duration", 2.0))
     n_periods = int(exc.get("n_periods", 1))
@@ -59,6 +66,12 @@ def design_excitation(config: dict, role: str, torque_limit: float) -> tuple[flo
     info = {"f_min": float(exc["f_min"]), "f_max": float(exc["f_max"]), "n_lines": int(exc["n_lines"]),
             "grid": str(exc.get("grid", "lin")), "seed": int(exc.get("seed", 0)),
             "crest_factor": float(ms.crest_factor), "peak_torque": float(np.abs(torque).max())}
+    if export_dir:
+        out = Path(str(export_dir))
+        out.mkdir(parents=True, exist_ok=True)
+        peak = amplitude * torque_limit  # the unit-peak signal scaled like `torque`
+        info["files"] = [str(export_trajectory(ms, out / f"{role}.csv", peak=peak)),
+                         str(plot_multisine(ms, out / f"{role}.png", peak=peak))]
     return dt, torque, info
 
 

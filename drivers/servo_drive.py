@@ -128,6 +128,41 @@ def _cert_uri(cert_path: str | Path) -> str | None:
     return uris[0] if uris else None
 
 
+#: Node keys of :meth:`ServoDrive.subscribe_live` (default set).
+LIVE_KEYS = ("actual_speed", "actual_torque", "torque_setpoint", "state", "enabled", "fault_code", "status")
+
+
+class _LiveHandler:
+    """asyncua data-change handler mapping node ids back to node keys."""
+
+    def __init__(self, ids: dict[str, str], callback):
+        self._ids = ids
+        self._callback = callback
+
+    def datachange_notification(self, node, val, data) -> None:
+        key = self._ids.get(node.nodeid.to_string())
+        if key is not None:
+            try:
+                self._callback(key, val)
+            except Exception:  # a consumer error must not kill the subscription
+                log.exception("live-value callback failed for %s", key)
+
+
+class LiveSubscription:
+    """Handle of :meth:`ServoDrive.subscribe_live`."""
+
+    def __init__(self, sub):
+        self._sub = sub
+
+    async def close(self) -> None:
+        """Delete the subscription; never raises (the session may already be gone)."""
+        try:
+            async with asyncio.timeout(2.0):
+                await checked(self._sub.delete())
+        except Exception as exc:
+            log.debug("live subscription delete failed: %r", exc)
+
+
 class ServoDrive:
     """Async driver for one servo axis; use ``async with ServoDrive(cfg) as drive``."""
 
@@ -384,6 +419,29 @@ class ServoDrive:
                     await action()
             except Exception as exc:
                 log.warning("%s: safe_state %s failed: %r", self.name, action.__name__, exc)
+
+    async def subscribe_live(self, callback, interval: float = 0.1,
+                             keys: tuple[str, ...] = LIVE_KEYS) -> LiveSubscription:
+        """Live values by OPC UA subscription, throttled: at most one value per node and ``interval`` s.
+
+        The drive itself updates its live values at its ``live_rate``; the subscription publishes
+        every ``interval`` s with a queue of one, so a slow consumer only ever sees the newest
+        value. ``callback(key, value)`` runs in the event loop for every change (and once with the
+        current values). The subscription belongs to the current session: after a reconnect,
+        subscribe again. Close it with ``await sub.close()``.
+        """
+        if not interval > 0:
+            raise ValueError("interval must be > 0")
+        ids = {self._node(k).to_string(): k for k in keys}
+        period_ms = 1000.0 * float(interval)
+
+        async def make(c: Client) -> LiveSubscription:
+            sub = await c.create_subscription(period_ms, _LiveHandler(ids, callback))
+            await sub.subscribe_data_change([c.get_node(self._node(k)) for k in keys], queuesize=1,
+                                            sampling_interval=period_ms)
+            return LiveSubscription(sub)
+
+        return await self._request(make)
 
     async def device_identity(self) -> dict:
         """Model, serial number, firmware, url and limits (for the session record)."""

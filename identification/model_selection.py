@@ -283,6 +283,11 @@ class CandidateResult:
     def name(self) -> str:
         return self.structure.name
 
+    def __str__(self) -> str:
+        """Short label (progress bars print the candidate they were handed; the repr holds arrays)."""
+        return (f"{self.name}: valid {100 * self.valid_fit:.2f} %, "
+                f"{'accepted' if self.accepted else 'rejected'}")
+
     def to_dict(self) -> dict:
         return {
             "name": self.name,

@@ -40,6 +40,12 @@ def design_criterion(C: np.ndarray, kind: str) -> float:
 
 
 def _criterion_from_info(F: np.ndarray, kind: str, cond_max: float = 1e14) -> float:
+    """Psi(F^-1); inf when F is (numerically, condition > cond_max) singular.
+
+    Bounds of the branch-and-bound use cond_max=inf: a node's bound must never exceed the value of any of
+    its completions, and a completion with less information can be better conditioned than the sum of all
+    undecided sensors, so only an exactly singular information matrix may give an infinite bound.
+    """
     w = np.linalg.eigvalsh(0.5 * (F + F.T))
     if w[0] <= w[-1] / cond_max or w[-1] <= 0:
         return float("inf")
@@ -153,9 +159,13 @@ def select_sensors_bnb(
     order = np.argsort([-np.trace(Fk) for Fk in F])
     Fo = F[order]
     suffix = np.concatenate([np.cumsum(Fo[::-1], axis=0)[::-1], np.zeros((1, n_p, n_p))])
+
+    def bound_of(F_node: np.ndarray) -> float:
+        return _criterion_from_info(F_node, criterion, cond_max=np.inf)
+
     # node: (bound, tie-breaker, depth, number included, F of included, included positions)
     tie = itertools.count()
-    heap = [(_criterion_from_info(suffix[0], criterion), next(tie), 0, 0, np.zeros((n_p, n_p)), ())]
+    heap = [(bound_of(suffix[0]), next(tie), 0, 0, np.zeros((n_p, n_p)), ())]
     nodes = 0
     while heap and nodes < max_nodes:
         bound, _, depth, k_in, F_in, chosen = heapq.heappop(heap)
@@ -173,12 +183,12 @@ def select_sensors_bnb(
         if k_in + 1 == m:
             b = _criterion_from_info(F_inc, criterion)
         else:
-            b = _criterion_from_info(F_inc + suffix[depth + 1], criterion)
+            b = bound_of(F_inc + suffix[depth + 1])
         if b < inc_val:
             heapq.heappush(heap, (b, next(tie), depth + 1, k_in + 1, F_inc, chosen + (depth,)))
         # branch: exclude sensor `depth` (needs enough sensors left)
         if k_in + (n_s - depth - 1) >= m:
-            b = _criterion_from_info(F_in + suffix[depth + 1], criterion)
+            b = bound_of(F_in + suffix[depth + 1])
             if b < inc_val:
                 heapq.heappush(heap, (b, next(tie), depth + 1, k_in, F_in, chosen))
     lower = min((h[0] for h in heap), default=inc_val)

@@ -6,7 +6,7 @@ from scipy.stats import chi2
 
 from identification.covariance import covariance_matrix
 from identification.ellipsoid import alpha_min, confidence_ellipsoid
-from identification.least_squares import fit_state_model
+from identification.least_squares import fit_residuals, fit_state_model
 from identification.press_models import PressLinkageModel
 
 P_TRUE = np.array([2.0e8, 1.5e8])
@@ -29,6 +29,29 @@ def test_covariance_matches_monte_carlo():
     print(f"empirical/analytic trace ratio = {ratio:.4f}")
     assert abs(ratio - 1) < 0.10
     assert abs(np.mean(est[:, 1]) - P_TRUE[1]) < 4 * np.sqrt(emp[1, 1] / n_rep)
+
+
+def test_covariance_with_second_order_term_is_the_estimator_sensitivity():
+    """Eq. 10 is C = G G^T with G = dp/dz the sensitivity of the estimate to the (unit-sigma) data.
+
+    G by finite differences of re-fits on the BOD data (sizeable residuals, curved model): the covariance
+    with S matches it; the Gauss-Newton covariance (S dropped) does not.
+    """
+    x = np.array([1, 2, 3, 4, 5, 7.0])
+    y = np.array([8.3, 10.3, 19.0, 16.0, 15.6, 19.8])
+
+    def fit(data):
+        return fit_residuals(lambda t: data - t[0] * (1 - np.exp(-t[1] * x)), [19.0, 0.5])
+
+    ref = fit(y)
+    h = 1e-4
+    G = np.stack([(fit(y + h * e).p - fit(y - h * e).p) / (2 * h) for e in np.eye(y.size)], axis=1)
+    C_fd = G @ G.T
+    rel = lambda C: np.abs(C - C_fd).max() / np.abs(C_fd).max()  # noqa: E731
+    print(f"relative deviation from dp/dz: with S {rel(ref.covariance):.2e}, Gauss-Newton "
+          f"{rel(ref.covariance_gn):.2e}")
+    assert rel(ref.covariance) < 5e-4
+    assert rel(ref.covariance_gn) > 0.01
 
 
 def test_covariance_formula_reduces_to_gauss_newton():

@@ -87,6 +87,32 @@ async def test_upload_start_trace(drive, rig):
     assert ident["model"] and ident["torque_limit"] == 20.0
 
 
+async def test_live_values_by_throttled_subscription(drive):
+    seen: dict[str, list] = {}
+    sub = await drive.subscribe_live(lambda key, value: seen.setdefault(key, []).append(value), interval=0.05)
+    try:
+        # 3 s of drive time = 30000 cycles, played out in 0.3 s (time_scale 10) with live values at 40 Hz
+        await drive.load_trajectory(1e-2, 2.0 * np.sin(2 * np.pi * np.arange(300) * 1e-2))
+        await drive.enable()
+        await drive.start()
+        await drive.wait_done(timeout=10)
+        for _ in range(250):
+            if seen.get("state", [None])[-1] == "Done":
+                break
+            await asyncio.sleep(0.02)
+        tr = await drive.read_trace()
+    finally:
+        await sub.close()
+    assert seen["state"][-1] == "Done" and "Running" in seen["state"]
+    assert tr["speed"].size == 30000
+    speeds = seen["actual_speed"]
+    # throttled: a handful of notifications for 30000 drive cycles (<= 13 live updates + initial + final)
+    assert 2 <= len(speeds) <= 16
+    # each live value after the initial one is a sample of the recorded trace
+    assert all(np.any(tr["speed"] == v) for v in speeds[1:])
+    assert np.max(np.abs(speeds[1:])) > 0.5
+
+
 async def test_coarse_sample_time_is_held_at_the_drive_cycle(drive):
     u = np.repeat([0.0, 2.0, -2.0, 0.0], 50)  # 200 samples at 1 ms
     await drive.load_trajectory(1e-3, u)
@@ -163,8 +189,13 @@ async def test_drive_disables_itself_when_the_client_is_lost(rig, drive):
     await drive.load_trajectory(1e-2, np.full(1000, 1.0))
     await drive.enable()
     await drive.start()
-    await asyncio.sleep(0.1)
-    assert (await drive.status())["state"] == "Running"
+    # wait until the drive plays the trajectory out (the simulation before it can take a while on
+    # a loaded machine; a client lost then leaves no trace at all)
+    for _ in range(200):
+        if rig.drive._values["Progress"] > 0:
+            break
+        await asyncio.sleep(0.02)
+    assert (await drive.status())["state"] == "Running" and rig.drive._values["Progress"] > 0
     # the client dies: heartbeat stops and the socket goes away without closing the session
     drive._hb_task.cancel()
     drive._client.disconnect_socket()

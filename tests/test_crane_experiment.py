@@ -18,10 +18,11 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 @pytest.fixture(scope="module")
-def config():
+def config(tmp_path_factory):
     cfg = load_config("configs/crane-sim.toml")
     cfg["simulator"]["drive"].update(time_scale=20.0, watchdog_timeout=1.0)
     cfg["excitation"]["max_iter"] = 10
+    cfg["excitation"]["export_dir"] = str(tmp_path_factory.mktemp("excitation"))
     return cfg
 
 
@@ -54,6 +55,17 @@ async def test_complete_run_records_training_and_validation(config, rig, tmp_pat
         assert np.abs(torque).max() == pytest.approx(0.5 * 20.0, rel=1e-9)
         assert np.std(speed) > 50 * rig.truth.speed_noise
     assert not np.allclose(arrays["training"][1], arrays["validation"][1])
+    # each multisine was also exported as a trajectory file and a plot, matching what was run
+    for e in starts:
+        csv, png = e.body["files"]
+        assert csv.endswith(f"{e.body['role']}.csv") and png.endswith(f"{e.body['role']}.png")
+        table = np.loadtxt(csv, delimiter=",", skiprows=1)
+        assert table.shape == (20000, 2)
+        np.testing.assert_allclose(table[:, 1], arrays[e.body["role"]][1], rtol=1e-8, atol=1e-7)
+        peak = np.abs(table[:, 1]).max()
+        assert e.body["crest_factor"] == pytest.approx(peak / np.sqrt(np.mean(table[:, 1] ** 2)), rel=1e-6)
+        with open(png, "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
     # the recorded applied torque is the command delayed by the plant's dead time
     lag = round(rig.truth.dead_time / 1e-4)
     n = 20000

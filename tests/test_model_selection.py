@@ -48,6 +48,9 @@ def test_selection_on_subset_with_plots_and_json(tmp_path):
                        profile_points=5, progress=lambda i, n, r: seen.append((i, n, r.name)))
     assert res.chosen_name == "2m+visc+dt"
     assert len(seen) == len(cands) and seen[-1][:2] == (5, 5)
+    # what `hil analyze` shows in its progress bar: one short line, not the arrays of the repr
+    label = str(res.chosen)
+    assert label.startswith("2m+visc+dt: valid ") and label.endswith("accepted") and len(label) < 60
     assert res.candidate("1m+visc+dt").valid_fit < res.candidate("2m+visc+dt").valid_fit - 0.1
     d = json.loads(json.dumps(res.to_dict()))
     assert d["chosen"] == "2m+visc+dt" and len(d["candidates"]) == 5

@@ -72,6 +72,9 @@ def test_random_splits_join_the_family():
     z, q, qd = _data(1, SIG)
     res = analyze_press(z, q, qd, SIG, n_random_splits=4, seed=3)
     assert res.models["M3"].test.n_tests == 8
+    tests = res.models["M3"].test.tests
+    assert [t.name for t in tests][4:] == [f"random {i}" for i in range(1, 5)]
+    assert all(t.level == pytest.approx(0.05 / 8) for t in tests)  # one Bonferroni family of 8
     assert res.models["M1"].test.reject and not res.models["M3"].test.reject
 
 
