@@ -210,7 +210,8 @@ class PressExperiment:
         if not r.reached:
             self.not_reached += 1
         await self.event(kind, series=i, index=j, q_desired=r.q_desired, q_actual=r.q_actual,
-                         residual=r.residual, iterations=r.iterations, command=r.command)
+                         residual=r.residual, iterations=r.iterations, command=r.command,
+                         reversals=r.reversals)
         if self.on_progress:
             self.on_progress({"series": i, "index": j, "q_desired": r.q_desired, "residual": r.residual,
                               "reached": r.reached})

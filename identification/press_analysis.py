@@ -46,10 +46,17 @@ class ModelReport:
     friction: dict
     fit_all: FitResult  # all test-series setpoints 2..n-1 with the chosen sensors
     test: UncertaintyTestResult
+    friction_cov: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))  # of the trained coefficients
+
+    @property
+    def friction_model_size(self) -> int:
+        """Number of friction coefficients trained on the training series."""
+        return int(self.friction_cov.shape[0])
 
     def to_dict(self) -> dict:
         return {
             "name": self.name, "description": self.description, "friction": self.friction,
+            "friction_covariance": self.friction_cov.tolist(),
             "p": self.fit_all.p.tolist(), "covariance": self.fit_all.covariance.tolist(),
             "std_errors": self.fit_all.std_errors.tolist(), "s2": self.fit_all.s2,
             "reject": self.test.reject, "tests": self.test.to_dict()["tests"],
@@ -146,6 +153,22 @@ def _covariance_for_sensors(model, p, q_eff, z, sigmas, omega) -> np.ndarray:
     return C
 
 
+def _coefficient_sensitivity(model, fit: FitResult, q_eff: np.ndarray, X: np.ndarray, sigmas: np.ndarray,
+                             omega: np.ndarray) -> np.ndarray:
+    """dp/dc of a fit whose inputs are q_eff = q - X c (c: the friction model's coefficients).
+
+    From the optimality condition J^T r = 0: dp/dc = -H^-1 J^T dr/dc with dr/dc = (dh/dq) X / sigma;
+    dh/dq by a central difference of the model over 1 N.
+    """
+    om = np.asarray(omega, bool)
+    if X.shape[-1] == 0:
+        return np.zeros((fit.p.size, 0))
+    dq = 1.0
+    dhdq = (model.predict(fit.p, q_eff + dq) - model.predict(fit.p, q_eff - dq)) / (2 * dq)
+    dr_dc = ((dhdq[:, om] / sigmas[om])[:, :, None] * X[:, None, :]).reshape(-1, X.shape[-1])
+    return -np.linalg.solve(fit.H, fit.J.T @ dr_dc)
+
+
 def analyze_press(
     z: np.ndarray,
     q: np.ndarray,
@@ -208,13 +231,17 @@ def analyze_press(
             return fit_state_model(model, z[ts][:, idx].reshape(-1, 3), q_eff[ts][:, idx].ravel(), sig, p0,
                                    omega=omega, second_order=second_order, bounds=(0.0, np.inf))
 
-        def fit_pc(idx: np.ndarray, fit_idx=fit_idx) -> tuple[np.ndarray, np.ndarray]:
-            f = fit_idx(idx)
-            return f.p, f.covariance
+        X = fr.features(q)  # friction = X @ coefficients, at every recorded force
 
-        test = run_uncertainty_test(fit_pc, splits, tol, compare)
+        def fit_pc(idx: np.ndarray, fit_idx=fit_idx, q_eff=q_eff, X=X):
+            f = fit_idx(idx)
+            G = _coefficient_sensitivity(model, f, q_eff[ts][:, idx].ravel(),
+                                         X[ts][:, idx].reshape(len(ts) * len(idx), X.shape[-1]), sig, omega)
+            return f.p, f.covariance, G
+
+        test = run_uncertainty_test(fit_pc, splits, tol, compare, nuisance_cov=fr.covariance)
         reports[name] = ModelReport(name=name, description=fr.description, friction=fr.to_dict(),
-                                    fit_all=fit_idx(inner), test=test)
+                                    fit_all=fit_idx(inner), test=test, friction_cov=np.asarray(fr.covariance))
         fitted = reports[name].fit_all.p
         curves[name] = model.predict(fitted, q_eff.ravel()).reshape(n_series, n_q, -1)
     return PressAnalysisResult(normality=normality, selection=selection, models=reports,

@@ -194,8 +194,12 @@ class PressLinkageModel:
         sigmas: np.ndarray,
         omega: np.ndarray | None = None,
         iters: int = 8,
-    ) -> np.ndarray:
-        """Force q (N,) whose model output best matches z (N, 3), weights omega/sigma^2 (inverse model)."""
+        return_variance: bool = False,
+    ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """Force q (N,) whose model output best matches z (N, 3), weights omega/sigma^2 (inverse model).
+
+        ``return_variance``: also the variance of each q from sensor noise, 1 / sum_k (dh_k/dq / sigma_k)^2.
+        """
         z = np.asarray(z, dtype=float)
         w = (np.ones(3) if omega is None else np.asarray(omega, float)) / np.asarray(sigmas, float) ** 2
         K = self.K(p)
@@ -207,8 +211,9 @@ class PressLinkageModel:
             dq_dy = np.linalg.solve(K[None] + Jb, np.broadcast_to(self.b, y.shape)[:, :, None])[:, :, 0]
             g = dq_dy @ self.Hobs.T  # dh/dq (N, 3)
             r = z - self.observe(y, p, None)
-            q = q + np.einsum("ns,s,ns->n", g, w, r) / np.einsum("ns,s,ns->n", g, w, g)
-        return q
+            info = np.einsum("ns,s,ns->n", g, w, g)
+            q = q + np.einsum("ns,s,ns->n", g, w, r) / info
+        return (q, 1.0 / info) if return_variance else q
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -241,18 +246,28 @@ def force_history_features(q_hist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return s.reshape(shape), travel.reshape(shape)
 
 
-def _fit_with_nuisance(X: np.ndarray, q: np.ndarray, y: np.ndarray, ridge: float = 1e-9) -> np.ndarray:
-    """Least squares y ~ X c + b q; returns c only.
+def _fit_with_nuisance(X: np.ndarray, q: np.ndarray, y: np.ndarray, ridge: float = 1e-9,
+                       y_var: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Least squares y ~ X c + b q; returns c and its covariance.
 
     Friction inferred through the inverse model carries a term proportional to the force wherever the
     first-step stiffness (fitted without friction) is slightly off; the nuisance column b q absorbs it so
-    it does not leak into the friction coefficients (it is a stiffness error, not friction).
+    it does not leak into the friction coefficients (it is a stiffness error, not friction). The covariance
+    propagates the noise of y (variances ``y_var``; else the residual variance, which also counts misfit)
+    and says how well the training series pin c down: the uncertainty test carries it into its decisions.
     """
     A = np.column_stack([X, q])
     scale = np.linalg.norm(A, axis=0) + 1e-300
     As = A / scale
-    coef = np.linalg.solve(As.T @ As + ridge * np.eye(As.shape[1]), As.T @ y) / scale
-    return coef[:-1]
+    M = np.linalg.inv(As.T @ As + ridge * np.eye(As.shape[1]))
+    coef = (M @ As.T @ y) / scale
+    if y_var is None:
+        e = y - A @ coef
+        cov_s = float(e @ e) / max(y.size - A.shape[1], 1) * M
+    else:
+        cov_s = M @ (As.T * np.asarray(y_var, float)) @ As @ M
+    cov = cov_s / np.outer(scale, scale)
+    return coef[:-1], cov[:-1, :-1]
 
 
 class NoFriction:
@@ -261,8 +276,15 @@ class NoFriction:
     name = "M1"
     description = "no friction"
 
-    def fit(self, q_hist: np.ndarray, q_fric: np.ndarray, mask: np.ndarray | None = None) -> NoFriction:
+    covariance = np.zeros((0, 0))
+
+    def fit(self, q_hist: np.ndarray, q_fric: np.ndarray, mask: np.ndarray | None = None,
+            q_fric_var: np.ndarray | None = None) -> NoFriction:
         return self
+
+    def features(self, q_hist: np.ndarray) -> np.ndarray:
+        """No coefficients: friction = features @ coef with an empty coefficient vector."""
+        return np.zeros(np.shape(q_hist) + (0,))
 
     def friction(self, q_hist: np.ndarray) -> np.ndarray:
         return np.zeros_like(np.asarray(q_hist, dtype=float))
@@ -279,11 +301,20 @@ class CoulombFriction:
 
     def __init__(self, q_c: float = 0.0) -> None:
         self.q_c = float(q_c)
+        self.covariance = np.zeros((1, 1))
 
-    def fit(self, q_hist: np.ndarray, q_fric: np.ndarray, mask: np.ndarray | None = None) -> CoulombFriction:
+    def features(self, q_hist: np.ndarray) -> np.ndarray:
+        """Friction = features @ [q_c]: the direction of loading."""
         s, _ = force_history_features(q_hist)
-        m = np.ones(s.shape, bool) if mask is None else mask
-        coef = _fit_with_nuisance(s[m][:, None], np.asarray(q_hist)[m], np.asarray(q_fric)[m])
+        return s[..., None]
+
+    def fit(self, q_hist: np.ndarray, q_fric: np.ndarray, mask: np.ndarray | None = None,
+            q_fric_var: np.ndarray | None = None) -> CoulombFriction:
+        X = self.features(q_hist)
+        m = np.ones(X.shape[:-1], bool) if mask is None else mask
+        var = None if q_fric_var is None else np.asarray(q_fric_var)[m]
+        coef, self.covariance = _fit_with_nuisance(X[m], np.asarray(q_hist)[m], np.asarray(q_fric)[m],
+                                                   y_var=var)
         self.q_c = float(coef[0])
         return self
 
@@ -296,34 +327,53 @@ class CoulombFriction:
 
 
 class MemoryFriction:
-    """M3: q_fric = s * (c_0 + sum_j c_j arctan(travel / w_j)), linear least squares in c."""
+    """M3: q_fric = s * (1 + q_P / q_ref) * (c_0 + sum_j c_j arctan(travel / w_j)), coefficients per term.
+
+    The inputs are those of the paper's memory model: the current force q_P(t_i), the direction from
+    q_P(t_i-1), and the travel from the running extremum of the branch. The force-proportional terms
+    (``load_dependent``) let the friction amplitude follow the guide's normal force, which grows with
+    the process force; the model stays linear in its coefficients (least squares).
+    """
 
     name = "M3"
     description = "rate-independent memory friction (arctan units)"
 
     def __init__(
-        self, widths: tuple[float, ...] = (250.0, 600.0, 1200.0, 2500.0, 5000.0), ridge: float = 1e-9
+        self, widths: tuple[float, ...] = (250.0, 600.0, 1200.0, 2500.0, 5000.0), ridge: float = 1e-9,
+        load_dependent: bool = True, q_ref: float = 1.0e4,
     ) -> None:
         self.widths = np.asarray(widths, dtype=float)
-        self.coef = np.zeros(self.widths.size + 1)
+        self.load_dependent = load_dependent
+        self.q_ref = float(q_ref)
+        self.coef = np.zeros((self.widths.size + 1) * (2 if load_dependent else 1))
+        self.covariance = np.zeros((self.coef.size, self.coef.size))
         self.ridge = ridge
 
-    def _features(self, q_hist: np.ndarray) -> np.ndarray:
+    def features(self, q_hist: np.ndarray) -> np.ndarray:
+        """Friction = features @ coef: direction times (1, arctan units of the travel)."""
         s, travel = force_history_features(q_hist)
         units = np.arctan(travel[..., None] / self.widths)
-        return s[..., None] * np.concatenate([np.ones(s.shape + (1,)), units], axis=-1)
+        base = s[..., None] * np.concatenate([np.ones(s.shape + (1,)), units], axis=-1)
+        if not self.load_dependent:
+            return base
+        load = np.asarray(q_hist, dtype=float)[..., None] / self.q_ref
+        return np.concatenate([base, base * load], axis=-1)
 
-    def fit(self, q_hist: np.ndarray, q_fric: np.ndarray, mask: np.ndarray | None = None) -> MemoryFriction:
-        X = self._features(q_hist)
+    def fit(self, q_hist: np.ndarray, q_fric: np.ndarray, mask: np.ndarray | None = None,
+            q_fric_var: np.ndarray | None = None) -> MemoryFriction:
+        X = self.features(q_hist)
         m = np.ones(X.shape[:-1], bool) if mask is None else mask
-        self.coef = _fit_with_nuisance(X[m], np.asarray(q_hist)[m], np.asarray(q_fric)[m], self.ridge)
+        var = None if q_fric_var is None else np.asarray(q_fric_var)[m]
+        self.coef, self.covariance = _fit_with_nuisance(X[m], np.asarray(q_hist)[m], np.asarray(q_fric)[m],
+                                                        self.ridge, y_var=var)
         return self
 
     def friction(self, q_hist: np.ndarray) -> np.ndarray:
-        return self._features(q_hist) @ self.coef
+        return self.features(q_hist) @ self.coef
 
     def to_dict(self) -> dict:
-        return {"model": self.name, "widths_N": self.widths.tolist(), "coef_N": self.coef.tolist()}
+        return {"model": self.name, "widths_N": self.widths.tolist(), "load_dependent": self.load_dependent,
+                "q_ref_N": self.q_ref, "coef_N": self.coef.tolist()}
 
 
 FRICTION_MODELS = {"M1": NoFriction, "M2": CoulombFriction, "M3": MemoryFriction}
@@ -377,9 +427,11 @@ def train_friction_models(
                               bounds=(0.0, np.inf))
         p = fit.p
         p_m1 = p if p_m1 is None else p_m1
-        q_inv = model.inverse_force(p, zt, sigmas, omega).reshape(len(tr), -1)
+        q_inv, q_var = model.inverse_force(p, zt, sigmas, omega, return_variance=True)
         q_fric = np.zeros(q_hist.shape)
-        q_fric[tr] = q_hist[tr] - q_inv
-        fr = {name: cls().fit(q_hist, q_fric, mask) for name, cls in FRICTION_MODELS.items()}
+        q_fric[tr] = q_hist[tr] - q_inv.reshape(len(tr), -1)
+        q_fric_var = np.zeros(q_hist.shape)
+        q_fric_var[tr] = q_var.reshape(len(tr), -1)
+        fr = {name: cls().fit(q_hist, q_fric, mask, q_fric_var) for name, cls in FRICTION_MODELS.items()}
         q_eff = q_hist - fr["M3"].friction(q_hist)
     return TrainedPressModels(structure=model, friction=fr, p_train_m1=p_m1, q_fric_train=q_fric)

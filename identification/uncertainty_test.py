@@ -97,11 +97,13 @@ class SplitTest:
     C_cal: np.ndarray
     p_val: np.ndarray
     C_val: np.ndarray
+    C_training: np.ndarray | None = None  # covariance of p_val - p_cal from trained model coefficients
 
     def to_dict(self) -> dict:
+        extra = {} if self.C_training is None else {"C_training": self.C_training.tolist()}
         return {"name": self.name, "alpha_min": self.alpha_min, "level": self.level, "reject": self.reject,
                 "p_cal": self.p_cal.tolist(), "C_cal": self.C_cal.tolist(), "p_val": self.p_val.tolist(),
-                "C_val": self.C_val.tolist()}
+                "C_val": self.C_val.tolist(), **extra}
 
 
 @dataclass
@@ -122,10 +124,11 @@ class UncertaintyTestResult:
 
 
 def run_uncertainty_test(
-    fit_subset: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+    fit_subset: Callable[[np.ndarray], tuple],
     splits: dict[str, tuple[np.ndarray, np.ndarray]],
     tol: float = 0.05,
     compare: str = "difference",
+    nuisance_cov: np.ndarray | None = None,
 ) -> UncertaintyTestResult:
     """Algorithm 1 from line 06: for each split fit calibration and validation sets, compare by alpha_min.
 
@@ -134,6 +137,11 @@ def run_uncertainty_test(
     ``compare="difference"`` uses C_cal + C_val (both estimates are noisy and independent; nominal error
     rate), ``compare="calibration"`` uses C_cal alone as in the paper (anti-conservative: about twice the
     chi-square statistic under a correct model).
+
+    Models with coefficients trained on other data (the friction models) carry that training error into
+    both estimates alike. Give its covariance as ``nuisance_cov`` and let ``fit_subset`` return
+    (p, C, G) with G = dp/dc: the comparison then adds (G_val - G_cal) nuisance_cov (G_val - G_cal)^T,
+    the part of the training error that moves the two estimates apart.
     """
     if compare not in ("difference", "calibration"):
         raise ValueError("compare must be 'difference' or 'calibration'")
@@ -141,13 +149,17 @@ def run_uncertainty_test(
     level = tol / n_tests
     res = UncertaintyTestResult(tol=tol, n_tests=n_tests, compare=compare)
     for name, (cal, val) in splits.items():
-        p_c, C_c = fit_subset(np.asarray(cal))
-        p_v, C_v = fit_subset(np.asarray(val))
+        p_c, C_c, *g_c = fit_subset(np.asarray(cal))
+        p_v, C_v, *g_v = fit_subset(np.asarray(val))
+        C_train = np.zeros_like(np.asarray(C_c, float))
+        if nuisance_cov is not None and g_c and g_v and np.size(nuisance_cov):
+            dG = np.asarray(g_v[0]) - np.asarray(g_c[0])
+            C_train = dG @ np.asarray(nuisance_cov) @ dG.T
         try:
-            a = _alpha_min(p_c, C_c, p_v, C_v if compare == "difference" else None)
+            a = _alpha_min(p_c, np.asarray(C_c) + C_train, p_v, C_v if compare == "difference" else None)
         except np.linalg.LinAlgError:
             a = float("nan")
         res.tests.append(SplitTest(name=name, alpha_min=a, level=level, reject=bool(a < level),
                                    p_cal=np.asarray(p_c), C_cal=np.asarray(C_c), p_val=np.asarray(p_v),
-                                   C_val=np.asarray(C_v)))
+                                   C_val=np.asarray(C_v), C_training=C_train))
     return res

@@ -51,7 +51,7 @@ async def test_correction_reaches_tolerance_on_a_source_with_gain_error():
             corrector = SetpointCorrector(sub, command, settings)
             await source.enable()
             try:
-                results = [await corrector.reach(q) for q in (5000.0, 10000.0)]
+                results = [await corrector.reach(q) for q in (5000.0, 10000.0, 7000.0)]
             finally:
                 task.cancel()
                 await source.safe_state()
@@ -59,6 +59,7 @@ async def test_correction_reaches_tolerance_on_a_source_with_gain_error():
         pub.close()
     for r in results:
         assert r.reached, r
+        assert r.reversals == 0, r  # monotone approach: up to 5 and 10 kN, down to 7 kN, never back
         assert abs(r.q_actual - r.q_desired) <= 40.0
         # the command had to differ from the desired force to compensate the source's gain error
         assert abs(r.command - r.q_desired) > 0.5 * abs(1 / gain - 1) * r.q_desired

@@ -62,3 +62,28 @@ def test_friction_models_trained_through_inverse_model():
     err2 = np.abs(m2.friction(q)[4:, inner] - f_true[4:, inner]).max()
     print(f"max friction error on test series: M3 {err3:.1f} N, M2 {err2:.1f} N")
     assert err3 < 0.03 * t.friction_max and err2 > 0.5 * t.friction_max
+
+
+def test_friction_coefficient_covariance_matches_monte_carlo():
+    """The coefficient covariance that the uncertainty test propagates agrees with the spread of re-fits."""
+    from identification.press_models import _fit_with_nuisance
+
+    rng = np.random.default_rng(7)
+    q = np.tile(staircase_forces(), 4)
+    m3 = MemoryFriction()
+    X = m3.features(q)
+    c_true = rng.normal(0, 300, X.shape[1])
+    var = (5.0 + 10.0 * rng.random(q.size)) ** 2  # per-point noise of the inverse-model friction, N^2
+    fits = []
+    for _ in range(400):
+        y = X @ c_true + 0.01 * q + rng.standard_normal(q.size) * np.sqrt(var)
+        c, cov = _fit_with_nuisance(X, q, y, y_var=var)
+        fits.append(c)
+    emp = np.cov(np.array(fits).T)
+    assert np.trace(cov) == pytest.approx(np.trace(emp), rel=0.15)
+    # what the test uses: the friction predicted from the coefficients (the basis is collinear, so single
+    # coefficients are loose while the predicted friction is tight)
+    pred_var = np.einsum("ij,jk,ik->i", X, cov, X)
+    pred_emp = np.var(np.array(fits) @ X.T, axis=0, ddof=1)
+    assert np.median(pred_emp / pred_var) == pytest.approx(1.0, abs=0.15)
+    assert np.sqrt(pred_var).max() < 20.0  # N: far tighter than the single coefficients

@@ -80,3 +80,18 @@ def test_simulate_staircase_shapes_and_noise():
     z0 = simulate_staircase(PressTruth(), q, np.zeros(3), rng)
     assert z.shape == (6, 29, 3)
     np.testing.assert_allclose((z - z0).std(axis=(0, 1)), sig, rtol=0.15)
+
+
+def test_guide_friction_grows_with_the_process_force():
+    """The saturated friction is friction_max + friction_load_slope * |q_P| (guide normal force)."""
+    t = PressTruth(friction_load_slope=0.03)
+    plant = PressLinkage(t)
+    for q in np.linspace(0.0, 40000.0, 400):  # a long monotone load saturates every stop operator
+        plant.respond(q)
+    assert plant.last_friction == pytest.approx(t.friction_max + 0.03 * 40000.0, rel=1e-9)
+    flat = PressLinkage(PressTruth(friction_load_slope=0.0))
+    for q in np.linspace(0.0, 40000.0, 400):
+        flat.respond(q)
+    assert flat.last_friction == pytest.approx(t.friction_max, rel=1e-9)
+    with pytest.raises(ValueError):
+        PressTruth.from_config({"friction_load_slope": -0.01})

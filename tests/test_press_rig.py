@@ -54,7 +54,7 @@ def test_config_has_the_tables_the_rig_and_drivers_need():
     assert set(cfg["devices"]["sensors"]) == set(SENSOR_NAMES)
     sigmas = [cfg["devices"]["sensors"][n]["sigma"] for n in SENSOR_NAMES]
     assert sigmas == [1.518e-5, 4.895e-6, 3.904e-6]
-    assert cfg["plan"]["n_steps_up"] == 14 and cfg["plan"]["n_series"] == 6
+    assert cfg["plan"]["n_steps_up"] == 14 and cfg["plan"]["n_series"] == 10
     real = tomllib.loads((CONFIG.parent / "press.toml").read_text())
     assert real["rig"]["simulated"] is False
     fs_keys = cfg["devices"]["force_source"]["registers"].keys()

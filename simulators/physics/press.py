@@ -18,7 +18,9 @@ the sensor that separates k5 from k7; B0 is nearly redundant with D.
 
 Friction at the pressure-bar guide is a Prandtl-Ishlinskii superposition of stop operators driven by the
 process force (a Preisach model with a smooth density concentrated near the diagonal): continuous,
-rate-independent, with memory, and saturating at ``friction_max``. The force that reaches the linkage is
+rate-independent, with memory, and saturating at ``friction_max``. The guide's normal force grows with the
+process force (bar 5 is inclined, so a vertical load pushes D sideways into the guide): the saturated
+friction is ``friction_max + friction_load_slope * |q_P|``. The force that reaches the linkage is
 ``q = q_P - q_fric``; friction resists the current direction of loading.
 
 State: 10 displacements ``[D, F5, F, G7, A]`` x (x, y) in metres, where F5 is bar 5's end at joint F and
@@ -53,7 +55,9 @@ class PressTruth:
     ``k_guide`` = 5.0e8 N/m, ``k_joint`` = 1.2e9 N/m, ``joint_beta`` = 2.0e8 1/m^2 (bearing hardening),
     ``b0_ratio`` = 0.2 (feeler lever ratio), ``friction_max`` = 1000.0 N (saturated friction force),
     ``friction_scale`` = 1500.0 N (median stop-operator threshold), ``friction_spread`` = 0.7 (log-normal
-    width of the threshold density), ``friction_n`` = 40 (number of stop operators), ``q_max`` = 20000.0 N.
+    width of the threshold density), ``friction_n`` = 40 (number of stop operators),
+    ``friction_load_slope`` = 0.02 (extra saturated friction per newton of process force),
+    ``q_max`` = 20000.0 N.
     """
 
     k5: float = 2.0e8
@@ -67,6 +71,7 @@ class PressTruth:
     friction_scale: float = 1500.0
     friction_spread: float = 0.7
     friction_n: int = 40
+    friction_load_slope: float = 0.02
     q_max: float = 20000.0
 
     @classmethod
@@ -81,8 +86,10 @@ class PressTruth:
         for k in ("k5", "k7", "k_lever", "k_guide", "k_joint", "friction_scale", "q_max"):
             if not getattr(truth, k) > 0:
                 raise ValueError(f"PressTruth.{k} must be > 0")
-        if truth.friction_max < 0 or truth.joint_beta < 0 or truth.friction_n < 1:
-            raise ValueError("PressTruth: friction_max, joint_beta must be >= 0 and friction_n >= 1")
+        negative = min(truth.friction_max, truth.joint_beta, truth.friction_load_slope) < 0
+        if negative or truth.friction_n < 1:
+            raise ValueError("PressTruth: friction_max, friction_load_slope, joint_beta must be >= 0 and "
+                             "friction_n >= 1")
         return truth
 
     def to_dict(self) -> dict:
@@ -106,10 +113,13 @@ class StopOperatorFriction:
 
     Each operator i follows force increments and is clipped to [-r_i, r_i]; the friction force is
     sum_i w_i * s_i. Thresholds r_i are log-spaced, weights follow a log-normal density so that the
-    output rises smoothly after every reversal and saturates at ``friction_max``.
+    output rises smoothly after every reversal and saturates at ``friction_max``. With ``load_slope`` > 0
+    the whole output is scaled by the guide's normal force, (fmax + load_slope * |q_P|) / fmax.
     """
 
-    def __init__(self, fmax: float, scale: float, spread: float, n: int) -> None:
+    def __init__(self, fmax: float, scale: float, spread: float, n: int, load_slope: float = 0.0) -> None:
+        self.fmax = fmax
+        self.load_slope = load_slope
         lo, hi = scale * np.exp(-3.0 * spread), scale * np.exp(3.0 * spread)
         self.r = np.geomspace(lo, hi, n)
         dens = np.exp(-0.5 * (np.log(self.r / scale) / spread) ** 2)
@@ -125,7 +135,9 @@ class StopOperatorFriction:
     def step(self, q_p: float) -> float:
         self.s = np.clip(self.s + (q_p - self.q_prev), -self.r, self.r)
         self.q_prev = q_p
-        return float(self.w @ self.s)
+        if self.fmax <= 0:
+            return 0.0
+        return float(self.w @ self.s) * (1.0 + self.load_slope * abs(q_p) / self.fmax)
 
 
 class PressLinkage:
@@ -137,7 +149,7 @@ class PressLinkage:
         self.truth = truth or PressTruth()
         t = self.truth
         self.friction = StopOperatorFriction(
-            t.friction_max, t.friction_scale, t.friction_spread, t.friction_n
+            t.friction_max, t.friction_scale, t.friction_spread, t.friction_n, t.friction_load_slope
         )
         self._K = self._linear_stiffness()
         # Bearings: (node_i, node_j or None for ground)
