@@ -65,8 +65,12 @@ def _analyze_crane(store: SessionStore, info, plots_dir, progress):
     missing = {"training", "validation"} - set(runs)
     if missing:
         raise AnalysisError(f"session {info.id}: no {' and no '.join(sorted(missing))} run recorded")
-    result = analyze_crane(runs["training"], runs["validation"], info.config.get("model_selection", {}),
-                           progress=progress)
+    section = info.config.get("model_selection", {})
+    if progress is not None:  # show the bar at once: the first candidates take a while
+        from identification.crane_analysis import selection_options
+
+        progress(0, len(selection_options(section)["candidates"]), "fitting candidate models")
+    result = analyze_crane(runs["training"], runs["validation"], section, progress=progress)
     if plots_dir is not None:
         from identification import drive_plots
 
