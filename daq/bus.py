@@ -32,6 +32,10 @@ DEFAULT_ENDPOINT = "tcp://127.0.0.1:0"
 ZERO_COPY_THRESHOLD = 64 * 1024
 #: Messages handled in a row before a hot loop yields to the event loop.
 _YIELD_EVERY = 64
+#: Plain-int flags: pyzmq's enum flags cost an Enum operation per part on the hot path.
+_NOBLOCK = int(zmq.NOBLOCK)
+_NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
+_POLLIN = int(zmq.POLLIN)
 
 
 class BusTimeout(TimeoutError):
@@ -56,6 +60,11 @@ def _context(ctx: zmq.asyncio.Context | None) -> zmq.asyncio.Context:
 def _set_done(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+def _loop_time(loop: asyncio.AbstractEventLoop, deadline: float) -> float:
+    """A time.monotonic() deadline on the loop's clock."""
+    return loop.time() + (deadline - time.monotonic())
 
 
 class BusPublisher:
@@ -103,7 +112,7 @@ class BusPublisher:
         copy = len(parts[2]) < ZERO_COPY_THRESHOLD
         self._sent += 1
         try:
-            self._sync.send_multipart(parts, flags=zmq.NOBLOCK, copy=copy)
+            self._send_nowait(parts, copy)
         except zmq.Again:
             if not self.lossless:
                 return  # lossy: a full queue means "drop"
@@ -112,6 +121,14 @@ class BusPublisher:
             if self._sent % _YIELD_EVERY == 0:
                 await asyncio.sleep(0)
 
+    def _send_nowait(self, parts: list, copy: bool) -> None:
+        """Send part by part with int flags (cheaper than send_multipart). Only the first part can
+        raise zmq.Again: ZeroMQ checks the high-water mark per whole message."""
+        send = self._sync.send
+        for part in parts[:-1]:
+            send(part, _NOBLOCK_MORE)
+        send(parts[-1], _NOBLOCK, copy=copy)
+
     async def _send_blocked(self, parts: list, copy: bool) -> None:
         """Back-pressure: retry a refused send until it goes through (or send_timeout)."""
         start = time.monotonic()
@@ -119,8 +136,11 @@ class BusPublisher:
         while True:
             tries += 1
             await asyncio.sleep(0 if tries < 8 else 0.0005)
+            # A non-blocking send reads ZeroMQ's commands (e.g. "the subscriber's pipe has room
+            # again") at most every ~1 ms; reading ZMQ_EVENTS processes them now.
+            self._sync.get(zmq.EVENTS)
             try:
-                self._sync.send_multipart(parts, flags=zmq.NOBLOCK, copy=copy)
+                self._send_nowait(parts, copy)
                 break
             except zmq.Again:
                 if self.send_timeout is not None and time.monotonic() - start > self.send_timeout:
@@ -221,13 +241,22 @@ class BusSubscriber:
         self.stats = BusStats()
         self._next: dict[str, int] = {}
         self._logged: set[str] = set()
-        self._n = 0
+        self._n = 0  # messages taken off the socket
+        self._yielded = 0  # self._n at the last yield to the event loop
 
     async def recv(self, timeout: float | None = None) -> Message:
         """Next well-formed message; raises BusTimeout if none arrives within ``timeout`` s."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            parts = await self._recv_parts(deadline)
+            try:
+                parts = self._recv_nowait()
+            except zmq.Again:
+                await self._wait_readable(deadline)
+                continue
+            self._n += 1
+            if self._n - self._yielded >= _YIELD_EVERY:
+                self._yielded = self._n
+                await asyncio.sleep(0)
             msg = self._decode(parts)
             if msg is not None:
                 return msg
@@ -237,70 +266,58 @@ class BusSubscriber:
         msg = await self.recv(timeout)
         while True:
             try:
-                parts = self._sync.recv_multipart(zmq.NOBLOCK, copy=False)
+                parts = self._recv_nowait()
             except zmq.Again:
                 return msg
-            if len(parts) == 3:
-                parts = [parts[0].bytes, parts[1].bytes, parts[2].buffer]
+            self._n += 1
             newer = self._decode(parts)
             if newer is not None:
                 msg = newer
 
-    async def _recv_parts(self, deadline: float | None) -> list:
-        while True:
-            try:
-                parts = self._recv_nowait()
-            except zmq.Again:
-                pass
-            else:
-                self._n += 1
-                if self._n % _YIELD_EVERY == 0:
-                    await asyncio.sleep(0)
-                return parts
-            timeout = None if deadline is None else deadline - time.monotonic()
-            if timeout is not None and timeout <= 0 or not await self._wait_readable(timeout):
-                raise BusTimeout(f"no message from {self.endpoint} within the timeout")
-
     def _recv_nowait(self) -> list:
-        """One message without blocking (zmq.Again if none).
+        """One message as ``[topic, header, payload]`` without blocking (zmq.Again if none).
 
-        Small messages are copied into bytes (cheaper than zmq.Frame objects); a payload above the
-        zero-copy threshold stays a zero-copy buffer.
+        Receives zmq.Frames (their ``more`` flag spares a getsockopt per part); the payload is
+        handed on without a copy, read-only below the zero-copy threshold as bytes used to be.
         """
-        sock = self._sync
-        topic = sock.recv(zmq.NOBLOCK)
-        parts = [topic]
-        while sock.getsockopt(zmq.RCVMORE):
-            if len(parts) < 2:
-                parts.append(sock.recv())
-            else:
-                frame = sock.recv(copy=False)
-                parts.append(frame.bytes if len(frame) < ZERO_COPY_THRESHOLD else frame.buffer)
-        return parts
+        recv = self._sync.recv
+        frame = recv(_NOBLOCK, copy=False)
+        frames = [frame]
+        while frame.more:  # the rest of a multipart message is already there
+            frame = recv(_NOBLOCK, copy=False)
+            frames.append(frame)
+        if len(frames) != 3:
+            return [f.bytes for f in frames]  # malformed: decode counts it
+        payload = frame.buffer
+        if len(payload) < ZERO_COPY_THRESHOLD:
+            payload = payload.toreadonly()
+        return [frames[0].bytes, frames[1].bytes, payload]
 
-    async def _wait_readable(self, timeout: float | None) -> bool:
-        """Wait until the socket has a message (cheaper than a zmq.asyncio poll per wait).
+    async def _wait_readable(self, deadline: float | None) -> None:
+        """Wait until the socket has a message, or raise BusTimeout at ``deadline``.
 
-        ZeroMQ's FD is edge-triggered: register the reader first, then check ZMQ_EVENTS, and
-        check again after every wake-up.
+        Cheaper than a zmq.asyncio poll per wait. ZeroMQ's FD is edge-triggered: register the
+        reader first, then check ZMQ_EVENTS, and check again after every wake-up.
         """
         loop = asyncio.get_running_loop()
         fd = self._fd
+        events = self._sync.get
         while True:
             fut = loop.create_future()
             loop.add_reader(fd, _set_done, fut)
+            timer = None if deadline is None else loop.call_at(_loop_time(loop, deadline), _set_done, fut)
             try:
-                if self._sync.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                    return True
-                try:
-                    async with asyncio.timeout(timeout):  # None: no limit
-                        await fut
-                except TimeoutError:
-                    return bool(self._sync.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+                if events(zmq.EVENTS) & _POLLIN:
+                    return
+                await fut
             finally:
                 loop.remove_reader(fd)
-            if self._sync.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                return True
+                if timer is not None:
+                    timer.cancel()
+            if events(zmq.EVENTS) & _POLLIN:
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise BusTimeout(f"no message from {self.endpoint} within the timeout")
 
     def _decode(self, parts: list) -> Message | None:
         try:
@@ -316,32 +333,31 @@ class BusSubscriber:
                 )
             return None
         self.stats.received += 1
-        self._track_seq(msg)
+        expected = self._next.get(msg.stream)
+        if expected != msg.seq and expected is not None:
+            self._seq_jump(msg, expected)
+        self._next[msg.stream] = msg.seq + 1
         return msg
 
-    def _track_seq(self, msg: Frame | Message) -> None:
-        """Sequence bookkeeping: seq > expected is a gap, seq < expected a producer restart."""
-        key = msg.stream
-        expected = self._next.get(key)
-        if expected is not None and msg.seq != expected:
-            st = self.stats
-            if msg.seq > expected:
-                missing = msg.seq - expected
-                st.gaps[key] = st.gaps.get(key, 0) + missing
-                st.gap_count += 1
-                st.last_gaps.append((key, expected, msg.seq))
-                if st.gap_count <= 10 or not self.lossy:
-                    log.log(
-                        logging.DEBUG if self.lossy else logging.WARNING,
-                        "gap on %s: expected seq %d, got %d (%d missing)",
-                        key,
-                        expected,
-                        msg.seq,
-                        missing,
-                    )
-            else:
-                st.restarts[key] = st.restarts.get(key, 0) + 1
-        self._next[key] = msg.seq + 1
+    def _seq_jump(self, msg: Frame | Message, expected: int) -> None:
+        """Sequence jumps (off the hot path): seq > expected is a gap, seq < expected a producer restart."""
+        key, st = msg.stream, self.stats
+        if msg.seq > expected:
+            missing = msg.seq - expected
+            st.gaps[key] = st.gaps.get(key, 0) + missing
+            st.gap_count += 1
+            st.last_gaps.append((key, expected, msg.seq))
+            if st.gap_count <= 10 or not self.lossy:
+                log.log(
+                    logging.DEBUG if self.lossy else logging.WARNING,
+                    "gap on %s: expected seq %d, got %d (%d missing)",
+                    key,
+                    expected,
+                    msg.seq,
+                    missing,
+                )
+        else:
+            st.restarts[key] = st.restarts.get(key, 0) + 1
 
     def close(self) -> None:
         if not self._sock.closed:

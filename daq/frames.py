@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -48,6 +48,8 @@ SUPPORTED_DTYPES: dict[str, np.dtype] = {
         "bool",
     )
 }
+
+_F8 = SUPPORTED_DTYPES["float64"]
 
 DATA_PREFIX = b"data/"
 EVENT_PREFIX = b"event/"
@@ -222,11 +224,46 @@ def topic_of(msg: Message) -> bytes:
     return prefix + msg.stream.encode("utf-8")
 
 
-# The parts of a frame header that rarely change (stream, channels, units, dtype) are validated
-# and JSON-encoded once per layout and cached; only seq, time base, shape and flags are formatted
-# per frame. This keeps encoding cheap for small, fast frames. The bytes are plain JSON either way.
-_LAYOUT_CACHE: dict[tuple, tuple[bytes, bytes]] = {}
-_LAYOUT_CACHE_MAX = 4096
+class _EncodeLayout(NamedTuple):
+    """A stream's validated, JSON-encoded static header part and what it was made from."""
+
+    channels: list | tuple
+    units: list | tuple
+    dtype: np.dtype
+    topic: bytes
+    static: bytes
+
+
+# Per stream, the layout of its last frame: the parts of a frame header that rarely change (stream,
+# channels, units, dtype) are validated and JSON-encoded once; a steady stream only compares them
+# (list equality, cheaper than building a hashable key); seq, time base, shape and flags are
+# formatted per frame. This keeps encoding cheap for small, fast frames. The bytes are plain JSON.
+_ENCODE_LAYOUTS: dict[str, _EncodeLayout] = {}
+_ENCODE_LAYOUTS_MAX = 4096
+
+
+def _snapshot(names: Any) -> list | tuple:
+    """A copy that compares equal to ``names`` as long as its content is unchanged."""
+    return list(names) if isinstance(names, list) else tuple(names)
+
+
+def _encode_layout(frame: Frame) -> _EncodeLayout:
+    h = frame_header(frame)  # full validation of the layout
+    static = _dumps({k: h[k] for k in ("stream", "channels", "units", "dtype")})[1:-1]
+    layout = _EncodeLayout(
+        _snapshot(frame.channels), _snapshot(frame.units), frame.data.dtype, topic_of(frame), static
+    )
+    if len(_ENCODE_LAYOUTS) >= _ENCODE_LAYOUTS_MAX:
+        _ENCODE_LAYOUTS.clear()
+    _ENCODE_LAYOUTS[frame.stream] = layout
+    return layout
+
+
+def _jstr(s: str) -> str:
+    try:
+        return orjson.dumps(s).decode()  # ~10x faster than json.dumps
+    except orjson.JSONEncodeError:  # e.g. lone surrogates
+        return json.dumps(s)
 
 
 def _jfloat(x: float) -> str:
@@ -234,22 +271,18 @@ def _jfloat(x: float) -> str:
 
 
 def _encode_frame_fast(frame: Frame) -> list:
-    data = frame.data
-    if not isinstance(data, np.ndarray) or data.ndim != 2:
+    data, stream = frame.data, frame.stream
+    if not isinstance(data, np.ndarray) or data.ndim != 2 or type(stream) is not str:
         return [topic_of(frame), _dumps(frame_header(frame)), frame_payload(frame)]  # raises clearly
-    key = (frame.stream, tuple(frame.channels), tuple(frame.units), data.dtype, data.shape[1])
-    try:
-        cached = _LAYOUT_CACHE.get(key)
-    except TypeError:  # unhashable channel names: let the full path report or handle them
-        return [topic_of(frame), _dumps(frame_header(frame)), frame_payload(frame)]
-    if cached is None:
-        h = frame_header(frame)  # full validation of the layout
-        static = {k: h[k] for k in ("stream", "channels", "units", "dtype")}
-        cached = (topic_of(frame), _dumps(static)[1:-1])
-        if len(_LAYOUT_CACHE) >= _LAYOUT_CACHE_MAX:
-            _LAYOUT_CACHE.clear()
-        _LAYOUT_CACHE[key] = cached
-    topic, static = cached
+    layout = _ENCODE_LAYOUTS.get(stream)
+    if (
+        layout is None
+        or layout.dtype != data.dtype
+        or len(layout.channels) != data.shape[1]
+        or layout.channels != frame.channels
+        or layout.units != frame.units
+    ):
+        layout = _encode_layout(frame)
     ts = frame.timestamps
     if ts is None:
         dt = float(frame.dt) if frame.dt is not None else math.nan
@@ -261,13 +294,13 @@ def _encode_frame_fast(frame: Frame) -> list:
             frame_header(frame)
         time_base = '"dt":null,"timestamps":true'
     sid = frame.session_id
-    sid_json = "null" if sid is None else json.dumps(str(sid))
+    sid_json = "null" if sid is None else _jstr(str(sid))
     head = (
         f'{{"v":{SCHEMA_VERSION},"type":"frame","seq":{int(frame.seq)},"t0":{_jfloat(float(frame.t0))},'
         f'{time_base},"shape":[{data.shape[0]},{data.shape[1]}],"session_id":{sid_json},'
         f'"replay":{"true" if frame.replay else "false"},'
     ).encode()
-    return [topic, head + static + b"}", frame_payload(frame)]
+    return [layout.topic, head + layout.static + b"}", frame_payload(frame)]
 
 
 def encode(msg: Message) -> list[bytes]:
@@ -302,25 +335,29 @@ def _str_list(h: dict, key: str, n: int) -> list[str]:
     return value
 
 
-def _loads(raw: bytes) -> Any:
-    """orjson is ~4x faster than json on our small headers (it is the bus's per-message cost at 8 kB);
-    it rejects the NaN/Infinity literals that json.dumps may write into event bodies, so those
-    headers go through the standard parser."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return json.loads(raw.decode("utf-8"))
+def _loads_std(raw: bytes) -> Any:
+    """orjson rejects the NaN/Infinity literals that json.dumps may write into event bodies, so
+    headers orjson refuses go through the standard parser."""
+    return json.loads(raw.decode("utf-8"))
 
 
 def parse_header(raw: bytes) -> dict:
-    """Parse and version-check a JSON header."""
+    """Parse and version-check a JSON header.
+
+    orjson is ~4x faster than json on our small headers (parsing is a main per-message cost at 8 kB).
+    """
     if len(raw) > MAX_HEADER_BYTES:
         raise FrameError("oversized", f"header of {len(raw)} bytes exceeds {MAX_HEADER_BYTES}")
+    if type(raw) is not bytes:
+        raw = bytes(raw)
     try:
-        h = _loads(raw if isinstance(raw, bytes) else bytes(raw))
+        try:
+            h = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            h = _loads_std(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise FrameError("json", f"header is not UTF-8 JSON: {exc}") from None
-    if not isinstance(h, dict):
+    if type(h) is not dict:
         raise FrameError("json", "header is not a JSON object")
     if h.get("v") != SCHEMA_VERSION:
         raise FrameError(
@@ -329,80 +366,109 @@ def parse_header(raw: bytes) -> dict:
     return h
 
 
-# Validated channel/unit lists seen recently, so that a steady stream does not re-check them.
-_KNOWN_NAME_LISTS: dict[str, tuple[list, list]] = {}
+class _Layout(NamedTuple):
+    """The validated static part of a stream's frame headers (see :func:`frame_from_header`)."""
+
+    dtype_name: str
+    dtype: np.dtype
+    channels: list[str]
+    units: list[str]
+    topic: bytes
 
 
-def _names(h: dict, stream: str, n_ch: int) -> tuple[list[str], list[str]]:
-    channels, units = h.get("channels"), h.get("units")
-    known = _KNOWN_NAME_LISTS.get(stream)
-    if known is not None and known[0] == channels and known[1] == units:
-        return channels, units  # the lists just parsed: each frame owns its own
+# Per stream, the layout of its last frame: a steady stream only compares dtype, channels and units
+# with it (cheap list equality) instead of validating them again. Checks that depend on the message
+# (types of seq/t0/dt, shape, payload size) run for every frame.
+_LAYOUTS: dict[str, _Layout] = {}
+_LAYOUTS_MAX = 4096
+
+
+def _layout(h: dict, stream: Any, n_ch: int) -> _Layout:
+    """Validate the static part of a frame header and remember it for ``stream``."""
+    _check_stream(stream)
+    name = h.get("dtype")
+    dtype = SUPPORTED_DTYPES.get(name) if type(name) is str else None  # a list would be unhashable
+    if dtype is None:
+        raise FrameError("dtype", f"unsupported dtype {h.get('dtype')!r}")
     channels = _str_list(h, "channels", n_ch)
     units = _str_list(h, "units", n_ch)
-    if len(_KNOWN_NAME_LISTS) > 4096:
-        _KNOWN_NAME_LISTS.clear()
-    _KNOWN_NAME_LISTS[stream] = (list(channels), list(units))
-    return channels, units
+    layout = _Layout(name, dtype, list(channels), list(units), DATA_PREFIX + stream.encode("utf-8"))
+    if len(_LAYOUTS) >= _LAYOUTS_MAX:
+        _LAYOUTS.clear()
+    _LAYOUTS[stream] = layout
+    return layout
+
+
+def _shape(h: dict) -> tuple[int, int]:
+    shape = h.get("shape")
+    if type(shape) is list and len(shape) == 2:
+        n, n_ch = shape
+        if type(n) is int and type(n_ch) is int and n >= 0 and n_ch >= 0:
+            return n, n_ch
+    raise FrameError("size", f"shape must be two non-negative integers, got {shape!r}")
 
 
 def frame_from_header(h: dict, payload: bytes | memoryview, *, copy: bool = False) -> Frame:
     """Build a frame from a parsed header and its payload; checks dtype, shape and size."""
-    stream = h.get("stream")
-    seq, t0, has_ts, dt = h.get("seq"), h.get("t0"), h.get("timestamps"), h.get("dt")
-    if type(stream) is not str or not stream or type(seq) is not int or type(has_ts) is not bool:
+    return _frame_and_topic(h, payload, copy)[0]
+
+
+def _frame_and_topic(h: dict, payload: bytes | memoryview, copy: bool = False) -> tuple[Frame, bytes]:
+    """:func:`frame_from_header`, also returning the topic the frame must have come with."""
+    stream, seq, t0, has_ts = h.get("stream"), h.get("seq"), h.get("t0"), h.get("timestamps")
+    if type(seq) is not int or type(has_ts) is not bool:
         _check_stream(stream)
         _field(h, "seq", int)
         _field(h, "timestamps", bool)
     if type(t0) is not float:
         t0 = float(_field(h, "t0", (int, float)))
-    if not has_ts:
+    if has_ts:
+        dt = None
+    else:
+        dt = h.get("dt")
         if type(dt) is not float:
             dt = _field(h, "dt", (int, float), none_ok=True)
         if dt is None or not dt > 0:
             raise FrameError("header", "dt must be > 0 when no timestamps are given")
         dt = float(dt)
-    else:
-        dt = None
-    dtype = SUPPORTED_DTYPES.get(h.get("dtype"))  # type: ignore[arg-type]
-    if dtype is None:
-        raise FrameError("dtype", f"unsupported dtype {h.get('dtype')!r}")
-    shape = h.get("shape")
-    if type(shape) is not list or len(shape) != 2 or not (type(shape[0]) is int and type(shape[1]) is int):
-        raise FrameError("size", f"shape must be two non-negative integers, got {shape!r}")
-    n, n_ch = shape
-    if n < 0 or n_ch < 0:
-        raise FrameError("size", f"shape must be two non-negative integers, got {shape!r}")
-    channels, units = _names(h, stream, n_ch)
+    n, n_ch = _shape(h)
+    channels, units = h.get("channels"), h.get("units")
+    layout = _LAYOUTS.get(stream) if type(stream) is str else None
+    if (
+        layout is None
+        or layout.dtype_name != h.get("dtype")
+        or len(layout.channels) != n_ch
+        or layout.channels != channels
+        or layout.units != units
+    ):
+        layout = _layout(h, stream, n_ch)
+    dtype = layout.dtype
     n_data = n * n_ch * dtype.itemsize
     expected = n_data + (8 * n if has_ts else 0)
     if expected > MAX_PAYLOAD_BYTES:
         raise FrameError("oversized", f"frame of {expected} bytes exceeds {MAX_PAYLOAD_BYTES}")
     if len(payload) != expected:
         raise FrameError("size", f"payload has {len(payload)} bytes, header says {expected}")
-    if has_ts:
-        buf = memoryview(payload)
-        data = np.frombuffer(buf[:n_data], dtype=dtype).reshape(n, n_ch)
-        timestamps = np.frombuffer(buf[n_data:], dtype="<f8")
-    else:
-        data = np.frombuffer(payload, dtype=dtype).reshape(n, n_ch)
-        timestamps = None
+    data = np.ndarray((n, n_ch), dtype, payload)  # a view, read-only if the payload is
+    timestamps = np.ndarray((n,), _F8, payload, n_data) if has_ts else None
     if copy:
         data = data.copy()
         timestamps = None if timestamps is None else timestamps.copy()
     session_id = h.get("session_id")
-    return Frame(
-        stream,
+    # channels/units: the lists just parsed (equal to the layout's), so each frame owns its own
+    frame = Frame(
+        stream,  # type: ignore[arg-type]  # validated via the layout
         seq,
         t0,
         dt,
-        channels,
-        units,
+        channels,  # type: ignore[arg-type]
+        units,  # type: ignore[arg-type]
         data,
         timestamps,
         session_id if type(session_id) is str else None,
         h.get("replay") is True,
     )
+    return frame, layout.topic
 
 
 def event_from_header(h: dict) -> Event:
@@ -438,8 +504,11 @@ def decode(parts: list[bytes], *, max_payload: int | None = None) -> Message:
     h = parse_header(raw_header)
     kind = h.get("type")
     if kind == "frame":
-        msg: Message = frame_from_header(h, payload)
-    elif kind == "event":
+        msg, expected_topic = _frame_and_topic(h, payload)
+        if topic != expected_topic and bytes(topic) != expected_topic:
+            raise FrameError("topic", f"topic {bytes(topic)[:80]!r} does not match the header")
+        return msg
+    if kind == "event":
         if len(payload):
             raise FrameError("size", f"event with a {len(payload)}-byte payload")
         msg = event_from_header(h)

@@ -110,6 +110,7 @@ def with_header(**changes) -> list[bytes]:
         (with_header(type="blob"), "header"),
         (with_header(dtype="object"), "dtype"),
         (with_header(dtype="complex128"), "dtype"),
+        (with_header(dtype=["float64"]), "dtype"),
         (with_header(shape=[5, 2]), "size"),
         (with_header(shape=[4]), "size"),
         ([*good_parts()[:2], good_parts()[2][:-1]], "size"),
@@ -120,6 +121,32 @@ def test_malformed_input_raises_frame_error_of_its_kind(parts, kind):
     with pytest.raises(FrameError) as info:
         decode(parts)
     assert info.value.kind == kind
+
+
+def test_a_stream_whose_layout_changes_is_validated_again():
+    """Decoding caches a stream's validated dtype/channels/units; a change must not slip through."""
+    decode(good_parts())
+    for parts, kind in [
+        (with_header(channels=["a", 1]), "header"),
+        (with_header(units=["m"]), "header"),
+        (with_header(dtype="float16"), "dtype"),
+        (with_header(shape=[4, 3]), "header"),  # 3 columns, 2 channel names
+        (with_header(stream="other"), "topic"),
+    ]:
+        with pytest.raises(FrameError) as info:
+            decode(parts)
+        assert info.value.kind == kind
+    assert decode(good_parts()).channels == ["a", "b"]
+
+
+def test_encode_notices_changed_channels_of_a_stream():
+    f = Frame("s", 0, 0.0, 0.5, ["a", "b"], ["m", "N"], np.zeros((4, 2)), session_id="s\u00e9")
+    assert decode(encode(f)).session_id == "s\u00e9"
+    f.channels[1] = "c"
+    assert decode(encode(f)).channels == ["a", "c"]
+    f.units = ["m"]
+    with pytest.raises(FrameError):
+        encode(f)
 
 
 def test_oversized_payload_is_refused_before_parsing():
