@@ -270,6 +270,14 @@ def _fit_with_nuisance(X: np.ndarray, q: np.ndarray, y: np.ndarray, ridge: float
     return coef[:-1], cov[:-1, :-1]
 
 
+def _fit_features(X: np.ndarray, q_hist: np.ndarray, q_fric: np.ndarray, mask: np.ndarray | None,
+                  q_fric_var: np.ndarray | None, ridge: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:
+    """Coefficients (and covariance) of friction = X @ c on the masked training samples."""
+    m = np.ones(X.shape[:-1], bool) if mask is None else mask
+    var = None if q_fric_var is None else np.asarray(q_fric_var)[m]
+    return _fit_with_nuisance(X[m], np.asarray(q_hist)[m], np.asarray(q_fric)[m], ridge, y_var=var)
+
+
 class NoFriction:
     """M1: friction neglected."""
 
@@ -310,11 +318,7 @@ class CoulombFriction:
 
     def fit(self, q_hist: np.ndarray, q_fric: np.ndarray, mask: np.ndarray | None = None,
             q_fric_var: np.ndarray | None = None) -> CoulombFriction:
-        X = self.features(q_hist)
-        m = np.ones(X.shape[:-1], bool) if mask is None else mask
-        var = None if q_fric_var is None else np.asarray(q_fric_var)[m]
-        coef, self.covariance = _fit_with_nuisance(X[m], np.asarray(q_hist)[m], np.asarray(q_fric)[m],
-                                                   y_var=var)
+        coef, self.covariance = _fit_features(self.features(q_hist), q_hist, q_fric, mask, q_fric_var)
         self.q_c = float(coef[0])
         return self
 
@@ -361,11 +365,8 @@ class MemoryFriction:
 
     def fit(self, q_hist: np.ndarray, q_fric: np.ndarray, mask: np.ndarray | None = None,
             q_fric_var: np.ndarray | None = None) -> MemoryFriction:
-        X = self.features(q_hist)
-        m = np.ones(X.shape[:-1], bool) if mask is None else mask
-        var = None if q_fric_var is None else np.asarray(q_fric_var)[m]
-        self.coef, self.covariance = _fit_with_nuisance(X[m], np.asarray(q_hist)[m], np.asarray(q_fric)[m],
-                                                        self.ridge, y_var=var)
+        self.coef, self.covariance = _fit_features(self.features(q_hist), q_hist, q_fric, mask, q_fric_var,
+                                                   self.ridge)
         return self
 
     def friction(self, q_hist: np.ndarray) -> np.ndarray:

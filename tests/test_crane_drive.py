@@ -89,6 +89,8 @@ async def test_upload_start_trace(drive, rig):
 
 async def test_live_values_by_throttled_subscription(drive):
     seen: dict[str, list] = {}
+    loop = asyncio.get_running_loop()
+    t_sub = loop.time()
     sub = await drive.subscribe_live(lambda key, value: seen.setdefault(key, []).append(value), interval=0.05)
     try:
         # 3 s of drive time = 30000 cycles, played out in 0.3 s (time_scale 10) with live values at 40 Hz
@@ -103,11 +105,13 @@ async def test_live_values_by_throttled_subscription(drive):
         tr = await drive.read_trace()
     finally:
         await sub.close()
+        subscribed = loop.time() - t_sub
     assert seen["state"][-1] == "Done" and "Running" in seen["state"]
     assert tr["speed"].size == 30000
     speeds = seen["actual_speed"]
-    # throttled: a handful of notifications for 30000 drive cycles (<= 13 live updates + initial + final)
-    assert 2 <= len(speeds) <= 16
+    # throttled: at most one notification per 50 ms publishing interval (plus the initial value), a handful
+    # for 30000 drive cycles; the bound follows the time actually subscribed, so a slow machine is no failure
+    assert 2 <= len(speeds) <= subscribed / 0.05 + 2
     # each live value after the initial one is a sample of the recorded trace
     assert all(np.any(tr["speed"] == v) for v in speeds[1:])
     assert np.max(np.abs(speeds[1:])) > 0.5
