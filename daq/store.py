@@ -10,6 +10,15 @@ Layout (one row per *block* of samples, never one row per sample):
 
 A global ordinal ``ord`` (per session) keeps frames and events in arrival order for replay.
 
+Index for window reads (store format 2): every frame row carries ``s0``, the index of its first
+sample in the stream (cumulative count), and ``t_min``/``t_max``, the times of its earliest and
+latest sample. Two SQL indexes on (session, stream, s0) and (session, stream, t_min, s0) turn a
+sample range or a time window into a few index seeks, so reading one second of a long session
+never scans it. A stream is *monotonic* when its sample times never go back (within and across
+frames, the normal case); its time windows are contiguous sample ranges. Other streams are read
+by filtering the frames whose [t_min, t_max] overlaps the window. Stores written in format 1 are
+migrated (columns added and filled) the first time this code opens them.
+
 Writes are buffered by :meth:`SessionStore.append` and committed by :meth:`SessionStore.flush`,
 which happens automatically once the oldest buffered message is ``flush_interval`` old (0.25 s);
 the recorder also flushes when idle, so committed data is never more than 0.5 s behind.
@@ -25,13 +34,15 @@ the crash stays readable: SQLite's WAL guarantees that a committed transaction s
 from __future__ import annotations
 
 import json
+import math
+import operator
 import os
 import socket
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +89,7 @@ CREATE TABLE IF NOT EXISTS streams (
     n_samples INTEGER NOT NULL DEFAULT 0,
     t_first REAL,
     t_last REAL,
+    monotonic INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (session_id, stream)
 );
 CREATE TABLE IF NOT EXISTS frames (
@@ -90,7 +102,10 @@ CREATE TABLE IF NOT EXISTS frames (
     n INTEGER NOT NULL,
     has_ts INTEGER NOT NULL,
     replay INTEGER NOT NULL,
-    payload BLOB NOT NULL
+    payload BLOB NOT NULL,
+    s0 INTEGER,
+    t_min REAL,
+    t_max REAL
 );
 CREATE INDEX IF NOT EXISTS frames_by_stream ON frames (session_id, stream, ord);
 CREATE INDEX IF NOT EXISTS frames_by_ord ON frames (session_id, ord);
@@ -106,7 +121,16 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_by_ord ON events (session_id, ord);
 """
-_STORE_FORMAT = "1"
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS frames_by_s0 ON frames (session_id, stream, s0);
+CREATE INDEX IF NOT EXISTS frames_by_t ON frames (session_id, stream, t_min, s0);
+"""
+_STORE_FORMAT = "2"
+_FRAME_COLS = "session_id, ord, stream, seq, t0, dt, n, has_ts, replay, payload, s0, t_min, t_max"
+#: Largest sequence number SQLite's INTEGER holds (exclusive).
+_SEQ_LIMIT = 2**63
+#: Default number of samples per chunk of :meth:`SessionStore.iter_stream`.
+CHUNK_SAMPLES = 1 << 18
 
 
 #: Session key that selects the newest session.
@@ -138,6 +162,8 @@ class StreamInfo:
     n_samples: int
     t_first: float | None
     t_last: float | None
+    monotonic: bool = True  # sample times never go back (time windows are sample ranges)
+    timing: StreamTiming | None = None  # filled by SessionStore.stream_timing (hil show)
 
     @property
     def rate(self) -> float | None:
@@ -148,6 +174,44 @@ class StreamInfo:
             span = self.t_last - self.t_first
             return (self.n_samples - 1) / span if span > 0 else None
         return None
+
+
+@dataclass
+class StreamTiming:
+    """The real sample spacing of a frame stream, from the sample times of its first frames.
+
+    A press sensor stream comes in bursts (a block of readings 0.5 ms apart, then nothing while the
+    force is corrected), so its mean rate says little; ``spacing_s`` is the median spacing inside
+    frames, ``frame_period_s`` the median time between frame starts.
+    """
+
+    spacing_s: float | None
+    samples_per_frame: int
+    frame_period_s: float | None
+    mean_rate_hz: float | None
+    frames_sampled: int
+
+    @property
+    def rate_hz(self) -> float | None:
+        return 1.0 / self.spacing_s if self.spacing_s else None
+
+    @property
+    def bursty(self) -> bool:
+        """True when frames are separated by gaps much longer than their own duration."""
+        if not (self.spacing_s and self.frame_period_s) or self.samples_per_frame < 1:
+            return False
+        return self.frame_period_s > 1.5 * self.samples_per_frame * self.spacing_s
+
+    def describe(self) -> str:
+        if not self.rate_hz:
+            return "irregular"
+        if self.bursty:
+            mean = f" (mean {self.mean_rate_hz:.4g} Hz)" if self.mean_rate_hz else ""
+            return (
+                f"bursts of {self.samples_per_frame} at {self.rate_hz:.6g} Hz "
+                f"every {self.frame_period_s:.4g} s{mean}"
+            )
+        return f"{self.rate_hz:.6g} Hz"
 
 
 @dataclass
@@ -179,6 +243,17 @@ class StreamData:
     data: np.ndarray
     channels: list[str]
     units: list[str]
+    start: int = 0  # index of the first sample in the stream (contiguous reads)
+    index: np.ndarray | None = None  # sample indices, when the samples are not a contiguous range
+
+    def __len__(self) -> int:
+        return int(self.t.shape[0])
+
+    def sample_index(self) -> np.ndarray:
+        """Index of every sample in its stream (frames concatenated in arrival order)."""
+        if self.index is not None:
+            return self.index
+        return np.arange(self.start, self.start + len(self), dtype=np.int64)
 
     def column(self, channel: str) -> np.ndarray:
         try:
@@ -241,6 +316,9 @@ class SessionStore:
             with self._lock:
                 self._db.executescript(_SCHEMA)
                 self._db.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (_STORE_FORMAT,))
+                if not self._has_index_columns():
+                    self._migrate_to_format_2()
+                self._db.executescript(_INDEXES)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path} is not a usable session store: {exc}") from None
         self._host = socket.gethostname()
@@ -253,10 +331,60 @@ class SessionStore:
         self._layout: dict[tuple[str, str], tuple] = {}  # (session, stream) -> stream row
         self._pending_streams: list[tuple] = []
         self._pending_counts: dict[tuple[str, str], list] = {}
+        self._pending_nonmono: set[tuple[str, str]] = set()
+        # (session, stream) -> [next sample index, t_max of the last non-empty frame, monotonic]
+        self._tails: dict[tuple[str, str], list] = {}
         self._owned: set[str] = set()
         self._last_heartbeat = 0.0
         if recover:
             self.recover()
+
+    def _has_index_columns(self) -> bool:
+        return "s0" in {row[1] for row in self._db.execute("PRAGMA table_info(frames)")}
+
+    def _migrate_to_format_2(self) -> None:
+        """Add and fill the frame index columns (s0, t_min, t_max) and the monotonic flag of a
+        store written in format 1; one transaction, payloads read only for timestamped frames."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            if not self._has_index_columns():  # another process may have migrated meanwhile
+                for ddl in (
+                    "ALTER TABLE frames ADD COLUMN s0 INTEGER",
+                    "ALTER TABLE frames ADD COLUMN t_min REAL",
+                    "ALTER TABLE frames ADD COLUMN t_max REAL",
+                    "ALTER TABLE streams ADD COLUMN monotonic INTEGER NOT NULL DEFAULT 1",
+                ):
+                    self._db.execute(ddl)
+                streams = self._db.execute(
+                    "SELECT session_id, stream, channels, dtype FROM streams WHERE type='frame'"
+                ).fetchall()
+                for sid, stream, channels, dtype in streams:
+                    row_bytes = len(json.loads(channels or "[]")) * SUPPORTED_DTYPES[dtype].itemsize
+                    cur = self._db.execute(
+                        "SELECT rowid, t0, dt, n, has_ts, CASE WHEN has_ts THEN substr(payload, n * ? + 1) "
+                        "END FROM frames WHERE session_id=? AND stream=? ORDER BY ord",
+                        (row_bytes, sid, stream),
+                    )
+                    s0, prev, mono, updates = 0, -math.inf, True, []
+                    for rowid, t0, dt, n, has_ts, tail in cur:
+                        ts = np.frombuffer(tail, dtype="<f8", count=n) if has_ts else None
+                        t_min, t_max, inside = _frame_span(t0, dt, n, ts)
+                        updates.append((s0, t_min, t_max, rowid))
+                        s0 += n
+                        if n:
+                            mono = mono and inside and t_min >= prev
+                            prev = t_max
+                    self._db.executemany("UPDATE frames SET s0=?, t_min=?, t_max=? WHERE rowid=?", updates)
+                    if not mono:
+                        self._db.execute(
+                            "UPDATE streams SET monotonic=0 WHERE session_id=? AND stream=?", (sid, stream)
+                        )
+                self._db.execute("UPDATE meta SET value=? WHERE key='format'", (_STORE_FORMAT,))
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
@@ -380,11 +508,11 @@ class SessionStore:
         (sid, kind, status, reason, started, ended, config, version, devices, host, pid, hb, stats) = row
         streams = {}
         for srow in self._db.execute(
-            "SELECT stream, type, channels, units, dtype, dt, n_messages, n_samples, t_first, t_last "
-            "FROM streams WHERE session_id=? ORDER BY stream",
+            "SELECT stream, type, channels, units, dtype, dt, n_messages, n_samples, t_first, t_last, "
+            "monotonic FROM streams WHERE session_id=? ORDER BY stream",
             (sid,),
         ):
-            name, typ, ch, un, dtype, dt, nm, ns, tf, tl = srow
+            name, typ, ch, un, dtype, dt, nm, ns, tf, tl, mono = srow
             streams[name] = StreamInfo(
                 name,
                 typ,
@@ -396,6 +524,7 @@ class SessionStore:
                 ns,
                 tf,
                 tl,
+                bool(mono),
             )
         return SessionInfo(
             id=sid,
@@ -427,9 +556,20 @@ class SessionStore:
             try:
                 h = frame_header(msg)
                 payload = bytes(frame_payload(msg))
-            except FrameError as exc:
+            except (FrameError, TypeError, ValueError) as exc:
                 raise StoreError(f"refusing frame of stream {msg.stream!r}: {exc}") from None
+            n = h["shape"][0]
+            ts = np.asarray(msg.timestamps, dtype=np.float64) if h["timestamps"] else None
+            _check_numbers(f"frame of stream {msg.stream!r}", msg.seq, {"t0": h["t0"], "dt": h["dt"]}, ts)
+            t_min, t_max, inside = _frame_span(h["t0"], h["dt"], n, ts)
             self._check_layout(session_id, h)
+            key = (session_id, h["stream"])
+            tail = self._tails.get(key)
+            if tail is None:
+                tail = self._tails[key] = self._stream_tail(session_id, h["stream"])
+            if n and tail[2] and not (inside and t_min >= tail[1]):
+                tail[2] = False
+                self._pending_nonmono.add(key)
             self._frames.append(
                 (
                     session_id,
@@ -438,20 +578,21 @@ class SessionStore:
                     h["seq"],
                     h["t0"],
                     h["dt"],
-                    h["shape"][0],
+                    n,
                     int(h["timestamps"]),
                     int(msg.replay),
                     payload,
+                    tail[0],
+                    t_min,
+                    t_max,
                 )
             )
+            tail[0] += n
+            if n:
+                tail[1] = t_max
             self._buffered_bytes += len(payload)
-            t_last = (
-                (msg.t0 + (h["shape"][0] - 1) * h["dt"])
-                if h["dt"]
-                else (float(msg.timestamps[-1]) if h["shape"][0] else msg.t0)
-            )
-            t_first = float(msg.timestamps[0]) if h["timestamps"] and h["shape"][0] else msg.t0
-            self._note_stream(session_id, h["stream"], h["shape"][0], t_first, t_last)
+            t_lo, t_hi = (h["t0"], h["t0"]) if t_min is None else (t_min, t_max)
+            self._note_stream(session_id, h["stream"], n, t_lo, t_hi)
         elif isinstance(msg, Event):
             if (
                 not isinstance(msg.stream, str)
@@ -460,6 +601,7 @@ class SessionStore:
                 or not msg.kind
             ):
                 raise StoreError("event needs a non-empty stream and kind")
+            _check_numbers(f"event {msg.kind!r} of stream {msg.stream!r}", msg.seq, {"t": msg.t}, None)
             try:
                 body = json.dumps(msg.body, allow_nan=True, default=_json_default)
             except (TypeError, ValueError) as exc:
@@ -468,7 +610,7 @@ class SessionStore:
             self._events.append(
                 (session_id, ordinal, msg.stream, msg.kind, int(msg.seq), float(msg.t), int(msg.replay), body)
             )
-            self._note_stream(session_id, msg.stream, 0, msg.t, msg.t)
+            self._note_stream(session_id, msg.stream, 0, float(msg.t), float(msg.t))
         else:
             raise StoreError(f"cannot store {type(msg).__name__}; expected Frame or Event")
         self._ord[session_id] = ordinal + 1
@@ -485,6 +627,21 @@ class SessionStore:
             raise UnknownSession(f"unknown session {session_id!r}")
         if row[0] != "running":
             raise StoreError(f"session {session_id} is {row[0]}; cannot append to it")
+
+    def _stream_tail(self, session_id: str, stream: str) -> list:
+        """[next sample index, t_max of the last non-empty frame, monotonic] of a stored stream."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT s0 + n, t_max FROM frames WHERE session_id=? AND stream=? AND n > 0 "
+                "ORDER BY s0 DESC LIMIT 1",
+                (session_id, stream),
+            ).fetchone()
+            mono = self._db.execute(
+                "SELECT monotonic FROM streams WHERE session_id=? AND stream=?", (session_id, stream)
+            ).fetchone()
+        if row is None:
+            return [0, -math.inf, True if mono is None else bool(mono[0])]
+        return [row[0], row[1], True if mono is None else bool(mono[0])]
 
     def _max_ord(self, session_id: str) -> int:
         with self._lock:
@@ -531,7 +688,8 @@ class SessionStore:
         """Commit everything buffered in one transaction and refresh the writer heartbeat."""
         now = time.time()
         heartbeat_due = self._owned and now - self._last_heartbeat >= 0.1
-        if not (self._frames or self._events or self._pending_streams or heartbeat_due):
+        pending = self._frames or self._events or self._pending_streams or self._pending_nonmono
+        if not (pending or heartbeat_due):
             return
         with self._lock:
             try:
@@ -545,7 +703,8 @@ class SessionStore:
                     )
                 if self._frames:
                     self._db.executemany(
-                        "INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._frames
+                        f"INSERT INTO frames ({_FRAME_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        self._frames,
                     )
                 if self._events:
                     self._db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", self._events)
@@ -555,6 +714,11 @@ class SessionStore:
                         "t_first=MIN(COALESCE(t_first, ?), ?), t_last=MAX(COALESCE(t_last, ?), ?) "
                         "WHERE session_id=? AND stream=?",
                         (nm, ns, tf, tf, tl, tl, sid, stream),
+                    )
+                if self._pending_nonmono:
+                    self._db.executemany(
+                        "UPDATE streams SET monotonic=0 WHERE session_id=? AND stream=?",
+                        sorted(self._pending_nonmono),
                     )
                 if self._owned:
                     self._db.executemany(
@@ -571,6 +735,7 @@ class SessionStore:
         self._events = []
         self._pending_streams = []
         self._pending_counts = {}
+        self._pending_nonmono = set()
         self._buffered_bytes = 0
         self._oldest = None
 
@@ -580,43 +745,257 @@ class SessionStore:
 
     # ------------------------------------------------------------------ reading
 
-    def read_stream(self, session_id: str, stream: str) -> StreamData:
-        """All committed samples of a frame stream, concatenated in arrival order."""
+    def _frame_stream(self, session_id: str, stream: str) -> tuple[str, StreamInfo]:
         info = self.get_session(session_id)
-        if stream not in info.streams or info.streams[stream].type != "frame":
-            names = [s for s, si in info.streams.items() if si.type == "frame"]
+        si = info.streams.get(stream)
+        if si is None or si.type != "frame":
+            names = [s for s, x in info.streams.items() if x.type == "frame"]
             raise StoreError(f"session {info.id} has no frame stream {stream!r} (frame streams: {names})")
-        si = info.streams[stream]
-        dtype = SUPPORTED_DTYPES[si.dtype]
-        n_ch = len(si.channels)
-        blocks, times = [], []
+        return info.id, si
+
+    def read_stream(self, session_id: str, stream: str) -> StreamData:
+        """All committed samples of a frame stream, concatenated in arrival order (the whole range
+        of :meth:`read_range`; use :meth:`iter_stream` or a window read for long streams)."""
+        return self.read_range(session_id, stream)
+
+    def read_range(self, session_id: str, stream: str, start: int = 0, stop: int | None = None) -> StreamData:
+        """Samples ``start <= k < stop`` of a frame stream (k counts samples in arrival order);
+        found through the frame index, so the cost depends on the range, not on the session."""
+        sid, si = self._frame_stream(session_id, stream)
+        with self._lock:
+            start, stop = self._clip_range(self._db, sid, stream, start, stop)
+            return self._read_range(self._db, sid, si, start, stop)
+
+    def read_window(
+        self, session_id: str, stream: str, t_start: float | None = None, t_stop: float | None = None
+    ) -> StreamData:
+        """Samples with ``t_start <= t < t_stop`` (s, the stream's own time base) in arrival order."""
+        sid, si = self._frame_stream(session_id, stream)
+        with self._lock:
+            if si.monotonic:
+                start, stop = self._window_range(self._db, sid, si, t_start, t_stop)
+                return self._read_range(self._db, sid, si, start, stop)
+            pieces = list(self._window_pieces(self._db, sid, si, t_start, t_stop))
+        return _join(si, pieces, contiguous=False)
+
+    def window_range(
+        self, session_id: str, stream: str, t_start: float | None = None, t_stop: float | None = None
+    ) -> tuple[int, int] | None:
+        """The sample range ``[start, stop)`` of a time window of a monotonic stream (index seeks
+        only), or None for a stream whose times go back (its windows are not ranges)."""
+        sid, si = self._frame_stream(session_id, stream)
+        if not si.monotonic:
+            return None
+        with self._lock:
+            return self._window_range(self._db, sid, si, t_start, t_stop)
+
+    def count_samples(
+        self, session_id: str, stream: str, t_start: float | None = None, t_stop: float | None = None
+    ) -> int:
+        """Number of samples in a time window (cheap for monotonic streams, a time-only pass otherwise)."""
+        rng = self.window_range(session_id, stream, t_start, t_stop)
+        if rng is not None:
+            return rng[1] - rng[0]
+        sid, si = self._frame_stream(session_id, stream)
+        with self._lock:
+            pieces = self._window_pieces(self._db, sid, si, t_start, t_stop, times_only=True)
+            return sum(len(p[0]) for p in pieces)
+
+    def iter_stream(
+        self,
+        session_id: str,
+        stream: str,
+        chunk_samples: int = CHUNK_SAMPLES,
+        *,
+        start: int | None = None,
+        stop: int | None = None,
+        t_start: float | None = None,
+        t_stop: float | None = None,
+    ) -> Iterator[StreamData]:
+        """A frame stream (or a sample range / time window of it) in chunks of ``chunk_samples``
+        samples (the last one shorter), each a :class:`StreamData` with its position in the stream.
+
+        Memory stays bounded by the chunk and one frame. The iterator reads one consistent snapshot
+        on its own connection, so the store stays usable while it is suspended.
+        """
+        if not (isinstance(chunk_samples, int) and chunk_samples > 0):
+            raise StoreError(f"chunk_samples must be a positive integer, got {chunk_samples!r}")
+        sid, si = self._frame_stream(session_id, stream)
+        db = sqlite3.connect(self.path, timeout=10.0)
+        try:
+            db.execute("BEGIN")  # one read snapshot for the bounds and the rows
+            lo, hi = self._clip_range(db, sid, stream, start or 0, stop)
+            if t_start is not None or t_stop is not None:
+                if si.monotonic:
+                    w0, w1 = self._window_range(db, sid, si, t_start, t_stop)
+                    lo, hi = max(lo, w0), max(max(lo, w0), min(hi, w1))
+                else:
+                    pieces = self._window_pieces(db, sid, si, t_start, t_stop, start=lo, stop=hi)
+                    yield from _rechunk(si, pieces, chunk_samples, contiguous=False)
+                    return
+            pieces = self._range_pieces(db, sid, si, lo, hi)
+            yield from _rechunk(si, pieces, chunk_samples, contiguous=True, first=lo)
+        finally:
+            db.close()
+
+    def frame_index(self, session_id: str, stream: str) -> list[tuple[int, int, float | None, float | None]]:
+        """(s0, n, t_min, t_max) of every frame of a stream in arrival order (no payloads read)."""
+        sid, _ = self._frame_stream(session_id, stream)
+        with self._lock:
+            return self._db.execute(
+                "SELECT s0, n, t_min, t_max FROM frames WHERE session_id=? AND stream=? ORDER BY s0, ord",
+                (sid, stream),
+            ).fetchall()
+
+    def stream_timing(self, session_id: str, stream: str, max_frames: int = 32) -> StreamTiming:
+        """The real sample spacing of a frame stream, from its first ``max_frames`` non-empty frames."""
+        sid, si = self._frame_stream(session_id, stream)
+        row_bytes = len(si.channels) * SUPPORTED_DTYPES[si.dtype].itemsize
         with self._lock:
             rows = self._db.execute(
-                "SELECT t0, dt, n, has_ts, payload FROM frames WHERE session_id=? AND stream=? ORDER BY ord",
-                (info.id, stream),
+                "SELECT dt, n, has_ts, t_min, CASE WHEN has_ts THEN substr(payload, n * ? + 1) END "
+                "FROM frames WHERE session_id=? AND stream=? AND n > 0 ORDER BY s0 LIMIT ?",
+                (row_bytes, sid, stream, max_frames),
             ).fetchall()
-        for t0, dt, n, has_ts, payload in rows:
-            n_data = n * n_ch * dtype.itemsize
-            blocks.append(np.frombuffer(payload, dtype=dtype, count=n * n_ch).reshape(n, n_ch))
+        diffs, sizes, starts = [], [], []
+        for dt, n, has_ts, t_min, tail in rows:
+            sizes.append(n)
+            starts.append(t_min)
             if has_ts:
-                times.append(np.frombuffer(payload, dtype="<f8", offset=n_data, count=n))
-            else:
-                times.append(t0 + np.arange(n, dtype=np.float64) * dt)
-        data = np.concatenate(blocks) if blocks else np.empty((0, n_ch), dtype=dtype)
-        t = np.concatenate(times) if times else np.empty(0)
-        return StreamData(
-            stream=stream,
-            t=t,
-            data=data.astype(dtype.newbyteorder("=")),
-            channels=si.channels,
-            units=si.units,
+                ts = np.frombuffer(tail, dtype="<f8", count=n)
+                diffs.append(np.diff(ts))
+            elif n > 1:
+                diffs.append(np.full(n - 1, dt))
+        d = np.concatenate(diffs) if diffs else np.empty(0)
+        d = d[d > 0]
+        spacing = float(np.median(d)) if d.size else (si.dt or None)
+        period = float(np.median(np.diff(starts))) if len(starts) > 1 else None
+        return StreamTiming(
+            spacing_s=spacing,
+            samples_per_frame=int(np.median(sizes)) if sizes else 0,
+            frame_period_s=period,
+            mean_rate_hz=si.rate,
+            frames_sampled=len(rows),
         )
 
-    def events(self, session_id: str, kind: str | None = None, stream: str | None = None) -> list[Event]:
-        """Committed events of a session in arrival order, optionally of one kind / stream."""
+    # -- index helpers (callers hold the lock or own the connection)
+
+    @staticmethod
+    def _clip_range(db, sid: str, stream: str, start: int | None, stop: int | None) -> tuple[int, int]:
+        row = db.execute(
+            "SELECT s0 + n FROM frames WHERE session_id=? AND stream=? AND n > 0 ORDER BY s0 DESC LIMIT 1",
+            (sid, stream),
+        ).fetchone()
+        total = row[0] if row else 0
+        lo = 0 if start is None else max(0, min(int(start), total))
+        hi = total if stop is None else max(lo, min(int(stop), total))
+        return lo, hi
+
+    def _window_range(self, db, sid: str, si: StreamInfo, t_start, t_stop) -> tuple[int, int]:
+        """Sample range of ``t_start <= t < t_stop`` in a monotonic stream: two index seeks plus the
+        time axes of the two boundary frames."""
+        lo = 0
+        if t_start is not None:
+            row = self._last_frame_before(db, sid, si, t_start)
+            if row is not None:
+                s0, t = row
+                lo = s0 + int(np.searchsorted(t, t_start, side="left"))
+        if t_stop is None:
+            return lo, self._clip_range(db, sid, si.name, 0, None)[1]
+        row = self._last_frame_before(db, sid, si, t_stop)
+        if row is None:
+            return lo, lo
+        s0, t = row
+        return lo, max(lo, s0 + int(np.searchsorted(t, t_stop, side="left")))
+
+    @staticmethod
+    def _last_frame_before(db, sid: str, si: StreamInfo, t: float) -> tuple[int, np.ndarray] | None:
+        """(s0, time axis) of the last non-empty frame whose first sample is earlier than ``t``."""
+        row_bytes = len(si.channels) * SUPPORTED_DTYPES[si.dtype].itemsize
+        row = db.execute(
+            "SELECT s0, t0, dt, n, has_ts, CASE WHEN has_ts THEN substr(payload, n * ? + 1) END "
+            "FROM frames WHERE session_id=? AND stream=? AND t_min < ? ORDER BY t_min DESC, s0 DESC LIMIT 1",
+            (row_bytes, sid, si.name, float(t)),
+        ).fetchone()
+        if row is None:
+            return None
+        s0, t0, dt, n, has_ts, tail = row
+        ts = np.frombuffer(tail, dtype="<f8", count=n) if has_ts else t0 + np.arange(n, dtype=np.float64) * dt
+        return s0, ts
+
+    def _read_range(self, db, sid: str, si: StreamInfo, start: int, stop: int) -> StreamData:
+        """One preallocated array filled frame by frame (one copy of the data, no concatenation)."""
+        dtype = SUPPORTED_DTYPES[si.dtype].newbyteorder("=")
+        n = stop - start
+        data = np.empty((n, len(si.channels)), dtype=dtype)
+        t = np.empty(n, dtype=np.float64)
+        k = 0
+        for tp, dp in self._range_pieces(db, sid, si, start, stop):
+            m = len(tp)
+            t[k : k + m] = tp
+            data[k : k + m] = dp
+            k += m
+        if k != n:
+            raise StoreError(f"stream {si.name!r}: frame index is inconsistent ({k} of {n} samples found)")
+        return StreamData(si.name, t, data, list(si.channels), list(si.units), start=start)
+
+    def _rows(self, db, sid: str, si: StreamInfo, where: str, args: tuple) -> Iterator[tuple]:
+        return db.execute(
+            "SELECT s0, t0, dt, n, has_ts, payload FROM frames "
+            f"WHERE session_id=? AND stream=? AND n > 0 AND {where} ORDER BY s0",
+            (sid, si.name, *args),
+        )
+
+    def _range_pieces(self, db, sid: str, si: StreamInfo, start: int, stop: int) -> Iterator[tuple]:
+        """(t, data) views of the frames covering samples [start, stop), trimmed to the range."""
+        if stop <= start:
+            return
+        first = db.execute(
+            "SELECT MAX(s0) FROM frames WHERE session_id=? AND stream=? AND s0 <= ?", (sid, si.name, start)
+        ).fetchone()[0]
+        rows = self._rows(db, sid, si, "s0 >= ? AND s0 < ?", (first or 0, stop))
+        for s0, t0, dt, n, has_ts, payload in rows:
+            t, data = _decode(si, t0, dt, n, has_ts, payload)
+            a, b = max(0, start - s0), min(n, stop - s0)
+            if b > a:
+                yield t[a:b], data[a:b]
+
+    def _window_pieces(
+        self, db, sid, si: StreamInfo, t_start, t_stop, *, start=0, stop=None, times_only=False
+    ) -> Iterator[tuple]:
+        """(t, data, index) of the samples in a time window, for streams whose times go back:
+        the frames overlapping the window (index-assisted filter), each masked sample by sample."""
+        lo = -math.inf if t_start is None else float(t_start)
+        hi = math.inf if t_stop is None else float(t_stop)
+        stop = math.inf if stop is None else stop
+        rows = self._rows(db, sid, si, "t_max >= ? AND t_min < ?", (lo, hi))
+        for s0, t0, dt, n, has_ts, payload in rows:
+            t, data = _decode(si, t0, dt, n, has_ts, payload, times_only=times_only)
+            idx = s0 + np.arange(n, dtype=np.int64)
+            keep = (t >= lo) & (t < hi) & (idx >= start) & (idx < stop)
+            if keep.any():
+                yield t[keep], (None if data is None else data[keep]), idx[keep]
+
+    def events(
+        self,
+        session_id: str,
+        kind: str | None = None,
+        stream: str | None = None,
+        *,
+        t_start: float | None = None,
+        t_stop: float | None = None,
+    ) -> list[Event]:
+        """Committed events of a session in arrival order, optionally of one kind / stream and
+        with ``t_start <= t < t_stop``."""
         sid = self.get_session(session_id).id
         sql = "SELECT stream, kind, seq, t, body, replay FROM events WHERE session_id=?"
         args: list = [sid]
+        if t_start is not None:
+            sql += " AND t >= ?"
+            args.append(float(t_start))
+        if t_stop is not None:
+            sql += " AND t < ?"
+            args.append(float(t_stop))
         if kind is not None:
             sql += " AND kind=?"
             args.append(kind)
@@ -721,6 +1100,91 @@ _SESSION_COLS = (
     "id, kind, status, reason, started, ended, config, software_version, devices, "
     "writer_host, writer_pid, heartbeat, stats"
 )
+
+
+def _decode(si: StreamInfo, t0, dt, n, has_ts, payload, times_only: bool = False) -> tuple:
+    """(t, data) of one stored frame; ``data`` is a read-only view of the payload (None with times_only)."""
+    dtype = SUPPORTED_DTYPES[si.dtype]
+    n_ch = len(si.channels)
+    n_data = n * n_ch * dtype.itemsize
+    if has_ts:
+        t = np.frombuffer(payload, dtype="<f8", offset=n_data, count=n)
+    else:
+        t = t0 + np.arange(n, dtype=np.float64) * dt
+    if times_only:
+        return t, None
+    return t, np.frombuffer(payload, dtype=dtype, count=n * n_ch).reshape(n, n_ch)
+
+
+def _join(si: StreamInfo, pieces: Iterable[tuple], contiguous: bool, first: int = 0) -> StreamData:
+    """One StreamData (native byte order, writable) from (t, data[, index]) pieces."""
+    pieces = list(pieces)
+    dtype = SUPPORTED_DTYPES[si.dtype].newbyteorder("=")
+    n_ch = len(si.channels)
+    if pieces:
+        t = np.concatenate([p[0] for p in pieces]).astype(np.float64, copy=False)
+        data = np.concatenate([p[1] for p in pieces]).astype(dtype, copy=False)
+    else:
+        t, data = np.empty(0), np.empty((0, n_ch), dtype=dtype)
+    index = None
+    if not contiguous:
+        index = np.concatenate([p[2] for p in pieces]) if pieces else np.empty(0, dtype=np.int64)
+    return StreamData(si.name, t, data, list(si.channels), list(si.units), start=first, index=index)
+
+
+def _rechunk(
+    si: StreamInfo, pieces: Iterable[tuple], chunk: int, contiguous: bool, first: int = 0
+) -> Iterator[StreamData]:
+    """Cut a sequence of per-frame pieces into chunks of exactly ``chunk`` samples (last one shorter)."""
+    buf: list[tuple] = []
+    have = 0
+    pos = first
+    for piece in pieces:
+        while len(piece[0]):
+            take = min(chunk - have, len(piece[0]))
+            buf.append(tuple(x[:take] for x in piece))
+            piece = tuple(x[take:] for x in piece)
+            have += take
+            if have == chunk:
+                yield _join(si, buf, contiguous, pos)
+                pos += have
+                buf, have = [], 0
+    if have:
+        yield _join(si, buf, contiguous, pos)
+
+
+def _check_numbers(what: str, seq, times: dict[str, float | None], ts: np.ndarray | None) -> None:
+    """Refuse what SQLite cannot hold or what would break time indexing: a sequence number outside
+    [0, 2**63) or a non-finite time, so a bad message is refused alone and never breaks a commit."""
+    try:
+        q = operator.index(seq)
+    except TypeError:
+        raise StoreError(f"refusing {what}: seq must be an integer, got {seq!r}") from None
+    if not 0 <= q < _SEQ_LIMIT:
+        raise StoreError(f"refusing {what}: seq {q} is outside [0, 2**63)")
+    for name, value in times.items():
+        if value is None:
+            continue
+        try:
+            ok = math.isfinite(float(value))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise StoreError(f"refusing {what}: {name} must be a finite number, got {value!r}")
+    if ts is not None and ts.size and not np.isfinite(ts).all():
+        raise StoreError(f"refusing {what}: timestamps must be finite (found NaN or inf)")
+
+
+def _frame_span(t0: float, dt: float | None, n: int, ts: np.ndarray | None) -> tuple:
+    """(t_min, t_max, non-decreasing inside) of a frame; (None, None, True) when it is empty."""
+    if n == 0:
+        return None, None, True
+    if ts is not None:
+        inside = bool(np.all(ts[1:] >= ts[:-1]))
+        if inside:
+            return float(ts[0]), float(ts[-1]), True
+        return float(ts.min()), float(ts.max()), False
+    return float(t0), float(t0 + (n - 1) * dt), True  # same arithmetic as the time axis of reads
 
 
 def _json_default(obj):
