@@ -3,6 +3,21 @@
 pymodbus does not retry a failed first connect and its own background reconnect races with ours, so
 its automatic reconnect is switched off (``reconnect_delay=0``) and this class reconnects on demand,
 with exponential backoff bounded by ``connect_timeout``.
+
+Every reply is checked against its request (device id, function code, register count / echoed address
+and value) before a value goes out. On TCP the transaction id ties a reply to its request. RTU has none,
+and pymodbus 3.16 takes the first frame with the right device id as the answer - so after a timeout the
+late reply (a FIFO slave answers the original *and* the retry) would answer the next request, and every
+later reading would be one request behind. On RTU this class therefore:
+
+- retries itself (pymodbus ``retries=0``): a retry goes out only on a quiet line, never while the reply
+  to the timed-out attempt may still arrive;
+- counts the replies it is owed (one per timed-out request) and, before the next request, waits up to
+  ``drain_time`` for them, discarding each as it arrives (seen through pymodbus' ``trace_pdu`` hook while no
+  request is in flight); replies still missing after ``drain_time`` are taken as lost;
+- waits the RTU inter-frame silence (3.5 characters, at least 1.75 ms) after the last received byte;
+- discards a reply that does not match its request and waits for a proper one on a drained line.
+The remaining assumption is the Modbus one: a slave answers within ``timeout + drain_time`` or not at all.
 """
 
 from __future__ import annotations
@@ -16,9 +31,10 @@ from typing import Any
 from pymodbus import FramerType
 from pymodbus.client import AsyncModbusSerialClient, AsyncModbusTcpClient
 from pymodbus.exceptions import ConnectionException, ModbusException, ModbusIOException
+from pymodbus.pdu import ModbusPDU
 
 from drivers.cancellation import checked
-from drivers.errors import BadResponse, DeviceConnectionError, DeviceRefused, DeviceTimeout
+from drivers.errors import BadResponse, DeviceConnectionError, DeviceError, DeviceRefused, DeviceTimeout
 from drivers.registers import RegisterSpec
 
 log = logging.getLogger(__name__)
@@ -39,7 +55,9 @@ class ModbusTransport:
     Config keys (the device's ``[devices.*]`` table): ``protocol`` ("modbus_tcp" | "modbus_rtu"),
     ``host``/``port`` (TCP) or ``url`` (RTU, e.g. "/dev/ttyUSB0" or "socket://10.0.0.5:4001"),
     ``baudrate``, ``device_id``, ``timeout`` (s per attempt), ``retries``, ``connect_timeout`` (s, total
-    time spent reconnecting before giving up), ``backoff_initial`` / ``backoff_max`` (s).
+    time spent reconnecting before giving up), ``backoff_initial`` / ``backoff_max`` (s), and for RTU
+    ``drain_time`` (s a late reply is waited for after a timeout before the line is used again; default
+    2 x timeout).
     """
 
     def __init__(self, name: str, cfg: Mapping[str, Any]) -> None:
@@ -51,6 +69,7 @@ class ModbusTransport:
         self.connect_timeout = float(cfg.get("connect_timeout", 3.0))
         self.backoff_initial = float(cfg.get("backoff_initial", 0.05))
         self.backoff_max = float(cfg.get("backoff_max", 1.0))
+        self.drain_time = float(cfg.get("drain_time", 2.0 * self.timeout))
         if self.protocol == "modbus_tcp":
             self.host = str(cfg.get("host", "127.0.0.1"))
             self.port = int(cfg.get("port", 502))
@@ -61,15 +80,72 @@ class ModbusTransport:
             self.address = f"modbus-rtu:{self.url}/{self.device_id}"
         else:
             raise ValueError(f"{name}: unknown Modbus protocol {self.protocol!r}")
+        if not (self.timeout > 0 and self.retries >= 0 and self.drain_time >= 0):
+            raise ValueError(f"{name}: timeout must be > 0, retries and drain_time >= 0")
         self._client: AsyncModbusTcpClient | AsyncModbusSerialClient | None = None
         self._lock = asyncio.Lock()
+        # RTU line state (kept across reconnects: it belongs to the line, not to the client object)
+        self.silence = max(3.5 * 11.0 / self.baudrate, 1.75e-3) if self.rtu else 0.0
+        self._in_flight = False
+        self._owed = 0  # replies to timed-out requests that may still arrive
+        self._owed_since = 0.0  # loop time of the last timeout
+        self._last_rx = -math.inf  # loop time of the last received bytes
+        self._drained = asyncio.Event()
+        self.n_late = 0  # late replies seen and discarded
+        self.n_mismatched = 0  # replies refused because they did not match their request
+
+    @property
+    def rtu(self) -> bool:
+        return self.protocol == "modbus_rtu"
 
     def _new_client(self) -> AsyncModbusTcpClient | AsyncModbusSerialClient:
-        common = dict(timeout=self.timeout, retries=self.retries, reconnect_delay=0, name=self.name)
         if self.protocol == "modbus_tcp":
-            return AsyncModbusTcpClient(self.host, port=self.port, **common)
-        return AsyncModbusSerialClient(self.url, framer=FramerType.RTU, baudrate=self.baudrate, **common)
+            return AsyncModbusTcpClient(self.host, port=self.port, timeout=self.timeout, retries=self.retries,
+                                        reconnect_delay=0, name=self.name)
+        return AsyncModbusSerialClient(self.url, framer=FramerType.RTU, baudrate=self.baudrate,
+                                       timeout=self.timeout, retries=0, reconnect_delay=0, name=self.name,
+                                       trace_packet=self._on_packet, trace_pdu=self._on_pdu)
 
+    # -- RTU line bookkeeping (pymodbus trace hooks; they run in the event loop) ----------------------
+    def _on_packet(self, sending: bool, data: bytes) -> bytes:
+        if not sending and data:
+            self._last_rx = asyncio.get_running_loop().time()
+        return data
+
+    def _on_pdu(self, sending: bool, pdu: ModbusPDU) -> ModbusPDU:
+        if not sending and not self._in_flight:
+            self.n_late += 1
+            self._owed = max(0, self._owed - 1)
+            if self._owed == 0:
+                self._drained.set()
+            log.info("%s (%s): discarded a late reply (function %d) to a timed-out request",
+                     self.name, self.address, pdu.function_code)
+        return pdu
+
+    async def _quiet_line(self) -> None:
+        """RTU: wait for the owed late replies (up to ``drain_time``) and the inter-frame silence."""
+        loop = asyncio.get_running_loop()
+        if self._owed:
+            remaining = self._owed_since + self.drain_time - loop.time()
+            if remaining > 0:
+                self._drained.clear()
+                try:
+                    async with asyncio.timeout(remaining):
+                        await self._drained.wait()
+                except TimeoutError:
+                    pass
+            if self._owed:
+                log.info("%s (%s): %d late repl%s not seen within %g s; taken as lost", self.name,
+                         self.address, self._owed, "y" if self._owed == 1 else "ies", self.drain_time)
+                self._owed = 0
+        while (gap := self._last_rx + self.silence - loop.time()) > 0:
+            await asyncio.sleep(gap)
+
+    def _owe_reply(self) -> None:
+        self._owed += 1
+        self._owed_since = asyncio.get_running_loop().time()
+
+    # -- connection -----------------------------------------------------------------------------------
     @property
     def connected(self) -> bool:
         return self._client is not None and self._client.connected
@@ -104,55 +180,96 @@ class ModbusTransport:
             self._client.close()
             self._client = None
 
-    async def _execute(self, what: str, call):
-        """Run one request: reconnect if needed, map pymodbus failures to typed errors."""
+    # -- requests -------------------------------------------------------------------------------------
+    async def _execute(self, what: str, fc: int, call, check):
+        """Run one request: reconnect if needed, check the reply against the request, map failures to
+        typed errors. ``check(reply) -> str | None`` names what does not match (None: it matches)."""
         async with self._lock:
-            if not self.connected:
-                await self.connect()
-            assert self._client is not None
-            guard = self.timeout * (self.retries + 1) + 0.5
-            try:
-                async with asyncio.timeout(guard):
-                    rr = await checked(call(self._client))
-            except (TimeoutError, ModbusIOException) as exc:
-                if not self._client.connected:
-                    self.close()
-                    raise DeviceConnectionError(self.name, self.address, f"{what}: connection lost") from exc
-                msg = f"{what}: no answer within {self.timeout:g} s"
-                raise DeviceTimeout(self.name, self.address, msg) from exc
-            except (ConnectionException, OSError) as exc:
+            attempts = self.retries + 1 if self.rtu else 1  # TCP: pymodbus retries (transaction ids)
+            failure: DeviceError | None = None
+            for _ in range(attempts):
+                rr, failure = await self._attempt(what, fc, call, check)
+                if failure is None:
+                    return rr
+            assert failure is not None
+            raise failure
+
+    async def _attempt(self, what: str, fc: int, call, check):
+        """One request on the wire: ``(reply, None)``, or ``(None, error)`` for a failure worth a retry."""
+        if not self.connected:
+            await self.connect()
+        client = self._client
+        assert client is not None
+        if self.rtu:
+            await self._quiet_line()
+        guard = self.timeout * (1 if self.rtu else self.retries + 1) + 0.5
+        self._in_flight = True
+        try:
+            async with asyncio.timeout(guard):
+                rr = await checked(call(client))
+        except (TimeoutError, ModbusIOException) as exc:
+            if not client.connected:
                 self.close()
-                raise DeviceConnectionError(self.name, self.address, f"{what}: {exc}") from exc
-            except ModbusException as exc:
-                raise BadResponse(self.name, self.address, f"{what}: {exc}") from exc
-            if rr.isError():
-                code = int(getattr(rr, "exception_code", 0) or 0)
-                text = MODBUS_EXCEPTIONS.get(code, "exception")
-                msg = f"{what}: Modbus exception {code} ({text})"
-                raise DeviceRefused(self.name, self.address, msg, code)
-            return rr
+                raise DeviceConnectionError(self.name, self.address, f"{what}: connection lost") from exc
+            if self.rtu:
+                self._owe_reply()
+            tries = "" if self.rtu or not self.retries else f" ({self.retries + 1} attempts)"
+            return None, DeviceTimeout(self.name, self.address,
+                                       f"{what}: no answer within {self.timeout:g} s{tries}")
+        except (ConnectionException, OSError) as exc:
+            self.close()
+            msg = f"{what}: {exc or type(exc).__name__}"
+            raise DeviceConnectionError(self.name, self.address, msg) from exc
+        except ModbusException as exc:
+            raise BadResponse(self.name, self.address, f"{what}: {exc or type(exc).__name__}") from exc
+        finally:
+            self._in_flight = False
+        problem = _mismatch(rr, self.device_id, fc, check)
+        if problem:
+            self.n_mismatched += 1
+            log.warning("%s (%s): %s: discarded a reply that does not answer it (%s)", self.name,
+                        self.address, what, problem)
+            if self.rtu:
+                self._owe_reply()  # our own reply may still be on its way
+            return None, BadResponse(self.name, self.address, f"{what}: reply does not match the request "
+                                     f"({problem})")
+        if rr.isError():
+            code = int(getattr(rr, "exception_code", 0) or 0)
+            text = MODBUS_EXCEPTIONS.get(code, "exception")
+            msg = f"{what}: Modbus exception {code} ({text})"
+            raise DeviceRefused(self.name, self.address, msg, code)
+        return rr, None
 
     async def read_registers(self, table: str, address: int, count: int) -> list[int]:
         """Raw registers from the holding or input table."""
         what = f"read {table}[{address}:{address + count}]"
+        fc = 4 if table == "input" else 3
 
         async def call(c):
             if table == "input":
                 return await c.read_input_registers(address, count=count, device_id=self.device_id)
             return await c.read_holding_registers(address, count=count, device_id=self.device_id)
 
-        rr = await self._execute(what, call)
-        regs = list(rr.registers)
-        if len(regs) != count:
-            raise BadResponse(self.name, self.address, f"{what}: got {len(regs)} registers")
-        return regs
+        def check(rr) -> str | None:
+            n = len(getattr(rr, "registers", None) or [])
+            return None if n == count else f"{n} registers instead of {count}"
+
+        rr = await self._execute(what, fc, call, check)
+        return list(rr.registers)
 
     async def read(self, spec: RegisterSpec, finite: bool = True) -> float:
-        """Read one mapped value in SI units; NaN/inf is a BadResponse when ``finite``."""
+        """Read one mapped value in SI units. NaN/inf (when ``finite``) and values outside the register's
+        plausibility ``range`` are a BadResponse naming the register and the value."""
         value = spec.decode(await self.read_registers(spec.table, spec.address, spec.count))
-        if finite and not math.isfinite(value):
-            msg = f"{spec.name} @ {spec.table}[{spec.address}] = {value}"
-            raise BadResponse(self.name, self.address, msg)
+        if not math.isfinite(value):
+            if finite:
+                raise BadResponse(self.name, self.address,
+                                  f"implausible {spec.name} @ {spec.table}[{spec.address}] = {value}")
+        elif not spec.plausible(value):
+            lo, hi = spec.range or (-math.inf, math.inf)
+            raise BadResponse(self.name, self.address,
+                              f"implausible {spec.name} @ {spec.table}[{spec.address}] = {value:.6g} "
+                              f"{spec.unit} (plausible {lo:g}..{hi:g} {spec.unit})")
         return value
 
     async def write(self, spec: RegisterSpec, value: float) -> None:
@@ -161,10 +278,34 @@ class ModbusTransport:
             raise ValueError(f"{self.name}: {spec.name} is in the {spec.table} table and cannot be written")
         regs = spec.encode(value)
         what = f"write {spec.name}={value!r} @ holding[{spec.address}]"
+        fc = 6 if len(regs) == 1 else 16
 
         async def call(c):
             if len(regs) == 1:
                 return await c.write_register(spec.address, regs[0], device_id=self.device_id)
             return await c.write_registers(spec.address, regs, device_id=self.device_id)
 
-        await self._execute(what, call)
+        def check(rr) -> str | None:
+            address = getattr(rr, "address", None)
+            if address != spec.address:
+                return f"echoed address {address} instead of {spec.address}"
+            if fc == 6 and list(getattr(rr, "registers", None) or []) != regs:
+                return f"echoed value {getattr(rr, 'registers', None)} instead of {regs}"
+            if fc == 16 and getattr(rr, "count", None) != len(regs):
+                return f"echoed count {getattr(rr, 'count', None)} instead of {len(regs)}"
+            return None
+
+        await self._execute(what, fc, call, check)
+
+
+def _mismatch(rr, device_id: int, fc: int, check) -> str | None:
+    """What in reply ``rr`` does not answer a request with function ``fc`` to ``device_id`` (None: all)."""
+    dev = getattr(rr, "dev_id", device_id)
+    if dev != device_id:
+        return f"device id {dev} instead of {device_id}"
+    got = int(getattr(rr, "function_code", -1))
+    if rr.isError():
+        return None if got == fc | 0x80 else f"exception for function {got & 0x7F} instead of {fc}"
+    if got != fc:
+        return f"function {got} instead of {fc}"
+    return check(rr)

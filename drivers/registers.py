@@ -4,8 +4,10 @@ A register entry looks like::
 
     setpoint = { table = "holding", address = 0, type = "float32", word_order = "big", unit = "N" }
 
-``value_SI = raw * scale + offset``. Types: float32, int16, uint16, int32, uint32. ``word_order`` applies to
-32-bit types ("big": most significant word first, the Modbus convention; "little": swapped words).
+``value_SI = raw * scale + offset``. ``range = [lo, hi]`` (SI units, optional) is the plausible span of a read
+value: a reading outside it is refused by the driver (an implausible value never goes out).
+Types: float32, int16, uint16, int32, uint32. ``word_order`` applies to 32-bit types ("big": most
+significant word first, the Modbus convention; "little": swapped words).
 A device with another map needs a config change, not code.
 """
 
@@ -27,7 +29,7 @@ _TYPES: dict[str, tuple[str, int]] = {
     "uint32": (">I", 2),
 }
 _TABLES = ("holding", "input")
-_KEYS = {"table", "address", "type", "word_order", "scale", "offset", "unit", "description"}
+_KEYS = {"table", "address", "type", "word_order", "scale", "offset", "unit", "description", "range"}
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class RegisterSpec:
     scale: float = 1.0
     offset: float = 0.0
     unit: str = "1"
+    range: tuple[float, float] | None = None  # plausible read values (SI); None: any finite value
 
     @property
     def count(self) -> int:
@@ -70,6 +73,7 @@ class RegisterSpec:
                 scale=float(d.get("scale", 1.0)),
                 offset=float(d.get("offset", 0.0)),
                 unit=str(d.get("unit", "1")),
+                range=_range(d["range"]) if "range" in d else None,
             )
         except KeyError as exc:
             raise RegisterMapError(f"register {name!r}: missing key {exc.args[0]!r}") from None
@@ -87,6 +91,12 @@ class RegisterSpec:
         if spec.scale == 0 or not math.isfinite(spec.scale) or not math.isfinite(spec.offset):
             raise RegisterMapError(f"register {name!r}: scale must be finite and non-zero, offset finite")
         return spec
+
+    def plausible(self, value: float) -> bool:
+        """True when ``value`` is finite and inside ``range`` (if the map gives one)."""
+        if not math.isfinite(value):
+            return False
+        return self.range is None or self.range[0] <= value <= self.range[1]
 
     def decode(self, regs: list[int]) -> float:
         """Registers -> value in SI units. NaN/inf floats are passed through (the caller judges them)."""
@@ -114,6 +124,16 @@ class RegisterSpec:
         if self.word_order == "little":
             words.reverse()
         return words
+
+
+def _range(r) -> tuple[float, float]:
+    """``[lo, hi]`` with finite lo < hi (ValueError otherwise)."""
+    if isinstance(r, str | bytes) or not hasattr(r, "__len__") or len(r) != 2:
+        raise ValueError(f"range must be [lo, hi], got {r!r}")
+    lo, hi = float(r[0]), float(r[1])
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ValueError(f"range must be finite with lo < hi, got {r!r}")
+    return lo, hi
 
 
 class RegisterMap(dict[str, RegisterSpec]):

@@ -136,7 +136,10 @@ class ForceSourceSim:
         return None
 
     def _fill(self, fc: int, start: int, regs: list[int]) -> None:
-        """Refresh the register image from the state before a read is answered."""
+        """Refresh the register image from the state before a read is answered. The read-back pymodbus
+        does to echo a write (function 6/16) is left alone: a write is answered with what was written."""
+        if fc not in (3, 4):
+            return
         if fc == 4:
             values = {"force": self.force + self.p["loadcell_sigma"] * float(self.rng.standard_normal()),
                       "pressure": self.pressure + self.p["pressure_sensor_sigma"] * float(
