@@ -12,6 +12,15 @@ raises :class:`CommandError` for error replies and :class:`CommandTimeout` when 
 time. A request whose deadline has passed before the server sees it is refused, so a setpoint
 that timed out on the client is never applied late. The client uses ``ZMQ_IMMEDIATE`` so that a
 request is never queued for a server that is not connected.
+
+Arguments are checked before any handler runs: non-finite numbers (NaN, Infinity, 1e999) and
+JSON nested deeper than :data:`MAX_ARG_NESTING` are refused. A handler validates its own
+arguments (e.g. a setpoint against the plan's limits) by raising :class:`CommandRefused`; the
+client then raises :class:`CommandRefused` (a :class:`CommandError`) with the handler's message.
+
+Security (see :mod:`daq.keys`): binding beyond loopback needs CURVE keys, else the server refuses
+to start (:class:`daq.keys.InsecureEndpoint`); with keys only clients whose public key is
+authorized get anything accepted. Clients pass the same keys folder (``keys=load_keys()``).
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import asyncio
 import inspect
 import json
 import logging
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -28,15 +38,25 @@ import zmq
 import zmq.asyncio
 
 from daq.bus import bind_endpoint
+from daq.keys import CurveKeys, check_bind, release_server, secure_client, secure_server
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[..., Awaitable[dict] | dict]
 MAX_REQUEST_BYTES = 1024 * 1024
+#: Deepest nesting of lists/objects accepted in a request.
+MAX_ARG_NESTING = 32
 
 
 class CommandError(Exception):
     """The server answered with an error (unknown command, bad arguments, handler failure)."""
+
+
+class CommandRefused(CommandError):
+    """A handler (or the server's argument check) refused the command; nothing was executed.
+
+    Handlers raise it with a message saying why (``setpoint 99999 N above the plan's 1000 N``).
+    """
 
 
 class CommandTimeout(TimeoutError):
@@ -51,17 +71,30 @@ class CommandServer:
         endpoint: str = "tcp://127.0.0.1:0",
         handlers: dict[str, Handler] | None = None,
         ctx: zmq.asyncio.Context | None = None,
+        keys: CurveKeys | None = None,
     ):
+        """``keys``: CURVE keys (required to bind beyond loopback; with keys the server must be
+        created inside a running event loop, where the authenticator runs)."""
+        check_bind(endpoint, keys, "command server")
         self.handlers: dict[str, Handler] = dict(handlers or {})
         self.handlers.setdefault("ping", _ping)
+        self.keys = keys
         self._ctx = ctx if ctx is not None else zmq.asyncio.Context.instance()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        self.endpoint = bind_endpoint(self._sock, endpoint)
+        self._domain: str | None = None
+        try:
+            if keys is not None:
+                self._domain = secure_server(self._sock, self._ctx, keys)
+            self.endpoint = bind_endpoint(self._sock, endpoint)
+        except BaseException:
+            self.close()
+            raise
         self._task: asyncio.Task | None = None
         self.served = 0
         self.errors = 0
+        self.refused = 0
 
     def start(self) -> CommandServer:
         """Serve in a background task of the running loop."""
@@ -80,6 +113,7 @@ class CommandServer:
             self.served += 1
             if not reply.get("ok"):
                 self.errors += 1
+                self.refused += bool(reply.get("refused"))
             try:
                 await self._sock.send_multipart(
                     [*route, json.dumps(reply, default=str).encode()], flags=zmq.NOBLOCK
@@ -92,18 +126,16 @@ class CommandServer:
         try:
             if len(body) > MAX_REQUEST_BYTES:
                 raise CommandError(f"request of {len(body)} bytes is too large")
-            try:
-                req = json.loads(body.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
-                raise CommandError("request is not UTF-8 JSON") from None
-            if not isinstance(req, dict):
-                raise CommandError("request must be a JSON object")
+            req = _parse_request(body)
             req_id = req.get("id")
+            if not isinstance(req_id, str | int | None):
+                req_id = None
             name, args = req.get("cmd"), req.get("args", {})
             if not isinstance(name, str):
                 raise CommandError("request has no command name ('cmd')")
             if not isinstance(args, dict):
                 raise CommandError("command arguments ('args') must be an object")
+            _check_args(name, args)
             deadline = req.get("deadline")
             if isinstance(deadline, int | float) and time.time() > deadline:
                 raise CommandError(f"command {name!r} arrived after its deadline; not executed")
@@ -122,6 +154,8 @@ class CommandServer:
             if not isinstance(result, dict):
                 result = {"value": result}
             return {"id": req_id, "ok": True, "result": result}
+        except CommandRefused as exc:
+            return {"id": req_id, "ok": False, "refused": True, "error": str(exc)}
         except CommandError as exc:
             return {"id": req_id, "ok": False, "error": str(exc)}
         except Exception as exc:  # a handler failed: report it, keep serving
@@ -143,6 +177,9 @@ class CommandServer:
             self._task = None
         if not self._sock.closed:
             self._sock.close(linger=0)
+        if self._domain is not None:
+            release_server(self._ctx, self._domain)
+            self._domain = None
 
     async def __aenter__(self) -> CommandServer:
         return self.start()
@@ -156,10 +193,60 @@ async def _ping() -> dict:
     return {"pong": True, "t": time.time()}
 
 
+def _refuse_constant(name: str):
+    raise CommandRefused(f"non-finite number {name} in the request; refused")
+
+
+def _finite_float(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise CommandRefused(f"number {text[:40]} is not finite; refused")
+    return x
+
+
+def _parse_request(body: bytes) -> dict:
+    """Parse a request; NaN/Infinity/overflowing numbers are refused."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CommandError("request is not UTF-8 JSON") from None
+    try:
+        req = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError):
+        raise CommandError("request is not UTF-8 JSON") from None
+    if not isinstance(req, dict):
+        raise CommandError("request must be a JSON object")
+    return req
+
+
+def _check_args(name: str, args: dict) -> None:
+    """Refuse non-finite numbers anywhere in the arguments (also ints too large for a float)."""
+    stack: list = [(args, 1)]
+    while stack:
+        obj, depth = stack.pop()
+        if depth > MAX_ARG_NESTING:
+            raise CommandRefused(f"command {name!r}: arguments nested deeper than {MAX_ARG_NESTING} levels")
+        values = obj.values() if isinstance(obj, dict) else obj
+        for v in values:
+            if isinstance(v, dict | list):
+                stack.append((v, depth + 1))
+            elif isinstance(v, float) and not math.isfinite(v):
+                raise CommandRefused(f"command {name!r}: non-finite number {v} in the arguments; refused")
+            elif isinstance(v, int) and not isinstance(v, bool) and abs(v) > 2**63:
+                raise CommandRefused(f"command {name!r}: integer argument out of range; refused")
+
+
 class CommandClient:
     """Sends commands and waits for their acknowledgement."""
 
-    def __init__(self, endpoint: str, ctx: zmq.asyncio.Context | None = None, timeout: float = 2.0):
+    def __init__(
+        self,
+        endpoint: str,
+        ctx: zmq.asyncio.Context | None = None,
+        timeout: float = 2.0,
+        keys: CurveKeys | None = None,
+    ):
+        """``keys``: connect as a CURVE client (server public key and client pair from the folder)."""
         self.endpoint = endpoint
         self.timeout = timeout
         self._ctx = ctx if ctx is not None else zmq.asyncio.Context.instance()
@@ -167,6 +254,8 @@ class CommandClient:
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.IMMEDIATE, 1)
         try:
+            if keys is not None:
+                secure_client(self._sock, keys)
             self._sock.connect(endpoint)
         except zmq.ZMQError as exc:
             self._sock.close(linger=0)
@@ -209,6 +298,8 @@ class CommandClient:
                 if reply.get("ok"):
                     result = reply.get("result")
                     return result if isinstance(result, dict) else {}
+                if reply.get("refused"):
+                    raise CommandRefused(str(reply.get("error", "refused")))
                 raise CommandError(str(reply.get("error", "unknown error")))
 
     def close(self) -> None:

@@ -11,7 +11,9 @@ A message on the bus is three ZeroMQ parts ``[topic, header, payload]``:
 
 Nothing is ever pickled: a decoder only trusts JSON and a byte count it checks itself.
 Malformed input raises :class:`FrameError` with a short ``kind`` so that subscribers can
-count and log each kind of problem once.
+count and log each kind of problem once. Both directions refuse what a store or a reader could
+not take later: sequence numbers outside [0, 2**63), non-finite times, names that are not valid
+UTF-8 text (e.g. lone UTF-16 surrogates) and event bodies nested deeper than :data:`MAX_NESTING`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ SCHEMA_VERSION = 1
 MAX_PAYLOAD_BYTES = 256 * 1024 * 1024
 #: Largest header a decoder accepts (bytes).
 MAX_HEADER_BYTES = 1024 * 1024
+#: Deepest nesting of lists/objects accepted in an event body (JSON parsers recurse).
+MAX_NESTING = 64
+#: Sequence numbers are unsigned 63-bit (they are stored as SQLite INTEGER).
+SEQ_LIMIT = 2**63
 
 #: dtypes allowed on the bus, by their canonical name in the header.
 SUPPORTED_DTYPES: dict[str, np.dtype] = {
@@ -55,7 +61,19 @@ DATA_PREFIX = b"data/"
 EVENT_PREFIX = b"event/"
 
 #: Kinds of malformed input reported by :class:`FrameError`.
-ERROR_KINDS = ("parts", "topic", "json", "schema", "header", "dtype", "size", "oversized")
+ERROR_KINDS = (
+    "parts",  # not three message parts
+    "topic",  # topic does not match the header
+    "json",  # header is not a UTF-8 JSON object
+    "nesting",  # JSON nested too deeply
+    "schema",  # unknown schema version
+    "header",  # missing field or wrong type
+    "text",  # a name that is not valid UTF-8 text (e.g. a lone surrogate)
+    "range",  # seq outside [0, 2**63) or a non-finite time
+    "dtype",  # unsupported dtype
+    "size",  # shape and payload disagree
+    "oversized",  # header or payload over the limit
+)
 
 
 class FrameError(ValueError):
@@ -112,10 +130,69 @@ Message = Frame | Event
 # ----------------------------------------------------------------------------- encode
 
 
+def _check_text(value: str, what: str) -> str:
+    """``value`` must encode as UTF-8 (Python strings may hold lone surrogates, which do not)."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise FrameError("text", f"{what} is not valid UTF-8 text: {value[:40]!r}") from None
+    return value
+
+
 def _check_stream(stream: Any) -> str:
     if not isinstance(stream, str) or not stream or "\x00" in stream:
         raise FrameError("header", f"stream name must be a non-empty string, got {stream!r}")
-    return stream
+    return _check_text(stream, "stream name")
+
+
+def _check_seq(seq: Any) -> int:
+    if not 0 <= seq < SEQ_LIMIT:
+        raise FrameError("range", f"sequence number {seq} outside [0, 2**63)")
+    return seq
+
+
+def _finite(value: Any, what: str) -> float:
+    """``value`` as a finite float (huge JSON integers overflow; NaN/inf are refused)."""
+    try:
+        x = float(value)
+    except OverflowError:
+        x = math.inf
+    if not math.isfinite(x):
+        raise FrameError("range", f"{what} must be finite, got {value!r:.40}")
+    return x
+
+
+def _check_names(names: list[str], what: str) -> list[str]:
+    for name in names:
+        _check_text(name, what)
+    return names
+
+
+def _check_body(body: dict) -> dict:
+    """An event body: JSON-like, nested at most MAX_NESTING deep, keys and strings valid UTF-8."""
+    stack: list[tuple[Any, int]] = [(body, 1)]
+    while stack:
+        obj, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise FrameError("nesting", f"event body nested deeper than {MAX_NESTING} levels")
+        if isinstance(obj, dict):
+            for key, value in obj.items():
+                if isinstance(key, str):
+                    _check_text(key, "event body key")
+                if isinstance(value, dict | list | tuple | str):
+                    stack.append((value, depth + 1))
+        elif isinstance(obj, list | tuple):
+            stack.extend((value, depth + 1) for value in obj if isinstance(value, dict | list | tuple | str))
+        elif isinstance(obj, str):
+            _check_text(obj, "event body text")
+    return body
+
+
+def _check_session_id(sid: Any) -> Any:
+    if type(sid) is str and not sid.isascii():
+        _check_text(sid, "session id")
+    return sid
 
 
 #: Native little-endian dtypes by object (dict lookup; ``dtype.name`` is slow).
@@ -140,8 +217,8 @@ def frame_header(frame: Frame) -> dict:
         raise FrameError("header", f"frame data must be a numpy array, got {type(data).__name__}")
     if data.ndim != 2:
         raise FrameError("size", f"frame data must be 2-D (n_samples, n_channels), got shape {data.shape}")
-    channels = [str(c) for c in frame.channels]
-    units = [str(u) for u in frame.units]
+    channels = _check_names([str(c) for c in frame.channels], "channel name")
+    units = _check_names([str(u) for u in frame.units], "unit")
     if len(channels) != data.shape[1] or len(units) != data.shape[1]:
         raise FrameError(
             "header",
@@ -155,12 +232,15 @@ def frame_header(frame: Frame) -> dict:
             )
     elif np.shape(frame.timestamps) != (data.shape[0],):
         raise FrameError("size", f"stream {frame.stream!r}: timestamps must have shape ({data.shape[0]},)")
+    elif not np.isfinite(np.asarray(frame.timestamps, dtype=np.float64)).all():
+        raise FrameError("range", f"stream {frame.stream!r}: timestamps must be finite")
+    _check_session_id(frame.session_id)
     return {
         "v": SCHEMA_VERSION,
         "type": "frame",
         "stream": frame.stream,
-        "seq": int(frame.seq),
-        "t0": float(frame.t0),
+        "seq": _check_seq(int(frame.seq)),
+        "t0": _finite(frame.t0, "t0"),
         "dt": None if frame.timestamps is not None else float(frame.dt),
         "timestamps": frame.timestamps is not None,
         "channels": channels,
@@ -190,14 +270,16 @@ def event_header(event: Event) -> dict:
         raise FrameError("header", f"event kind must be a non-empty string, got {event.kind!r}")
     if not isinstance(event.body, dict):
         raise FrameError("header", f"event body must be a dict, got {type(event.body).__name__}")
+    _check_text(event.kind, "event kind")
+    _check_session_id(event.session_id)
     return {
         "v": SCHEMA_VERSION,
         "type": "event",
         "stream": event.stream,
         "kind": event.kind,
-        "seq": int(event.seq),
-        "t": float(event.t),
-        "body": event.body,
+        "seq": _check_seq(int(event.seq)),
+        "t": _finite(event.t, "event time t"),
+        "body": _check_body(event.body),
         "session_id": event.session_id,
         "replay": bool(event.replay),
     }
@@ -266,8 +348,10 @@ def _jstr(s: str) -> str:
         return json.dumps(s)
 
 
-def _jfloat(x: float) -> str:
-    return repr(x) if math.isfinite(x) else json.dumps(x)
+def _jfloat(x: float, what: str) -> str:
+    if not math.isfinite(x):
+        raise FrameError("range", f"{what} must be finite, got {x!r}")
+    return repr(x)
 
 
 def _encode_frame_fast(frame: Frame) -> list:
@@ -288,15 +372,18 @@ def _encode_frame_fast(frame: Frame) -> list:
         dt = float(frame.dt) if frame.dt is not None else math.nan
         if not (dt > 0 and math.isfinite(dt)):
             frame_header(frame)  # raises the precise error
-        time_base = f'"dt":{_jfloat(dt)},"timestamps":false'
+        time_base = f'"dt":{_jfloat(dt, "dt")},"timestamps":false'
     else:
-        if np.shape(ts) != (data.shape[0],):
+        if np.shape(ts) != (data.shape[0],) or not np.isfinite(ts).all():
             frame_header(frame)
         time_base = '"dt":null,"timestamps":true'
     sid = frame.session_id
-    sid_json = "null" if sid is None else _jstr(str(sid))
+    sid_json = "null" if sid is None else _jstr(_check_session_id(str(sid)))
+    seq = int(frame.seq)
+    if not 0 <= seq < SEQ_LIMIT:
+        _check_seq(seq)
     head = (
-        f'{{"v":{SCHEMA_VERSION},"type":"frame","seq":{int(frame.seq)},"t0":{_jfloat(float(frame.t0))},'
+        f'{{"v":{SCHEMA_VERSION},"type":"frame","seq":{seq},"t0":{_jfloat(float(frame.t0), "t0")},'
         f'{time_base},"shape":[{data.shape[0]},{data.shape[1]}],"session_id":{sid_json},'
         f'"replay":{"true" if frame.replay else "false"},'
     ).encode()
@@ -357,6 +444,8 @@ def parse_header(raw: bytes) -> dict:
             h = _loads_std(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise FrameError("json", f"header is not UTF-8 JSON: {exc}") from None
+    except RecursionError:
+        raise FrameError("nesting", "header JSON is nested too deeply") from None
     if type(h) is not dict:
         raise FrameError("json", "header is not a JSON object")
     if h.get("v") != SCHEMA_VERSION:
@@ -390,8 +479,8 @@ def _layout(h: dict, stream: Any, n_ch: int) -> _Layout:
     dtype = SUPPORTED_DTYPES.get(name) if type(name) is str else None  # a list would be unhashable
     if dtype is None:
         raise FrameError("dtype", f"unsupported dtype {h.get('dtype')!r}")
-    channels = _str_list(h, "channels", n_ch)
-    units = _str_list(h, "units", n_ch)
+    channels = _check_names(_str_list(h, "channels", n_ch), "channel name")
+    units = _check_names(_str_list(h, "units", n_ch), "unit")
     layout = _Layout(name, dtype, list(channels), list(units), DATA_PREFIX + stream.encode("utf-8"))
     if len(_LAYOUTS) >= _LAYOUTS_MAX:
         _LAYOUTS.clear()
@@ -420,8 +509,10 @@ def _frame_and_topic(h: dict, payload: bytes | memoryview, copy: bool = False) -
         _check_stream(stream)
         _field(h, "seq", int)
         _field(h, "timestamps", bool)
-    if type(t0) is not float:
-        t0 = float(_field(h, "t0", (int, float)))
+    if not 0 <= seq < SEQ_LIMIT:
+        _check_seq(seq)
+    if type(t0) is not float or not math.isfinite(t0):
+        t0 = _finite(_field(h, "t0", (int, float)), "t0")
     if has_ts:
         dt = None
     else:
@@ -430,7 +521,7 @@ def _frame_and_topic(h: dict, payload: bytes | memoryview, copy: bool = False) -
             dt = _field(h, "dt", (int, float), none_ok=True)
         if dt is None or not dt > 0:
             raise FrameError("header", "dt must be > 0 when no timestamps are given")
-        dt = float(dt)
+        dt = _finite(dt, "dt")
     n, n_ch = _shape(h)
     channels, units = h.get("channels"), h.get("units")
     layout = _LAYOUTS.get(stream) if type(stream) is str else None
@@ -451,10 +542,12 @@ def _frame_and_topic(h: dict, payload: bytes | memoryview, copy: bool = False) -
         raise FrameError("size", f"payload has {len(payload)} bytes, header says {expected}")
     data = np.ndarray((n, n_ch), dtype, payload)  # a view, read-only if the payload is
     timestamps = np.ndarray((n,), _F8, payload, n_data) if has_ts else None
+    if timestamps is not None and not np.isfinite(timestamps).all():
+        raise FrameError("range", "timestamps must be finite")
     if copy:
         data = data.copy()
         timestamps = None if timestamps is None else timestamps.copy()
-    session_id = h.get("session_id")
+    session_id = _check_session_id(h.get("session_id"))
     # channels/units: the lists just parsed (equal to the layout's), so each frame owns its own
     frame = Frame(
         stream,  # type: ignore[arg-type]  # validated via the layout
@@ -474,11 +567,11 @@ def _frame_and_topic(h: dict, payload: bytes | memoryview, copy: bool = False) -
 def event_from_header(h: dict) -> Event:
     """Build an event from a parsed header."""
     stream = _check_stream(h.get("stream"))
-    kind = _field(h, "kind", str)
-    seq = _field(h, "seq", int)
-    t = float(_field(h, "t", (int, float)))
-    body = _field(h, "body", dict)
-    session_id = h.get("session_id")
+    kind = _check_text(_field(h, "kind", str), "event kind")
+    seq = _check_seq(_field(h, "seq", int))
+    t = _finite(_field(h, "t", (int, float)), "event time t")
+    body = _check_body(_field(h, "body", dict))
+    session_id = _check_session_id(h.get("session_id"))
     return Event(
         stream=stream,
         kind=kind,
