@@ -86,7 +86,7 @@ def test_csv(session, tmp_path):
     sd = store.read_stream(sid, "press.force")
     with open(out / "press.force.csv") as f:
         rows = list(csv.reader(f))
-    assert rows[0] == ["t [s]", "force_cmd [N]", "force [N]", "pressure [Pa]"]
+    assert rows[0] == ["t [s, relative]", "force_cmd [N]", "force [N]", "pressure [Pa]"]
     arr = np.array(rows[1:], dtype=float)
     np.testing.assert_array_equal(arr[:, 0], sd.t)
     np.testing.assert_array_equal(arr[:, 1:], sd.data)  # repr() round-trips floats exactly
