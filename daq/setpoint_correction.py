@@ -35,6 +35,7 @@ class CorrectionSettings:
     max_command: float = math.inf
     monotone: bool = True          # approach each setpoint from the side it comes from (see reach())
     margin: float = 0.5            # monotone: aim this fraction of the tolerance short of the setpoint
+    max_stall: float = 1.0         # s the force stream may pause before the correction gives up
 
     @classmethod
     def from_config(cls, d: dict, min_command: float = 0.0,
@@ -42,6 +43,10 @@ class CorrectionSettings:
         casts = {"max_iterations": int, "monotone": bool}
         known = {k: casts.get(k, float)(v) for k, v in d.items() if k in cls.__dataclass_fields__}
         return cls(**{"min_command": min_command, "max_command": max_command, **known})
+
+
+class ForceStreamStalled(TimeoutError):
+    """The measured-force stream paused for longer than the configured limit."""
 
 
 @dataclass
@@ -97,29 +102,40 @@ class SetpointCorrector:
         return (force - self.plant_offset) / self.plant_gain
 
     async def measure(self, duration: float, since: float) -> float:
-        """Mean measured force over ``duration`` s of frames stamped at or after ``since`` (unix s)."""
+        """Mean measured force over ``duration`` s of samples, starting at the first one stamped at or after
+        ``since`` (unix s).
+
+        The window starts with the first sample that arrives, so a short pause of the stream (a busy
+        line, a device that stalls for a moment) delays the measurement instead of failing it; only a
+        stream silent for longer than ``max_stall`` raises :class:`ForceStreamStalled`.
+        """
         values: list[np.ndarray] = []
-        n = 0
-        deadline = time.monotonic() + duration + 2.0  # frames arrive in blocks: allow a little slack
-        end = since + duration
-        while time.monotonic() < deadline:
+        first: float | None = None
+        last_arrival = time.monotonic()
+        limit = self.settings.max_stall
+        while True:
+            wait = limit - (time.monotonic() - last_arrival)
             try:
-                msg = await self.subscriber.recv(timeout=max(0.05, deadline - time.monotonic()))
+                if wait <= 0:
+                    raise BusTimeout("stalled")
+                msg = await self.subscriber.recv(timeout=wait)
             except BusTimeout:
-                break
+                raise ForceStreamStalled(f"no {self.stream} samples for {limit:.1f} s (limit: "
+                                         "[correction].max_stall)") from None
             if not isinstance(msg, Frame) or msg.stream != self.stream:
                 continue
+            last_arrival = time.monotonic()
             t = msg.time()
-            col = msg.channels.index(self.channel)
-            keep = (t >= since) & (t < end)
+            keep = t >= since
+            if first is None and keep.any():
+                first = float(t[keep][0])
+            if first is None:
+                continue
+            keep &= t < first + duration
             if keep.any():
-                values.append(np.asarray(msg.data[keep, col], dtype=float))
-                n += int(keep.sum())
-            if t[-1] >= end and n > 0:
-                break
-        if n == 0:
-            raise TimeoutError(f"no {self.stream} samples arrived within {duration + 2.0:.1f} s")
-        return float(np.concatenate(values).mean())
+                values.append(np.asarray(msg.data[keep, msg.channels.index(self.channel)], dtype=float))
+            if t[-1] >= first + duration and values:
+                return float(np.concatenate(values).mean())
 
     async def reach(self, q_desired: float) -> CorrectionResult:
         """Drive the measured force to ``q_desired`` within tolerance or the iteration limit.

@@ -24,7 +24,7 @@ import numpy as np
 
 from identification.covariance import covariance_matrix, second_order_term
 from identification.least_squares import FitResult, fit_state_model, state_sensitivities
-from identification.press_models import P_NAMES, PressConstants, train_friction_models
+from identification.press_models import OUTPUT_NAMES, P_NAMES, PressConstants, train_friction_models
 from identification.sensor_selection import SensorSelectionResult, enumerate_sensor_sets
 from identification.uncertainty_test import (
     NormalityRow,
@@ -35,7 +35,7 @@ from identification.uncertainty_test import (
     shapiro_table,
 )
 
-SENSOR_NAMES = ("D_vertical", "F_horizontal", "B0_vertical")
+SENSOR_NAMES = OUTPUT_NAMES  # the default column order (the simulated rig's config order)
 MODEL_NAMES = ("M1", "M2", "M3")
 
 
@@ -186,13 +186,17 @@ def analyze_press(
     p0: tuple[float, float] = (1.8e8, 1.8e8),
     second_order: bool = True,
     compare: str = "difference",
+    sensor_names: tuple[str, ...] = SENSOR_NAMES,
 ) -> PressAnalysisResult:
     """Run the whole press analysis; see the module docstring. Defaults: train on all but the last two
     series, test on the last two (for 6 series: train 0-3, test 4-5)."""
     z = np.asarray(z, float)
     q = np.asarray(q, float)
     sig = np.asarray(sigmas, float)
-    n_series, n_q, _ = z.shape
+    n_series, n_q, n_s = z.shape
+    names = tuple(sensor_names)
+    if len(names) != n_s:
+        raise ValueError(f"{n_s} sensor columns but {len(names)} sensor names {names}")
     if train_series is None:
         train_series = list(range(max(n_series - 2, 1)))
     if test_series is None:
@@ -202,19 +206,19 @@ def analyze_press(
     p0 = np.asarray(p0, float)
 
     loaded = np.asarray(q_desired, float) > 0  # the force correction is undefined at q_d = 0
-    normality = shapiro_table(corrected_displacements(z, q, q_desired)[:, loaded], SENSOR_NAMES)
-    trained = train_friction_models(z, q, sig, train_series, constants=constants, p0=p0)
+    normality = shapiro_table(corrected_displacements(z, q, q_desired)[:, loaded], names)
+    trained = train_friction_models(z, q, sig, train_series, constants=constants, p0=p0, outputs=names)
     model = trained.structure
 
     inner = np.arange(1, n_q - 1)  # setpoints 2..n-1 (1-based)
     tr = np.asarray(train_series)
     q_eff3 = q - trained.friction["M3"].friction(q)
-    fit3 = fit_state_model(model, z[tr][:, inner].reshape(-1, 3), q_eff3[tr][:, inner].ravel(), sig, p0,
+    fit3 = fit_state_model(model, z[tr][:, inner].reshape(-1, n_s), q_eff3[tr][:, inner].ravel(), sig, p0,
                            bounds=(0.0, np.inf))
-    zt, qt = z[tr][:, inner].reshape(-1, 3), q_eff3[tr][:, inner].ravel()
+    zt, qt = z[tr][:, inner].reshape(-1, n_s), q_eff3[tr][:, inner].ravel()
     selection = enumerate_sensor_sets(lambda om: _covariance_for_sensors(model, fit3.p, qt, zt, sig, om),
-                                      3, 2, criterion=criterion, n_sensors=n_sensors,
-                                      sensor_names=SENSOR_NAMES)
+                                      n_s, 2, criterion=criterion, n_sensors=min(n_sensors, n_s),
+                                      sensor_names=names)
     omega = selection.omega
 
     splits = press_scenarios(n_q)
@@ -228,7 +232,7 @@ def analyze_press(
         q_eff = q - fr.friction(q)
 
         def fit_idx(idx: np.ndarray, q_eff=q_eff) -> FitResult:
-            return fit_state_model(model, z[ts][:, idx].reshape(-1, 3), q_eff[ts][:, idx].ravel(), sig, p0,
+            return fit_state_model(model, z[ts][:, idx].reshape(-1, n_s), q_eff[ts][:, idx].ravel(), sig, p0,
                                    omega=omega, second_order=second_order, bounds=(0.0, np.inf))
 
         X = fr.features(q)  # friction = X @ coefficients, at every recorded force
@@ -244,18 +248,9 @@ def analyze_press(
                                     fit_all=fit_idx(inner), test=test, friction_cov=np.asarray(fr.covariance))
         fitted = reports[name].fit_all.p
         curves[name] = model.predict(fitted, q_eff.ravel()).reshape(n_series, n_q, -1)
-    return PressAnalysisResult(normality=normality, selection=selection, models=reports,
+    return PressAnalysisResult(normality=normality, selection=selection, models=reports, sensor_names=names,
                                train_series=list(map(int, train_series)),
                                test_series=list(map(int, test_series)), tol=tol, sigmas=sig,
                                extra={"p_train_m1": trained.p_train_m1.tolist(),
                                       "p_selection_m3": fit3.p.tolist()},
                                model_curves=curves)
-
-
-def write_plots(result: PressAnalysisResult, z: np.ndarray, q: np.ndarray, out_dir) -> list:
-    """Force-displacement loops of the test series with every model, and the estimates with ellipses."""
-    from identification.plots import plot_estimates, plot_force_displacement
-
-    return [plot_force_displacement(z, q, result.model_curves, out_dir, sensor_names=result.sensor_names,
-                                    series=result.test_series),
-            plot_estimates(result, out_dir)]

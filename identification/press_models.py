@@ -36,6 +36,9 @@ _POS = {
     "G": np.array([0.0, 1.00]),
     "A": np.array([-0.30, -0.20]),
 }
+#: The sensors the press model can predict, in its own order; data columns are mapped by name.
+OUTPUT_NAMES = ("D_vertical", "F_horizontal", "B0_vertical")
+
 _D, _F5, _F, _G7, _A = range(5)
 _NDOF = 10
 
@@ -73,9 +76,15 @@ class PressLinkageModel:
     """Batched state model of the linkage for ``identification.least_squares.fit_state_model``."""
 
     n_p = 2
-    n_s = 3
 
-    def __init__(self, constants: PressConstants | None = None) -> None:
+    def __init__(self, constants: PressConstants | None = None,
+                 outputs: tuple[str, ...] = OUTPUT_NAMES) -> None:
+        """``outputs``: which sensors the observations are, in the order of the data's columns."""
+        unknown = [o for o in outputs if o not in OUTPUT_NAMES]
+        if unknown:
+            raise ValueError(f"the press model has no sensor {unknown} (known: {', '.join(OUTPUT_NAMES)})")
+        self.outputs = tuple(outputs)
+        self.n_s = len(self.outputs)
         c = constants or PressConstants()
         self.c = c
         self.K5 = _bar_matrix(_D, _F5, _POS["D"], _POS["F"])
@@ -86,10 +95,11 @@ class PressLinkageModel:
         self.bearings = ((_F5, _F), (_G7, -1), (_A, -1))
         self.b = np.zeros(_NDOF)
         self.b[2 * _D + 1] = 1.0
-        self.Hobs = np.zeros((3, _NDOF))
-        self.Hobs[0, 2 * _D + 1] = 1.0
-        self.Hobs[1, 2 * _F] = 1.0
-        self.Hobs[2, 2 * _D + 1] = c.b0_ratio
+        full = np.zeros((len(OUTPUT_NAMES), _NDOF))
+        full[0, 2 * _D + 1] = 1.0
+        full[1, 2 * _F] = 1.0
+        full[2, 2 * _D + 1] = c.b0_ratio
+        self.Hobs = full[[OUTPUT_NAMES.index(o) for o in self.outputs]]
 
     def K(self, p: np.ndarray) -> np.ndarray:
         return self.K0 + p[0] * self.K5 + p[1] * self.K7
@@ -151,7 +161,7 @@ class PressLinkageModel:
 
     def observe_jacobians(self, y: np.ndarray, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         N = y.shape[0]
-        return np.broadcast_to(self.Hobs, (N, 3, _NDOF)), np.zeros((N, 3, 2))
+        return np.broadcast_to(self.Hobs, (N, self.n_s, _NDOF)), np.zeros((N, self.n_s, 2))
 
     def E_second(self, y: np.ndarray, p: np.ndarray, q: np.ndarray, Yp: np.ndarray) -> np.ndarray:
         """E_yy[Y_l, Y_m] + K_m Y_l + K_l Y_m (E is linear in p, so E_pp = 0)."""
@@ -178,14 +188,14 @@ class PressLinkageModel:
         return T
 
     def h_second(self, y: np.ndarray, p: np.ndarray, q: np.ndarray, Yp: np.ndarray) -> np.ndarray:
-        return np.zeros((y.shape[0], 3, 2, 2))
+        return np.zeros((y.shape[0], self.n_s, 2, 2))
 
     # -- helpers --------------------------------------------------------------------------------------
     def predict(self, p: np.ndarray, q: np.ndarray) -> np.ndarray:
-        """Displacements (N, 3) in m for effective forces q (N,) in N."""
+        """Displacements (..., n_s) in m for effective forces q (...) in N."""
         q = np.asarray(q, dtype=float)
         y = self.solve_state(np.asarray(p, float), q.ravel())
-        return self.observe(y, p, None).reshape(q.shape + (3,))
+        return self.observe(y, p, None).reshape(q.shape + (self.n_s,))
 
     def inverse_force(
         self,
@@ -201,7 +211,7 @@ class PressLinkageModel:
         ``return_variance``: also the variance of each q from sensor noise, 1 / sum_k (dh_k/dq / sigma_k)^2.
         """
         z = np.asarray(z, dtype=float)
-        w = (np.ones(3) if omega is None else np.asarray(omega, float)) / np.asarray(sigmas, float) ** 2
+        w = (np.ones(self.n_s) if omega is None else np.asarray(omega, float)) / np.asarray(sigmas, float) ** 2
         K = self.K(p)
         s0 = self.Hobs @ np.linalg.solve(K + self._bearing(np.zeros((1, _NDOF)))[1][0], self.b)
         q = (z @ (w * s0)) / (s0 @ (w * s0))
@@ -401,6 +411,7 @@ def train_friction_models(
     p0: np.ndarray = (1.8e8, 1.8e8),
     skip_virgin: bool = True,
     n_iter: int = 3,
+    outputs: tuple[str, ...] | None = None,
 ) -> TrainedPressModels:
     """Train M2/M3 through the inverse model (paper section 5).
 
@@ -410,9 +421,9 @@ def train_friction_models(
     Steps 1-3 are repeated ``n_iter`` times with the stiffness re-fitted under M3, so that stiffness and
     inferred friction become consistent (the first pass is exactly the paper's procedure).
     """
-    model = PressLinkageModel(constants)
+    model = PressLinkageModel(constants, tuple(outputs) if outputs else OUTPUT_NAMES[:z.shape[-1]])
     tr = list(train_series)
-    zt = z[tr].reshape(-1, 3)
+    zt = z[tr].reshape(-1, model.n_s)
     mask = np.zeros(q_hist.shape, bool)
     mask[tr] = True
     if skip_virgin:

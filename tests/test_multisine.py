@@ -3,13 +3,8 @@
 import numpy as np
 import pytest
 
-from identification.multisine import (
-    crest_factor,
-    design_multisine,
-    export_trajectory,
-    multisine_lines,
-    plot_multisine,
-)
+from daq.plots.excitation import export_trajectory, plot_multisine
+from identification.multisine import crest_factor, design_multisine, multisine_lines
 
 
 def test_crest_factor_100_flat_lines():

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from identification.plots import plot_estimates, plot_force_displacement
+from daq.plots.press import plot_estimates, plot_force_displacement
 from identification.press_analysis import analyze_press
 from simulators.physics.press import PressTruth, simulate_staircase, staircase_forces
 

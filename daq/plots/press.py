@@ -79,3 +79,10 @@ def plot_estimates(
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     return _save(fig, out / filename)
+
+
+def write_plots(result, z: np.ndarray, q: np.ndarray, out_dir) -> list:
+    """Force-displacement loops of the test series with every model, and the estimates with ellipses."""
+    return [plot_force_displacement(z, q, result.model_curves, out_dir, sensor_names=result.sensor_names,
+                                    series=result.test_series),
+            plot_estimates(result, out_dir)]

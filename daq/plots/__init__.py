@@ -1,0 +1,1 @@
+"""Plots and files of results (matplotlib Agg, PNG): the I/O side of identification/."""

@@ -1,0 +1,62 @@
+"""The rig registry: ``[rig].kind`` -> its :class:`~daq.rigs.base.Rig`.
+
+A new rig kind is one module exposing ``RIG`` plus one line in :data:`KINDS`; tests and plug-ins may
+also :func:`register` a rig at run time.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from daq.config import ConfigError, key_path, parse
+from daq.rigs.base import Rig
+
+#: kind -> module that defines ``RIG`` (imported on first use: a rig's imports stay off other runs)
+KINDS: dict[str, str] = {
+    "press": "daq.rigs.press",
+    "crane": "daq.rigs.crane",
+}
+
+_loaded: dict[str, Rig] = {}
+
+
+def register(rig: Rig) -> Rig:
+    """Add (or replace) a rig kind at run time."""
+    _loaded[rig.kind] = rig
+    return rig
+
+
+def unregister(kind: str) -> None:
+    _loaded.pop(kind, None)
+
+
+def kinds() -> list[str]:
+    return sorted(set(KINDS) | set(_loaded))
+
+
+def get_rig(kind: str, file: str | Path | None = None) -> Rig:
+    """The rig of ``kind``; ConfigError naming the known kinds otherwise."""
+    if kind in _loaded:
+        return _loaded[kind]
+    if kind not in KINDS:
+        raise ConfigError(f"unknown rig kind {kind!r} (known: {', '.join(kinds())})", file, "[rig].kind")
+    rig = importlib.import_module(KINDS[kind]).RIG
+    _loaded[kind] = rig
+    return rig
+
+
+def parse_config(raw: Any, file: str | Path | None = None) -> tuple[Rig, Any]:
+    """Check a whole config against its rig kind's schema; returns (rig, typed config)."""
+    if not isinstance(raw, dict):
+        raise ConfigError("a config must be a TOML table", file)
+    rig_table = raw.get("rig")
+    if not isinstance(rig_table, dict):
+        raise ConfigError("missing required table" if rig_table is None else "must be a table", file,
+                          key_path(["rig"], True))
+    kind = rig_table.get("kind")
+    if not isinstance(kind, str):
+        raise ConfigError("missing required key" if kind is None else "must be a string", file, "[rig].kind")
+    rig = get_rig(kind, file)
+    return rig, parse(raw, rig.schema, file)

@@ -1,0 +1,410 @@
+"""The stacker-crane x-axis rig (seed paper 004): training and validation multisines through an OPC UA
+servo drive, then model selection with practical identifiability over the 96-model kit.
+
+Devices: one servo drive. Stream ``crane.trace`` (torque_cmd, torque, speed; N*m, N*m, rad/s) at the
+drive's 10 kHz, one trajectory per role between ``trajectory_start``/``trajectory_end`` on ``crane.plan``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from msgspec import Meta
+from msgspec import field as sfield
+
+from daq.config import Invalid
+from daq.rigs.base import Report, Rig
+from daq.schema import Count, NonNegative, Positive, Range, RigConfig, Table
+
+TRACE_STREAM = "crane.trace"
+PLAN_STREAM = "crane.plan"
+CHANNELS = ["torque_cmd", "torque", "speed"]
+UNITS = ["N*m", "N*m", "rad/s"]
+ROLES = ("training", "validation")
+FRAME_SAMPLES = 5000
+
+
+# ----------------------------------------------------------------------------------------- config
+
+
+class DriveSecurity(Table, kw_only=True):
+    mode: Literal["none", "Basic256Sha256_SignAndEncrypt"] = "none"
+    certificate: str | None = None
+    private_key: str | None = None
+    server_certificate: str | None = None
+    user: str | None = None
+    password: str | None = None
+    password_env: str | None = None
+    application_uri: str | None = None
+
+    def check(self) -> None:
+        if self.mode != "none":
+            for key in ("certificate", "private_key", "server_certificate"):
+                if not getattr(self, key):
+                    raise Invalid(key, f"required with mode = {self.mode!r}")
+
+
+class DriveDevice(Table, kw_only=True):
+    url: str
+    name: str = "crane-drive"
+    namespace: str = "urn:hil-lab:crane-drive"
+    torque_limit: Positive = 20.0     # N*m, checked by the driver before upload
+    speed_limit: Positive = 150.0     # rad/s
+    max_samples: Count = 100_000
+    timeout: Positive = 4.0
+    connect_timeout: Positive = 10.0
+    heartbeat_interval: Positive = 0.2
+    run_timeout_margin: NonNegative = 5.0
+    security: DriveSecurity = sfield(default_factory=DriveSecurity)
+    nodes: dict[str, str] = sfield(default_factory=dict)
+
+    def check(self) -> None:
+        if not self.url.startswith("opc.tcp://"):
+            raise Invalid("url", f"must start with opc.tcp://, got {self.url!r}")
+
+
+class CraneDevices(Table, kw_only=True):
+    drive: DriveDevice
+
+
+class CraneSimulator(Table, kw_only=True):
+    truth: dict[str, float] = sfield(default_factory=dict)
+    drive: dict[str, Any] = sfield(default_factory=dict)
+
+    def check(self) -> None:
+        from simulators.crane_drive import DriveSettings
+        from simulators.physics.crane import CraneTruth
+
+        for key, build in (("truth", CraneTruth.from_config), ("drive", DriveSettings.from_config)):
+            try:
+                build(dict(getattr(self, key)))
+            except (TypeError, ValueError) as exc:
+                raise Invalid(key, re.sub(r"^(\[[^\]]*\]|crane truth):?\s*", "", str(exc)),
+                              table=True) from None
+
+
+class ExcitationRole(Table, kw_only=True):
+    f_min: Positive | None = None
+    f_max: Positive | None = None
+    n_lines: Count | None = None
+    grid: Literal["lin", "log"] | None = None
+    odd_only: bool | None = None
+    seed: int | None = None
+    amplitude: Annotated[float, Meta(gt=0, le=1)] | None = None
+    duration: Positive | None = None
+
+
+class ExcitationTable(Table, kw_only=True):
+    f_min: Positive                     # Hz
+    f_max: Positive                     # Hz
+    n_lines: Annotated[int, Meta(ge=1, le=100000)]
+    dt: Annotated[float, Meta(gt=0, le=0.01)] = 1e-4
+    duration: Annotated[float, Meta(gt=0, le=600)] = 2.0
+    n_periods: Count = 1
+    grid: Literal["lin", "log"] = "lin"
+    odd_only: bool = False
+    seed: int = 0
+    amplitude: Annotated[float, Meta(gt=0, le=1)] = 0.5   # peak torque as a fraction of the torque limit
+    max_iter: Count = 50
+    export_dir: str | None = None
+    training: ExcitationRole = sfield(default_factory=ExcitationRole)
+    validation: ExcitationRole = sfield(default_factory=ExcitationRole)
+
+    def role(self, role: str) -> dict:
+        """The settings of one role: the table's values with the role's overrides."""
+        base = {k: getattr(self, k) for k in ("f_min", "f_max", "n_lines", "dt", "duration", "n_periods",
+                                               "grid", "odd_only", "seed", "amplitude", "max_iter")}
+        over = getattr(self, role)
+        base.update({k: v for k in ExcitationRole.__struct_fields__ if (v := getattr(over, k)) is not None})
+        return base
+
+    def check(self) -> None:
+        for role in ROLES:
+            r = self.role(role)
+            if not r["f_min"] < r["f_max"]:
+                raise Invalid(role, f"needs f_min < f_max, got {r['f_min']} and {r['f_max']} Hz", table=True)
+            nyquist = 0.5 / r["dt"]
+            if r["f_max"] >= nyquist:
+                raise Invalid("f_max", f"{r['f_max']} Hz is not below the Nyquist frequency {nyquist:g} Hz")
+
+
+class ModelSelectionTable(Table, kw_only=True):
+    max_masses: Annotated[int, Meta(ge=1, le=3)] = 3
+    candidates: list[str] | None = None
+    n_starts: Count = 3
+    seed: int = 0
+    max_nfev: Count = 60
+    decimate: Count = 5
+    skip: Annotated[int, Meta(ge=0)] = 0
+    friction_eps: Positive = 0.05
+    min_pii_ratio: Annotated[float, Meta(ge=0, le=1)] = 0.01
+    max_condition_index: Positive = 30.0
+    min_validation_fit: Annotated[float, Meta(le=1)] = 0.8
+    parsimony_tol: NonNegative = 0.01
+    profile_points: Count = 9
+    n_jobs: Count = 2
+    bounds: dict[str, Range] = sfield(default_factory=dict)
+
+    def check(self) -> None:
+        from identification.drive_models import DEFAULT_BOUNDS, parse_name
+
+        for name, (lo, hi) in self.bounds.items():
+            if name not in DEFAULT_BOUNDS:
+                raise Invalid(f"bounds.{name}", f"unknown parameter (known: {', '.join(sorted(DEFAULT_BOUNDS))})")
+            if not lo < hi:
+                raise Invalid(f"bounds.{name}", f"needs lo < hi, got [{lo}, {hi}]")
+        for c in self.candidates or []:
+            try:
+                parse_name(c)
+            except (KeyError, ValueError) as exc:
+                raise Invalid("candidates", f"{c!r}: {exc}") from None
+
+    def options(self) -> dict:
+        """Keyword arguments of identification.model_selection.select_model."""
+        from identification.drive_models import DEFAULT_BOUNDS, all_structures, parse_name
+
+        bounds = {**DEFAULT_BOUNDS, **{k: (float(v[0]), float(v[1])) for k, v in self.bounds.items()}}
+        candidates = ([parse_name(c) for c in self.candidates] if self.candidates
+                      else all_structures(self.max_masses))
+        keys = ("n_starts", "seed", "max_nfev", "decimate", "skip", "friction_eps", "min_pii_ratio",
+                "max_condition_index", "min_validation_fit", "parsimony_tol", "profile_points", "n_jobs")
+        return dict(bounds=bounds, candidates=candidates, **{k: getattr(self, k) for k in keys})
+
+
+class CraneConfig(RigConfig, kw_only=True):
+    simulator: CraneSimulator | None = None
+    devices: CraneDevices | None = None
+    excitation: ExcitationTable
+    model_selection: ModelSelectionTable = sfield(default_factory=ModelSelectionTable)
+
+    def check(self) -> None:
+        if self.devices is None:
+            raise Invalid("devices", "missing required table", table=True)
+        drive = self.devices.drive
+        for role in ROLES:
+            r = self.excitation.role(role)
+            n = round(r["duration"] / r["dt"])
+            if n > drive.max_samples:
+                raise Invalid(f"excitation.{role}" if getattr(self.excitation, role).duration else
+                              "excitation.duration", f"{n} samples exceed [devices.drive].max_samples "
+                                                     f"({drive.max_samples})")
+
+
+# ----------------------------------------------------------------------------------------- devices
+
+
+@dataclass
+class CraneRigDevices:
+    drive: Any
+    safe_actions: list = field(default_factory=list)
+
+    async def identities(self) -> dict[str, dict]:
+        return {"drive": await self.drive.device_identity()}
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.drive.close()
+
+
+async def open_devices(cfg: CraneConfig, device_cfg: dict) -> CraneRigDevices:
+    from drivers.servo_drive import ServoDrive
+
+    drive = ServoDrive(dict(device_cfg["drive"]))
+
+    async def stop_and_disable() -> None:
+        await drive.stop()
+        await drive.disable()
+
+    devices = CraneRigDevices(drive, [("stop and disable drive", stop_and_disable)])
+    try:
+        await drive.connect()
+    except BaseException:
+        await devices.close()
+        raise
+    return devices
+
+
+class _SimulatedCrane:
+    """The simulated drive, with the driver's url pointed at it."""
+
+    def __init__(self, raw: dict):
+        from simulators.crane_rig import CraneRig
+
+        self.raw = raw
+        self.rig = CraneRig(raw)
+
+    async def start(self):
+        return await self.rig.start()
+
+    async def stop(self) -> None:
+        await self.rig.stop()
+
+    def device_config(self) -> dict:
+        devices = {k: dict(v) for k, v in (self.raw.get("devices") or {}).items()}
+        drive = devices.setdefault("drive", {})
+        mode = dict(drive.get("security", {})).get("mode", "none")
+        drive["url"] = self.rig.endpoints["secure" if mode != "none" else "plain"]
+        return devices
+
+
+# ----------------------------------------------------------------------------------------- plan
+
+
+def design_excitation(exc: ExcitationTable, role: str, torque_limit: float):
+    """Torque trajectory of ``role``: (dt, torque samples N*m, info, multisine result, peak)."""
+    from identification.multisine import design_multisine
+
+    r = exc.role(role)
+    ms = design_multisine(r["f_min"], r["f_max"], r["n_lines"], r["dt"], n_periods=r["n_periods"],
+                          grid=r["grid"], odd_only=r["odd_only"], seed=r["seed"], max_iter=r["max_iter"],
+                          period=r["duration"] / r["n_periods"])
+    signal = np.asarray(ms.signal, dtype=float)
+    peak = r["amplitude"] * torque_limit
+    torque = signal / np.abs(signal).max() * peak
+    info = {"f_min": r["f_min"], "f_max": r["f_max"], "n_lines": r["n_lines"], "grid": r["grid"],
+            "seed": r["seed"], "crest_factor": float(ms.crest_factor), "peak_torque": float(np.abs(torque).max())}
+    return r["dt"], torque, info, ms, peak
+
+
+async def prepare(ctx) -> None:
+    """Design both excitations (off the event loop) before the session starts; export them if asked."""
+    cfg: CraneConfig = ctx.config
+    drive = ctx.devices.drive
+    limit = min(cfg.devices.drive.torque_limit, drive.drive_limits.get("torque_limit", np.inf))
+    loop = asyncio.get_running_loop()
+    ctx.excitations = {}
+    for role in ROLES:
+        dt, torque, info, ms, peak = await loop.run_in_executor(None, design_excitation, cfg.excitation, role,
+                                                                 limit)
+        if cfg.excitation.export_dir:
+            from daq.plots.excitation import export_trajectory, plot_multisine
+
+            out = Path(cfg.excitation.export_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            info["files"] = [str(export_trajectory(ms, out / f"{role}.csv", peak=peak)),
+                             str(plot_multisine(ms, out / f"{role}.png", peak=peak))]
+        ctx.excitations[role] = (dt, torque, info)
+
+
+async def plan(ctx) -> None:
+    """For each role: upload, enable, start, wait, read the trace back, disable, publish the trace."""
+    drive = ctx.devices.drive
+    ctx.summary.update(runs=0)
+    t_end = 0.0  # end of the last published trace: time bases never overlap
+    for role in ROLES:
+        await ctx.checkpoint(f"before the {role} run")
+        dt, torque, info = ctx.excitations[role]
+        await drive.load_trajectory(dt, torque)
+        await drive.enable()
+        t0 = max(time.time(), t_end)
+        await drive.start()
+        await drive.wait_done()
+        trace = await drive.read_trace()
+        await drive.disable()
+        n = int(trace["speed"].size)
+        expected = int(round(torque.size * dt / trace["dt"]))
+        if n != expected:
+            raise RuntimeError(f"{role}: trace has {n} samples, expected {expected}")
+        await ctx.event(PLAN_STREAM, "trajectory_start", role=role, dt=trace["dt"], n=n, t0=t0, **info)
+        data = np.column_stack([trace[c] for c in CHANNELS])
+        await publish_trace(ctx, data, t0, trace["dt"])
+        t_end = t0 + n * trace["dt"]
+        await ctx.event(PLAN_STREAM, "trajectory_end", role=role, dt=trace["dt"], n=n, t0=t0)
+        ctx.summary["runs"] += 1
+        ctx.advance(1, f"{role} run recorded ({n} samples)")
+
+
+async def publish_trace(ctx, data: np.ndarray, t0: float, dt: float, stream: str = TRACE_STREAM,
+                        channels: list[str] = CHANNELS, units: list[str] = UNITS) -> None:
+    """A recorded trace as frames of ``FRAME_SAMPLES`` samples."""
+    from daq.frames import Frame
+
+    for k in range(0, data.shape[0], FRAME_SAMPLES):
+        block = np.ascontiguousarray(data[k:k + FRAME_SAMPLES])
+        await ctx.publish(Frame(stream, ctx.next_seq(stream), t0 + k * dt, dt, list(channels), list(units),
+                                block))
+
+
+# ----------------------------------------------------------------------------------------- analysis
+
+
+def crane_arrays(store, session_id: str) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, float]]:
+    """``role -> (t, torque_cmd, speed, dt)`` for every completed trajectory of a crane session.
+
+    Each trajectory is read as its own sample range of the trace stream, not the whole session.
+    """
+    ends = {e.body["role"] for e in store.events(session_id, kind="trajectory_end")}
+    if not ends:
+        return {}
+    out: dict = {}
+    offset = 0  # each trajectory's frames follow its start event, in order
+    for ev in store.events(session_id, kind="trajectory_start"):
+        role, dt, n = ev.body["role"], float(ev.body["dt"]), int(ev.body["n"])
+        start, offset = offset, offset + n
+        if role not in ends:
+            continue
+        rows = _read_rows(store, session_id, start, start + n)
+        if rows.shape[0] != n:
+            raise ValueError(f"session {session_id}: {role} has {rows.shape[0]} stored samples, expected {n}")
+        out[role] = (np.arange(n) * dt, rows[:, CHANNELS.index("torque_cmd")].astype(float),
+                     rows[:, CHANNELS.index("speed")].astype(float), dt)
+    return out
+
+
+def _read_rows(store, session_id: str, start: int, stop: int) -> np.ndarray:
+    read_range = getattr(store, "read_range", None)
+    if read_range is not None:
+        return read_range(session_id, TRACE_STREAM, start, stop).data
+    return store.read_stream(session_id, TRACE_STREAM).data[start:stop]
+
+
+def analyze(runs, cfg: CraneConfig, progress=None):
+    from daq.analysis import AnalysisError
+    from identification.model_selection import select_model
+
+    missing = set(ROLES) - set(runs)
+    if missing:
+        raise AnalysisError(f"no {' and no '.join(sorted(missing))} run recorded")
+    opts = cfg.model_selection.options()
+    if progress is not None:  # show the bar at once: the first candidates take a while
+        progress(0, len(opts["candidates"]), "fitting candidate models")
+    bounds = opts.pop("bounds")
+    return select_model(runs["training"], runs["validation"], bounds, progress=progress, **opts)
+
+
+def _plots(result, runs, folder: Path) -> list[Path]:
+    from daq.plots.crane import write_plots
+
+    return write_plots(result, folder)
+
+
+def _describe(sim: _SimulatedCrane) -> list[dict]:
+    s = sim.rig.settings
+    return [{"device": "drive", "protocol": "opc.tcp", "address": url, "security": kind,
+             "nodes": f"namespace {s.namespace}, object {s.axis} (see [devices.drive.nodes])"}
+            for kind, url in sim.rig.endpoints.items()]
+
+
+RIG = Rig(
+    kind="crane",
+    summary="stacker-crane x-axis: multisine runs through an OPC UA servo drive; model selection over 96 "
+            "drive models with practical identifiability",
+    schema=CraneConfig,
+    open_devices=open_devices,
+    plan=plan,
+    simulator=_SimulatedCrane,
+    prepare=prepare,
+    progress_total=lambda cfg: len(ROLES),
+    arrays=crane_arrays,
+    analyze=analyze,
+    report=Report(text=lambda r: r.format_table(), to_dict=lambda r: r.to_dict(), plots=_plots),
+    describe_simulator=_describe,
+    streams={TRACE_STREAM: "torque_cmd, torque [N*m], speed [rad/s] at the drive's cycle", PLAN_STREAM: "events"},
+)
