@@ -5,8 +5,19 @@ Two delivery modes:
 * lossless (default, for recording): the publisher is an XPUB with ``XPUB_NODROP``; when a
   subscriber's queue is full the send raises ``zmq.Again`` and :meth:`BusPublisher.publish`
   waits and retries, so a slow subscriber slows the producer down instead of losing data.
+  The wait is bounded (``send_timeout``, default 5 s): past it publish raises :class:`BusStalled`
+  so that a consumer that stopped reading can never freeze a run without limit.
 * lossy (for live views): a plain PUB / SUB with a small high-water mark; when a reader falls
   behind, messages are dropped and :meth:`BusSubscriber.recv_latest` returns the newest one.
+
+A lossless publisher can also bind a *tap* endpoint (``tap_endpoint``): a lossy PUB carrying a
+copy of every message for external subscribers (``hil tap``, dashboards). A tap subscriber that
+is slow or stopped reading loses messages (it sees the gaps in the sequence numbers) and never
+blocks the publisher, so the run's own consumers on the lossless endpoint (recorder, setpoint
+corrector, online identifier) never depend on it. Give the lossless endpoint to the run's own
+consumers only (an ``inproc://`` endpoint keeps other processes out entirely).
+
+Binding beyond loopback needs CURVE keys (:mod:`daq.keys`); subscribers then pass ``keys``.
 
 Subscribers count malformed messages per kind (logging each kind once), drop them and keep
 running, and detect gaps in the per-stream sequence numbers.
@@ -24,10 +35,15 @@ import zmq
 import zmq.asyncio
 
 from daq.frames import Frame, FrameError, Message, decode, encode
+from daq.keys import CurveKeys, check_bind, release_server, secure_client, secure_server
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:0"
+#: Longest a lossless publish waits for its consumers before raising BusStalled, s.
+DEFAULT_SEND_TIMEOUT = 5.0
+#: Queue length per tap subscriber; beyond it a tap subscriber loses messages.
+DEFAULT_TAP_HWM = 1000
 #: Payloads at least this large are handed to ZeroMQ without a copy.
 ZERO_COPY_THRESHOLD = 64 * 1024
 #: Messages handled in a row before a hot loop yields to the event loop.
@@ -40,6 +56,11 @@ _POLLIN = int(zmq.POLLIN)
 
 class BusTimeout(TimeoutError):
     """Nothing arrived (or could be sent) within the timeout."""
+
+
+class BusStalled(BusTimeout):
+    """A lossless publish could not hand a message to its subscribers within ``send_timeout``:
+    a consumer stopped reading. The message was not sent; the run should stop safely."""
 
 
 def bind_endpoint(sock: zmq.Socket, endpoint: str) -> str:
@@ -68,7 +89,7 @@ def _loop_time(loop: asyncio.AbstractEventLoop, deadline: float) -> float:
 
 
 class BusPublisher:
-    """Binds an endpoint and publishes frames and events."""
+    """Binds an endpoint (and optionally a lossy tap endpoint) and publishes frames and events."""
 
     def __init__(
         self,
@@ -76,26 +97,56 @@ class BusPublisher:
         lossless: bool = True,
         ctx: zmq.asyncio.Context | None = None,
         hwm: int | None = None,
-        send_timeout: float | None = None,
+        send_timeout: float | None = DEFAULT_SEND_TIMEOUT,
+        tap_endpoint: str | None = None,
+        tap_hwm: int = DEFAULT_TAP_HWM,
+        keys: CurveKeys | None = None,
     ):
         """``hwm``: queue length per subscriber (default 1000 lossless, 16 lossy).
-        ``send_timeout``: in lossless mode, give up (BusTimeout) after blocking this long."""
+        ``send_timeout``: in lossless mode, raise :class:`BusStalled` after blocking this long
+        (None: wait without limit). ``tap_endpoint``: also bind a lossy copy of the bus there
+        (``tap_hwm`` messages queued per tap subscriber). ``keys``: CURVE server keys, required
+        for endpoints beyond loopback (then create the publisher inside a running event loop)."""
+        check_bind(endpoint, keys, "data bus")
+        if tap_endpoint is not None:
+            check_bind(tap_endpoint, keys, "data bus tap")
         self.lossless = lossless
         self.send_timeout = send_timeout
         self._ctx = _context(ctx)
+        self._domains: list[str] = []
+        self._tap: zmq.Socket | None = None
         self._sock = self._ctx.socket(zmq.XPUB if lossless else zmq.PUB)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.setsockopt(zmq.SNDHWM, hwm if hwm is not None else (1000 if lossless else 16))
-        if lossless:
-            self._sock.setsockopt(zmq.XPUB_NODROP, 1)
-            self._sock.setsockopt(zmq.XPUB_VERBOSE, 1)
-        # Non-blocking sends go through a plain (sync) shadow of the same socket: cheaper than a future.
-        self._sync = zmq.Socket.shadow(self._sock.underlying)
-        self.endpoint = bind_endpoint(self._sock, endpoint)
+        try:
+            self._sock.setsockopt(zmq.LINGER, 0)
+            self._sock.setsockopt(zmq.SNDHWM, hwm if hwm is not None else (1000 if lossless else 16))
+            if lossless:
+                self._sock.setsockopt(zmq.XPUB_NODROP, 1)
+                self._sock.setsockopt(zmq.XPUB_VERBOSE, 1)
+            self._secure(self._sock, endpoint, keys)
+            # Non-blocking sends go through a plain (sync) shadow of the same socket: cheaper than a future.
+            self._sync = zmq.Socket.shadow(self._sock.underlying)
+            self.endpoint = bind_endpoint(self._sock, endpoint)
+            self.tap_endpoint: str | None = None
+            if tap_endpoint is not None:
+                tap = self._ctx.socket(zmq.PUB)
+                tap.setsockopt(zmq.LINGER, 0)
+                tap.setsockopt(zmq.SNDHWM, tap_hwm)
+                self._tap = zmq.Socket.shadow(tap.underlying)
+                self._tap_owner = tap
+                self._secure(tap, tap_endpoint, keys)
+                self.tap_endpoint = bind_endpoint(tap, tap_endpoint)
+        except BaseException:
+            self.close()
+            raise
         self._seq: dict[str, int] = {}
         self._sent = 0
         self.subscriptions = 0
         self.blocked_s = 0.0
+        self.stalls = 0
+
+    def _secure(self, sock: zmq.Socket, endpoint: str, keys: CurveKeys | None) -> None:
+        if keys is not None and not endpoint.startswith("inproc://"):
+            self._domains.append(secure_server(sock, self._ctx, keys))
 
     def next_seq(self, stream: str) -> int:
         """Next sequence number for ``stream`` (0, 1, 2, ... per stream)."""
@@ -114,12 +165,24 @@ class BusPublisher:
         try:
             self._send_nowait(parts, copy)
         except zmq.Again:
-            if not self.lossless:
-                return  # lossy: a full queue means "drop"
-            await self._send_blocked(parts, copy)
+            if self.lossless:
+                await self._send_blocked(parts, copy)
+            # lossy: a full queue means "drop"
         else:
             if self._sent % _YIELD_EVERY == 0:
                 await asyncio.sleep(0)
+        if self._tap is not None:
+            self._send_tap(parts, copy)
+
+    def _send_tap(self, parts: list, copy: bool) -> None:
+        """The lossy copy for external subscribers: a plain PUB never blocks (drops at its HWM)."""
+        send = self._tap.send
+        try:
+            send(parts[0], _NOBLOCK_MORE)
+            send(parts[1], _NOBLOCK_MORE)
+            send(parts[2], _NOBLOCK, copy=copy)
+        except zmq.Again:  # not raised by PUB in practice; never let the tap hold anything up
+            pass
 
     def _send_nowait(self, parts: list, copy: bool) -> None:
         """Send part by part with int flags (cheaper than send_multipart). Only the first part can
@@ -145,8 +208,11 @@ class BusPublisher:
             except zmq.Again:
                 if self.send_timeout is not None and time.monotonic() - start > self.send_timeout:
                     self.blocked_s += time.monotonic() - start
-                    raise BusTimeout(
-                        f"subscribers did not take a message for {self.send_timeout} s"
+                    self.stalls += 1
+                    topic = bytes(parts[0])[:80].decode("utf-8", "replace")
+                    raise BusStalled(
+                        f"bus stalled: a subscriber of {self.endpoint} did not take a message ({topic}) "
+                        f"for {self.send_timeout} s; it stopped reading"
                     ) from None
         self.blocked_s += time.monotonic() - start
 
@@ -169,8 +235,15 @@ class BusPublisher:
         return self.subscriptions
 
     def close(self) -> None:
-        if not self._sock.closed:
-            self._sock.close(linger=0)
+        sock = getattr(self, "_sock", None)
+        if sock is not None and not sock.closed:
+            sock.close(linger=0)
+        tap = getattr(self, "_tap_owner", None)
+        if tap is not None and not tap.closed:
+            tap.close(linger=0)
+        for domain in self._domains:
+            release_server(self._ctx, domain)
+        self._domains = []
 
     async def __aenter__(self) -> BusPublisher:
         return self
@@ -219,9 +292,11 @@ class BusSubscriber:
         lossy: bool = False,
         hwm: int | None = None,
         max_payload: int | None = None,
+        keys: CurveKeys | None = None,
     ):
         """``topics``: prefixes such as ``"data/press."`` or ``"event/"``; ``""`` means all.
-        ``lossy``: small receive queue for live views (see :meth:`recv_latest`)."""
+        ``lossy``: small receive queue for live views (see :meth:`recv_latest`).
+        ``keys``: connect as a CURVE client (needed for a publisher bound beyond loopback)."""
         self.endpoint = endpoint
         self.lossy = lossy
         self.max_payload = max_payload
@@ -234,6 +309,8 @@ class BusSubscriber:
         self._sync = zmq.Socket.shadow(self._sock.underlying)
         self._fd = self._sync.getsockopt(zmq.FD)
         try:
+            if keys is not None and not endpoint.startswith("inproc://"):
+                secure_client(self._sock, keys)
             self._sock.connect(endpoint)
         except zmq.ZMQError as exc:
             self._sock.close(linger=0)
@@ -323,14 +400,10 @@ class BusSubscriber:
         try:
             msg = decode(parts, max_payload=self.max_payload)
         except FrameError as exc:
-            self.stats.malformed[exc.kind] = self.stats.malformed.get(exc.kind, 0) + 1
-            if exc.kind not in self._logged:
-                self._logged.add(exc.kind)
-                log.warning(
-                    "dropping malformed message from %s (%s); further ones of this kind are only counted",
-                    self.endpoint,
-                    exc,
-                )
+            self._malformed(exc.kind, exc)
+            return None
+        except Exception as exc:  # a decoder bug must not kill a subscriber (or the recorder)
+            self._malformed("unexpected", exc)
             return None
         self.stats.received += 1
         expected = self._next.get(msg.stream)
@@ -338,6 +411,17 @@ class BusSubscriber:
             self._seq_jump(msg, expected)
         self._next[msg.stream] = msg.seq + 1
         return msg
+
+    def _malformed(self, kind: str, exc: Exception) -> None:
+        self.stats.malformed[kind] = self.stats.malformed.get(kind, 0) + 1
+        if kind not in self._logged:
+            self._logged.add(kind)
+            log.warning(
+                "dropping malformed message from %s (%s); further ones of this kind are only counted",
+                self.endpoint,
+                exc,
+                exc_info=kind == "unexpected",
+            )
 
     def _seq_jump(self, msg: Frame | Message, expected: int) -> None:
         """Sequence jumps (off the hot path): seq > expected is a gap, seq < expected a producer restart."""
