@@ -1,4 +1,8 @@
-"""Typed device errors: every failure names the device and its address, so a log line is actionable."""
+"""Typed device errors: every failure names the device and its address, so a log line is actionable.
+
+Every driver (Modbus, serial, OPC UA) raises only subclasses of :class:`DeviceError`; the text is never
+empty (a timeout says how long it waited).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,10 @@ class DeviceError(Exception):
     """Base class of all driver errors (carries the device name and address)."""
 
     def __init__(self, device: str, address: str, message: str) -> None:
-        self.device = device
-        self.address = address
-        self.message = message
-        super().__init__(f"{device} ({address}): {message}")
+        self.device = str(device)
+        self.address = str(address)
+        self.message = str(message).strip() or f"{type(self).__name__} (no details)"
+        super().__init__(f"{self.device} ({self.address}): {self.message}")
 
 
 class DeviceConnectionError(DeviceError):
@@ -35,6 +39,19 @@ class BadResponse(DeviceError):
 
 class LimitError(DeviceError):
     """A command was outside the configured limits; raised before anything is sent."""
+
+
+class DeviceFault(DeviceError):
+    """The device reports a fault (status fault bit or a fault code)."""
+
+    def __init__(self, device: str, address: str, message: str, fault_code: int = 0) -> None:
+        self.fault_code = fault_code
+        super().__init__(device, address, message)
+
+
+class SafeStateError(DeviceError):
+    """The safe state (force zero and output off, drive stopped and disabled) could not be reached or
+    confirmed; the message says which step failed and why."""
 
 
 class RegisterMapError(ValueError):

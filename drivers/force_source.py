@@ -1,18 +1,21 @@
 """Driver of the pneumatic force source (Modbus): setpoint, enable, heartbeat, load cell, pressure.
 
-Limits are checked before anything is sent; ``safe_state()`` is best effort and never raises, so a
-guard can call it on any exit path.
+Limits are checked before anything is sent; every read value is checked against its plausibility range
+(from the register map, else a default derived from the limits). ``safe_state()`` tries every step and
+raises a SafeStateError naming what failed, so a guard never reports "safe" for a rig that is not.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from drivers.errors import LimitError
+from drivers.errors import DeviceError, DeviceFault, LimitError, SafeStateError
 from drivers.modbus_transport import ModbusTransport
 from drivers.registers import RegisterMap
 
@@ -40,7 +43,14 @@ class ForceSourceStatus:
     word: int
 
     @property
+    def faulted(self) -> bool:
+        """A fault by either sign: the status fault bit (even with fault code 0) or a fault code."""
+        return self.fault or self.fault_code != 0
+
+    @property
     def fault_text(self) -> str:
+        if self.fault and self.fault_code == 0:
+            return "fault bit set in the status word (fault code 0)"
         return FAULT_TEXT.get(self.fault_code, f"fault code {self.fault_code}")
 
 
@@ -48,8 +58,10 @@ class ForceSource:
     """Pneumatic force source on Modbus TCP (or RTU).
 
     Config (``[devices.force_source]``): transport keys (see ModbusTransport), ``f_min`` / ``f_max`` (N,
-    limits enforced client-side), ``model``, and ``registers`` (setpoint, enable, clear_fault, heartbeat,
-    force, pressure, status, fault_code).
+    limits enforced client-side), ``model``, ``safe_state_timeout`` (s, default 2.5: how long
+    ``safe_state()`` may take before it reports failure) and ``registers`` (setpoint, enable, clear_fault,
+    heartbeat, force, pressure, status, fault_code). Read registers without a ``range`` get a default:
+    force [-0.5, 1.5] x f_max, pressure [0, 1e7] Pa, setpoint read-back [min(0, f_min), f_max].
     """
 
     def __init__(self, cfg: Mapping[str, Any], name: str = "force_source") -> None:
@@ -58,8 +70,16 @@ class ForceSource:
         self.regs = RegisterMap.from_config(cfg.get("registers", {}), REQUIRED_REGISTERS)
         self.f_min = float(cfg.get("f_min", 0.0))
         self.f_max = float(cfg["f_max"])
-        if not self.f_min < self.f_max:
-            raise ValueError(f"{name}: f_min must be < f_max")
+        if not (math.isfinite(self.f_min) and math.isfinite(self.f_max) and self.f_min < self.f_max):
+            raise ValueError(f"{name}: f_min and f_max must be finite with f_min < f_max")
+        defaults = {"force": (-0.5 * self.f_max, 1.5 * self.f_max), "pressure": (0.0, 1.0e7),
+                    "setpoint": (min(0.0, self.f_min), self.f_max)}
+        for reg, span in defaults.items():
+            if self.regs[reg].range is None:
+                self.regs[reg] = dataclasses.replace(self.regs[reg], range=span)
+        self.safe_state_timeout = float(cfg.get("safe_state_timeout", 2.5))
+        if not self.safe_state_timeout > 0:
+            raise ValueError(f"{name}: safe_state_timeout must be > 0")
         self.model = str(cfg.get("model", "unknown"))
         self.transport = ModbusTransport(name, cfg)
         self._beat = 0
@@ -125,17 +145,49 @@ class ForceSource:
         return ForceSourceStatus(bool(word & STATUS_ENABLED), bool(word & STATUS_FAULT),
                                  bool(word & STATUS_SETTLED), code, word)
 
+    async def check_fault(self) -> ForceSourceStatus:
+        """Read the status; DeviceFault if the device reports a fault (fault bit or fault code)."""
+        status = await self.read_status()
+        if status.faulted:
+            msg = f"device fault: {status.fault_text}"
+            raise DeviceFault(self.name, self.address, msg, status.fault_code)
+        return status
+
     async def safe_state(self) -> bool:
-        """Setpoint 0 and disable, best effort: never raises, returns True if both writes went through."""
-        ok = True
-        for what, step in (("setpoint 0", lambda: self.transport.write(self.regs["setpoint"], 0.0)),
-                           ("disable", self.disable)):
+        """Setpoint 0 and output off, then confirmed by reading the status back. Every step is tried;
+        if any fails (or the whole takes longer than ``safe_state_timeout``) a SafeStateError names the
+        device and what failed. Returns True otherwise."""
+        failures: list[str] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.safe_state_timeout
+
+        async def step(what: str, action) -> object:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                failures.append(f"{what}: not tried, the {self.safe_state_timeout:g} s budget was used up")
+                return None
             try:
-                await step()
-            except Exception as exc:  # noqa: BLE001 - best effort by design, the guard must go on
-                ok = False
-                log.warning("safe_state: %s failed: %s", what, exc)
-        return ok
+                async with asyncio.timeout(remaining):
+                    return await action()
+            except TimeoutError:
+                failures.append(f"{what}: no answer within {self.safe_state_timeout:g} s")
+            except DeviceError as exc:
+                failures.append(f"{what}: {exc.message}")
+            except (OSError, ValueError) as exc:
+                failures.append(f"{what}: {exc!r}")
+            return None
+
+        await step("setpoint 0", lambda: self.transport.write(self.regs["setpoint"], 0.0))
+        await step("disable", self.disable)
+        if not failures:
+            status = await step("status read-back", self.read_status)
+            if status is not None and status.enabled:
+                failures.append("status read-back: output still enabled")
+        if failures:
+            msg = "safe state not reached: " + "; ".join(failures)
+            log.warning("%s (%s): %s", self.name, self.address, msg)
+            raise SafeStateError(self.name, self.address, msg)
+        return True
 
     def device_identity(self) -> dict[str, str]:
         """Name, protocol, address and model for the session metadata."""

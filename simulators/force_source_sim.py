@@ -8,6 +8,9 @@ exactly on the setpoint. The load cell reads the force plus Gaussian noise. Disa
 Safety like a real controller: setpoints outside [0, f_max] or NaN are refused with ILLEGAL_DATA_VALUE and
 not applied; a watchdog disables the output and sets fault code 1 when no write arrives for
 ``watchdog_timeout`` seconds while enabled; ``clear_fault`` resets the fault (enable must be written again).
+
+Fault injection: ``inject`` maps read registers (force, pressure, status, fault_code) to values answered
+instead of the simulated ones; ``server.stall`` holds every request (a slow or frozen device).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class ForceSourceSim:
                                       int(device_cfg.get("port", 0)),
                                       int(device_cfg.get("device_id", 1)), self.rmap, self._on_access)
         self._task: asyncio.Task | None = None
+        self.inject: dict[str, float] = {}  # register name -> value answered instead of the simulated one
         self._reset()
 
     def _reset(self) -> None:
@@ -149,6 +153,7 @@ class ForceSourceSim:
         else:
             values = {"setpoint": self.setpoint, "enable": int(self.enabled), "clear_fault": 0}
             table = "holding"
+        values.update({k: v for k, v in self.inject.items() if k in values})
         for name, v in values.items():
             reg = self.rmap.get(name)
             if reg is not None and reg.table == table:

@@ -2,12 +2,19 @@
 
 The simulators parse the same TOML register maps as the drivers but encode with pymodbus' own
 converters, so a codec bug on one side is not mirrored on the other.
+
+A simulated device answers only its own unit id, as hardware does: a request for another id gets no
+answer on RTU (a slave on a shared line stays silent) and exception 11 "gateway target device failed to
+respond" on TCP - quietly, without a server traceback. ``stall`` holds every request before it is
+answered (a slow or frozen device, for fault injection).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +22,7 @@ from typing import Any
 from pymodbus import FramerType
 from pymodbus.client import ModbusTcpClient
 from pymodbus.constants import ExcCodes
+from pymodbus.exceptions import NoSuchIdException
 from pymodbus.server import ModbusSerialServer, ModbusTcpServer
 from pymodbus.simulator import DataType, SimData, SimDevice
 
@@ -97,6 +105,35 @@ def written(regs: list[int], start: int, address: int, values: list[int],
     return out
 
 
+class _OwnUnitOnly:
+    """The server's datastore restricted to one unit id (pymodbus' simulator falls back to device 0 and
+    fails with a KeyError traceback for any other id)."""
+
+    def __init__(self, core: Any, device_id: int, silent: bool, owner: ModbusSimServer) -> None:
+        self.core, self.device_id, self.silent, self.owner = core, device_id, silent, owner
+
+    def device_ids(self) -> list[int]:
+        return [self.device_id]
+
+    def _foreign(self, device_id: int) -> ExcCodes:
+        self.owner.n_foreign += 1
+        log.debug("%s: request for unit id %d ignored (this is %d)", self.owner.name, device_id,
+                  self.device_id)
+        if self.silent:  # the server is built with ignore_missing_devices: no answer at all
+            raise NoSuchIdException(f"unit id {device_id} is not this device ({self.device_id})")
+        return ExcCodes.GATEWAY_NO_RESPONSE
+
+    async def async_getValues(self, device_id: int, func_code: int, address: int, count: int = 1):
+        if device_id != self.device_id:
+            return self._foreign(device_id)
+        return await self.core.async_getValues(device_id, func_code, address, count)
+
+    async def async_setValues(self, device_id: int, func_code: int, address: int, values):
+        if device_id != self.device_id:
+            return self._foreign(device_id)
+        return await self.core.async_setValues(device_id, func_code, address, values)
+
+
 Action = Callable[[int, int, int, int, list[int], list[int] | None], Awaitable[ExcCodes | None]]
 
 
@@ -113,6 +150,31 @@ class ModbusSimServer:
         self.rmap = dict(rmap)
         self._action = action
         self._server: ModbusTcpServer | ModbusSerialServer | None = None
+        self._stall = 0.0
+        self._stall_changed = asyncio.Event()
+        self.n_foreign = 0  # requests for other unit ids (not answered / refused)
+
+    @property
+    def stall(self) -> float:
+        """Seconds every request is held before it is answered (0: none; math.inf: frozen until reset)."""
+        return self._stall
+
+    @stall.setter
+    def stall(self, seconds: float) -> None:
+        if not seconds >= 0:
+            raise ValueError("stall must be >= 0")
+        self._stall = float(seconds)
+        self._stall_changed.set()  # held requests re-check the new value
+        self._stall_changed = asyncio.Event()
+
+    async def _hold(self) -> None:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        while (left := t0 + self._stall - loop.time()) > 0:
+            changed = self._stall_changed
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(None if math.isinf(left) else left):
+                    await changed.wait()
 
     def _device(self) -> SimDevice:
         hold = [r for r in self.rmap.values() if r.table == "holding"]
@@ -123,6 +185,8 @@ class ModbusSimServer:
 
     async def _guarded_action(self, fc, start, address, count, regs, values):
         """Never let a simulation bug kill the request handler: answer DEVICE_FAILURE instead."""
+        if self._stall > 0:
+            await self._hold()
         try:
             return await self._action(fc, start, address, count, regs, values)
         except SimValueError as exc:
@@ -149,7 +213,9 @@ class ModbusSimServer:
             server = ModbusTcpServer(self._device(), address=(self.host, self.port))
         else:
             server = ModbusSerialServer(self._device(), framer=FramerType.RTU,
-                                        port=f"socket://{self.host}:{self.port}")
+                                        port=f"socket://{self.host}:{self.port}", ignore_missing_devices=True)
+        server.context = _OwnUnitOnly(server.context, self.device_id, silent=self.protocol == "modbus_rtu",
+                                      owner=self)
         await server.serve_forever(background=True)
         sockets = getattr(server.transport, "sockets", None)
         if not sockets:

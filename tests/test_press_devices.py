@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 
 import numpy as np
 import pytest
 import serial
 from pymodbus.client import AsyncModbusSerialClient, AsyncModbusTcpClient
+from pymodbus.exceptions import ModbusIOException
 
 from simulators.displacement_sim import ModbusSensorSim
 from simulators.force_source_sim import FAULT_WATCHDOG, STATUS_ENABLED, STATUS_FAULT, ForceSourceSim
@@ -118,7 +120,7 @@ async def test_restart_keeps_port_and_resets_state(source):
     assert sim.port == port and sim.setpoint == 0.0 and not sim.enabled
 
 
-async def test_rtu_sensor_noise_matches_sigma():
+async def test_rtu_sensor_noise_matches_sigma(caplog):
     sigma, true = 4.0e-6, 1.25e-4
     sim = ModbusSensorSim("S", {"protocol": "modbus_rtu", "url": "socket://127.0.0.1:0", "device_id": 3,
                                 "registers": {"displacement": {"table": "input", "address": 0}}},
@@ -134,13 +136,38 @@ async def test_rtu_sensor_noise_matches_sigma():
         vals = np.array(vals)
         assert abs(vals.mean() - true) < 4 * sigma / math.sqrt(len(vals))
         assert 0.85 * sigma < vals.std(ddof=1) < 1.15 * sigma
-        rr = await client.read_input_registers(0, count=2, device_id=9)  # wrong id on the bus: no answer
-        assert rr.isError()
-    except Exception:
-        raise
+        with pytest.raises(ModbusIOException):  # another unit id on a shared line: the slave stays silent
+            await client.read_input_registers(0, count=2, device_id=9)
+        assert sim.server.n_foreign == 1
+        rr = await client.read_input_registers(0, count=2, device_id=3)  # and keeps serving its own id
+        assert not rr.isError()
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR
+                    and ("Traceback" in r.getMessage() or "Datastore" in r.getMessage())]
     finally:
         client.close()
         await sim.stop()
+
+
+async def test_tcp_device_refuses_other_unit_ids_quietly(source, caplog):
+    sim, client = source
+    caplog.set_level(logging.WARNING)
+    rr = await client.read_input_registers(0, count=2, device_id=7)
+    assert rr.isError() and rr.exception_code == 11  # gateway target device failed to respond
+    rr = await client.write_register(2, 1, device_id=7)
+    assert rr.isError() and rr.exception_code == 11 and not sim.enabled  # nothing written
+    assert sim.server.n_foreign == 2
+    assert not (await client.read_input_registers(0, count=2, device_id=1)).isError()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # no traceback, no dump
+
+
+async def test_stalled_device_answers_late_and_recovers(source):
+    sim, client = source
+    sim.server.stall = math.inf  # frozen
+    with pytest.raises(ModbusIOException):
+        await client.read_input_registers(0, count=2, device_id=1)
+    sim.server.stall = 0.0  # thawed: held requests and new ones are answered
+    rr = await client.read_input_registers(4, count=2, device_id=1)
+    assert not rr.isError()
 
 
 def test_quantisation_rounds_to_resolution():
