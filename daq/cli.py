@@ -210,6 +210,9 @@ def show(state: CliState, session: str, as_json: bool) -> None:
     with state.open_store() as store:
         info = store.get_session(session)
         counts = store.event_counts(info.id)
+        for s in info.streams.values():
+            if s.type == "frame" and s.n_samples:
+                s.timing = store.stream_timing(info.id, s.name)
     if as_json:
         meta = session_metadata(info)
         meta["event_counts"] = [{"stream": s, "kind": k, "n": n} for (s, k), n in counts.items()]
@@ -226,7 +229,7 @@ def show(state: CliState, session: str, as_json: bool) -> None:
     click.echo("streams:")
     for s in info.streams.values():
         if s.type == "frame":
-            rate = f"{s.rate:.6g} Hz" if s.rate else "irregular"
+            rate = _rate_text(s)
             chans = ", ".join(f"{c} [{u}]" for c, u in zip(s.channels, s.units, strict=True))
             click.echo(
                 f"  {s.name}: {s.n_samples} samples in {s.n_messages} frames, {s.dtype}, {rate}; {chans}"
@@ -253,16 +256,122 @@ def show(state: CliState, session: str, as_json: bool) -> None:
     "--output",
     type=click.Path(),
     default=None,
-    help="Output file (hdf5, mat) or directory (csv); default session-<id>.<ext>.",
+    help="Output file (hdf5, mat) or directory (csv); default exports/session-<id>.<ext>.",
 )
+@click.option(
+    "--streams", default=None, metavar="A,B", help="Only these streams (frame or event, comma-separated)."
+)
+@click.option(
+    "--start", type=float, default=None, metavar="T", help="Slice start, s after the session's first sample."
+)
+@click.option(
+    "--stop", type=float, default=None, metavar="T", help="Slice end (exclusive), s after the first sample."
+)
+@click.option(
+    "--mat-version",
+    type=click.Choice(["auto", "5", "7.3"]),
+    default="auto",
+    show_default=True,
+    help="MAT format: auto = v5 while every variable is below 2 GB, else v7.3 (HDF5-based).",
+)
+@click.option("--compress", is_flag=True, help="gzip the HDF5 / MAT v7.3 datasets (slower).")
+@click.option("--force", is_flag=True, help="Overwrite an existing output.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (only JSON on stdout).")
 @pass_state
-def export(state: CliState, session: str, fmt: str, output: str | None) -> None:
-    """Export a session to HDF5, MATLAB .mat or CSV, with units and metadata."""
-    from daq.export import export_session
+def export(
+    state: CliState,
+    session: str,
+    fmt: str,
+    output: str | None,
+    streams: str | None,
+    start: float | None,
+    stop: float | None,
+    mat_version: str,
+    compress: bool,
+    force: bool,
+    as_json: bool,
+) -> None:
+    """Export a session (or a slice: --streams, --start, --stop) to HDF5, MATLAB .mat or CSV.
 
+    Times in the files are the recorded ones (unix time for live sessions; the files say which);
+    --start/--stop count seconds from the session's first sample.
+    """
+    from daq.export import export as export_to
+    from daq.export import time_origin
+
+    for name, value in (("--start", start), ("--stop", stop)):
+        if value is not None and not math.isfinite(value):
+            raise click.BadParameter("must be a finite number of seconds", param_hint=name)
+    if start is not None and stop is not None and stop <= start:
+        raise click.BadParameter(f"must be after --start ({start})", param_hint="--stop")
+    names = [n.strip() for n in streams.split(",") if n.strip()] if streams is not None else None
     with state.open_store() as store:
-        path = export_session(store, session, fmt, output)
-    click.echo(str(path))
+        info = store.get_session(session)
+        origin = time_origin(info) or 0.0
+        with _StderrProgress(f"export {info.id} ({fmt})") as progress:
+            result = export_to(
+                store,
+                info.id,
+                fmt,
+                output,
+                streams=names,
+                t_start=None if start is None else origin + start,
+                t_stop=None if stop is None else origin + stop,
+                mat_version=mat_version,
+                compress=compress,
+                force=force,
+                progress=progress,
+            )
+    if as_json:
+        _echo_json(result.as_dict())
+    else:
+        click.echo(str(result.path))
+
+
+#: Progress is shown for exports/replays of at least this many samples / messages.
+PROGRESS_MIN_ITEMS = 2_000_000
+
+
+class _StderrProgress:
+    """A ``progress(done, total)`` callback drawing on stderr: a rich bar on a terminal, a line
+    every 10 % otherwise; silent for small jobs (below ``min_items``). Never writes to stdout."""
+
+    def __init__(self, label: str, min_items: int = PROGRESS_MIN_ITEMS, unit: str = "samples"):
+        self.label, self.min_items, self.unit = label, min_items, unit
+        self._bar = None
+        self._task = None
+        self._next_pct = 10
+
+    def __call__(self, done: int, total: int) -> None:
+        if total < self.min_items:
+            return
+        if sys.stderr.isatty():
+            if self._bar is None:
+                from rich.console import Console
+                from rich.progress import Progress
+
+                self._bar = Progress(console=Console(stderr=True), transient=True)
+                self._bar.start()
+                self._task = self._bar.add_task(self.label, total=total)
+            self._bar.update(self._task, completed=done)
+        elif done * 100 >= self._next_pct * total:
+            pct = 100 * done // total
+            click.echo(f"{self.label}: {pct} % ({done:,} of {total:,} {self.unit})", err=True)
+            self._next_pct = pct // 10 * 10 + 10
+
+    def __enter__(self) -> _StderrProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def _rate_text(s) -> str:
+    """A stream's real sample spacing for `hil show` (bursts described as such)."""
+    if s.timing is not None:
+        return s.timing.describe()
+    return f"{s.rate:.6g} Hz" if s.rate else "irregular"
 
 
 # ----------------------------------------------------------------------------- replay
@@ -329,7 +438,20 @@ async def _replay(store, session_id: str, endpoint: str, speed: float, burst: bo
                 await asyncio.sleep(0.05)
             except BusTimeout:
                 click.echo(f"no subscriber after {wait_s} s; publishing anyway", err=True)
-        stats = await replay_session(store, session_id, pub, speed=speed, burst=burst)
+        info = store.get_session(session_id)
+        n_messages = sum(s.n_messages for s in info.streams.values())
+        span = (
+            max((s.t_last or 0.0) for s in info.streams.values())
+            - min((s.t_first or 0.0) for s in info.streams.values())
+            if info.streams
+            else 0.0
+        )
+        # long replays (many messages, or a long recording at its own pace) report progress
+        threshold = 1 if (not burst and span / speed > 30.0) else 20_000
+        with _StderrProgress(f"replay {session_id}", min_items=threshold, unit="messages") as progress:
+            stats = await replay_session(
+                store, session_id, pub, speed=speed, burst=burst, progress=progress, total=n_messages
+            )
         await asyncio.sleep(0.1)  # let the last messages leave before the socket closes
         return stats
     finally:

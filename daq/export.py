@@ -460,7 +460,8 @@ def _mat_variables(info: SessionInfo, plans: list[StreamPlan], events: list[Even
 def mat_variable_sizes(info: SessionInfo, plans: list[StreamPlan], events: list[Event]) -> dict[str, int]:
     """Bytes of every top-level variable in a MAT v5 file (uncompressed, exact)."""
     return {
-        name: MatV5Writer.element_size(value) for name, value in _mat_variables(info, plans, events).items()
+        name: MatV5Writer.element_size(value, name)
+        for name, value in _mat_variables(info, plans, events).items()
     }
 
 

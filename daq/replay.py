@@ -4,6 +4,9 @@ Replayed messages keep their stream, sequence number, time base, channels, units
 only ``replay`` is set to True and ``session_id`` names the session being replayed.
 Timing follows the recorded times (``t0`` of frames, ``t`` of events) divided by ``speed``,
 or ``burst=True`` sends as fast as the (lossless) bus accepts.
+
+Messages are read from the store one at a time through a cursor (:meth:`SessionStore.messages`),
+so a replay's memory does not grow with the session; ``progress(done, total)`` reports long ones.
 """
 
 from __future__ import annotations
@@ -11,11 +14,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from daq.bus import BusPublisher
 from daq.frames import Event, Frame
 from daq.store import SessionStore
+
+#: Messages between two progress reports.
+PROGRESS_EVERY = 256
 
 
 @dataclass
@@ -40,12 +47,21 @@ async def replay_session(
     speed: float = 1.0,
     burst: bool = False,
     streams: list[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    total: int | None = None,
 ) -> ReplayStats:
-    """Publish every stored message of a session in original order (see module docstring)."""
+    """Publish every stored message of a session in original order (see module docstring).
+
+    ``progress(messages sent, total)`` is called every :data:`PROGRESS_EVERY` messages and at the
+    end; ``total`` defaults to the number of stored messages of the replayed streams.
+    """
     if not burst and not speed > 0:
         raise ValueError(f"replay speed must be > 0, got {speed}")
     info = store.get_session(session_id)
+    if total is None:
+        total = sum(s.n_messages for name, s in info.streams.items() if streams is None or name in streams)
     stats = ReplayStats(session_id=info.id)
+    sent = 0
     start_wall = time.monotonic()
     t_first: float | None = None
     t_prev = None
@@ -66,5 +82,10 @@ async def replay_session(
         else:
             stats.events += 1
         stats.span_s = max(stats.span_s, t - (t_first or t))
+        sent += 1
+        if progress is not None and sent % PROGRESS_EVERY == 0:
+            progress(sent, max(total, sent))
+    if progress is not None:
+        progress(sent, max(total, sent))
     stats.duration_s = time.monotonic() - start_wall
     return stats

@@ -206,12 +206,12 @@ class StreamTiming:
         if not self.rate_hz:
             return "irregular"
         if self.bursty:
-            mean = f" (mean {self.mean_rate_hz:.4g} Hz)" if self.mean_rate_hz else ""
+            mean = f" (mean {_num(self.mean_rate_hz)} Hz)" if self.mean_rate_hz else ""
             return (
-                f"bursts of {self.samples_per_frame} at {self.rate_hz:.6g} Hz "
-                f"every {self.frame_period_s:.4g} s{mean}"
+                f"bursts of {self.samples_per_frame} at {_num(self.rate_hz)} Hz "
+                f"every {_num(self.frame_period_s)} s{mean}"
             )
-        return f"{self.rate_hz:.6g} Hz"
+        return f"{_num(self.rate_hz)} Hz"
 
 
 @dataclass
@@ -1151,6 +1151,12 @@ def _rechunk(
                 buf, have = [], 0
     if have:
         yield _join(si, buf, contiguous, pos)
+
+
+def _num(x: float) -> str:
+    """Four significant digits without exponent noise (sample times at unix-time magnitude carry
+    ~0.2 us of rounding, so more digits would only show that)."""
+    return f"{float(f'{x:.4g}'):g}"
 
 
 def _check_numbers(what: str, seq, times: dict[str, float | None], ts: np.ndarray | None) -> None:
