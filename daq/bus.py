@@ -160,7 +160,7 @@ class BusPublisher:
 
     async def send_parts(self, parts: list) -> None:
         """Send already encoded parts (used by replay and benchmarks)."""
-        copy = len(parts[2]) < ZERO_COPY_THRESHOLD
+        copy = len(parts[-1]) < ZERO_COPY_THRESHOLD
         self._sent += 1
         try:
             self._send_nowait(parts, copy)
@@ -178,9 +178,9 @@ class BusPublisher:
         """The lossy copy for external subscribers: a plain PUB never blocks (drops at its HWM)."""
         send = self._tap.send
         try:
-            send(parts[0], _NOBLOCK_MORE)
-            send(parts[1], _NOBLOCK_MORE)
-            send(parts[2], _NOBLOCK, copy=copy)
+            for part in parts[:-1]:
+                send(part, _NOBLOCK_MORE)
+            send(parts[-1], _NOBLOCK, copy=copy)
         except zmq.Again:  # not raised by PUB in practice; never let the tap hold anything up
             pass
 

@@ -568,6 +568,8 @@ def event_from_header(h: dict) -> Event:
     """Build an event from a parsed header."""
     stream = _check_stream(h.get("stream"))
     kind = _check_text(_field(h, "kind", str), "event kind")
+    if not kind:
+        raise FrameError("header", "event kind must be a non-empty string")
     seq = _check_seq(_field(h, "seq", int))
     t = _finite(_field(h, "t", (int, float)), "event time t")
     body = _check_body(_field(h, "body", dict))

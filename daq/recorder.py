@@ -14,6 +14,8 @@ import logging
 import time
 from collections.abc import Callable
 
+import zmq
+
 from daq.bus import BusSubscriber, BusTimeout
 from daq.frames import Event, FrameError, event_header
 from daq.store import FLUSH_INTERVAL_S, SessionStore, StoreError
@@ -104,7 +106,7 @@ class Recorder:
         except asyncio.CancelledError:
             self._final_flush()
             raise
-        except Exception as exc:  # a commit failed: stop recording, report it
+        except Exception as exc:  # a commit (or the bus socket) failed: stop recording, report it
             self._fail(exc)
         finally:
             self._save_stats()
@@ -118,10 +120,12 @@ class Recorder:
     def _fail(self, exc: BaseException) -> None:
         if self.error is not None:
             return
-        err = RecorderError(
-            f"recorder stopped: cannot commit session {self.session_id} to {self.store.path}: "
-            f"{type(exc).__name__}: {exc}"
+        what = (
+            f"cannot receive from the bus at {self.subscriber.endpoint}"
+            if isinstance(exc, zmq.ZMQError)
+            else f"cannot commit session {self.session_id} to {self.store.path}"
         )
+        err = RecorderError(f"recorder stopped: {what}: {type(exc).__name__}: {exc}")
         err.__cause__ = exc
         self.error = err
         log.error("%s (%d messages recorded before)", err, self.recorded)
