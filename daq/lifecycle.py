@@ -164,7 +164,8 @@ async def run(config: dict, store_path: str | Path | None = None, *, file: str |
         own_sim = simulated_rig = rig.simulator(config)
         await own_sim.start()
     try:
-        device_cfg = simulated_rig.device_config() if simulated_rig is not None else dict(config["devices"])
+        device_cfg = (rig.simulated_devices(simulated_rig, config) if simulated_rig is not None
+                      else dict(config["devices"]))
         return await _run_session(rig, cfg, config, device_cfg, store_path, show_progress, handle_sigint,
                                   on_session, on_context)
     finally:
@@ -248,6 +249,9 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
         stopper.uninstall()
     if failure is not None:
         raise failure
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():  # we were cancelled from outside: say so after clean-up
+        raise asyncio.CancelledError
     return RunResult(session_id, rig.kind, status, reason, guard.safe if guard else False,
                      list(guard.errors) if guard else [], ctx.summary, str(store_path))
 

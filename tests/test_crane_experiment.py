@@ -10,11 +10,19 @@ import pytest
 import pytest_asyncio
 
 from daq.config import load_config
-from daq.crane_experiment import crane_arrays, run_crane
+from daq.lifecycle import run
+from daq.rigs.crane import crane_arrays
 from daq.store import SessionStore
 from simulators.crane_rig import CraneRig
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def run_crane(config, store_path, *, rig=None, on_session=None) -> str:
+    """One recorded crane run through the rig lifecycle; returns the session id."""
+    result = await run(config, store_path, simulated_rig=rig, show_progress=False, handle_sigint=False,
+                       on_session=on_session)
+    return result.session_id
 
 
 @pytest.fixture(scope="module")

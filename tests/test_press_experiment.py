@@ -10,7 +10,8 @@ import pytest
 
 from daq.bus import BusPublisher, BusSubscriber
 from daq.config import load_config
-from daq.press_experiment import ForceAcquisition, run_press
+from daq.lifecycle import run
+from daq.press_acquisition import ForceAcquisition
 from daq.press_session import press_arrays
 from daq.setpoint_correction import CorrectionSettings, SetpointCorrector
 from daq.store import SessionStore
@@ -68,9 +69,9 @@ async def test_correction_reaches_tolerance_on_a_source_with_gain_error():
 async def test_short_plan_records_a_complete_session(tmp_path):
     cfg = short_config(n_series=2, n_steps_up=3)
     store_path = tmp_path / "s.sqlite"
-    result = await run_press(cfg, str(store_path), show_progress=False, handle_sigint=False)
+    result = await run(cfg, str(store_path), show_progress=False, handle_sigint=False)
     assert result.status == "complete", result.reason
-    assert result.setpoints == 2 * 7
+    assert result.summary["setpoints"] == 2 * 7
     with SessionStore(store_path) as store:
         info = store.get_session(result.session_id)
         assert info.status == "complete" and info.kind == "press"
@@ -109,11 +110,11 @@ async def test_device_killed_mid_plan_leaves_rig_safe_and_loses_nothing(tmp_path
     cfg = short_config(n_series=3, n_steps_up=3)
     store_path = tmp_path / "s.sqlite"
     async with PressRig(cfg) as rig:
-        run = asyncio.ensure_future(run_press(cfg, str(store_path), show_progress=False, handle_sigint=False,
-                                              rig=rig))
+        task = asyncio.ensure_future(run(cfg, str(store_path), show_progress=False, handle_sigint=False,
+                                        simulated_rig=rig))
         await _wait_for_measurements(store_path, 4)
         await rig.stop_device(victim)
-        result = await finished(run, 120.0)
+        result = await finished(task, 120.0)
         if victim == "force_source":
             await rig.start_device(victim)
         # the source is off: setpoint zero and output disabled (by the guard, or by the device watchdog
@@ -149,12 +150,12 @@ async def test_ctrl_c_once_finishes_the_step_twice_stops_now(tmp_path, presses):
     cfg = short_config(n_series=3, n_steps_up=3)
     store_path = tmp_path / "s.sqlite"
     async with PressRig(cfg) as rig:
-        run = asyncio.ensure_future(run_press(cfg, str(store_path), show_progress=False, handle_sigint=True,
-                                              rig=rig))
+        task = asyncio.ensure_future(run(cfg, str(store_path), show_progress=False, handle_sigint=True,
+                                        simulated_rig=rig))
         await _wait_for_measurements(store_path, 3)
         for _ in range(presses):  # back to back: both arrive while the step is still running
             os.kill(os.getpid(), signal.SIGINT)
-        result = await finished(run, 120.0)
+        result = await finished(task, 120.0)
         async with ForceSource(rig.device_config()["force_source"]) as source:
             status = await source.read_status()
             setpoint = await source.read_setpoint()

@@ -35,8 +35,6 @@ class SimulatedRig(Protocol):
 
     async def stop(self) -> None: ...
 
-    def device_config(self) -> dict: ...
-
 
 @dataclass
 class Report:
@@ -57,6 +55,7 @@ class Rig:
     open_devices: Callable[[Any, dict], Awaitable[Devices]]          # (typed config, device tables)
     plan: Callable[[Any], Awaitable[None]]                           # (RunContext) -> None
     simulator: Callable[[dict], SimulatedRig] | None = None          # raw config -> simulated rig
+    simulated_devices: Callable[[Any, dict], dict] = lambda sim, raw: sim.device_config()  # its [devices]
     prepare: Callable[[Any], Awaitable[None]] | None = None          # before the session exists
     progress_total: Callable[[Any], int | None] = lambda cfg: None   # steps of the plan, for the bar
     arrays: Callable[[Any, str], Any] | None = None                  # (store, session id) -> arrays

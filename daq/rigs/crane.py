@@ -231,27 +231,19 @@ async def open_devices(cfg: CraneConfig, device_cfg: dict) -> CraneRigDevices:
     return devices
 
 
-class _SimulatedCrane:
-    """The simulated drive, with the driver's url pointed at it."""
+def simulator(raw: dict):
+    from simulators.crane_rig import CraneRig
 
-    def __init__(self, raw: dict):
-        from simulators.crane_rig import CraneRig
+    return CraneRig(raw)
 
-        self.raw = raw
-        self.rig = CraneRig(raw)
 
-    async def start(self):
-        return await self.rig.start()
-
-    async def stop(self) -> None:
-        await self.rig.stop()
-
-    def device_config(self) -> dict:
-        devices = {k: dict(v) for k, v in (self.raw.get("devices") or {}).items()}
-        drive = devices.setdefault("drive", {})
-        mode = dict(drive.get("security", {})).get("mode", "none")
-        drive["url"] = self.rig.endpoints["secure" if mode != "none" else "plain"]
-        return devices
+def simulated_devices(sim, raw: dict) -> dict:
+    """The [devices] tables with the drive's url pointed at the started simulator."""
+    devices = {k: dict(v) for k, v in (raw.get("devices") or {}).items()}
+    drive = devices.setdefault("drive", {})
+    mode = dict(drive.get("security", {})).get("mode", "none")
+    drive["url"] = sim.endpoints["secure" if mode != "none" else "plain"]
+    return devices
 
 
 # ----------------------------------------------------------------------------------------- plan
@@ -385,11 +377,11 @@ def _plots(result, runs, folder: Path) -> list[Path]:
     return write_plots(result, folder)
 
 
-def _describe(sim: _SimulatedCrane) -> list[dict]:
-    s = sim.rig.settings
+def _describe(sim) -> list[dict]:
+    s = sim.settings
     return [{"device": "drive", "protocol": "opc.tcp", "address": url, "security": kind,
              "nodes": f"namespace {s.namespace}, object {s.axis} (see [devices.drive.nodes])"}
-            for kind, url in sim.rig.endpoints.items()]
+            for kind, url in sim.endpoints.items()]
 
 
 RIG = Rig(
@@ -399,7 +391,8 @@ RIG = Rig(
     schema=CraneConfig,
     open_devices=open_devices,
     plan=plan,
-    simulator=_SimulatedCrane,
+    simulator=simulator,
+    simulated_devices=simulated_devices,
     prepare=prepare,
     progress_total=lambda cfg: len(ROLES),
     arrays=crane_arrays,
