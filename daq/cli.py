@@ -500,43 +500,94 @@ def _summary_line(s: dict) -> str:
         )
         flag = " [replay]" if s["replay"] else ""
         return f"{s['stream']} #{s['seq']} {s['shape'][0]}x{s['shape'][1]} {s['dtype']}{flag}: mean {means}"
-    return f"{s['stream']} #{s['seq']} event {s['kind']}: {json.dumps(s['body'])}"
+    flag = " [replay]" if s["replay"] else ""
+    return f"{s['stream']} #{s['seq']} event {s['kind']}{flag}: {json.dumps(s['body'], default=str)}"
+
+
+def _tap_topics(topic: str) -> tuple[str, ...]:
+    """Subscriptions for TOPIC: a data/... or event/... topic as given, else a stream name or prefix
+    (``press.sensors``, ``press.``) matched in both frames and events; empty: everything."""
+    if not topic or topic.startswith(("data/", "event/")):
+        return (topic,)
+    return (f"data/{topic}", f"event/{topic}")
+
+
+def _tap_source(state: CliState, endpoint: str | None, keys_dir: str | None):
+    """(endpoint, keys): --endpoint, else the config's [bus].tap (the lossy copy for outsiders),
+    else its [bus].data; CURVE keys when --keys is given or the endpoint is beyond loopback."""
+    from daq.keys import is_local, load_keys
+
+    cfg_keys = None
+    if not endpoint:
+        cfg = state.config
+        if cfg is None:
+            raise click.UsageError("give --endpoint (or --config with a [bus] table) to tap the bus")
+        bus = cfg["bus"] if isinstance(cfg, dict) else cfg.bus
+        get = bus.get if isinstance(bus, dict) else lambda k: getattr(bus, k, None)
+        endpoint = get("tap") or get("data")
+        cfg_keys = get("keys")
+    if endpoint.endswith(":0"):
+        raise click.UsageError(f"endpoint {endpoint} has no port; give the publisher's --endpoint")
+    keys_dir = keys_dir or cfg_keys
+    keys = load_keys(keys_dir) if keys_dir or not is_local(endpoint) else None
+    return endpoint, keys
 
 
 @main.command()
 @click.argument("topic", default="")
-@click.option("--endpoint", default=None, help="Publisher to connect to (default: the config's [bus].data).")
+@click.option(
+    "--endpoint", default=None, help="Publisher to connect to (default: the config's [bus].tap, else .data)."
+)
 @click.option(
     "-n", "--count", type=int, default=0, help="Stop after this many messages (0: run until Ctrl-C)."
 )
 @click.option(
-    "--timeout", type=float, default=None, help="Give up after this many seconds without a message."
+    "--timeout",
+    type=float,
+    default=None,
+    help="Stop after this many seconds without a message (an error only if nothing came at all).",
 )
+@click.option("--keys", "keys_dir", default=None, metavar="PATH", help="CURVE keys folder (see `hil keys`).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @pass_state
 def tap(
-    state: CliState, topic: str, endpoint: str | None, count: int, timeout: float | None, as_json: bool
+    state: CliState,
+    topic: str,
+    endpoint: str | None,
+    count: int,
+    timeout: float | None,
+    keys_dir: str | None,
+    as_json: bool,
 ) -> None:
-    """Print live frames and events (TOPIC: prefix such as data/press. or event/)."""
-    endpoint = _endpoint_from(state, endpoint, "tap the bus")
-    if endpoint.endswith(":0"):
-        raise click.UsageError(f"endpoint {endpoint} has no port; give the publisher's --endpoint")
+    """Print live frames and events. TOPIC: a stream name or prefix as printed (press.sensors,
+    press.), or a data/... or event/... topic; default everything."""
+    endpoint, keys = _tap_source(state, endpoint, keys_dir)
     try:
-        stats = asyncio.run(_tap(endpoint, topic, count, timeout, as_json))
+        stats = asyncio.run(_tap(endpoint, topic, count, timeout, as_json, keys))
     except KeyboardInterrupt:
         return
     if stats.n_malformed or stats.missing:
         click.echo(f"malformed: {stats.malformed}, missing (gaps): {stats.gaps}", err=True)
 
 
-async def _tap(endpoint: str, topic: str, count: int, timeout: float | None, as_json: bool):
-    from daq.bus import BusSubscriber
+async def _tap(
+    endpoint: str, topic: str, count: int, timeout: float | None, as_json: bool, keys=None
+):
+    """Print messages until ``count``; a ``timeout`` with nothing received at all is an error
+    (BusTimeout), after messages it just ends the tap."""
+    from daq.bus import BusSubscriber, BusTimeout
 
-    sub = BusSubscriber(endpoint, topics=(topic,))
+    sub = BusSubscriber(endpoint, topics=_tap_topics(topic), keys=keys)
     n = 0
     try:
         while count <= 0 or n < count:
-            s = summarize(await sub.recv(timeout=timeout))
+            try:
+                msg = await sub.recv(timeout=timeout)
+            except BusTimeout:
+                if n == 0:
+                    raise BusTimeout(f"no message from {endpoint} within {timeout} s") from None
+                break
+            s = summarize(msg)
             click.echo(json.dumps(s, default=str) if as_json else _summary_line(s))
             n += 1
         return sub.stats
@@ -579,4 +630,4 @@ def demo(state: CliState, duration: float, rate: float, as_json: bool) -> None:
 
 
 # Rig-level commands (run, analyze, sim press|crane) register themselves on import.
-from daq import rig_commands  # noqa: E402,F401
+from daq import keys_cli, rig_commands  # noqa: E402,F401
