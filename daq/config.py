@@ -100,7 +100,7 @@ def _leaf_message(exc: msgspec.ValidationError) -> str:
     text = str(exc)
     m = re.match(r"^(.*) - at `\$(.*)`$", text)
     msg, where = m.groups() if m else (text, "")
-    msg = msg.replace("`", "")
+    msg = msg.replace("`", "").replace(" | null", "")
     msg = re.sub(r"^Expected (\w+)", lambda g: f"must be {_TYPE_WORDS.get(g.group(1), g.group(1))}", msg)
     return f"{msg} (at {where})" if where else msg
 
@@ -214,16 +214,20 @@ def read_toml(path: str | Path) -> dict:
         raise ConfigError(f"invalid TOML: {exc}", path) from None
 
 
-def load_config(path: str | Path) -> dict:
+def load_config(path: str | Path, whole: bool = True) -> dict:
     """Read a rig config and check it whole against its rig kind's schema; returns the TOML data.
 
-    A relative ``[store].path`` is made absolute against the config file's folder, so the sessions of a
+    ``whole=False`` checks only the shared tables (the global ``--config`` of commands that need
+    just the store or the bus). A relative ``[store].path`` is made absolute against the config file's folder, so the sessions of a
     config land in the same store whatever the current directory.
     """
-    from daq.rigs import parse_config
+    from daq.rigs import parse_config, parse_shared
 
     raw = read_toml(path)
-    parse_config(raw, path)
+    if whole:
+        parse_config(raw, path)
+    else:  # only what every command needs: [rig], [bus], [store]
+        parse_shared(raw, path)
     raw.setdefault("store", {})
     store_path = raw["store"].get("path")
     if store_path and not Path(store_path).is_absolute():

@@ -86,11 +86,12 @@ def test_missing_store_is_a_clear_error(tmp_path):
     "text, fragments",
     [
         ("[rig\nkind = 'press'", ["invalid TOML"]),
-        ("[bus]\ndata = 'tcp://127.0.0.1:0'", ["[rig]", "missing required key"]),
-        ("[rig]\nkind = 'boat'", ["[rig.kind]", "unknown rig kind 'boat'"]),
-        ("[rig]\nkind = 'press'\n[bus]\ndata = 5", ["[bus.data]", "must be a string"]),
-        ("[rig]\nkind = 'press'\n[bus]\ndata = 'http://x'", ["[bus.data]", "must start with"]),
-        ("[rig]\nkind = 'press'\n[store]\npath = 3", ["[store.path]"]),
+        ("[bus]\ndata = 'tcp://127.0.0.1:0'", ["[rig]", "missing required table"]),
+        ("[rig]\nkind = 'boat'", ["[rig].kind", "unknown rig kind 'boat'"]),
+        ("[rig]\nkind = 'press'\n[bus]\ndata = 5", ["[bus].data", "must be a string"]),
+        ("[rig]\nkind = 'press'\n[bus]\ndata = 'http://x'", ["[bus].data", "must start with"]),
+        ("[rig]\nkind = 'press'\n[store]\npath = 3", ["[store].path", "must be a string"]),
+        ("[rig]\nkind = 'press'\n[bus]\ndat = 'tcp://127.0.0.1:0'", ["[bus].dat", "did you mean data?"]),
     ],
 )
 def test_malformed_config_is_a_clear_error(tmp_path, text, fragments):

@@ -40,8 +40,8 @@ def test_run_records_a_session_and_analyze_refuses_too_little_data(tmp_path):
     res = invoke("--store", store, "run", str(cfg), "--no-progress", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
-    assert out["run"]["status"] == "complete" and out["run"]["setpoints"] == 2 * 5
-    sid = out["run"]["session"]
+    assert out["run"]["status"] == "complete" and out["run"]["summary"]["setpoints"] == 2 * 5
+    sid = out["run"]["session_id"]
     shown = json.loads(invoke("--store", store, "show", sid, "--json").output)
     assert shown["status"] == "complete" and shown["kind"] == "press"
     res = invoke("--store", store, "analyze", "latest")
@@ -72,7 +72,8 @@ def test_run_with_a_missing_config_and_unknown_session(tmp_path):
 
 
 def test_sim_press_serves_until_ctrl_c(tmp_path):
-    """`hil sim press` prints the endpoints, the devices answer, Ctrl-C ends it cleanly."""
+    """`hil sim press` prints each device (protocol, address, unit id, register map), the devices answer,
+    Ctrl-C ends it cleanly."""
     import asyncio
 
     from drivers.force_source import ForceSource
@@ -90,7 +91,7 @@ def test_sim_press_serves_until_ctrl_c(tmp_path):
             if not line:
                 break
             lines.append(line)
-            m = re.search(r"force_source\S*\s+tcp://127\.0\.0\.1:(\d+)", line)
+            m = re.search(r"device=force_source .*address=127\.0\.0\.1:(\d+)", line)
             if m:
                 endpoint = int(m.group(1))
         assert endpoint, "".join(lines)

@@ -47,8 +47,21 @@ def get_rig(kind: str, file: str | Path | None = None) -> Rig:
     return rig
 
 
+def parse_shared(raw: Any, file: str | Path | None = None) -> Any:
+    """Check only [rig], [bus] and [store] (and that the kind is known); returns the typed shared tables."""
+    from daq.schema import RigConfig
+
+    _rig_of(raw, file)
+    return parse({k: raw[k] for k in ("rig", "bus", "store") if k in raw}, RigConfig, file)
+
+
 def parse_config(raw: Any, file: str | Path | None = None) -> tuple[Rig, Any]:
     """Check a whole config against its rig kind's schema; returns (rig, typed config)."""
+    rig = _rig_of(raw, file)
+    return rig, parse(raw, rig.schema, file)
+
+
+def _rig_of(raw: Any, file) -> Rig:
     if not isinstance(raw, dict):
         raise ConfigError("a config must be a TOML table", file)
     rig_table = raw.get("rig")
@@ -58,5 +71,4 @@ def parse_config(raw: Any, file: str | Path | None = None) -> tuple[Rig, Any]:
     kind = rig_table.get("kind")
     if not isinstance(kind, str):
         raise ConfigError("missing required key" if kind is None else "must be a string", file, "[rig].kind")
-    rig = get_rig(kind, file)
-    return rig, parse(raw, rig.schema, file)
+    return get_rig(kind, file)
