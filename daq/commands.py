@@ -193,27 +193,18 @@ async def _ping() -> dict:
     return {"pong": True, "t": time.time()}
 
 
-def _refuse_constant(name: str):
-    raise CommandRefused(f"non-finite number {name} in the request; refused")
-
-
-def _finite_float(text: str) -> float:
-    x = float(text)
-    if not math.isfinite(x):
-        raise CommandRefused(f"number {text[:40]} is not finite; refused")
-    return x
-
-
 def _parse_request(body: bytes) -> dict:
-    """Parse a request; NaN/Infinity/overflowing numbers are refused."""
+    """Parse a request (a JSON object); non-finite numbers pass here and :func:`_check_args` refuses them."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise CommandError("request is not UTF-8 JSON") from None
     try:
-        req = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-    except (ValueError, RecursionError):
+        req = json.loads(text)  # NaN/Infinity/1e999 parse, so that the refusal carries the id
+    except ValueError:
         raise CommandError("request is not UTF-8 JSON") from None
+    except RecursionError:
+        raise CommandRefused("request nested too deeply; refused") from None
     if not isinstance(req, dict):
         raise CommandError("request must be a JSON object")
     return req

@@ -9,7 +9,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from daq.commands import CommandClient, CommandError, CommandServer, CommandTimeout
+from daq.commands import CommandClient, CommandError, CommandRefused, CommandServer, CommandTimeout
 
 
 def handlers(log: list) -> dict:
@@ -98,3 +98,47 @@ async def test_request_past_its_deadline_is_not_executed():
         finally:
             raw.close(linger=0)
     assert reply["ok"] is False and "deadline" in reply["error"] and log == []
+
+
+async def test_non_finite_numbers_are_refused_before_any_handler_runs():
+    log: list = []
+    async with CommandServer(handlers=handlers(log)) as server, CommandClient(server.endpoint) as client:
+        for value in [float("nan"), float("inf"), float("-inf")]:
+            with pytest.raises(CommandRefused, match="non-finite"):
+                await client.request("set_force", force_N=value)
+        ctx = zmq.asyncio.Context.instance()
+        raw = ctx.socket(zmq.DEALER)
+        raw.setsockopt(zmq.LINGER, 0)
+        raw.connect(server.endpoint)
+        try:
+            for args in ['{"force_N": NaN}', '{"force_N": 1e999}', '{"force_N": [1, {"x": -Infinity}]}']:
+                await raw.send_multipart([b"", f'{{"id": "r", "cmd": "set_force", "args": {args}}}'.encode()])
+                reply = json.loads((await asyncio.wait_for(raw.recv_multipart(), 5))[-1])
+                assert reply["ok"] is False and reply["refused"] is True, reply
+            deep = "[" * 10_000 + "]" * 10_000
+            await raw.send_multipart([b"", f'{{"cmd": "set_force", "args": {{"force_N": {deep}}}}}'.encode()])
+            reply = json.loads((await asyncio.wait_for(raw.recv_multipart(), 5))[-1])
+            assert reply["ok"] is False
+        finally:
+            raw.close(linger=0)
+        assert log == []  # no handler ran
+        assert await client.request("set_force", force_N=10.0) == {"accepted": 10.0}
+    assert server.refused == 7 and log == [10.0]
+
+
+async def test_a_handler_refuses_a_command_with_its_own_reason():
+    applied: list = []
+
+    async def set_force(force_N: float) -> dict:
+        if force_N > 1000.0:
+            raise CommandRefused(f"setpoint {force_N:g} N above the plan's limit 1000 N")
+        applied.append(force_N)
+        return {}
+
+    async with CommandServer(handlers={"set_force": set_force}) as server, CommandClient(
+        server.endpoint
+    ) as client:
+        with pytest.raises(CommandRefused, match="99999 N above the plan's limit"):
+            await client.request("set_force", force_N=99_999.0)
+        await client.request("set_force", force_N=500.0)
+    assert applied == [500.0] and server.refused == 1
