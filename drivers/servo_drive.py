@@ -2,9 +2,12 @@
 
 Configured by a ``[devices.<name>]`` table (see configs/crane-sim.toml): url, namespace,
 limits, timeouts, node ids and optional security (Basic256Sha256 SignAndEncrypt with client
-certificate, key, server certificate, user/password). Limits are checked before anything is
-sent; while connected the driver writes a heartbeat counter that the drive's watchdog expects.
-Every error is typed and names the device and url.
+certificate, key, user/password, and the server's certificate pinned (``server_certificate``) or
+trusted (``server_trust_dir``): a secure endpoint whose certificate is neither is refused, so an
+impostor server never sees the password). Limits are checked before anything is sent; while
+connected the driver writes a heartbeat counter that the drive's watchdog expects. Every error
+is a :class:`drivers.errors.DeviceError` naming the device and url; ``connect_timeout`` bounds
+the whole connect.
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ from typing import Any
 import numpy as np
 from asyncua import Client, ua
 from asyncua.crypto.security_policies import SecurityPolicyBasic256Sha256
+from asyncua.crypto.truststore import TrustStore
+from asyncua.crypto.validator import CertificateValidator, CertificateValidatorOptions
 
+from drivers import errors
 from drivers.cancellation import checked
 
 log = logging.getLogger(__name__)
@@ -37,25 +43,26 @@ NODE_DEFAULTS = {
 }
 
 
-class DriveError(Exception):
-    """Base of all driver errors; carries the device name and url."""
+class DriveError(errors.DeviceError):
+    """Base of the servo driver's errors (a DeviceError; ``url`` is the address)."""
 
     def __init__(self, device: str, url: str, message: str):
-        super().__init__(f"{device} ({url}): {message}")
-        self.device = device
-        self.url = url
-        self.message = message
+        super().__init__(device, url, message)
+
+    @property
+    def url(self) -> str:
+        return self.address
 
 
-class DriveConnectionError(DriveError):
+class DriveConnectionError(DriveError, errors.DeviceConnectionError):
     """No connection, or the connection was lost during a request."""
 
 
-class LimitError(DriveError):
+class LimitError(DriveError, errors.LimitError):
     """A trajectory violates the configured or the drive's limits; nothing was sent."""
 
 
-class DriveRefused(DriveError):
+class DriveRefused(DriveError, errors.DeviceRefused):
     """The drive answered a method call with a non-zero result code."""
 
     def __init__(self, device: str, url: str, message: str, code: int):
@@ -63,7 +70,7 @@ class DriveRefused(DriveError):
         self.code = code
 
 
-class DriveFault(DriveError):
+class DriveFault(DriveError, errors.DeviceFault):
     """The drive reported a fault (e.g. speed limit, watchdog)."""
 
     def __init__(self, device: str, url: str, message: str, fault_code: int):
@@ -71,8 +78,12 @@ class DriveFault(DriveError):
         self.fault_code = fault_code
 
 
-class DriveTimeout(DriveError):
+class DriveTimeout(DriveError, errors.DeviceTimeout):
     """The drive did not reach the expected state in time."""
+
+
+class DriveSafeStateError(DriveError, errors.SafeStateError):
+    """Stop / disable failed or the drive still reports itself enabled."""
 
 
 @dataclass
@@ -107,10 +118,25 @@ class ServoDriveConfig:
         if mode not in ("none", "Basic256Sha256_SignAndEncrypt"):
             raise ValueError("[devices.drive.security] mode must be 'none' or "
                              "'Basic256Sha256_SignAndEncrypt'")
+        unknown = sorted(set(cfg.security) - SECURITY_KEYS)
+        if unknown:
+            raise ValueError(f"[devices.drive.security]: unknown key(s) {unknown}")
+        if mode != "none":
+            for key in ("certificate", "private_key"):
+                if not cfg.security.get(key):
+                    raise ValueError(f"[devices.drive.security] {key} is required with mode {mode}")
+            if not (cfg.security.get("server_certificate") or cfg.security.get("server_trust_dir")):
+                raise ValueError("[devices.drive.security] the drive's certificate must be pinned "
+                                 "(server_certificate) or trusted (server_trust_dir); an unverified "
+                                 "server would be sent the password")
         for key in ("torque_limit", "speed_limit", "timeout", "connect_timeout", "heartbeat_interval"):
             if not float(getattr(cfg, key)) > 0:
                 raise ValueError(f"[devices.drive] {key} must be > 0")
         return cfg
+
+
+SECURITY_KEYS = {"mode", "certificate", "private_key", "server_certificate", "server_trust_dir", "user",
+                 "password", "password_env"}
 
 
 def _cert_uri(cert_path: str | Path) -> str | None:
@@ -194,58 +220,105 @@ class ServoDrive:
 
     # ------------------------------------------------------------------ connection
     async def connect(self) -> None:
-        """Connect, retrying with backoff for up to ``connect_timeout`` s; starts the heartbeat."""
+        """Connect, retrying with backoff; gives up with DriveConnectionError after ``connect_timeout`` s
+        (every attempt included). Starts the heartbeat."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.cfg.connect_timeout
         delay = 0.1
         while True:
+            remaining = deadline - loop.time()
+            attempt = min(2.0 * self.cfg.timeout, max(remaining, 0.05))
             try:
-                await self._connect_once()
+                async with asyncio.timeout(attempt):
+                    await self._connect_once()
                 return
+            except DriveError:
+                await self._drop_client()
+                raise
             except (TimeoutError, OSError, ConnectionError) as exc:
                 await self._drop_client()
+                why = f"no answer within {attempt:.3g} s" if isinstance(exc, TimeoutError) else repr(exc)
                 if loop.time() + delay > deadline:
-                    raise self._err(DriveConnectionError, f"cannot connect: {exc!r}") from exc
-                log.info("%s: connect failed (%r), retrying in %.1f s", self.name, exc, delay)
+                    raise self._err(DriveConnectionError, f"cannot connect within "
+                                    f"{self.cfg.connect_timeout:g} s (last attempt: {why})") from exc
+                log.info("%s: connect failed (%s), retrying in %.1f s", self.name, why, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
             except ua.UaError as exc:
                 await self._drop_client()
-                raise self._err(DriveConnectionError, f"connection refused: {exc!r}") from exc
+                raise self._err(DriveConnectionError, f"connection refused: {_ua_text(exc)}") from exc
+            except Exception as exc:  # noqa: BLE001 - e.g. a certificate that cannot be parsed
+                await self._drop_client()
+                raise self._err(DriveConnectionError, f"cannot connect: {exc!r}") from exc
 
     async def _connect_once(self) -> None:
         client = Client(self.cfg.url, timeout=self.cfg.timeout)
+        self._client = client
         sec = self.cfg.security
         if sec.get("mode", "none") != "none":
-            for key in ("certificate", "private_key"):
-                if not sec.get(key):
-                    raise self._err(DriveConnectionError, f"security: missing {key}")
-            uri = _cert_uri(sec["certificate"])
-            if uri:
-                client.application_uri = uri
-            if sec.get("user"):
-                client.set_user(sec["user"])
-                password = sec.get("password")
-                if password is None and sec.get("password_env"):
-                    password = os.environ.get(sec["password_env"])
-                if password is None:
-                    raise self._err(DriveConnectionError, "security: no password (password or password_env)")
-                client.set_password(password)
-            self._client = client
-            await client.set_security(
-                SecurityPolicyBasic256Sha256, certificate=str(sec["certificate"]),
-                private_key=str(sec["private_key"]),
-                server_certificate=str(sec["server_certificate"]) if sec.get("server_certificate") else None,
-                mode=ua.MessageSecurityMode.SignAndEncrypt)
-        self._client = client
-        async with asyncio.timeout(self.cfg.timeout * 2):
-            await checked(client.connect())
+            await self._secure(client, sec)
+        await checked(client.connect())
         self._ns = await checked(client.get_namespace_index(self.cfg.namespace))
         self._connected = True
         tl = await self._read("torque_limit")
         sl = await self._read("speed_limit")
         self.drive_limits = {"torque_limit": float(tl), "speed_limit": float(sl)}
         self._hb_task = asyncio.create_task(self._heartbeat(), name=f"{self.name}-heartbeat")
+
+    async def _secure(self, client: Client, sec: dict[str, Any]) -> None:
+        """Basic256Sha256 SignAndEncrypt with our certificate; the server's certificate pinned or trusted."""
+        for key in ("certificate", "private_key", "server_certificate", "server_trust_dir"):
+            if sec.get(key) and not Path(sec[key]).exists():
+                raise self._err(DriveConnectionError, f"security: {key} {sec[key]!r} not found")
+        pinned = sec.get("server_certificate")
+        if not (pinned or sec.get("server_trust_dir")):
+            raise self._err(DriveConnectionError, "security: the server certificate is neither pinned "
+                            "(server_certificate) nor trusted (server_trust_dir); refusing to connect")
+        uri = _cert_uri(sec["certificate"])
+        if uri:
+            client.application_uri = uri  # must equal the URI in our certificate, or servers refuse us
+        if sec.get("user"):
+            client.set_user(sec["user"])
+            password = sec.get("password")
+            if password is None and sec.get("password_env"):
+                password = os.environ.get(sec["password_env"])
+            if password is None:
+                raise self._err(DriveConnectionError, "security: no password (password or password_env "
+                                f"{sec.get('password_env')!r} not set)")
+            client.set_password(password)
+        if pinned:
+            await self._check_pin(Path(pinned))
+        else:
+            store = TrustStore([Path(sec["server_trust_dir"])], [])
+            await store.load()
+            options = CertificateValidatorOptions.TRUSTED_VALIDATION | CertificateValidatorOptions.PEER_SERVER
+            client.certificate_validator = CertificateValidator(options, store)
+        await client.set_security(
+            SecurityPolicyBasic256Sha256, certificate=str(sec["certificate"]),
+            private_key=str(sec["private_key"]), server_certificate=str(pinned) if pinned else None,
+            mode=ua.MessageSecurityMode.SignAndEncrypt)
+
+    async def _check_pin(self, pinned: Path) -> None:
+        """Refuse at once if the endpoint's certificate is not the pinned one (asyncua would only notice
+        by the server failing to decrypt: a silent timeout). The endpoint list is public information."""
+        from cryptography import x509
+        from cryptography.hazmat.primitives.serialization import Encoding
+
+        raw = pinned.read_bytes()
+        cert = x509.load_pem_x509_certificate(raw) if raw.startswith(b"-----") else \
+            x509.load_der_x509_certificate(raw)
+        want = cert.public_bytes(Encoding.DER)
+        probe = Client(self.cfg.url, timeout=self.cfg.timeout)
+        endpoints = await checked(probe.connect_and_get_server_endpoints())
+        offered = [ep for ep in endpoints if ep.SecurityPolicyUri == SecurityPolicyBasic256Sha256.URI
+                   and ep.SecurityMode == ua.MessageSecurityMode.SignAndEncrypt]
+        if not offered:
+            raise self._err(DriveConnectionError, "security: the server offers no Basic256Sha256 "
+                            "SignAndEncrypt endpoint")
+        got = offered[0].ServerCertificate or b""
+        if not got.startswith(want):  # the field may hold a chain: our certificate first
+            raise self._err(DriveConnectionError, "security: the server's certificate is not the pinned "
+                            f"one ({pinned.name}); refusing an unverified server")
 
     async def _drop_client(self) -> None:
         self._connected = False
@@ -309,7 +382,7 @@ class ServoDrive:
                 return await checked(make(self._client))
             except ua.UaStatusCodeError as exc:
                 if not _is_connection_status(exc):
-                    raise self._err(DriveError, f"request failed: {exc}") from exc
+                    raise self._err(DriveError, f"request failed: {_ua_text(exc)}") from exc
                 err: Exception = exc
             except (TimeoutError, OSError, ConnectionError, ua.UaError) as exc:
                 err = exc
@@ -412,13 +485,32 @@ class ServoDrive:
                 "speed": arrays[2]}
 
     async def safe_state(self) -> None:
-        """Best effort: stop and disable; never raises."""
-        for action in (self.stop, self.disable):
+        """Stop and disable, then confirm by reading ``enabled`` back. Every step is tried (each bounded
+        by ``timeout + 1`` s); if one fails, DriveSafeStateError names the device and what failed."""
+        failures: list[str] = []
+        for what, action in (("stop", self.stop), ("disable", self.disable), ("read-back", self._enabled)):
+            if failures and not self._connected:
+                failures.append(f"{what}: not tried (no connection)")
+                continue
+            budget = self.cfg.timeout + 1.0
             try:
-                async with asyncio.timeout(self.cfg.timeout + 1):
-                    await action()
-            except Exception as exc:
-                log.warning("%s: safe_state %s failed: %r", self.name, action.__name__, exc)
+                async with asyncio.timeout(budget):
+                    enabled = await action()
+                if what == "read-back" and enabled:
+                    failures.append("read-back: drive still enabled")
+            except TimeoutError:
+                failures.append(f"{what}: no answer within {budget:g} s")
+            except errors.DeviceError as exc:
+                failures.append(f"{what}: {exc.message}")
+            except Exception as exc:  # noqa: BLE001 - name anything else too
+                failures.append(f"{what}: {exc!r}")
+        if failures:
+            msg = "safe state not reached: " + "; ".join(failures)
+            log.warning("%s (%s): %s", self.name, self.url, msg)
+            raise DriveSafeStateError(self.name, self.url, msg)
+
+    async def _enabled(self) -> bool:
+        return bool(await self._read("enabled"))
 
     async def subscribe_live(self, callback, interval: float = 0.1,
                              keys: tuple[str, ...] = LIVE_KEYS) -> LiveSubscription:
@@ -451,6 +543,12 @@ class ServoDrive:
         ident.update(self.drive_limits)
         ident["security"] = self.cfg.security.get("mode", "none")
         return ident
+
+
+def _ua_text(exc: Exception) -> str:
+    """A readable text of an asyncua error (some have an empty str())."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _is_connection_status(exc: ua.UaStatusCodeError) -> bool:

@@ -5,7 +5,11 @@ Layout of ``ensure_pki(dir)``::
     server_cert.der, server_key.pem     the drive (server) identity
     client_cert.der, client_key.pem     a client identity that the server trusts
     trusted/client_cert.der             the server's trust store (copy of the trusted client cert)
+    trusted_servers/server_cert.der     a client's trust store for the server (``server_trust_dir``)
 
+Every certificate carries its application URI in subjectAltName (and the host name as DNS name); the
+OPC UA application using it must announce that same URI as its ApplicationUri (the server does so in
+simulators/crane_drive.py, the driver takes it from its certificate), or peers refuse the connection.
 ``make_identity(dir, name)`` creates further identities (e.g. an untrusted client for tests).
 """
 
@@ -34,7 +38,8 @@ class Identity:
 class Pki:
     server: Identity
     client: Identity
-    trusted_dir: Path
+    trusted_dir: Path  # client certificates the server trusts
+    server_trusted_dir: Path  # server certificates a client trusts
 
 
 async def make_identity(directory: str | Path, name: str, app_uri: str, server: bool = False) -> Identity:
@@ -59,4 +64,7 @@ async def ensure_pki(directory: str | Path) -> Pki:
     trusted = directory / "trusted"
     trusted.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(client.cert, trusted / client.cert.name)
-    return Pki(server=server, client=client, trusted_dir=trusted)
+    servers = directory / "trusted_servers"
+    servers.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(server.cert, servers / server.cert.name)
+    return Pki(server=server, client=client, trusted_dir=trusted, server_trusted_dir=servers)

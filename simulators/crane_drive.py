@@ -14,6 +14,15 @@ Methods (all return ``Int32 code, String message`` first; code 0 = accepted, see
 Disable, ClearFault, ReadTrace -> (code, message, Double sample_time, Double[] torque_cmd,
 Double[] torque, Double[] speed).
 
+Units: the analog variables carry the standard ``EngineeringUnits`` property (EUInformation, UNECE codes)
+and, where the drive has a range, ``EURange``, so any OPC UA client sees N*m, rad/s, s.
+
+Access: with security on (``security = "secure"`` or ``"both"``), only the secure endpoint (Basic256Sha256
+SignAndEncrypt, trusted client certificate, user/password) may move the axis: LoadTrajectory, Enable,
+Start and ClearFault on the anonymous plain endpoint answer NOT_AUTHORIZED, its Heartbeat is read-only and
+the watchdog counts only heartbeats written through the secure endpoint. Stop, Disable, ReadTrace and
+reading stay open everywhere (anyone may stop the axis, as anyone may press an emergency stop).
+
 Running: the physics is simulated at the drive cycle (``cycle_time``) in an executor, then
 played out in real time divided by ``time_scale``; live values update at ``live_rate``.
 Safety: limits are checked on upload; speed above ``speed_limit`` faults and disables; while
@@ -37,7 +46,7 @@ from asyncua.crypto.truststore import TrustStore
 from asyncua.crypto.validator import CertificateValidator, CertificateValidatorOptions
 from asyncua.server.user_managers import UserManager
 
-from simulators.certs import Pki
+from simulators.certs import SERVER_URI, Pki
 from simulators.physics.crane import CraneTruth, simulate_axis
 
 log = logging.getLogger(__name__)
@@ -56,6 +65,7 @@ class Result(enum.IntEnum):
     NO_TRAJECTORY = 7
     FAULT_ACTIVE = 8
     NO_TRACE = 9
+    NOT_AUTHORIZED = 10
 
 
 class Fault(enum.IntEnum):
@@ -128,6 +138,26 @@ _VARS: dict[str, tuple[object, ua.VariantType]] = {
 }
 
 
+#: UNECE common codes (OPC UA units namespace) and display names of the analog variables.
+_UNITS = {"TorqueSetpoint": ("NU", "N*m", "newton metre"), "ActualTorque": ("NU", "N*m", "newton metre"),
+          "TorqueLimit": ("NU", "N*m", "newton metre"), "ActualSpeed": ("2A", "rad/s", "radian per second"),
+          "SpeedLimit": ("2A", "rad/s", "radian per second"), "CycleTime": ("SEC", "s", "second"),
+          "Progress": ("C62", "1", "one (fraction of the trajectory played)")}
+UNECE_URI = "http://www.opcfoundation.org/UA/units/un/cefact"
+#: Methods that move the axis or re-arm it: only on a control face (see the module docstring).
+CONTROL_METHODS = ("LoadTrajectory", "Start", "Enable", "ClearFault")
+
+
+def eu_information(code: str, symbol: str, description: str) -> ua.EUInformation:
+    """EUInformation of a UNECE common code (UnitId = the code's ASCII bytes as one integer)."""
+    eu = ua.EUInformation()
+    eu.NamespaceUri = UNECE_URI
+    eu.UnitId = int.from_bytes(code.encode("ascii"), "big")
+    eu.DisplayName = ua.LocalizedText(symbol)
+    eu.Description = ua.LocalizedText(description)
+    return eu
+
+
 def _arg(name: str, vtype: int, array: bool = False) -> ua.Argument:
     a = ua.Argument()
     a.Name = name
@@ -157,6 +187,7 @@ class CraneDrive:
         self.truth = truth
         self.s = settings
         self._faces: list[tuple[Server, int]] = []
+        self._control_faces: set[int] = set()  # id() of the servers allowed to move the axis
         self._values = {k: v for k, (v, _) in _VARS.items()}
         self._values.update(TorqueLimit=float(settings.torque_limit), SpeedLimit=float(settings.speed_limit),
                             CycleTime=float(settings.cycle_time), MaxSamples=int(settings.max_samples),
@@ -174,15 +205,30 @@ class CraneDrive:
     def nodeid(self, idx: int, name: str) -> ua.NodeId:
         return ua.NodeId(f"{self.s.axis}.{name}" if name else self.s.axis, idx)
 
-    async def attach(self, server: Server) -> int:
-        """Create the axis object, variables and methods in ``server``; returns the namespace index."""
+    def _ranges(self) -> dict[str, tuple[float, float]]:
+        tl, sl = float(self.s.torque_limit), float(self.s.speed_limit)
+        return {"TorqueSetpoint": (-tl, tl), "ActualTorque": (-tl, tl), "ActualSpeed": (-sl, sl),
+                "Progress": (0.0, 1.0)}
+
+    async def attach(self, server: Server, control: bool = True) -> int:
+        """Create the axis object, variables and methods in ``server``; returns the namespace index.
+        ``control``: this face may move the axis and feed the watchdog (else read, stop and disable only)."""
         idx = await server.register_namespace(self.s.namespace)
         obj = await server.nodes.objects.add_object(self.nodeid(idx, ""), ua.QualifiedName(self.s.axis, idx))
+        ranges = self._ranges()
         for name, (_, vtype) in _VARS.items():
             var = await obj.add_variable(self.nodeid(idx, name), ua.QualifiedName(name, idx),
                                          ua.Variant(self._values[name], vtype))
-            if name == "Heartbeat":
+            if name == "Heartbeat" and control:
                 await var.set_writable()
+            if name in _UNITS:
+                await var.add_property(self.nodeid(idx, f"{name}.EngineeringUnits"),
+                                       ua.QualifiedName("EngineeringUnits", 0), eu_information(*_UNITS[name]),
+                                       datatype=ua.ObjectIds.EUInformation)
+            if name in ranges:
+                lo, hi = ranges[name]
+                await var.add_property(self.nodeid(idx, f"{name}.EURange"), ua.QualifiedName("EURange", 0),
+                                       ua.Range(Low=lo, High=hi), datatype=ua.ObjectIds.Range)
         methods = {
             "LoadTrajectory": (self._m_load, [_arg("sample_time", _DOUBLES), _arg("torque", _DOUBLES, True)],
                                _CODE),
@@ -196,8 +242,12 @@ class CraneDrive:
                 _arg("torque", _DOUBLES, True), _arg("speed", _DOUBLES, True)]),
         }
         for name, (func, ins, outs) in methods.items():
+            if name in CONTROL_METHODS and not control:
+                func = _not_authorized(name)
             await obj.add_method(self.nodeid(idx, name), ua.QualifiedName(name, idx), func, ins, outs)
         self._faces.append((server, idx))
+        if control:
+            self._control_faces.add(id(server))
         return idx
 
     def start(self) -> None:
@@ -389,6 +439,8 @@ class CraneDrive:
             await asyncio.sleep(period)
             now = loop.time()
             for server, idx in list(self._faces):
+                if id(server) not in self._control_faces:
+                    continue  # a heartbeat only counts where it needs a secure, authenticated session
                 beat = server.read_attribute_value(self.nodeid(idx, "Heartbeat")).Value.Value
                 if self._last_beat.get(id(server)) != beat:
                     self._last_beat[id(server)] = beat
@@ -399,6 +451,17 @@ class CraneDrive:
                         await self._halt("watchdog")
                         await self._fault(Fault.WATCHDOG,
                                           f"no client heartbeat for {self.s.watchdog_timeout} s")
+
+
+def _not_authorized(name: str):
+    """Method handler of a read-only face: refuse, whatever the arguments."""
+
+    async def refuse(parent, *args) -> list[ua.Variant]:
+        log.info("crane drive: %s refused on the anonymous endpoint", name)
+        return _reply(Result.NOT_AUTHORIZED, f"{name} refused: control needs the secure endpoint "
+                      "(signed and encrypted, user and password)")
+
+    return refuse
 
 
 class PasswordUsers(UserManager):
@@ -414,15 +477,18 @@ class PasswordUsers(UserManager):
 
 
 async def build_server(drive: CraneDrive, host: str, port: int, *, pki: Pki | None = None,
-                       users: dict[str, str] | None = None) -> Server:
+                       users: dict[str, str] | None = None, control: bool = True) -> Server:
     """A started OPC UA server exposing ``drive``: plain (anonymous) or, with ``pki``, secure only.
 
     Secure: Basic256Sha256 SignAndEncrypt, client certificates checked against
-    ``pki.trusted_dir``, user/password from ``users`` required (anonymous refused).
+    ``pki.trusted_dir``, user/password from ``users`` required (anonymous refused); the server's
+    ApplicationUri is the one in its certificate. ``control=False`` serves a read-only face (see
+    :meth:`CraneDrive.attach`).
     """
     secure = pki is not None
     server = Server(user_manager=PasswordUsers(users or {}) if secure else None)
     await server.init()
+    await server.set_application_uri(pki.server.app_uri if secure else f"{SERVER_URI}:plain")
     server.set_endpoint(f"opc.tcp://{host}:{port}/hil/crane")
     server.set_server_name(f"{drive.s.name} ({'secure' if secure else 'plain'})")
     if secure:
@@ -438,7 +504,7 @@ async def build_server(drive: CraneDrive, host: str, port: int, *, pki: Pki | No
     else:
         server.set_security_policy([ua.SecurityPolicyType.NoSecurity])
         server.set_identity_tokens([ua.AnonymousIdentityToken])
-    await drive.attach(server)
+    await drive.attach(server, control=control)
     await server.start()
     return server
 

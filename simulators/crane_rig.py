@@ -3,7 +3,8 @@
 ``CraneRig(config)`` takes the whole rig config (``[simulator.truth]``, ``[simulator.drive]``)
 or just the ``[simulator]`` table. Security ``"none"`` serves a plain endpoint, ``"secure"`` a
 Basic256Sha256 SignAndEncrypt endpoint (trusted client certificates + user/password),
-``"both"`` serves both on two ports, sharing one drive.
+``"both"`` serves both on two ports, sharing one drive; then only the secure one may move the axis
+(the plain one reads, stops and disables).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ class CraneRig:
         """Serve; returns ``{"plain": url, "secure": url}`` (only the served ones)."""
         s = self.settings
         try:
-            if s.security in ("none", "both"):
-                server = await build_server(self.drive, s.host, s.port)
+            if s.security in ("none", "both"):  # with security on, the plain face is read-only
+                server = await build_server(self.drive, s.host, s.port, control=s.security == "none")
                 self._servers.append(server)
                 self.endpoints["plain"] = server_url(server, s.host)
             if s.security in ("secure", "both"):

@@ -1,4 +1,5 @@
-"""Simulated OPC UA crane drive + servo-drive driver, over real loopback servers."""
+"""Simulated OPC UA crane drive + servo-drive driver, over real loopback servers (security: see
+tests/test_opcua_security.py)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,11 @@ import pytest_asyncio
 from asyncua import Client, ua
 
 from drivers.servo_drive import (
-    DriveConnectionError,
     DriveFault,
     DriveRefused,
     LimitError,
     ServoDrive,
 )
-from simulators.certs import CLIENT_URI, make_identity
 from simulators.crane_rig import CraneRig
 from simulators.physics.crane import CraneTruth, simulate_axis
 
@@ -25,7 +24,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 # linear truth keeps the long watchdog trajectory cheap to simulate
 TRUTH = replace(CraneTruth(), coulomb=0.0, stribeck_torque=0.0).to_dict()
-DRIVE = {"time_scale": 10.0, "watchdog_timeout": 0.4, "security": "both", "torque_limit": 20.0,
+DRIVE = {"time_scale": 10.0, "watchdog_timeout": 0.4, "security": "none", "torque_limit": 20.0,
          "speed_limit": 150.0, "max_samples": 20_000, "live_rate": 40.0}
 NS = "urn:hil-lab:crane-drive"
 
@@ -218,34 +217,22 @@ async def test_drive_disables_itself_when_the_client_is_lost(rig, drive):
     assert 0 < tr["speed"].size < 100_000
 
 
-async def test_secure_endpoint_with_trusted_cert_and_password(rig):
-    pki = rig.pki
-    sec = {"mode": "Basic256Sha256_SignAndEncrypt", "certificate": str(pki.client.cert),
-           "private_key": str(pki.client.key), "server_certificate": str(pki.server.cert),
-           "user": "operator", "password": "crane-sim"}
-    async with ServoDrive(_dev(rig.endpoints["secure"], security=sec)) as d:
-        ident = await d.device_identity()
-        assert ident["security"] == "Basic256Sha256_SignAndEncrypt"
-        await d.clear_fault()
-        await d.load_trajectory(1e-4, np.zeros(10))
-        assert (await d.status())["state"] == "Loaded"
-    with pytest.raises(DriveConnectionError, match="BadUserAccessDenied"):
-        async with ServoDrive(_dev(rig.endpoints["secure"], security={**sec, "password": "wrong"})):
-            pass
-
-
-async def test_secure_endpoint_refuses_untrusted_certificate(rig, tmp_path):
-    stranger = await make_identity(tmp_path, "stranger", CLIENT_URI)
-    sec = {"mode": "Basic256Sha256_SignAndEncrypt", "certificate": str(stranger.cert),
-           "private_key": str(stranger.key), "server_certificate": str(rig.pki.server.cert),
-           "user": "operator", "password": "crane-sim"}
-    with pytest.raises(DriveConnectionError, match="BadCertificateUntrusted"):
-        async with ServoDrive(_dev(rig.endpoints["secure"], security=sec)):
-            pass
-    # and no anonymous plain session on the secure endpoint
-    with pytest.raises(DriveConnectionError):
-        async with ServoDrive(_dev(rig.endpoints["secure"])):
-            pass
+async def test_variables_carry_engineering_units(rig):
+    # what any third-party OPC UA client sees: the standard EngineeringUnits / EURange properties
+    async with Client(rig.endpoints["plain"]) as c:
+        idx = await c.get_namespace_index(NS)
+        speed = c.get_node(ua.NodeId("Axis1.ActualSpeed", idx))
+        eu = await (await speed.get_child("0:EngineeringUnits")).read_value()
+        assert isinstance(eu, ua.EUInformation) and eu.DisplayName.Text == "rad/s"
+        assert eu.NamespaceUri == "http://www.opcfoundation.org/UA/units/un/cefact"
+        assert eu.UnitId == (ord("2") << 8) + ord("A")  # UNECE "2A", radian per second
+        rng = await (await speed.get_child("0:EURange")).read_value()
+        assert (rng.Low, rng.High) == (-150.0, 150.0)
+        torque = c.get_node(ua.NodeId("Axis1.ActualTorque", idx))
+        eu = await (await torque.get_child("0:EngineeringUnits")).read_value()
+        assert eu.DisplayName.Text == "N*m" and eu.UnitId == (ord("N") << 8) + ord("U")
+        cycle = c.get_node(ua.NodeId("Axis1.CycleTime", idx))
+        assert (await (await cycle.get_child("0:EngineeringUnits")).read_value()).DisplayName.Text == "s"
 
 
 async def test_driver_reconnects_after_server_restart(tmp_path):

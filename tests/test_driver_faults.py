@@ -137,3 +137,58 @@ def test_device_error_text_is_never_empty():
     assert err.message and str(err) == f"dev (addr): {err.message}"
     assert issubclass(SafeStateError, DeviceError) and issubclass(DeviceFault, DeviceError)
     assert issubclass(DeviceConnectionError, DeviceError)
+
+
+# -- servo drive (OPC UA): the same error family ---------------------------------------------------------
+def test_servo_errors_are_device_errors():
+    from drivers import errors
+    from drivers import servo_drive as sd
+
+    pairs = ((sd.DriveConnectionError, errors.DeviceConnectionError), (sd.LimitError, errors.LimitError),
+             (sd.DriveRefused, errors.DeviceRefused), (sd.DriveFault, errors.DeviceFault),
+             (sd.DriveTimeout, errors.DeviceTimeout), (sd.DriveSafeStateError, errors.SafeStateError))
+    for cls, base in pairs:
+        assert issubclass(cls, base) and issubclass(cls, errors.DeviceError)
+    err = sd.DriveRefused("drive", "opc.tcp://x", "Start refused", 6)
+    assert err.code == 6 and err.url == err.address == "opc.tcp://x"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("listener", ["none", "silent"])
+async def test_unreachable_drive_is_a_connection_error_within_connect_timeout(listener):
+    from drivers.servo_drive import ServoDrive
+
+    done = asyncio.Event()
+    server = None
+    port = _free_port()
+    if listener == "silent":  # accepts TCP but never speaks OPC UA
+
+        async def silent(reader, writer):
+            await done.wait()
+            writer.close()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+    drive = ServoDrive({"url": f"opc.tcp://127.0.0.1:{port}/hil/crane", "name": "crane-drive",
+                        "timeout": 0.2, "connect_timeout": 0.6})
+    try:
+        with pytest.raises(DeviceConnectionError) as info:
+            await drive.connect()
+        assert info.value.device == "crane-drive" and str(port) in info.value.address
+        assert "cannot connect within 0.6 s" in info.value.message
+        with pytest.raises(SafeStateError) as info:  # and the safe state says so, naming the step
+            await drive.safe_state()
+        assert "stop" in info.value.message and info.value.device == "crane-drive"
+    finally:
+        await drive.close()
+        done.set()
+        if server is not None:
+            server.close()
+            await server.wait_closed()
