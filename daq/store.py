@@ -130,7 +130,7 @@ _FRAME_COLS = "session_id, ord, stream, seq, t0, dt, n, has_ts, replay, payload,
 #: Largest sequence number SQLite's INTEGER holds (exclusive).
 _SEQ_LIMIT = 2**63
 #: Default number of samples per chunk of :meth:`SessionStore.iter_stream`.
-CHUNK_SAMPLES = 1 << 18
+CHUNK_SAMPLES = 1 << 15
 
 
 #: Session key that selects the newest session.
@@ -489,7 +489,8 @@ class SessionStore:
             row = self._db.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE id=?", (key,)).fetchone()
             if row is None and key == LATEST:
                 row = self._db.execute(
-                    f"SELECT {_SESSION_COLS} FROM sessions ORDER BY started DESC LIMIT 1").fetchone()
+                    f"SELECT {_SESSION_COLS} FROM sessions ORDER BY started DESC LIMIT 1"
+                ).fetchone()
             if row is None and key:
                 like = key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
                 rows = self._db.execute(
@@ -821,7 +822,7 @@ class SessionStore:
         if not (isinstance(chunk_samples, int) and chunk_samples > 0):
             raise StoreError(f"chunk_samples must be a positive integer, got {chunk_samples!r}")
         sid, si = self._frame_stream(session_id, stream)
-        db = sqlite3.connect(self.path, timeout=10.0)
+        db = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False)
         try:
             db.execute("BEGIN")  # one read snapshot for the bounds and the rows
             lo, hi = self._clip_range(db, sid, stream, start or 0, stop)
@@ -833,8 +834,7 @@ class SessionStore:
                     pieces = self._window_pieces(db, sid, si, t_start, t_stop, start=lo, stop=hi)
                     yield from _rechunk(si, pieces, chunk_samples, contiguous=False)
                     return
-            pieces = self._range_pieces(db, sid, si, lo, hi)
-            yield from _rechunk(si, pieces, chunk_samples, contiguous=True, first=lo)
+            yield from self._range_chunks(db, sid, si, lo, hi, chunk_samples)
         finally:
             db.close()
 
@@ -924,20 +924,65 @@ class SessionStore:
         return s0, ts
 
     def _read_range(self, db, sid: str, si: StreamInfo, start: int, stop: int) -> StreamData:
-        """One preallocated array filled frame by frame (one copy of the data, no concatenation)."""
-        dtype = SUPPORTED_DTYPES[si.dtype].newbyteorder("=")
-        n = stop - start
-        data = np.empty((n, len(si.channels)), dtype=dtype)
-        t = np.empty(n, dtype=np.float64)
+        """Samples [start, stop) in one array (the single chunk of :meth:`_range_chunks`)."""
+        for chunk in self._range_chunks(db, sid, si, start, stop, max(1, stop - start)):
+            return chunk
+        return _join(si, [], contiguous=True, first=start)
+
+    def _range_chunks(
+        self, db, sid: str, si: StreamInfo, start: int, stop: int, chunk: int
+    ) -> Iterator[StreamData]:
+        """Samples [start, stop) in chunks of ``chunk`` samples: each chunk is one preallocated array
+        that frames are copied into (one copy of the data, little per-frame work)."""
+        dtype = SUPPORTED_DTYPES[si.dtype]
+        native = dtype.newbyteorder("=")
+        n_ch = len(si.channels)
+        row_bytes = n_ch * dtype.itemsize
+        ramp = np.arange(0, dtype=np.float64)
+        pos = start
+        t = data = None
         k = 0
-        for tp, dp in self._range_pieces(db, sid, si, start, stop):
-            m = len(tp)
-            t[k : k + m] = tp
-            data[k : k + m] = dp
-            k += m
-        if k != n:
-            raise StoreError(f"stream {si.name!r}: frame index is inconsistent ({k} of {n} samples found)")
-        return StreamData(si.name, t, data, list(si.channels), list(si.units), start=start)
+        for s0, t0, dt, n, has_ts, payload in self._range_rows(db, sid, si, start, stop):
+            a = max(0, pos - s0)
+            b = min(n, stop - s0)
+            frame = np.frombuffer(payload, dtype=dtype, count=n * n_ch).reshape(n, n_ch) if n_ch else None
+            while a < b:
+                if t is None:
+                    size = min(chunk, stop - pos)
+                    t = np.empty(size, dtype=np.float64)
+                    data = np.empty((size, n_ch), dtype=native)
+                    k = 0
+                m = min(b - a, len(t) - k)
+                if has_ts:
+                    t[k : k + m] = np.frombuffer(
+                        payload, dtype="<f8", offset=(n * row_bytes) + 8 * a, count=m
+                    )
+                else:  # t0 + k*dt exactly as Frame.time() and every other read computes it
+                    if len(ramp) < n:
+                        ramp = np.arange(max(n, 2 * len(ramp)), dtype=np.float64)
+                    np.multiply(ramp[a : a + m], dt, out=t[k : k + m])
+                    t[k : k + m] += t0
+                if frame is not None:
+                    data[k : k + m] = frame[a : a + m]
+                k += m
+                a += m
+                pos += m
+                if k == len(t):
+                    yield StreamData(si.name, t, data, list(si.channels), list(si.units), start=pos - k)
+                    t = data = None
+        if pos != stop or t is not None:
+            raise StoreError(
+                f"stream {si.name!r}: frame index is inconsistent (samples {pos} of {start}..{stop})"
+            )
+
+    def _range_rows(self, db, sid: str, si: StreamInfo, start: int, stop: int) -> Iterator[tuple]:
+        """The non-empty frames overlapping samples [start, stop), in order."""
+        if stop <= start:
+            return iter(())
+        first = db.execute(
+            "SELECT MAX(s0) FROM frames WHERE session_id=? AND stream=? AND s0 <= ?", (sid, si.name, start)
+        ).fetchone()[0]
+        return self._rows(db, sid, si, "s0 >= ? AND s0 < ?", (first or 0, stop))
 
     def _rows(self, db, sid: str, si: StreamInfo, where: str, args: tuple) -> Iterator[tuple]:
         return db.execute(
@@ -945,20 +990,6 @@ class SessionStore:
             f"WHERE session_id=? AND stream=? AND n > 0 AND {where} ORDER BY s0",
             (sid, si.name, *args),
         )
-
-    def _range_pieces(self, db, sid: str, si: StreamInfo, start: int, stop: int) -> Iterator[tuple]:
-        """(t, data) views of the frames covering samples [start, stop), trimmed to the range."""
-        if stop <= start:
-            return
-        first = db.execute(
-            "SELECT MAX(s0) FROM frames WHERE session_id=? AND stream=? AND s0 <= ?", (sid, si.name, start)
-        ).fetchone()[0]
-        rows = self._rows(db, sid, si, "s0 >= ? AND s0 < ?", (first or 0, stop))
-        for s0, t0, dt, n, has_ts, payload in rows:
-            t, data = _decode(si, t0, dt, n, has_ts, payload)
-            a, b = max(0, start - s0), min(n, stop - s0)
-            if b > a:
-                yield t[a:b], data[a:b]
 
     def _window_pieces(
         self, db, sid, si: StreamInfo, t_start, t_stop, *, start=0, stop=None, times_only=False
