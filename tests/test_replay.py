@@ -105,3 +105,23 @@ async def test_timed_replay_follows_recorded_timing(tmp_path):
     assert [g.data[0, 0] for g in got] == [0.0, 1.0, 2.0, 3.0, 4.0]
     assert all(g.replay and g.session_id == sid for g in got)
     await asyncio.sleep(0)
+
+
+async def test_burst_replay_reports_progress_up_to_the_total(tmp_path, monkeypatch):
+    import daq.replay
+
+    monkeypatch.setattr(daq.replay, "PROGRESS_EVERY", 4)
+    store = SessionStore(tmp_path / "s.sqlite")
+    sid = store.create_session("press", {})
+    for i in range(10):
+        store.append(sid, Frame("s", i, 5.0 + i, 0.5, ["a"], ["m"], np.full((2, 1), float(i))))
+    store.append(sid, Event("p", "step", 0, 7.0, {}))
+    store.finish(sid, "complete")
+    calls: list[tuple[int, int]] = []
+    pub = BusPublisher()
+    try:
+        stats = await replay_session(store, sid, pub, burst=True, progress=lambda d, t: calls.append((d, t)))
+    finally:
+        pub.close()
+    assert (stats.frames, stats.events) == (10, 1)
+    assert calls == [(4, 11), (8, 11), (11, 11)]
