@@ -144,8 +144,9 @@ def _check_keys(raw: Any, names: list[str], path: list[str], file) -> None:
         raise ConfigError(f"must be a table, got {type(raw).__name__} {raw!r}", file, key_path(path, True))
     for key in raw:
         if key not in names:
-            what = "unknown table" if isinstance(raw[key], dict) else "unknown key"
-            raise ConfigError(what + _suggest(str(key), names), file, key_path([*path, str(key)], False))
+            is_table = isinstance(raw[key], dict)
+            what = "unknown table" if is_table else "unknown key"
+            raise ConfigError(what + _suggest(str(key), names), file, key_path([*path, str(key)], is_table))
 
 
 def _run_check(obj: Any, path: list[str], file) -> None:

@@ -197,7 +197,9 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
         ctx.devices = devices
         if rig.prepare is not None:
             await rig.prepare(ctx)
-        snapshot = dict(raw, devices=device_cfg, store={"path": str(store_path)})
+        snapshot = dict(raw, store={"path": str(store_path)})
+        if "devices" in rig.schema.__struct_fields__:  # the devices as they were reached (simulated ports)
+            snapshot["devices"] = device_cfg
         session_id = store.create_session(rig.kind, _jsonable(snapshot), devices=await devices.identities())
         ctx.session_id = session_id
         if on_session is not None:

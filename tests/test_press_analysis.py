@@ -97,3 +97,34 @@ def test_paper_sigmas_per_sample_lose_power_but_keep_m3():
     print("\n" + res.format_table())
     assert res.models["M1"].test.reject
     assert not res.models["M3"].test.reject
+
+
+def test_sensor_columns_are_matched_by_name_not_position(result):
+    """The same data with the sensor columns in another order gives the same, correctly labelled answer."""
+    res, (z, q, qd) = result
+    order = [2, 0, 1]  # B0_vertical, D_vertical, F_horizontal
+    names = tuple(np.array(["D_vertical", "F_horizontal", "B0_vertical"])[order])
+    other = analyze_press(z[:, :, order], q, qd, SIG[order], train_series=list(range(8)), test_series=[8, 9],
+                          tol=0.05, criterion="E", sensor_names=names)
+    assert other.sensor_names == names
+    chosen = {n for n, w in zip(other.sensor_names, other.selection.omega, strict=True) if w}
+    assert chosen == {"D_vertical", "F_horizontal"}
+    np.testing.assert_allclose(other.models["M3"].fit_all.p, res.models["M3"].fit_all.p, rtol=1e-6)
+    assert other.to_dict()["verdicts"] == res.to_dict()["verdicts"]
+
+
+def test_two_sensors_give_a_labelled_answer(result):
+    """A press with only D and F: no selection left to make, the estimates and the test still run."""
+    res, (z, q, qd) = result
+    two = analyze_press(z[:, :, [1, 0]], q, qd, SIG[[1, 0]], train_series=list(range(8)), test_series=[8, 9],
+                        tol=0.05, sensor_names=("F_horizontal", "D_vertical"))
+    assert two.sensor_names == ("F_horizontal", "D_vertical") and two.selection.omega.all()
+    p3 = two.models["M3"].fit_all
+    assert np.all(np.abs(p3.p - [2.0e8, 1.5e8]) < 4 * p3.std_errors)
+    assert two.to_dict()["verdicts"]["M1"] == "reject"
+
+
+def test_unknown_sensor_name_is_refused(result):
+    _, (z, q, qd) = result
+    with pytest.raises(ValueError, match="no sensor"):
+        analyze_press(z, q, qd, SIG, sensor_names=("D_vertical", "F_horizontal", "laser_X"))
