@@ -124,7 +124,8 @@ def _walk(raw: Any, tp: Any, path: list[str], file) -> Any:
         return _walk_dataclass(raw, base, path, file)
     if get_origin(base) is dict:
         if not isinstance(raw, dict):
-            raise ConfigError(f"must be a table, got {type(raw).__name__} {raw!r}", file, key_path(path, True))
+            raise ConfigError(f"must be a table, got {type(raw).__name__} {raw!r}", file,
+                              key_path(path, True))
         _, value_type = get_args(base)
         return {str(k): _walk(v, value_type, [*path, str(k)], file) for k, v in raw.items()}
     try:
@@ -179,7 +180,8 @@ def _walk_dataclass(raw: Any, tp: type, path: list[str], file) -> Any:
     hints = typing.get_type_hints(tp, include_extras=True)
     fields = [f for f in dataclasses.fields(tp) if f.init]
     _check_keys(raw, [f.name for f in fields], path, file)
-    kwargs = {f.name: _walk(raw[f.name], hints[f.name], [*path, f.name], file) for f in fields if f.name in raw}
+    kwargs = {f.name: _walk(raw[f.name], hints[f.name], [*path, f.name], file)
+              for f in fields if f.name in raw}
     try:
         obj = tp(**kwargs)
     except (TypeError, ValueError) as exc:
@@ -219,7 +221,8 @@ def load_config(path: str | Path, whole: bool = True) -> dict:
     """Read a rig config and check it whole against its rig kind's schema; returns the TOML data.
 
     ``whole=False`` checks only the shared tables (the global ``--config`` of commands that need
-    just the store or the bus). A relative ``[store].path`` is made absolute against the config file's folder, so the sessions of a
+    just the store or the bus). A relative ``[store].path`` is made absolute against the config file's
+    folder, so the sessions of a
     config land in the same store whatever the current directory.
     """
     from daq.rigs import parse_config, parse_shared

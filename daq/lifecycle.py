@@ -220,7 +220,8 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
             reason = f"{reason + '; ' if reason else ''}SAFE STATE NOT CONFIRMED: {'; '.join(guard.errors)}"
         with contextlib.suppress(Exception):
             async with asyncio.timeout(2.0):
-                await ctx.event(f"{rig.kind}.plan", "plan_outcome", status=status, reason=reason, safe=guard.safe,
+                await ctx.event(f"{rig.kind}.plan", "plan_outcome", status=status, reason=reason,
+                                safe=guard.safe,
                                 safe_errors=guard.errors, summary=ctx.summary)
     except BaseException as exc:  # set-up failed before the plan ran
         failure = exc

@@ -192,7 +192,8 @@ def describe_devices(device_cfg: dict, config_path: str) -> list[dict]:
             row["unit_id"] = d.get("device_id", 1)
             row["register_map"] = f"{config_path} [{table}.registers]"
         elif proto == "serial":
-            row["commands"] = f"{d.get('query', 'MEAS?')} / {d.get('id_query', 'ID?')} ({config_path} [{table}])"
+            row["commands"] = (f"{d.get('query', 'MEAS?')} / {d.get('id_query', 'ID?')} "
+                               f"({config_path} [{table}])")
         rows.append(row)
 
     for name, d in device_cfg.items():
@@ -207,7 +208,8 @@ def describe_devices(device_cfg: dict, config_path: str) -> list[dict]:
 @main.command()
 @click.argument("action", type=click.Choice(["status", "pause", "resume", "stop", "abort"]))
 @click.option("--session", default=None, help="Which running session (default: the only one running).")
-@click.option("--endpoint", default=None, help="Command endpoint of the run (default: from the store's runs/).")
+@click.option("--endpoint", default=None,
+              help="Command endpoint of the run (default: from the store's runs/).")
 @click.option("--timeout", type=float, default=3.0, show_default=True, help="Seconds to wait for the reply.")
 @click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON.")
 @pass_state
@@ -249,7 +251,8 @@ def _find_run(store_path: Path, session: str | None) -> str:
     if not runs:
         raise click.ClickException(f"no running session found in {folder} (give --endpoint)")
     if len(runs) > 1:
-        raise click.ClickException("several runs: " + ", ".join(r["session"] for r in runs) + " (give --session)")
+        raise click.ClickException("several runs: " + ", ".join(r["session"] for r in runs)
+                                   + " (give --session)")
     return str(runs[0]["command"])
 
 

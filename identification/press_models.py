@@ -211,7 +211,8 @@ class PressLinkageModel:
         ``return_variance``: also the variance of each q from sensor noise, 1 / sum_k (dh_k/dq / sigma_k)^2.
         """
         z = np.asarray(z, dtype=float)
-        w = (np.ones(self.n_s) if omega is None else np.asarray(omega, float)) / np.asarray(sigmas, float) ** 2
+        weights = np.ones(self.n_s) if omega is None else np.asarray(omega, float)
+        w = weights / np.asarray(sigmas, float) ** 2
         K = self.K(p)
         s0 = self.Hobs @ np.linalg.solve(K + self._bearing(np.zeros((1, _NDOF)))[1][0], self.b)
         q = (z @ (w * s0)) / (s0 @ (w * s0))

@@ -198,7 +198,8 @@ BROKEN = [  # (base config, edit, key path in the message, words in the message)
     (PRESS, _set("bus.data", "tcp://0.0.0.0:5555"), "[bus].data", "hil keys"),
     (PRESS, _set("rig.kind", "crane"), "[", "unknown"),  # another rig's tables
     (CRANE, _set("excitation.f_max", 6000.0), "[excitation].f_max", "Nyquist"),
-    (CRANE, _set("model_selection.bounds.J9", [1.0, 2.0]), "[model_selection.bounds].J9", "unknown parameter"),
+    (CRANE, _set("model_selection.bounds.J9", [1.0, 2.0]), "[model_selection.bounds].J9",
+     "unknown parameter"),
     (CRANE, _set("model_selection.max_masses", 4), "[model_selection].max_masses", "<= 3"),
     (CRANE, _set("devices.drive.url", "http://drive"), "[devices.drive].url", "opc.tcp://"),
     (CRANE, _set("simulator.drive.cycle_time", 0.0), "[simulator.drive]", "cycle_time"),
@@ -236,10 +237,12 @@ def test_sim_refuses_another_rigs_config():
 
 
 def test_identification_has_no_io_imports():
-    out = subprocess.run(["grep", "-rEn", r"^\s*(import|from) (zmq|asyncua|pymodbus|sqlite3|tomllib|matplotlib)",
+    io_modules = r"^\s*(import|from) (zmq|asyncua|pymodbus|sqlite3|tomllib|matplotlib)"
+    out = subprocess.run(["grep", "-rEn", io_modules,
                           "identification/"], capture_output=True, text=True)
     assert out.stdout == "", out.stdout
-    writes = subprocess.run(["grep", "-rEn", r"savefig|\.write_text|open\([^)]*['\"]w|np\.save", "identification/"],
+    file_writes = r"savefig|\.write_text|open\([^)]*['\"]w|np\.save"
+    writes = subprocess.run(["grep", "-rEn", file_writes, "identification/"],
                             capture_output=True, text=True)
     assert writes.stdout == "", writes.stdout
 

@@ -157,7 +157,8 @@ class ModelSelectionTable(Table, kw_only=True):
 
         for name, (lo, hi) in self.bounds.items():
             if name not in DEFAULT_BOUNDS:
-                raise Invalid(f"bounds.{name}", f"unknown parameter (known: {', '.join(sorted(DEFAULT_BOUNDS))})")
+                raise Invalid(f"bounds.{name}",
+                              f"unknown parameter (known: {', '.join(sorted(DEFAULT_BOUNDS))})")
             if not lo < hi:
                 raise Invalid(f"bounds.{name}", f"needs lo < hi, got [{lo}, {hi}]")
         for c in self.candidates or []:
@@ -261,7 +262,8 @@ def design_excitation(exc: ExcitationTable, role: str, torque_limit: float):
     peak = r["amplitude"] * torque_limit
     torque = signal / np.abs(signal).max() * peak
     info = {"f_min": r["f_min"], "f_max": r["f_max"], "n_lines": r["n_lines"], "grid": r["grid"],
-            "seed": r["seed"], "crest_factor": float(ms.crest_factor), "peak_torque": float(np.abs(torque).max())}
+            "seed": r["seed"], "crest_factor": float(ms.crest_factor),
+            "peak_torque": float(np.abs(torque).max())}
     return r["dt"], torque, info, ms, peak
 
 
@@ -399,5 +401,6 @@ RIG = Rig(
     analyze=analyze,
     report=Report(text=lambda r: r.format_table(), to_dict=lambda r: r.to_dict(), plots=_plots),
     describe_simulator=_describe,
-    streams={TRACE_STREAM: "torque_cmd, torque [N*m], speed [rad/s] at the drive's cycle", PLAN_STREAM: "events"},
+    streams={TRACE_STREAM: "torque_cmd, torque [N*m], speed [rad/s] at the drive's cycle",
+             PLAN_STREAM: "events"},
 )
