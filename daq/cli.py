@@ -12,7 +12,6 @@ import asyncio
 import json
 import logging
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -22,9 +21,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from daq.config import DEFAULT_STORE, ConfigError, load_config
-
-ENV_STORE = "HIL_STORE"
+from daq.config import ENV_STORE, ConfigError, default_store_path, load_config, store_path_for
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -34,9 +31,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from daq.export import ExportError
     from daq.frames import FrameError
     from daq.store import StoreError
+    from drivers.errors import DeviceError
 
     return (
         ConfigError,
+        DeviceError,
         StoreError,
         ExportError,
         FrameError,
@@ -54,6 +53,8 @@ class HilGroup(click.Group):
         try:
             return super().invoke(ctx)
         except _user_errors() as exc:
+            if logging.getLogger().isEnabledFor(logging.INFO):  # -v: the traceback too
+                logging.getLogger("hil").exception("details")
             raise click.ClickException(_one_line(exc)) from None
 
 
@@ -74,19 +75,14 @@ class CliState:
     def config(self) -> dict | None:
         """The ``--config`` file, loaded and validated on first use (None without --config)."""
         if self._config is None and self.config_path is not None:
-            self._config = load_config(self.config_path)
+            self._config = load_config(self.config_path, whole=False)
         return self._config
 
     @property
     def store_path(self) -> Path:
-        """--store, else $HIL_STORE, else [store].path of --config, else sessions/hil.sqlite."""
-        if self.store_option:
-            return Path(self.store_option)
-        if os.environ.get(ENV_STORE):
-            return Path(os.environ[ENV_STORE])
-        if self.config is not None:
-            return Path(self.config["store"]["path"])
-        return Path(DEFAULT_STORE["path"])
+        """The one rule (daq.config.store_path_for): --store, $HIL_STORE, the --config's [store].path
+        (relative to the config's folder), else the user data directory."""
+        return store_path_for(self.store_option, self.config)
 
     def open_store(self, create: bool = False):
         from daq.store import SessionStore
@@ -103,8 +99,8 @@ pass_state = click.make_pass_decorator(CliState)
     "store_option",
     metavar="PATH",
     default=None,
-    help=f"Session store file (default: ${ENV_STORE}, the config's [store].path, "
-    f"or {DEFAULT_STORE['path']}).",
+    help=f"Session store file (default: ${ENV_STORE}, the --config's [store].path, "
+    f"or {default_store_path()}).",
 )
 @click.option("--config", "config_path", metavar="PATH", default=None, help="Rig config (TOML).")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
@@ -124,11 +120,6 @@ def register(command: click.Command, name: str | None = None) -> click.Command:
     """Add a command (or group) to ``hil``; for modules that extend the CLI."""
     main.add_command(command, name)
     return command
-
-
-@main.group(cls=HilGroup)
-def sim() -> None:
-    """Simulated rigs (the rig modules add their commands here)."""
 
 
 # ----------------------------------------------------------------------------- helpers
