@@ -192,6 +192,8 @@ class ModbusTransport:
                 if failure is None:
                     return rr
             assert failure is not None
+            if attempts > 1:
+                failure = type(failure)(self.name, self.address, f"{failure.message} ({attempts} attempts)")
             raise failure
 
     async def _attempt(self, what: str, fc: int, call, check):

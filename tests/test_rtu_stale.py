@@ -34,9 +34,10 @@ def _value(n: int, address: int) -> float:
 class FifoRtuSlave:
     """A Modbus RTU slave (one device id) that queues requests and answers each of them in order."""
 
-    def __init__(self, device_id: int = 1, stall_request: int = 2) -> None:
+    def __init__(self, device_id: int = 1, stall_request: int = 2, wrong_count_request: int = -1) -> None:
         self.device_id = device_id
         self.stall_request = stall_request
+        self.wrong_count_request = wrong_count_request  # this request is answered with two extra registers
         self.n_received = 0  # requests received so far (the next one gets this number)
         self.n_answered = 0
         self._server: asyncio.Server | None = None
@@ -103,6 +104,8 @@ class FifoRtuSlave:
             if dev != self.device_id:
                 continue  # another slave's request: stay silent
             address, count = struct.unpack(">HH", req[2:6])
+            if n == self.wrong_count_request:
+                count += 2
             if fc in (3, 4):
                 regs: list[int] = []
                 for a in range(address, address + count, 2):
@@ -149,8 +152,27 @@ async def test_sensor_reads_are_never_answered_by_an_earlier_request(slave):
                 stale += 1
     finally:
         await drv.close()
-    assert slave.n_received > 8  # the stall forced at least one retry
+    assert slave.n_received > 8 and drv.transport.n_late >= 1  # a retry; the late reply was seen and dropped
     assert readings >= 7 and stale == 0
+
+
+async def test_reply_with_the_wrong_register_count_is_discarded():
+    slave = FifoRtuSlave(stall_request=-1, wrong_count_request=1)
+    await slave.start()
+    rmap = {"displacement": {"table": "input", "address": 0, "type": "float32", "scale": 1e-6}}
+    drv = open_sensor("D_vertical", {"protocol": "modbus_rtu", "url": slave.url, "registers": rmap, **DRIVER})
+    try:
+        values = []
+        for _ in range(3):
+            lo = slave.n_received
+            value = await drv.read()  # the malformed reply is dropped and the request retried
+            n, _ = _request_of(value / 1e-6)
+            assert lo <= n < slave.n_received
+            values.append(n)
+        assert 1 not in values and drv.transport.n_mismatched == 1
+    finally:
+        await drv.close()
+        await slave.stop()
 
 
 async def test_force_and_pressure_are_never_swapped_on_rtu(slave):
