@@ -8,7 +8,7 @@ is within ``(1 + parsimony_tol)`` of the best accepted one (ties: better validat
 tolerance of 1 % settles near-ties: a spurious term (a gravity torque fitted to ~0 on a horizontal
 axis) can win by a cost difference in the sixth digit, which says nothing about the structure.
 ``parsimony_tol = 0`` is the paper's rule (best validation fit, nothing else).
-A profile likelihood is computed for the chosen model.
+A profile likelihood is traced for the chosen model (intervals next to the Fisher intervals).
 """
 
 from __future__ import annotations
@@ -27,12 +27,8 @@ from threadpoolctl import threadpool_limits
 
 from identification.drive_models import DEFAULT_BOUNDS, DriveStructure, all_structures, parse_name
 from identification.drive_simulation import DEFAULT_FRICTION_EPS, StepInput, prepare_input, simulate
-from identification.identifiability import (
-    IdentifiabilityResult,
-    ProfileResult,
-    analyze_identifiability,
-    profile_likelihood,
-)
+from identification.identifiability import IdentifiabilityResult, ProfileResult, analyze_identifiability
+from identification.profile_likelihood import ProfileLikelihoodResult, profile_likelihood_intervals
 
 __all__ = [
     "FitResult",
@@ -392,6 +388,10 @@ def _evaluate_candidate(structure: DriveStructure, train, valid, bounds, opts: d
                            at_bound=fit.at_bound)
 
 
+def _candidate_task(args: tuple) -> CandidateResult:
+    return _evaluate_candidate(*args)
+
+
 def _choose(cands: list[CandidateResult], parsimony_tol: float) -> CandidateResult | None:
     acc = [c for c in cands if c.accepted and math.isfinite(c.valid_cost)]
     if not acc:
@@ -410,11 +410,14 @@ def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] 
                  skip: int = 0, friction_eps: float = DEFAULT_FRICTION_EPS, max_nfev: int = 60,
                  profile: bool = True, profile_points: int = 9,
                  progress: Callable[[int, int, CandidateResult], None] | None = None,
-                 n_jobs: int = 2) -> SelectionResult:
+                 n_jobs: int = 2, executor=None) -> SelectionResult:
     """Fit all candidates (default: the 96 of the kit), check identifiability, validate, choose.
 
     ``progress(done, total, candidate_result)`` is called in this process after each candidate.
-    ``n_jobs > 1`` spreads candidates over a process pool.
+    ``executor`` (e.g. ``daq.executor.make_executor(...)``: a local pool or a Dask cluster) runs
+    the candidates and the profile likelihood; it needs ``map(fn, items)`` and may offer
+    ``imap_unordered`` (then progress is reported as candidates finish). Without one,
+    ``n_jobs > 1`` spreads candidates over a process pool here.
     """
     t0 = time.perf_counter()
     train = as_run(train)
@@ -429,7 +432,17 @@ def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] 
     total = len(structs)
     # expensive (nonlinear, many parameters) first for load balance
     order = sorted(structs, key=lambda s: (not s.nonlinear, -s.n_params))
-    if n_jobs > 1 and total > 1:
+    if executor is not None:
+        items = [(s, train, valid, bounds, opts) for s in order]
+        if hasattr(executor, "imap_unordered"):
+            stream = (r for _, r in executor.imap_unordered(_candidate_task, items))
+        else:
+            stream = iter(getattr(executor, "map", executor)(_candidate_task, items))
+        for r in stream:
+            results.append(r)
+            if progress:
+                progress(len(results), total, r)
+    elif n_jobs > 1 and total > 1:
         # spawn, not fork: the caller may hold threads (asyncio executors, ZeroMQ I/O threads, BLAS
         # pools) whose locks a forked child would inherit in a locked state and wait on forever
         ctx = multiprocessing.get_context("spawn")
@@ -455,14 +468,15 @@ def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] 
     with single_thread_blas():
         if chosen is not None:
             traces, prof = _chosen_details(chosen, train, valid, bounds, opts, decimate, friction_eps,
-                                           profile, profile_points)
+                                           profile, profile_points, executor)
     settings = dict(opts, parsimony_tol=float(parsimony_tol), bounds={k: list(v) for k, v in bounds.items()},
                     n_candidates=total, n_jobs=int(n_jobs))
     return SelectionResult(candidates=results, chosen=chosen, profile=prof, settings=settings,
                            seconds=time.perf_counter() - t0, traces=traces)
 
 
-def _chosen_details(chosen, train, valid, bounds, opts, decimate, friction_eps, profile, profile_points):
+def _chosen_details(chosen, train, valid, bounds, opts, decimate, friction_eps, profile, profile_points,
+                    executor=None):
     """Decimated traces of the chosen model and its profile likelihood."""
     prof = None
     u, y, dt = train
@@ -471,24 +485,48 @@ def _chosen_details(chosen, train, valid, bounds, opts, decimate, friction_eps, 
     tv, yvm, _ = simulate_run(chosen.structure, chosen.params, uv, yv, dtv, decimate, friction_eps)
     traces = {"train": (tt, y[::decimate][: tt.size], yt), "valid": (tv, yv[::decimate][: tv.size], yvm)}
     if profile:
-        prof = profile_chosen(chosen, train, bounds, opts, n_grid=profile_points)
+        prof = profile_chosen(chosen, train, bounds, opts, n_grid=profile_points, executor=executor)
     return traces, prof
 
 
-def profile_chosen(chosen: CandidateResult, train, bounds, opts: dict, n_grid: int = 9) -> ProfileResult:
-    """Profile likelihood of every parameter of ``chosen`` on the training run (warm-started re-fits)."""
+class _ProfileRefit:
+    """Re-fit of the chosen structure with one parameter held (picklable: runs on the executor)."""
+
+    def __init__(self, structure: DriveStructure, train, bounds, opts: dict):
+        self.s, self.train, self.bounds, self.opts = structure, train, bounds, opts
+
+    def __call__(self, j: int, value: float, start: np.ndarray) -> tuple[float, np.ndarray]:
+        u, y, dt = self.train
+        names = self.s.param_names
+        o = self.opts
+        r = fit_structure(self.s, u, y, dt, self.bounds, n_starts=1, decimate=o["decimate"], skip=o["skip"],
+                          friction_eps=o["friction_eps"], max_nfev=25, fixed={names[j]: value},
+                          start={n: float(v) for n, v in zip(names, start, strict=True)})
+        return r.cost, np.array([r.params[n] for n in names])
+
+
+def profile_chosen(chosen: CandidateResult, train, bounds, opts: dict, n_grid: int = 9,
+                   executor=None) -> ProfileLikelihoodResult:
+    """Profile likelihood of every parameter of ``chosen`` on the training run.
+
+    Traced from the optimum outwards (:mod:`identification.profile_likelihood`) with warm-started
+    re-fits, at most ``n_grid`` points per side, until the 95 % likelihood-ratio threshold (F(1, n-p),
+    sigma^2 estimated from the residuals) is crossed or a bound is hit; Fisher intervals from the
+    sensitivity matrix at the optimum. The residuals are treated as white, so the intervals are as
+    narrow as that assumption makes them.
+    """
     u, y, dt = train
     s = chosen.structure
     names = s.param_names
-    est = [chosen.params[n] for n in names]
     base = fit_structure(s, u, y, dt, bounds, n_starts=1, decimate=opts["decimate"], skip=opts["skip"],
                          friction_eps=opts["friction_eps"], max_nfev=opts["max_nfev"], start=chosen.params)
-
-    def refit(j: int, value: float) -> float:
-        r = fit_structure(s, u, y, dt, bounds, n_starts=1, decimate=opts["decimate"], skip=opts["skip"],
-                          friction_eps=opts["friction_eps"], max_nfev=25, fixed={names[j]: value},
-                          start=base.params)
-        return r.cost
-
-    return profile_likelihood(refit, names, [base.params[n] for n in names] if base else est,
-                              [bounds[n] for n in names], base.cost, n_grid=n_grid)
+    est = np.array([base.params[n] for n in names])
+    n_used, n_p = base.S.shape
+    try:
+        cov = base.sigma2 * np.linalg.inv(base.S.T @ base.S)
+        se = np.sqrt(np.where(np.diag(cov) > 0, np.diag(cov), np.nan))
+    except np.linalg.LinAlgError:
+        se = np.full(n_p, np.nan)
+    return profile_likelihood_intervals(
+        _ProfileRefit(s, train, bounds, opts), est, [bounds[n] for n in names], base.cost, base.sigma2, names,
+        fisher_se=se, dof=max(n_used - n_p, 1), max_steps=n_grid, executor=executor)
