@@ -176,13 +176,15 @@ async def run(config: dict, store_path: str | Path | None = None, *, file: str |
 async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_path: Path, show_progress: bool,
                        handle_sigint: bool, on_session, on_context) -> RunResult:
     store = SessionStore(store_path)
-    publisher = BusPublisher(cfg.bus.data, lossless=True)
+    keys = _keys(cfg)
+    publisher = BusPublisher(cfg.bus.data, lossless=True, send_timeout=cfg.bus.send_timeout,
+                             tap_endpoint=cfg.bus.tap, keys=keys)
     rec_sub = BusSubscriber(publisher.endpoint)
     progress = _Progress(rig.kind, rig.progress_total(cfg)) if show_progress else None
     ctx = RunContext(rig, cfg, raw, publisher, progress.advance if progress else None)
     if on_context is not None:
         on_context(ctx)
-    commands = _CommandChannel(ctx, cfg.bus.command)
+    commands = _CommandChannel(ctx, cfg.bus.command, keys)
     devices: Devices | None = None
     recorder: Recorder | None = None
     guard: SafeStateGuard | None = None
@@ -205,7 +207,7 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
         if on_session is not None:
             on_session(session_id)
         recorder = Recorder(store, session_id, rec_sub).start()
-        commands.start(store_path, session_id, publisher.endpoint)
+        commands.start(store_path, session_id, publisher)
         if stopper.requested:  # Ctrl-C during set-up stops before the first step
             ctx.request_stop()
         ctx.state = "running"
@@ -259,12 +261,23 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
                      list(guard.errors) if guard else [], ctx.summary, str(store_path))
 
 
+def _keys(cfg: Any):
+    """CURVE keys of [bus].keys (required by the bus and command server beyond loopback)."""
+    if not cfg.bus.keys:
+        return None
+    from daq.keys import load_keys
+
+    return load_keys(cfg.bus.keys)
+
+
 def _recorder_error(recorder: Recorder) -> str | None:
+    if recorder.error is not None:
+        return str(recorder.error)
     task = recorder._task
-    if task is None or not task.done() or task.cancelled():
-        return getattr(recorder, "error", None)
+    if task is None or not task.done() or task.cancelled() or task.exception() is None:
+        return None
     exc = task.exception()
-    return f"{type(exc).__name__}: {exc}" if exc is not None else getattr(recorder, "error", None)
+    return f"{type(exc).__name__}: {exc}"
 
 
 async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: OperatorStop) -> None:
@@ -272,7 +285,7 @@ async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: Oper
     plan_task = asyncio.ensure_future(rig.plan(ctx))
     stopper.target = plan_task
     ctx._abort = plan_task.cancel  # type: ignore[attr-defined]
-    rec_task = recorder._task
+    rec_task = recorder.failed  # resolves (with the error) only when the recorder stops on a failure
     try:
         while not plan_task.done():
             ctx._wake.clear()
@@ -300,8 +313,10 @@ async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: Oper
         await stop_tasks(plan_task, *ctx._companions)
 
 
-def _why_ended(task: asyncio.Task, rec_task: asyncio.Task | None) -> str:
-    who = "recorder" if task is rec_task else task.get_name()
+def _why_ended(task: asyncio.Future, rec_task: asyncio.Future | None) -> str:
+    if task is rec_task:
+        return f"recorder failed: {task.result() if not task.cancelled() else 'cancelled'}"
+    who = task.get_name()
     if task.cancelled():
         return f"{who} was cancelled"
     exc = task.exception()
@@ -341,13 +356,14 @@ def runs_dir(store_path: Path) -> Path:
 class _CommandChannel:
     """Operator commands of a running plan: status, pause, resume, stop (after the step), abort (now)."""
 
-    def __init__(self, ctx: RunContext, endpoint: str):
+    def __init__(self, ctx: RunContext, endpoint: str, keys=None):
         self.ctx = ctx
         self.endpoint = endpoint
+        self.keys = keys
         self.server = None
         self.announce: Path | None = None
 
-    def start(self, store_path: Path, session_id: str, data_endpoint: str) -> None:
+    def start(self, store_path: Path, session_id: str, publisher: BusPublisher) -> None:
         from daq.commands import CommandServer
 
         ctx = self.ctx
@@ -358,12 +374,13 @@ class _CommandChannel:
             "stop": lambda: (ctx.request_stop(), self._status())[1],
             "abort": self._abort,
         }
-        self.server = CommandServer(self.endpoint, handlers).start()
+        self.server = CommandServer(self.endpoint, handlers, keys=self.keys).start()
         folder = runs_dir(store_path)
         folder.mkdir(parents=True, exist_ok=True)
         self.announce = folder / f"{session_id}.json"
         self.announce.write_text(json.dumps({"session": session_id, "kind": ctx.rig.kind,
-                                             "command": self.server.endpoint, "data": data_endpoint,
+                                             "command": self.server.endpoint, "data": publisher.endpoint,
+                                             "tap": publisher.tap_endpoint,
                                              "pid": os.getpid(), "started": time.time()}))
 
     def _status(self) -> dict:

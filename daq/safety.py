@@ -72,10 +72,15 @@ class SafeStateGuard:
             for attempt in range(1, self.attempts + 1):
                 try:
                     async with asyncio.timeout(self.timeout):
-                        await action()
+                        confirmed = await action()
+                    if confirmed is False:  # an action that reports instead of raising
+                        raise RuntimeError("the device did not confirm the safe state")
                     break
                 except Exception as exc:  # noqa: BLE001 - safe state must try everything
-                    msg = f"safe state: {name} failed (attempt {attempt}/{self.attempts}): {exc}"
+                    timed_out = isinstance(exc, TimeoutError)
+                    text = str(exc) or (f"no answer within {self.timeout:g} s" if timed_out
+                                        else type(exc).__name__)
+                    msg = f"safe state: {name} failed (attempt {attempt}/{self.attempts}): {text}"
                     log.warning(msg)
                     if attempt == self.attempts:
                         self.errors.append(msg)

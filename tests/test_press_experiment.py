@@ -130,6 +130,8 @@ async def test_device_killed_mid_plan_leaves_rig_safe_and_loses_nothing(tmp_path
     assert abs(force) < 50.0
     if victim != "force_source":
         assert result.safe and setpoint == 0.0
+    else:  # the guard could not reach the source: the run must not claim a safe state it never confirmed
+        assert not result.safe and "SAFE STATE NOT CONFIRMED" in result.reason
     with SessionStore(store_path) as store:
         info = store.get_session(result.session_id)
         assert info.status == "aborted" and info.reason == result.reason
