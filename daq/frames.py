@@ -163,6 +163,13 @@ def _finite(value: Any, what: str) -> float:
     return x
 
 
+def _all_finite(x: np.ndarray) -> bool:
+    """No NaN or inf in ``x`` (short arrays through Python floats: cheaper than a ufunc call)."""
+    if x.size <= 64:
+        return all(map(math.isfinite, x.tolist()))
+    return bool(np.isfinite(x).all())
+
+
 def _check_names(names: list[str], what: str) -> list[str]:
     for name in names:
         _check_text(name, what)
@@ -232,7 +239,7 @@ def frame_header(frame: Frame) -> dict:
             )
     elif np.shape(frame.timestamps) != (data.shape[0],):
         raise FrameError("size", f"stream {frame.stream!r}: timestamps must have shape ({data.shape[0]},)")
-    elif not np.isfinite(np.asarray(frame.timestamps, dtype=np.float64)).all():
+    elif not _all_finite(np.asarray(frame.timestamps, dtype=np.float64)):
         raise FrameError("range", f"stream {frame.stream!r}: timestamps must be finite")
     _check_session_id(frame.session_id)
     return {
@@ -374,7 +381,7 @@ def _encode_frame_fast(frame: Frame) -> list:
             frame_header(frame)  # raises the precise error
         time_base = f'"dt":{_jfloat(dt, "dt")},"timestamps":false'
     else:
-        if np.shape(ts) != (data.shape[0],) or not np.isfinite(ts).all():
+        if np.shape(ts) != (data.shape[0],) or not _all_finite(ts):
             frame_header(frame)
         time_base = '"dt":null,"timestamps":true'
     sid = frame.session_id
@@ -542,7 +549,7 @@ def _frame_and_topic(h: dict, payload: bytes | memoryview, copy: bool = False) -
         raise FrameError("size", f"payload has {len(payload)} bytes, header says {expected}")
     data = np.ndarray((n, n_ch), dtype, payload)  # a view, read-only if the payload is
     timestamps = np.ndarray((n,), _F8, payload, n_data) if has_ts else None
-    if timestamps is not None and not np.isfinite(timestamps).all():
+    if timestamps is not None and not _all_finite(timestamps):
         raise FrameError("range", "timestamps must be finite")
     if copy:
         data = data.copy()

@@ -247,7 +247,10 @@ class _Auth:
     """One ZAP authenticator per context (ZeroMQ allows one), shared by the servers using it."""
 
     def __init__(self, ctx: zmq.Context):
-        self.loop = asyncio.get_running_loop()
+        try:
+            self.loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise KeysError("a CURVE server must be created inside a running event loop") from None
         self.auth = AsyncioAuthenticator(ctx)
         self.auth.start()
         self.users = 0
