@@ -12,9 +12,9 @@ later reading would be one request behind. On RTU this class therefore:
 
 - retries itself (pymodbus ``retries=0``): a retry goes out only on a quiet line, never while the reply
   to the timed-out attempt may still arrive;
-- counts the replies it is owed (one per timed-out request) and, before the next request, waits up to
-  ``drain_time`` for them, discarding each as it arrives (seen through pymodbus' ``trace_pdu`` hook while no
-  request is in flight); replies still missing after ``drain_time`` are taken as lost;
+- counts the replies it is owed (one per timed-out or cancelled request) and, before the next request,
+  waits up to ``drain_time`` for them, discarding each as it arrives (seen through pymodbus' ``trace_pdu``
+  hook while no request is in flight); replies still missing after ``drain_time`` are taken as lost;
 - waits the RTU inter-frame silence (3.5 characters, at least 1.75 ms) after the last received byte;
 - discards a reply that does not match its request and waits for a proper one on a drained line.
 The remaining assumption is the Modbus one: a slave answers within ``timeout + drain_time`` or not at all.
@@ -209,6 +209,10 @@ class ModbusTransport:
         try:
             async with asyncio.timeout(guard):
                 rr = await checked(call(client))
+        except asyncio.CancelledError:
+            if self.rtu:
+                self._owe_reply()  # the request went out; its reply may still come
+            raise
         except (TimeoutError, ModbusIOException) as exc:
             if not client.connected:
                 self.close()

@@ -34,9 +34,11 @@ def _value(n: int, address: int) -> float:
 class FifoRtuSlave:
     """A Modbus RTU slave (one device id) that queues requests and answers each of them in order."""
 
-    def __init__(self, device_id: int = 1, stall_request: int = 2, wrong_count_request: int = -1) -> None:
+    def __init__(self, device_id: int = 1, stall_request: int = 2, wrong_count_request: int = -1,
+                 stall: float = STALL) -> None:
         self.device_id = device_id
         self.stall_request = stall_request
+        self.stall = stall
         self.wrong_count_request = wrong_count_request  # this request is answered with two extra registers
         self.n_received = 0  # requests received so far (the next one gets this number)
         self.n_answered = 0
@@ -99,7 +101,7 @@ class FifoRtuSlave:
     async def _answer(self, queue: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
         while True:
             n, req = await queue.get()
-            await asyncio.sleep(SERVICE + (STALL if n == self.stall_request else 0.0))
+            await asyncio.sleep(SERVICE + (self.stall if n == self.stall_request else 0.0))
             dev, fc = req[0], req[1]
             if dev != self.device_id:
                 continue  # another slave's request: stay silent
@@ -170,6 +172,27 @@ async def test_reply_with_the_wrong_register_count_is_discarded():
             assert lo <= n < slave.n_received
             values.append(n)
         assert 1 not in values and drv.transport.n_mismatched == 1
+    finally:
+        await drv.close()
+        await slave.stop()
+
+
+async def test_read_cancelled_in_flight_does_not_answer_the_next_one():
+    slave = FifoRtuSlave(stall_request=0, stall=0.2)  # slow, but within the timeout
+    await slave.start()
+    rmap = {"displacement": {"table": "input", "address": 0, "type": "float32", "scale": 1e-6}}
+    drv = open_sensor("D_vertical", {"protocol": "modbus_rtu", "url": slave.url, "registers": rmap, **DRIVER})
+    try:
+        await drv.connect()
+        first = asyncio.create_task(drv.read())
+        while slave.n_received == 0:
+            await asyncio.sleep(0.005)
+        first.cancel()  # e.g. the plan ends while a poll is on the line
+        await asyncio.gather(first, return_exceptions=True)
+        for _ in range(3):
+            lo = slave.n_received
+            n, _ = _request_of(await drv.read() / 1e-6)
+            assert lo <= n < slave.n_received  # never the late answer to the cancelled request
     finally:
         await drv.close()
         await slave.stop()
