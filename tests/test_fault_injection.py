@@ -1,0 +1,197 @@
+"""Faults injected into running press sessions (real Modbus/serial servers on loopback), one per test.
+
+For each: how the run ended (complete / aborted with a reason naming the cause), the recorded ``safe``
+flag against the devices' real end state read back from the simulator, and no committed frame lost
+(the ``press.force`` sequence numbers in the store have no hole). The table in the README comes from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import math
+
+import pytest
+import zmq
+import zmq.asyncio
+
+from daq.commands import CommandClient
+from daq.config import load_config
+from daq.lifecycle import RunContext, run, runs_dir
+from daq.store import SessionStore
+from simulators.press_rig import PressRig
+from tests.polling import finished
+
+BASE = load_config("configs/press-sim.toml")
+
+
+def short_config(n_series: int = 2) -> dict:
+    cfg = copy.deepcopy(BASE)
+    cfg["plan"].update(n_series=n_series, n_steps_up=3, n_samples=4, settle_time=0.02, q_max=12000.0)
+    cfg["correction"].update(tolerance=60.0, max_iterations=6)
+    return cfg
+
+
+async def _wait_measurements(store_path, n: int, timeout: float = 120.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        await asyncio.sleep(0.2)
+        if store_path.exists():
+            with SessionStore(store_path, recover=False) as reader:
+                sessions = reader.list_sessions()
+                if sessions and len(reader.events(sessions[0].id, kind="measurement")) >= n:
+                    return
+    raise AssertionError("the plan did not get going")
+
+
+async def _source_state(rig: PressRig) -> tuple[bool, float]:
+    """(enabled, setpoint) of the simulated source, read from the simulator itself."""
+    src = rig.force_source
+    return bool(src.enabled), float(src.setpoint)
+
+
+def _check_store(store_path, result) -> dict:
+    with SessionStore(store_path) as store:
+        info = store.get_session(result.session_id)
+        seqs = [f.seq for f in store.messages(result.session_id, streams=["press.force"])]
+        outcome = [e.body for e in store.events(result.session_id, kind="plan_outcome")]
+    assert seqs == list(range(len(seqs))), "a committed press.force frame is missing"
+    assert info.status == result.status and info.reason == result.reason
+    assert outcome and outcome[-1]["safe"] == result.safe
+    return {"status": info.status, "frames": len(seqs)}
+
+
+async def _run_with(rig_cfg, store_path, during, on_context=None):
+    async with PressRig(rig_cfg) as rig:
+        task = asyncio.ensure_future(run(rig_cfg, store_path, show_progress=False, handle_sigint=False,
+                                         simulated_rig=rig, on_context=on_context))
+        await _wait_measurements(store_path, 3)
+        await during(rig)
+        result = await finished(task, 120.0)
+        await asyncio.sleep(0.1)
+        enabled, setpoint = await _source_state(rig)
+    return result, enabled, setpoint
+
+
+async def test_force_source_frozen_within_the_tolerated_stall_completes(tmp_path):
+    """A 0.2 s freeze of the source (no Modbus retry needed) is ridden out: the run completes."""
+    cfg = short_config()
+    store_path = tmp_path / "s.sqlite"
+
+    async def freeze_briefly(rig):
+        rig.force_source.server.stall = 0.2
+        await asyncio.sleep(0.6)
+        rig.force_source.server.stall = 0.0
+
+    result, enabled, setpoint = await _run_with(cfg, store_path, freeze_briefly)
+    assert result.status == "complete", result.reason
+    assert result.safe and not enabled and setpoint == 0.0
+    _check_store(store_path, result)
+
+
+async def test_force_source_frozen_beyond_the_timeout_aborts_naming_it(tmp_path):
+    cfg = short_config()
+    store_path = tmp_path / "s.sqlite"
+
+    async def freeze(rig):
+        rig.force_source.server.stall = math.inf
+        await asyncio.sleep(0.1)
+
+    async with PressRig(cfg) as rig:
+        task = asyncio.ensure_future(run(cfg, store_path, show_progress=False, handle_sigint=False,
+                                         simulated_rig=rig))
+        await _wait_measurements(store_path, 3)
+        await freeze(rig)
+        result = await finished(task, 120.0)
+        rig.force_source.server.stall = 0.0
+        # the device's own watchdog takes the output off once nobody feeds it
+        await asyncio.sleep(cfg["simulator"]["force_source"]["watchdog_timeout"] + 0.5)
+        enabled_after_watchdog = rig.force_source.enabled
+    assert result.status == "aborted" and "force source" in result.reason.lower()
+    # the guard could not reach the frozen source: it must not claim the safe state
+    assert not result.safe and "SAFE STATE NOT CONFIRMED" in result.reason
+    assert not enabled_after_watchdog
+    _check_store(store_path, result)
+
+
+async def test_force_source_answering_garbage_aborts_safely(tmp_path):
+    """An implausible load-cell value (1e30 N) is refused, the plan stops, the source is made safe."""
+    cfg = short_config()
+    store_path = tmp_path / "s.sqlite"
+
+    async def garbage(rig):
+        rig.force_source.inject["force"] = 1e30
+
+    result, enabled, setpoint = await _run_with(cfg, store_path, garbage)
+    assert result.status == "aborted" and "force" in result.reason.lower()
+    assert result.safe and not enabled and setpoint == 0.0
+    _check_store(store_path, result)
+
+
+async def test_operator_stop_over_the_command_channel(tmp_path):
+    """`hil ctl stop` (the command channel): the step in progress finishes, then the plan stops safely."""
+    cfg = short_config(n_series=3)
+    store_path = tmp_path / "s.sqlite"
+    replies: list[dict] = []
+
+    async def stop(rig):
+        (announce,) = runs_dir(store_path).glob("*.json")
+        endpoint = json.loads(announce.read_text())["command"]
+        client = CommandClient(endpoint)
+        try:
+            replies.append(await client.request("status", timeout=5.0))
+            replies.append(await client.request("stop", timeout=5.0))
+        finally:
+            client.close()
+
+    result, enabled, setpoint = await _run_with(cfg, store_path, stop)
+    assert replies[0]["state"] == "running" and replies[1]["state"] == "stopping"
+    assert result.status == "aborted" and "operator" in result.reason
+    assert result.safe and not enabled and setpoint == 0.0
+    assert not list(runs_dir(store_path).glob("*.json"))  # the run's announcement is gone
+    with SessionStore(store_path) as store:
+        n_meas = len(store.events(result.session_id, kind="measurement"))
+        n_steps = len(store.events(result.session_id, kind="step"))
+    assert n_meas == n_steps  # the step in progress was finished and measured
+    _check_store(store_path, result)
+
+
+async def test_stuck_tap_subscriber_does_not_slow_the_recording(tmp_path):
+    """A dashboard on the tap endpoint that never reads: the run completes and records every frame."""
+    cfg = short_config()
+    cfg["bus"]["tap"] = "tcp://127.0.0.1:0"
+    store_path = tmp_path / "s.sqlite"
+    ctx = zmq.asyncio.Context.instance()
+    stuck = ctx.socket(zmq.SUB)
+    stuck.setsockopt(zmq.RCVHWM, 1)
+    stuck.setsockopt(zmq.LINGER, 0)
+    seen: list[RunContext] = []
+
+    async def attach(rig):
+        stuck.connect(seen[0].publisher.tap_endpoint)
+        stuck.subscribe(b"")  # and never read a single message
+
+    try:
+        result, enabled, setpoint = await _run_with(cfg, store_path, attach, on_context=seen.append)
+    finally:
+        stuck.close(linger=0)
+    assert result.status == "complete", result.reason
+    assert result.safe and not enabled
+    counts = _check_store(store_path, result)
+    assert counts["frames"] > 10
+
+
+@pytest.mark.parametrize("victim", ["D_vertical", "B0_vertical"])
+async def test_sensor_killed_aborts_naming_it(tmp_path, victim):
+    cfg = short_config()
+    store_path = tmp_path / "s.sqlite"
+
+    async def kill(rig):
+        await rig.stop_device(victim)
+
+    result, enabled, setpoint = await _run_with(cfg, store_path, kill)
+    assert result.status == "aborted" and victim in result.reason
+    assert result.safe and not enabled and setpoint == 0.0
+    _check_store(store_path, result)
