@@ -7,7 +7,6 @@ inside a table are the table's ``check()``, relations across tables the rig conf
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from typing import Annotated, Literal
 
@@ -15,6 +14,7 @@ import msgspec
 from msgspec import Meta, field
 
 from daq.config import Invalid
+from daq.keys import is_local
 
 Positive = Annotated[float, Meta(gt=0)]
 NonNegative = Annotated[float, Meta(ge=0)]
@@ -36,19 +36,6 @@ class RigTable(Table, kw_only=True):
     description: str = ""
 
 
-def endpoint_is_loopback(endpoint: str) -> bool:
-    """True for ipc/inproc endpoints and tcp endpoints on 127.0.0.0/8, ::1 or localhost."""
-    if not endpoint.startswith("tcp://"):
-        return True
-    host = re.sub(r":\d+$", "", endpoint[len("tcp://"):]).strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # an interface name or a host name: not loopback
-        return False
-
-
 class BusTable(Table, kw_only=True):
     data: Endpoint = "tcp://127.0.0.1:0"      # the run's lossless bus (recorder, correction, identifier)
     command: Endpoint = "tcp://127.0.0.1:0"   # operator commands (status, pause, resume, stop, abort)
@@ -61,7 +48,7 @@ class BusTable(Table, kw_only=True):
             ep = getattr(self, name)
             if ep is not None and not re.match(r"^(tcp|ipc|inproc)://.+", ep):
                 raise Invalid(name, f"endpoint {ep!r} must start with tcp://, ipc:// or inproc://")
-            if ep is not None and not endpoint_is_loopback(ep) and not self.keys:
+            if ep is not None and not is_local(ep) and not self.keys:
                 raise Invalid(name, f"{ep} is reachable from other machines: set [bus].keys (a folder made "
                                     "by `hil keys`) so the endpoint is authenticated with CURVE, or bind "
                                     "127.0.0.1")
