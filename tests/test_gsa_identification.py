@@ -1,10 +1,15 @@
 """Sobol indices through our wrapper (Ishigami known answer) and a reduced ideal-case GSA identification."""
 
 import numpy as np
-import pytest
 
 from identification.gsa_identification import fraction_within, identify, reference_from_model, sobol_indices
-from simulators.physics.machine_tool import DAMPING_NAMES, STIFFNESS_NAMES, MachineTool, as_vector, param_bounds
+from simulators.physics.machine_tool import (
+    DAMPING_NAMES,
+    STIFFNESS_NAMES,
+    MachineTool,
+    as_vector,
+    param_bounds,
+)
 
 
 def ishigami(X: np.ndarray) -> np.ndarray:

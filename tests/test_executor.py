@@ -1,0 +1,109 @@
+"""One executor interface, two back ends: the same numbers from the local process pool and from Dask."""
+
+import numpy as np
+import pytest
+from dask.distributed import Client, LocalCluster
+
+from daq.executor import DaskExecutor, LocalExecutor, SerialExecutor, make_executor
+from identification.drive_models import parse_name
+from identification.drive_simulation import prepare_input, simulate
+from identification.gsa_identification import identify, reference_from_model
+from identification.model_selection import select_model
+from identification.multisine import design_multisine
+from simulators.physics.machine_tool import (
+    DAMPING_NAMES,
+    STIFFNESS_NAMES,
+    MachineTool,
+    as_vector,
+    param_bounds,
+)
+
+
+def _square(x):
+    return x * x
+
+
+@pytest.fixture(scope="module")
+def dask_client():
+    cluster = LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None)
+    client = Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with LocalExecutor(2) as ex:
+        yield ex
+
+
+def test_map_keeps_order_on_every_back_end(dask_client, pool):
+    items = list(range(23))
+    want = [i * i for i in items]
+    with DaskExecutor(dask_client) as dx:
+        assert dx.map(_square, items) == want
+        assert sorted(i for i, _ in dx.imap_unordered(_square, items)) == items
+        assert dx.n_workers == 2
+    assert dask_client.status == "running"  # a client passed in is left open
+    assert pool.map(_square, items) == want and pool(_square, []) == []
+    assert SerialExecutor().map(_square, items) == want
+    assert isinstance(make_executor(None, 1), SerialExecutor)
+    with make_executor(None, 2) as ex:
+        assert isinstance(ex, LocalExecutor) and ex.n_workers == 2
+
+
+def _gsa(executor):
+    m = MachineTool()
+    truth = as_vector(None)
+    lo, hi = param_bounds()
+    ref = reference_from_model(m, truth, [0.25], 6)
+    return identify(m, ref, STIFFNESS_NAMES, DAMPING_NAMES, lo, hi, sobol_n=16, n_opt=2, maxiter=15,
+                    refine=False, seed=5, executor=executor, n_chunks=4)
+
+
+def test_gsa_identification_same_on_pool_and_dask(dask_client, pool):
+    a = _gsa(pool)
+    with DaskExecutor(dask_client) as dx:
+        b = _gsa(dx)
+    c = _gsa(None)
+    # the Sobol indices agree to round-off; the SLSQP multistarts (finite-difference gradients) may
+    # amplify last-digit differences of the eigen-solver along flat directions: compare in units of
+    # each parameter's search range
+    np.testing.assert_allclose(a.sobol_macxp.ST, b.sobol_macxp.ST, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(a.sobol_ndd2.ST, c.sobol_ndd2.ST, rtol=1e-9, atol=1e-12)
+    span = a.hi - a.lo
+    assert np.max(np.abs(a.estimate - b.estimate) / span) < 1e-3
+    assert np.max(np.abs(a.estimate - c.estimate) / span) < 1e-3
+
+
+def _runs():
+    dt = 1e-4
+    s = parse_name("2m+visc+dt")
+    true = dict(J1=0.02, J2=0.06, k12=2100.0, d12=0.6, viscous=0.05, dead_time=0.0008)
+    out = []
+    for k, (f_min, grid) in enumerate(((4.0, "log"), (6.0, "lin"))):
+        ms = design_multisine(f_min, 150.0, 40, dt, period=0.5, grid=grid, seed=k)
+        u = ms.scale_to_peak(8.0)
+        y = simulate(s, true, prepare_input(u, dt, 1), sensitivities=False).y
+        out.append((u, y + np.random.default_rng(10 + k).normal(0, 0.01, y.size), dt))
+    return out
+
+
+def test_crane_selection_same_on_pool_and_dask(dask_client, pool):
+    train, valid = _runs()
+    kw = dict(candidates=["1m+visc+dt", "2m+visc", "2m+visc+dt"], n_starts=1, seed=0, decimate=5,
+              profile_points=3)
+    a = select_model(train, valid, executor=pool, **kw)
+    with DaskExecutor(dask_client) as dx:
+        b = select_model(train, valid, executor=dx, **kw)
+    c = select_model(train, valid, n_jobs=1, **kw)
+    assert a.chosen_name == b.chosen_name == c.chosen_name == "2m+visc+dt"
+    for x in (b, c):
+        for ca, cx in zip(a.candidates, x.candidates, strict=True):
+            assert ca.name == cx.name
+            assert ca.valid_cost == pytest.approx(cx.valid_cost, rel=1e-9)
+            for n, v in ca.params.items():
+                assert cx.params[n] == pytest.approx(v, rel=1e-9)
+        np.testing.assert_allclose(np.array(x.profile.interval, dtype=float),
+                                   np.array(a.profile.interval, dtype=float), rtol=1e-6)
