@@ -48,8 +48,9 @@ def main() -> None:
     with make_executor(None, args.workers) as ex:
         for name, model in cases.items():
             t0 = time.perf_counter()
-            r = identify(model, ref, STIFFNESS_NAMES, DAMPING_NAMES, lo, hi, validation=val, sobol_n=args.sobol_n,
-                         n_opt=args.n_opt, seed=args.seed, executor=ex, truth=truth, refine=not args.no_refine)
+            r = identify(model, ref, STIFFNESS_NAMES, DAMPING_NAMES, lo, hi, validation=val,
+                         sobol_n=args.sobol_n, n_opt=args.n_opt, seed=args.seed, executor=ex, truth=truth,
+                         refine=not args.no_refine)
             wall = time.perf_counter() - t0
             print(f"\n=== {name} model vs simulated data ===")
             print(r.format_tables())
