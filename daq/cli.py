@@ -111,6 +111,8 @@ def main(ctx: click.Context, store_option: str | None, config_path: str | None, 
     logging.basicConfig(
         level=logging.WARNING - 10 * min(verbose, 2), format="%(levelname)s %(name)s: %(message)s"
     )
+    if not verbose:  # pymodbus logs hex dumps of recent frames with every client error; ours say it in words
+        logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
     ctx.obj = CliState(store_option, config_path)
     if config_path is not None:
         _ = ctx.obj.config  # fail early and clearly on a malformed config

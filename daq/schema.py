@@ -97,4 +97,5 @@ class ModbusLink(Table, kw_only=True):
     connect_timeout: Positive = 3.0    # s spent reconnecting before giving up
     backoff_initial: Positive = 0.05
     backoff_max: Positive = 0.5
+    drain_time: Positive | None = None  # RTU: s a late reply is awaited after a timeout (2 x timeout)
     model: str = ""

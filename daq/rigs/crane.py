@@ -39,6 +39,7 @@ class DriveSecurity(Table, kw_only=True):
     certificate: str | None = None
     private_key: str | None = None
     server_certificate: str | None = None
+    server_trust_dir: str | None = None
     user: str | None = None
     password: str | None = None
     password_env: str | None = None
@@ -46,9 +47,12 @@ class DriveSecurity(Table, kw_only=True):
 
     def check(self) -> None:
         if self.mode != "none":
-            for key in ("certificate", "private_key", "server_certificate"):
+            for key in ("certificate", "private_key"):
                 if not getattr(self, key):
                     raise Invalid(key, f"required with mode = {self.mode!r}")
+            if not (self.server_certificate or self.server_trust_dir):
+                raise Invalid("server_certificate", "a secure endpoint needs the server's certificate pinned "
+                                                    "(server_certificate) or trusted (server_trust_dir)")
 
 
 class DriveDevice(Table, kw_only=True):

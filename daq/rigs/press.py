@@ -42,6 +42,7 @@ class ForceSourceDevice(ModbusLink, kw_only=True):
     f_min: NonNegative = 0.0         # N, setpoints below are refused before sending
     f_max: Positive                  # N, setpoints above are refused before sending
     heartbeat_interval: Positive = 0.2
+    safe_state_timeout: Annotated[float, Meta(gt=0, le=2.9)] = 2.5  # s; below the guard's 3 s per attempt
     registers: dict[str, Register]
 
     def check(self) -> None:
