@@ -78,6 +78,18 @@ def test_to_dict_is_json_and_plots(result, tmp_path):
     p1 = plot_force_displacement(z, q, curves, tmp_path, series=[8, 9])
     p2 = plot_estimates(res, tmp_path)
     assert p1.stat().st_size > 10_000 and p2.stat().st_size > 10_000
+    # what the plot draws agrees with the verdict: a kept split's validation estimate lies inside the solid
+    # test region, a rejected one outside
+    from scipy.stats import chi2
+
+    from daq.plots.press import test_region_covariance
+
+    for rep in res.models.values():
+        for t in rep.test.tests:
+            d = t.p_val - t.p_cal
+            C = test_region_covariance(t, rep.test.compare)
+            inside = d @ np.linalg.solve(C, d) <= chi2.ppf(1 - t.level, 2)
+            assert inside == (not t.reject), (rep.name, t.name)
 
 
 def test_random_splits_join_the_family():

@@ -59,26 +59,45 @@ def plot_estimates(
 ) -> Path:
     """Calibration/validation estimates (k5, k7) with confidence ellipses at the Bonferroni level, per model.
 
-    ``result`` is a ``PressAnalysisResult``; one panel per model, one colour per split.
+    ``result`` is a ``PressAnalysisResult``; one panel per model, one colour per split. Solid: the region the
+    test uses (around the calibration estimate, with the covariance of the difference: calibration +
+    validation + trained friction coefficients), so "keep" means the validation cross lies inside the
+    solid curve. Dashed: the calibration estimate's own ellipse; dotted: the validation estimate's own
+    ellipse.
     """
+    from matplotlib.lines import Line2D
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     models = list(result.models.values())
-    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4.8), squeeze=False)
     for ax, rep in zip(axes[0], models, strict=True):
         for t, color in zip(rep.test.tests, plt.cm.tab10.colors, strict=False):
-            C = t.C_cal + t.C_val if rep.test.compare == "difference" else t.C_cal
-            ell = confidence_ellipsoid(t.p_cal, C, t.level)
-            b = ell.boundary_2d()
-            ax.plot(b[:, 0] / 1e6, b[:, 1] / 1e6, "-", color=color, lw=1)
-            ax.plot(t.p_cal[0] / 1e6, t.p_cal[1] / 1e6, "o", color=color, ms=4, label=f"{t.name} cal")
+            C_test = test_region_covariance(t, rep.test.compare)
+            curves = ((t.p_cal, C_test, "-"), (t.p_cal, t.C_cal, "--"), (t.p_val, t.C_val, ":"))
+            for centre, C, style in curves:
+                b = confidence_ellipsoid(centre, C, t.level).boundary_2d()
+                ax.plot(b[:, 0] / 1e6, b[:, 1] / 1e6, style, color=color, lw=1)
+            ax.plot(t.p_cal[0] / 1e6, t.p_cal[1] / 1e6, "o", color=color, ms=4,
+                    label=f"{t.name}{' (reject)' if t.reject else ''}")
             ax.plot(t.p_val[0] / 1e6, t.p_val[1] / 1e6, "x", color=color, ms=6)
         ax.set_title(f"{rep.name} ({'reject' if rep.test.reject else 'keep'})")
         ax.set_xlabel("k5 [N/um]")
         ax.set_ylabel("k7 [N/um]")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+        ax.legend(fontsize=6, loc="upper left")
+    keys = [Line2D([], [], color="k", ls="-", label="test region (cal + val + training covariance)"),
+            Line2D([], [], color="k", ls="--", label="calibration estimate (o) and its ellipse"),
+            Line2D([], [], color="k", ls=":", marker="x", label="validation estimate (x) and its ellipse")]
+    fig.legend(handles=keys, loc="lower center", ncol=3, fontsize=8)
+    fig.subplots_adjust(bottom=0.2)
     return _save(fig, out / filename)
+
+
+def test_region_covariance(t, compare: str) -> np.ndarray:
+    """The covariance the model-uncertainty test compares p_val - p_cal with (what the solid curve shows)."""
+    C = t.C_cal + t.C_val if compare == "difference" else t.C_cal
+    return C + t.C_training if t.C_training is not None else C
 
 
 def write_plots(result, z: np.ndarray, q: np.ndarray, out_dir) -> list:
