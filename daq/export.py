@@ -396,8 +396,9 @@ def _to_hdf5(info, plans, events, out: Path, chunks, result: ExportResult, compr
             rows = max(1, min(chunk_samples, max(plan.n, 1), (1 << 20) // max(1, 8 * n_ch)))
             dtype = np.dtype(si.dtype)
 
-            def column(name, dt, width=None, rows=rows, g=g):
-                shape, maxshape = ((0,), (None,)) if width is None else ((0, width), (None, width))
+            def column(name, dt, width=None, rows=rows, g=g, n=plan.n):
+                # sized from the index up front (no resize per chunk); still resizable (maxshape None)
+                shape, maxshape = ((n,), (None,)) if width is None else ((n, width), (None, width))
                 chunks_ = (rows,) if width is None else ((rows, width) if width else True)
                 return g.create_dataset(name, shape, dtype=dt, maxshape=maxshape, chunks=chunks_, **filters)
 
@@ -411,8 +412,9 @@ def _to_hdf5(info, plans, events, out: Path, chunks, result: ExportResult, compr
             k = 0
             for chunk, extra in chunks(plan):
                 m = len(chunk)
-                for ds in (t, d, *labels.values()):
-                    ds.resize(k + m, axis=0)
+                if k + m > plan.n:
+                    for ds in (t, d, *labels.values()):
+                        ds.resize(k + m, axis=0)
                 t[k : k + m] = chunk.t
                 d[k : k + m] = chunk.data
                 for c, ds in labels.items():
