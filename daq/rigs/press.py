@@ -162,6 +162,19 @@ class AnalysisTable(Table, kw_only=True):
     constants: dict[str, float] | None = None
 
 
+class OnlineTable(Table, kw_only=True):
+    """Online identification (daq/online.py) and the stopping rule on its estimate; off by default."""
+
+    enabled: bool = False
+    target_rel_std: Annotated[float, Meta(gt=0, lt=1)] = 0.002   # stop when every rel. std is below
+    min_series: Annotated[int, Meta(ge=1, le=1000)] = 3
+    max_series: Annotated[int, Meta(ge=1, le=1000)] | None = None  # budget (default: plan.n_series)
+    max_seconds: Positive | None = None                            # budget from the plan start, s
+    inflate: bool = True            # scale the covariance by max(1, RSS/dof) (M1 misfit)
+    alpha: Annotated[float, Meta(gt=0, lt=1)] = 0.05               # level of the ellipse axes
+    wait_timeout: Positive = 10.0   # s the plan waits for a series' estimate before going on without
+
+
 class PressConfig(RigConfig, kw_only=True):
     simulator: PressSimulator | None = None
     devices: PressDevices | None = None
@@ -169,6 +182,7 @@ class PressConfig(RigConfig, kw_only=True):
     correction: CorrectionTable = sfield(default_factory=CorrectionTable)
     acquisition: AcquisitionTable = sfield(default_factory=AcquisitionTable)
     analysis: AnalysisTable = sfield(default_factory=AnalysisTable)
+    online: OnlineTable = sfield(default_factory=OnlineTable)
 
     def check(self) -> None:
         if self.devices is None:
@@ -259,6 +273,7 @@ async def plan(ctx) -> None:
     corrector = SetpointCorrector(await ctx.subscribe("data/" + FORCE_STREAM), set_command, settings)
     ctx.summary.update(setpoints=0, not_reached=0)
     ctx.spawn(acquisition.run(), "force acquisition")
+    online = await _start_online(ctx)  # subscribed before plan_start, which it needs
     await ctx.event(PLAN_STREAM, "plan_start", n_series=p.n_series, q_desired=q_d.tolist(),
                     sensors=list(devices.sensors))
     await devices.source.enable()
@@ -267,6 +282,7 @@ async def plan(ctx) -> None:
             await ctx.checkpoint("during preconditioning")
             r = await corrector.reach(q)
             await ctx.event(PLAN_STREAM, "precondition", q_desired=q, q_actual=r.q_actual, reached=r.reached)
+    t_plan = time.monotonic()
     for i in range(p.n_series):
         for j, q in enumerate(q_d):
             await ctx.checkpoint(f"before series {i} step {j}")
@@ -277,9 +293,49 @@ async def plan(ctx) -> None:
                 await asyncio.sleep(p.settle_time)
             await _measure(ctx, corrector, i, j, float(q))
             ctx.summary["setpoints"] += 1
+        if online is not None and await _online_stop(ctx, online, i + 1, time.monotonic() - t_plan):
+            break
     await set_command(0.0)
     await acquisition.finish()
     await ctx.event(PLAN_STREAM, "plan_end", **ctx.summary)
+
+
+async def _start_online(ctx):
+    """Spawn the online identifier on the run's bus when [online] is enabled (else None)."""
+    cfg: PressConfig = ctx.config
+    if not cfg.online.enabled:
+        return None
+    from daq.online import ONLINE_STREAM, PLAN_TOPIC, OnlineIdentifier
+
+    async def emit(kind: str, body: dict) -> None:
+        await ctx.event(ONLINE_STREAM, kind, **body)
+
+    sigmas = {name: s.sigma for name, s in cfg.devices.sensors.items()}
+    ident = OnlineIdentifier(sigmas, emit, inflate=cfg.online.inflate, alpha=cfg.online.alpha,
+                             constants=cfg.analysis.constants)
+    ctx.spawn(ident.run(await ctx.subscribe(PLAN_TOPIC)), "online identifier")
+    return ident
+
+
+async def _online_stop(ctx, ident, n_done: int, elapsed: float) -> bool:
+    """After series ``n_done``: stop when the confidence target or a budget is reached (reason recorded)."""
+    o: OnlineTable = ctx.config.online
+    est = await ident.wait_for(n_done, o.wait_timeout)
+    ctx.summary["series"] = n_done
+    reason = None
+    if est is not None and n_done >= o.min_series and max(est["rel_std"]) < o.target_rel_std:
+        rel = ", ".join(f"{n} {r:.3g}" for n, r in zip(est["parameters"], est["rel_std"], strict=True))
+        reason = f"confidence target met after {n_done} series: rel. std {rel} < {o.target_rel_std:g}"
+    elif o.max_series is not None and n_done >= o.max_series:
+        reason = f"series budget reached ({o.max_series})"
+    elif o.max_seconds is not None and elapsed >= o.max_seconds:
+        reason = f"time budget reached ({elapsed:.1f} s >= {o.max_seconds:g} s)"
+    ctx.summary["stop_reason"] = reason or f"fixed plan: {n_done} series"
+    if reason is None or n_done >= ctx.config.plan.n_series:
+        return False
+    await ctx.event(PLAN_STREAM, "plan_stop", reason=reason, series=n_done, n_series=ctx.config.plan.n_series,
+                    k=est["k"] if est else None, rel_std=est["rel_std"] if est else None)
+    return True
 
 
 async def _report_setpoint(ctx, i: int, j: int, r: CorrectionResult) -> None:
