@@ -50,7 +50,7 @@ _MX = {
     "bool": 9,
 }
 _MX_CLASS_NAME = {"float64": "double", "float32": "single", "bool": "logical"}
-MI_INT8, MI_UINT16, MI_INT32, MI_UINT32, MI_MATRIX = 1, 4, 5, 6, 14
+MI_INT8, MI_INT32, MI_UINT32, MI_MATRIX, MI_UTF8 = 1, 5, 6, 14, 16
 MX_CELL, MX_STRUCT, MX_CHAR = 1, 2, 4
 LOGICAL_FLAG = 0x200
 FIELD_NAME_LENGTH = 64  # 63 characters + NUL, the longest MATLAB identifier
@@ -120,7 +120,7 @@ class MatV5Writer:
     @staticmethod
     def _data_bytes(value) -> int:
         if isinstance(value, str):
-            return len(value.encode("utf-16-le"))
+            return len(value.encode("utf-8"))
         if _is_column(value):
             return value.rows * value.cols * np.dtype(value.dtype).itemsize
         return _matrix(value).nbytes
@@ -156,10 +156,9 @@ class MatV5Writer:
             self._head(MX_CELL, (len(value), 1), name)
             for v in value:
                 self._element(v)
-        elif isinstance(value, str):
-            codes = value.encode("utf-16-le")
-            self._head(MX_CHAR, (1, len(codes) // 2) if codes else (0, 0), name)
-            self._data(MI_UINT16, codes)
+        elif isinstance(value, str):  # UTF-8 data, dimensions in characters (as scipy writes chars)
+            self._head(MX_CHAR, (1, len(value)) if value else (0, 0), name)
+            self._data(MI_UTF8, value.encode("utf-8"))
         elif _is_column(value):
             dt = np.dtype(value.dtype)
             self._f.write(

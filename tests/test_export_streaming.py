@@ -309,3 +309,17 @@ def test_cli_show_gives_burst_spacing(session):
     r = CliRunner().invoke(main, ["--store", str(store.path), "show", sid, "--json"])
     s = json.loads(r.stdout)["streams"]["press.sensors"]
     assert math.isclose(s["spacing_s"], 5e-4, rel_tol=1e-3) and s["bursty"]
+
+
+def test_mat_writers_keep_non_ascii_text(tmp_path):
+    from daq.mat_files import MatV5Writer, MatV73Writer
+
+    v = {"s": {"units": ["µm", "°C", ""], "name": "Ω-stream", "x": np.arange(3.0).reshape(-1, 1), "e": ""}}
+    with MatV5Writer(tmp_path / "a.mat", v):
+        pass
+    s = scipy.io.loadmat(tmp_path / "a.mat", simplify_cells=True)["s"]
+    assert list(s["units"][:2]) == ["µm", "°C"] and s["name"] == "Ω-stream" and s["x"].tolist() == [0, 1, 2]
+    with MatV73Writer(tmp_path / "b.mat", v):
+        pass
+    s = mat73.loadmat(str(tmp_path / "b.mat"))["s"]
+    assert s["units"] == [["µm"], ["°C"], [""]] and s["name"] == "Ω-stream" and s["e"] == ""
