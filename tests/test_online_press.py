@@ -124,3 +124,27 @@ def test_acquisition_keeps_its_rate_while_the_identifier_works(session):
         near = (force.t[1:] > t - 0.5) & (force.t[1:] < t + 0.5)
         assert near.sum() > 10
         assert abs(np.median(dt[near]) - 1 / rate) < 0.2 / rate
+
+
+async def test_watch_prints_replayed_estimates_as_json_lines(session, capsys):
+    import json
+
+    from daq.online import publisher_emit
+    from daq.watch_cli import _watch
+
+    result, store_path = session
+    with SessionStore(store_path) as store:
+        live = _estimates(store, result.session_id)
+    pub = BusPublisher()
+    try:
+        task = asyncio.ensure_future(_watch(pub.endpoint, len(live), 10.0, True))
+        await pub.wait_for_subscribers(1, timeout=5)
+        emit = publisher_emit(pub, result.session_id)
+        for body in live:
+            await emit("estimate", body)
+        assert await asyncio.wait_for(task, 15.0) == len(live)
+    finally:
+        pub.close()
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["series_used"] for x in lines] == [e["series_used"] for e in live]
+    assert lines[-1]["k"] == live[-1]["k"] and lines[-1]["kind"] == "estimate"
