@@ -123,6 +123,7 @@ class FitResult:
     n_starts: int
     start_costs: list[float]
     at_bound: list[str]
+    std_errors: dict[str, float] = field(default_factory=dict)  # SI, from the Fisher matrix (eq. 9 unscaled)
 
 
 def _nrmse(e: np.ndarray, y: np.ndarray) -> float:
@@ -274,6 +275,7 @@ class CandidateResult:
     seconds: float
     start_costs: list[float]
     at_bound: list[str]
+    std_errors: dict[str, float] = field(default_factory=dict)  # SI, from the Fisher matrix (eq. 9 unscaled)
 
     @property
     def name(self) -> str:
@@ -289,6 +291,7 @@ class CandidateResult:
             "name": self.name,
             "n_params": self.structure.n_params,
             "params": dict(self.params),
+            "std_errors": dict(self.std_errors),
             "train_fit": self.train_fit,
             "valid_fit": self.valid_fit,
             "valid_cost": self.valid_cost,
@@ -333,7 +336,7 @@ class SelectionResult:
 
     def format_table(self) -> str:
         """Text table of all candidates, best validation fit first; ``*`` marks the choice."""
-        head = (f"{'model':<28} {'n_p':>3} {'train %':>8} {'valid %':>8} {'minPII':>8} {'maxCI':>9} "
+        head = (f"{'model':<28} {'n_p':>3} {'train %':>8} {'valid %':>8} {'minPII %':>8} {'maxCI':>9} "
                 f"{'collin':>9} {'acc':>4}")
         lines = [head, "-" * len(head)]
         for c in sorted(self.candidates, key=lambda c: -c.valid_fit):
@@ -342,10 +345,26 @@ class SelectionResult:
             lines.append(
                 f"{mark}{c.name:<27} {c.structure.n_params:>3} {100 * c.train_fit:>8.3f} "
                 f"{100 * c.valid_fit:>8.3f} "
-                f"{idf.min_pii:>8.3g} {_fmt(idf.max_ci):>9} {_fmt(idf.collinearity_index):>9} "
+                f"{100 * idf.min_pii:>8.3g} {_fmt(idf.max_ci):>9} {_fmt(idf.collinearity_index):>9} "
                 f"{'yes' if c.accepted else 'no':>4}")
         lines.append(f"chosen: {self.chosen_name}   ({len(self.candidates)} candidates, "
                      f"{self.seconds:.1f} s)")
+        s = self.settings
+        nan = float("nan")
+        lines.append(f"accepted when: min PII >= {100 * s.get('min_pii_ratio', nan):g} % of the largest, "
+                     f"every scaled condition index < {s.get('max_condition_index', nan):g}, "
+                     f"validation fit >= {100 * s.get('min_validation_fit', nan):g} %")
+        if self.chosen is not None:
+            lines.append(f"parameters of {self.chosen.name} (+- one standard error):")
+            for name, value in self.chosen.params.items():
+                se = self.chosen.std_errors.get(name, float("nan"))
+                rel = f" ({100 * se / abs(value):.2g} %)" if value and math.isfinite(se) else ""
+                lines.append(f"  {name:<16} {value:>12.5g} +- {se:.3g}{rel}")
+        better = [c for c in sorted(self.candidates, key=lambda c: -c.valid_fit)[:10] if not c.accepted]
+        if better:
+            lines.append("why the best-fitting rejected candidates failed:")
+            for c in better:
+                lines.append(f"  {c.name:<27} {'; '.join(c.identifiability.reasons) or 'rejected'}")
         return "\n".join(lines)
 
 
@@ -382,10 +401,13 @@ def _evaluate_candidate(structure: DriveStructure, train, valid, bounds, opts: d
     accepted = idf.accepted and vfit >= opts["min_validation_fit"]
     if vfit < opts["min_validation_fit"]:
         idf.reasons.append(f"validation fit {vfit:.3f} < {opts['min_validation_fit']}")
+    var = np.diag(idf.scaled_covariance) if idf.scaled_covariance.size else np.zeros(0)
+    se = np.asarray(sc.ranges) * np.sqrt(np.clip(var, 0.0, None))
     return CandidateResult(structure=structure, params=fit.params, train_fit=fit.fit, valid_fit=vfit,
                            valid_cost=vcost, identifiability=idf, accepted=accepted, n_evals=fit.n_evals,
                            seconds=time.perf_counter() - t0, start_costs=fit.start_costs,
-                           at_bound=fit.at_bound)
+                           at_bound=fit.at_bound,
+                           std_errors={n: float(v) for n, v in zip(structure.param_names, se, strict=True)})
 
 
 def _candidate_task(args: tuple) -> CandidateResult:

@@ -55,7 +55,17 @@ def test_selection_on_subset_with_plots_and_json(tmp_path):
     d = json.loads(json.dumps(res.to_dict()))
     assert d["chosen"] == "2m+visc+dt" and len(d["candidates"]) == 5
     table = res.format_table()
-    assert "*2m+visc+dt" in table and "minPII" in table
+    assert "*2m+visc+dt" in table and "minPII %" in table
+    # what a user needs to judge the choice: parameters with standard errors, the thresholds, and why the
+    # rejected candidates failed
+    assert "accepted when: min PII >= 1 % of the largest" in table
+    chosen = res.chosen
+    assert set(chosen.std_errors) == set(chosen.params) and all(v > 0 for v in chosen.std_errors.values())
+    for name in chosen.params:
+        assert any(line.strip().startswith(name) and "+-" in line for line in table.splitlines()), name
+    for c in res.candidates:
+        if not c.accepted:
+            assert f"{c.name}" in table.split("failed:")[-1] and c.identifiability.reasons
     assert res.profile is not None and res.profile.names == parse_name("2m+visc+dt").param_names
     assert all(res.profile.clear_minimum)
     files = write_plots(res, tmp_path)
