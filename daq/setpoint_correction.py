@@ -69,12 +69,14 @@ class SetpointCorrector:
     """Integral correction of a force command from the measured force on the bus."""
 
     def __init__(self, subscriber: BusSubscriber, set_command: Callable[[float], Awaitable[object]],
-                 settings: CorrectionSettings, *, stream: str = "press.force", channel: str = "force"):
+                 settings: CorrectionSettings, *, stream: str = "press.force", channel: str = "force",
+                 source: str = "force source"):
         self.subscriber = subscriber
         self.set_command = set_command
         self.settings = settings
         self.stream = stream
         self.channel = channel
+        self.source = source  # the device behind the stream, named in errors
         self.plant_gain = 1.0  # slope of measured force over command, learnt from reached setpoints
         self.plant_offset = 0.0  # N, measured force at zero command (extrapolated)
         self._reached: deque[tuple[float, float]] = deque(maxlen=8)  # (command, measured) when reached
@@ -120,8 +122,8 @@ class SetpointCorrector:
                     raise BusTimeout("stalled")
                 msg = await self.subscriber.recv(timeout=wait)
             except BusTimeout:
-                raise ForceStreamStalled(f"no {self.stream} samples for {limit:.1f} s (limit: "
-                                         "[correction].max_stall)") from None
+                raise ForceStreamStalled(f"{self.source} silent: no {self.stream} samples for {limit:.1f} s "
+                                         "(limit: [correction].max_stall)") from None
             if not isinstance(msg, Frame) or msg.stream != self.stream:
                 continue
             last_arrival = time.monotonic()
