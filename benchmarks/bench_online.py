@@ -1,0 +1,62 @@
+"""Online identifier latency on the simulated press: measurement event that completes a series ->
+published ``estimate`` event (bus hop + thread-pool fit + publish), median and worst.
+
+Side by side in the same run: the executor time of the fit alone (``elapsed_s`` in the event) and the
+plain call of ``identification.online_press.estimate_stiffness`` on the same arrays (no bus, no pool).
+
+    .venv/bin/python benchmarks/bench_online.py [--series 6] [--steps-up 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--series", type=int, default=6)
+    ap.add_argument("--steps-up", type=int, default=3)
+    args = ap.parse_args()
+
+    from daq.config import load_config
+    from daq.lifecycle import run
+    from daq.press_session import press_arrays
+    from daq.store import SessionStore
+    from identification.online_press import estimate_stiffness
+
+    cfg = copy.deepcopy(load_config("configs/press-sim.toml"))
+    cfg["plan"].update(n_series=args.series, n_steps_up=args.steps_up, n_samples=4, settle_time=0.02,
+                       q_max=12000.0)
+    cfg["correction"].update(tolerance=60.0, max_iterations=6)
+    cfg["online"] = {"enabled": True, "target_rel_std": 1e-9}  # never met: every series is fitted
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "s.sqlite"
+        res = asyncio.run(run(cfg, str(path), show_progress=False, handle_sigint=False))
+        with SessionStore(path) as store:
+            ests = [e for e in store.events(res.session_id, kind="estimate")]
+            arr = press_arrays(store, res.session_id)
+    lat = [e.t - e.body["trigger_t"] for e in ests]
+    fit = [e.body["elapsed_s"] for e in ests]
+    plain = []
+    p = None
+    for n in range(1, arr.z.shape[0] + 1):
+        t0 = time.perf_counter()
+        p = estimate_stiffness(arr.z[:n], arr.q[:n], arr.q_desired, arr.sigmas, arr.sensors, p0=p).p
+        plain.append(time.perf_counter() - t0)
+    print(f"status {res.status}, {len(ests)} estimates, {arr.z.shape[1]} setpoints per series")
+    for name, v in (("event -> estimate (bus + pool + fit)", lat), ("fit in the pool (elapsed_s)", fit),
+                    ("plain estimate_stiffness call", plain)):
+        ms = 1e3 * np.asarray(v)
+        print(f"{name:<40} median {statistics.median(ms):7.1f} ms   worst {ms.max():7.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
