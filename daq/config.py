@@ -64,6 +64,11 @@ def key_path(path: list[str], is_table: bool) -> str:
     return f"[{'.'.join(path[:-1])}].{path[-1]}"
 
 
+def suggestion(word: str, choices: list[str]) -> str:
+    """`` (did you mean x?)`` for the closest choice, else the list of choices."""
+    return _suggest(word, choices)
+
+
 def _suggest(word: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else f" (known: {', '.join(sorted(choices))})"

@@ -70,8 +70,14 @@ class DriveDevice(Table, kw_only=True):
     nodes: dict[str, str] = sfield(default_factory=dict)
 
     def check(self) -> None:
+        from daq.config import suggestion
+        from drivers.servo_drive import NODE_DEFAULTS
+
         if not self.url.startswith("opc.tcp://"):
             raise Invalid("url", f"must start with opc.tcp://, got {self.url!r}")
+        for name in self.nodes:
+            if name not in NODE_DEFAULTS:
+                raise Invalid(f"nodes.{name}", "unknown node" + suggestion(name, list(NODE_DEFAULTS)))
 
 
 class CraneDevices(Table, kw_only=True):
