@@ -228,12 +228,8 @@ async def open_devices(cfg: CraneConfig, device_cfg: dict) -> CraneRigDevices:
     from drivers.servo_drive import ServoDrive
 
     drive = ServoDrive(dict(device_cfg["drive"]))
-
-    async def stop_and_disable() -> None:
-        await drive.stop()
-        await drive.disable()
-
-    devices = CraneRigDevices(drive, [("stop and disable drive", stop_and_disable)])
+    # stop, disable and read `enabled` back: raises when the drive did not confirm
+    devices = CraneRigDevices(drive, [("stop and disable drive", drive.safe_state)])
     try:
         await drive.connect()
     except BaseException:
