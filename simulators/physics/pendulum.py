@@ -36,10 +36,10 @@ class PendulumTruth:
     d_p: float = 0.01  # N*m*s/rad
     d_c: float = 2.0  # N*s/m
     g: float = 9.81  # m/s^2
-    cart_coulomb: float = 0.05  # N
-    joint_coulomb: float = 2e-4  # N*m
+    cart_coulomb: float = 0.01  # N
+    joint_coulomb: float = 2e-5  # N*m
     friction_speed_eps: float = 1e-3  # m/s and rad/s, smooth sign tanh(v/eps)
-    input_lag: float = 0.002  # s, force actuator time constant (0: none)
+    input_lag: float = 2e-4  # s, force actuator time constant (0: none)
     angle_noise: float = 1e-3  # rad, std of additive noise
     encoder_counts: int = 16384  # counts per revolution (0: no quantisation)
     substeps: int = 10  # RK4 steps per sample
