@@ -67,6 +67,7 @@ class RunContext:
         self.raw = raw
         self.publisher = publisher
         self.devices: Any = None
+        self.recorder: Recorder | None = None  # for status and for tests that break it on purpose
         self.session_id = ""
         self.summary: dict = {}          # counters the plan reports (setpoints, runs, ...)
         self.state = "starting"          # running | paused | stopping
@@ -206,7 +207,7 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
         ctx.session_id = session_id
         if on_session is not None:
             on_session(session_id)
-        recorder = Recorder(store, session_id, rec_sub).start()
+        recorder = ctx.recorder = Recorder(store, session_id, rec_sub).start()
         commands.start(store_path, session_id, publisher)
         if stopper.requested:  # Ctrl-C during set-up stops before the first step
             ctx.request_stop()
@@ -241,8 +242,7 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
             if rec_error and status == "complete":
                 status, reason = "aborted", f"recorder failed: {rec_error}"
         if session_id:
-            with contextlib.suppress(Exception):
-                store.finish(session_id, status, reason)
+            _finish_session(store, store_path, session_id, status, reason)
         if devices is not None:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(TASK_STOP_TIMEOUT):
@@ -250,7 +250,10 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
         for sub in (*ctx._subscribers, rec_sub):
             sub.close()
         publisher.close()
-        store.close()
+        try:
+            store.close()
+        except Exception as exc:  # noqa: BLE001 - after a failed commit the last flush fails again
+            log.warning("session store: %s (what was committed stays readable)", exc)
         stopper.uninstall()
     if failure is not None:
         raise failure
@@ -259,6 +262,22 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
         raise asyncio.CancelledError
     return RunResult(session_id, rig.kind, status, reason, guard.safe if guard else False,
                      list(guard.errors) if guard else [], ctx.summary, str(store_path))
+
+
+def _finish_session(store: SessionStore, store_path: Path, session_id: str, status: str,
+                    reason: str | None) -> None:
+    """Mark the session; after a failed commit (disk full) the writer still holds the rows that did not
+    fit, so a fresh connection marks it instead (an UPDATE of one row needs no new pages)."""
+    try:
+        store.finish(session_id, status, reason)
+        return
+    except Exception as exc:  # noqa: BLE001 - try the second way before giving up
+        log.warning("could not finish session %s on the writer: %s", session_id, exc)
+    try:
+        with SessionStore(store_path, recover=False) as fresh:
+            fresh.finish(session_id, status, reason)
+    except Exception as exc:  # noqa: BLE001
+        log.error("session %s could not be marked %s (%s); it shows as incomplete", session_id, status, exc)
 
 
 def _keys(cfg: Any):

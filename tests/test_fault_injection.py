@@ -195,3 +195,26 @@ async def test_sensor_killed_aborts_naming_it(tmp_path, victim):
     assert result.status == "aborted" and victim in result.reason
     assert result.safe and not enabled and setpoint == 0.0
     _check_store(store_path, result)
+
+
+async def test_store_full_mid_run_aborts_the_plan_safely_and_keeps_what_was_committed(tmp_path):
+    """A failed commit (SQLite's page quota as a full disk) stops the plan through the safe state; the
+    session is marked aborted with the recorder's reason and what was committed stays readable."""
+    cfg = short_config(n_series=3)
+    store_path = tmp_path / "s.sqlite"
+    seen: list[RunContext] = []
+
+    async def fill_the_disk(rig):
+        db = seen[0].recorder.store._db
+        pages = db.execute("PRAGMA page_count").fetchone()[0]
+        db.execute(f"PRAGMA max_page_count = {pages + 2}")
+
+    result, enabled, setpoint = await _run_with(cfg, store_path, fill_the_disk, on_context=seen.append)
+    assert result.status == "aborted" and "recorder failed" in result.reason and "full" in result.reason
+    assert result.safe and not enabled and setpoint == 0.0
+    with SessionStore(store_path) as store:
+        info = store.get_session(result.session_id)
+        assert info.status == "aborted" and "recorder failed" in info.reason
+        seqs = [f.seq for f in store.messages(result.session_id, streams=["press.force"])]
+        assert seqs and seqs == list(range(len(seqs)))  # a gapless prefix of what was published
+        assert len(store.events(result.session_id, kind="measurement")) >= 3
