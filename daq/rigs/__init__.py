@@ -17,6 +17,7 @@ from daq.rigs.base import Rig
 KINDS: dict[str, str] = {
     "press": "daq.rigs.press",
     "crane": "daq.rigs.crane",
+    "machine-tool": "daq.rigs.machine_tool",
 }
 
 _loaded: dict[str, Rig] = {}

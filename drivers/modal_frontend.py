@@ -1,0 +1,161 @@
+"""Driver of a modal-test front end over SCPI on raw TCP (the machine-tool rig's one device).
+
+Text commands one per line, queries answered with one line or an IEEE 488.2 definite-length block
+(``#<n><length><float64 little-endian bytes>``). Every setting is read back from the error queue
+(``SYST:ERR?``) so a refused command is an error here, not a silent no-op. Values are SI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from drivers.errors import BadResponse, DeviceConnectionError, DeviceRefused, DeviceTimeout
+
+
+class ModalFrontEnd:
+    def __init__(self, cfg: dict, name: str = "frontend"):
+        self.name = name
+        self.host = str(cfg.get("host", "127.0.0.1"))
+        self.port = int(cfg["port"])
+        self.timeout = float(cfg.get("timeout", 5.0))
+        self.measure_timeout = float(cfg.get("measure_timeout", 120.0))
+        self.address = f"{self.host}:{self.port}"
+        self._r: asyncio.StreamReader | None = None
+        self._w: asyncio.StreamWriter | None = None
+        self._lock = asyncio.Lock()
+
+    async def connect(self) -> None:
+        try:
+            self._r, self._w = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), self.timeout
+            )
+        except (OSError, TimeoutError) as exc:
+            raise DeviceConnectionError(self.name, self.address, f"cannot connect: {exc}") from None
+        self.idn = await self.query("*IDN?")
+
+    async def close(self) -> None:
+        if self._w is not None:
+            self._w.close()
+            self._w = None
+
+    async def _send(self, text: str) -> None:
+        if self._w is None:
+            raise DeviceConnectionError(self.name, self.address, "not connected")
+        try:
+            self._w.write((text + "\n").encode("ascii"))
+            await self._w.drain()
+        except (ConnectionError, OSError) as exc:
+            raise DeviceConnectionError(self.name, self.address, f"connection lost: {exc}") from None
+
+    async def _line(self, timeout: float) -> bytes:
+        try:
+            line = await asyncio.wait_for(self._r.readline(), timeout)
+        except TimeoutError:
+            raise DeviceTimeout(self.name, self.address, f"no answer within {timeout:g} s") from None
+        if not line:
+            raise DeviceConnectionError(self.name, self.address, "connection closed by the device")
+        if line.startswith(b"ERR "):
+            raise DeviceRefused(self.name, self.address, line[4:].decode(errors="replace").strip())
+        return line
+
+    async def query(self, text: str, timeout: float | None = None) -> str:
+        async with self._lock:
+            await self._send(text)
+            return (await self._line(timeout or self.timeout)).decode("ascii", "replace").strip()
+
+    async def write(self, text: str, timeout: float | None = None) -> None:
+        """A command, confirmed through the error queue."""
+        async with self._lock:
+            await self._send(text)
+            await self._send("SYST:ERR?")
+            answer = (await self._line(timeout or self.timeout)).decode("ascii", "replace").strip()
+        if not answer.startswith("0,"):
+            raise DeviceRefused(self.name, self.address, f"{text!r} refused: {answer}")
+
+    async def query_block(self, text: str) -> np.ndarray:
+        async with self._lock:
+            await self._send(text)
+            try:
+                head = await asyncio.wait_for(self._r.readexactly(2), self.timeout)
+                if head == b"ER":
+                    rest = await self._r.readline()
+                    raise DeviceRefused(
+                        self.name, self.address, (head + rest).decode(errors="replace")[4:].strip()
+                    )
+                if head[:1] != b"#" or not head[1:].isdigit():
+                    raise BadResponse(self.name, self.address, f"not a definite-length block: {head!r}")
+                n = int(await self._r.readexactly(int(head[1:])))
+                payload = await asyncio.wait_for(self._r.readexactly(n + 1), self.timeout)
+            except asyncio.IncompleteReadError:
+                raise DeviceConnectionError(self.name, self.address, "connection closed mid-block") from None
+            except TimeoutError:
+                raise DeviceTimeout(
+                    self.name, self.address, f"block not complete within {self.timeout:g} s"
+                ) from None
+        data = np.frombuffer(payload[:-1], dtype="<f8")
+        if not np.all(np.isfinite(data)):
+            raise BadResponse(self.name, self.address, f"{text}: non-finite samples")
+        return data
+
+    # -- the instrument's functions, in SI ----------------------------------------------------------------
+    async def move_to(self, position: float) -> float:
+        await self.write(f"AXIS:POS {position:.9g}", timeout=self.measure_timeout)
+        actual = float(await self.query("AXIS:POS?"))
+        if abs(actual - position) > 1e-6:
+            raise BadResponse(self.name, self.address, f"axis at {actual} m, commanded {position} m")
+        return actual
+
+    async def configure(
+        self,
+        *,
+        dof: str,
+        amplitude: float,
+        f_start: float,
+        f_stop: float,
+        period: int,
+        seed: int,
+        dt: float,
+        periods: int,
+        settle: int,
+    ) -> None:
+        for cmd in (
+            f"SOUR:DOF {dof}",
+            f"SOUR:AMPL {amplitude:.9g}",
+            f"SOUR:FREQ:STAR {f_start:.9g}",
+            f"SOUR:FREQ:STOP {f_stop:.9g}",
+            f"SOUR:PER {period}",
+            f"SOUR:SEED {seed}",
+            f"ACQ:DT {dt:.12g}",
+            f"ACQ:PER {periods}",
+            f"ACQ:SETT {settle}",
+        ):
+            await self.write(cmd)
+
+    async def measure(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """Source on, measure, source off: (force N, accelerations m/s^2 (n, n_ch), channel labels)."""
+        await self.write("OUTP ON")
+        try:
+            await self.write("INIT")
+            if await self.query("*OPC?", timeout=self.measure_timeout) != "1":
+                raise BadResponse(self.name, self.address, "*OPC? did not answer 1")
+        finally:
+            await self.write("OUTP OFF")
+        labels = (await self.query("SENS:CHAN?")).split(",")
+        force = await self.query_block("FETC:FORC?")
+        accel = await self.query_block("FETC:ACC?")
+        if accel.size != force.size * len(labels):
+            raise BadResponse(
+                self.name,
+                self.address,
+                f"{accel.size} acceleration values for {force.size} samples x {len(labels)} channels",
+            )
+        return force, accel.reshape(force.size, len(labels)), labels
+
+    async def safe_state(self) -> bool:
+        await self.write("OUTP OFF")
+        return await self.query("OUTP?") == "0"
+
+    async def identity(self) -> dict:
+        return {"idn": getattr(self, "idn", ""), "address": self.address, "protocol": "SCPI over TCP"}
