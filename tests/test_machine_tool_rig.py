@@ -79,3 +79,17 @@ def test_hil_run_and_analyze_print_the_tables(tmp_path):
     for word in ("FRAC", "CSF", "MACXP", "NDD", "worst", "5 % pct", "median"):
         assert word in out
     assert "parameter deviation from truth" in out
+
+
+def test_analyze_writes_the_plots(tmp_path):
+    cfg = tmp_path / "mt.toml"
+    from tests.test_rig_kit import _to_toml
+
+    cfg.write_text(_to_toml(small_config()))
+    store = str(tmp_path / "s.sqlite")
+    cli = CliRunner()
+    assert cli.invoke(main, ["--store", store, "run", str(cfg), "--no-progress"]).exit_code == 0
+    res = cli.invoke(main, ["--store", store, "analyze", "latest", "--json", "--plots", str(tmp_path / "p")])
+    assert res.exit_code == 0, res.output
+    names = sorted(p.name for p in (tmp_path / "p").iterdir())
+    assert names == ["frf_overlay.png", "parameter_deviation.png", "sobol.png"]
