@@ -90,8 +90,11 @@ def plot_estimates(
             Line2D([], [], color="k", ls="--", label="calibration estimate (o) and its ellipse"),
             Line2D([], [], color="k", ls=":", marker="x", label="validation estimate (x) and its ellipse")]
     fig.legend(handles=keys, loc="lower center", ncol=3, fontsize=8)
-    fig.subplots_adjust(bottom=0.2)
-    return _save(fig, out / filename)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))  # room for the shared legend under the x labels
+    path = out / filename
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def test_region_covariance(t, compare: str) -> np.ndarray:
