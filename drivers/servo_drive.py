@@ -86,6 +86,9 @@ class DriveSafeStateError(DriveError, errors.SafeStateError):
     """Stop / disable failed or the drive still reports itself enabled."""
 
 
+SESSION_TIMEOUT_MS = 600_000  # requested OPC UA session lifetime, kept alive by the client
+
+
 @dataclass
 class ServoDriveConfig:
     """The ``[devices.drive]`` table."""
@@ -253,6 +256,8 @@ class ServoDrive:
 
     async def _connect_once(self) -> None:
         client = Client(self.cfg.url, timeout=self.cfg.timeout)
+        # ask for what servers commonly grant (10 min; asyncua asks for 1 h and warns when cut down)
+        client.session_timeout = SESSION_TIMEOUT_MS
         self._client = client
         sec = self.cfg.security
         if sec.get("mode", "none") != "none":
