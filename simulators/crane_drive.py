@@ -23,6 +23,13 @@ Start and ClearFault on the anonymous plain endpoint answer NOT_AUTHORIZED, its 
 the watchdog counts only heartbeats written through the secure endpoint. Stop, Disable, ReadTrace and
 reading stay open everywhere (anyone may stop the axis, as anyone may press an emergency stop).
 
+Plants: ``plant`` (``[simulator] plant``) chooses what the drive moves - ``"crane"`` (default: the axis of
+:mod:`simulators.physics.crane`, input torque N*m, trace output motor speed rad/s), ``"oscillator"`` (force N
+on m1, output x2 m) or ``"pendulum"`` (force N on the cart, output pendulum angle rad). The node and
+argument names stay those of the crane drive (TorqueSetpoint carries the force, ActualSpeed the measured
+output, ReadTrace's ``speed`` array the output); their ``EngineeringUnits`` follow the plant. For the
+oscillator and the pendulum, SpeedLimit (m/s) watches the speed of the driven body (m1, the cart).
+
 Running: the physics is simulated at the drive cycle (``cycle_time``) in an executor, then
 played out in real time divided by ``time_scale``; live values update at ``live_rate``.
 Safety: limits are checked on upload; speed above ``speed_limit`` faults and disables; while
@@ -47,6 +54,7 @@ from asyncua.crypto.validator import CertificateValidator, CertificateValidatorO
 from asyncua.server.user_managers import UserManager
 
 from simulators.certs import SERVER_URI, Pki
+from simulators.physics import oscillator, pendulum
 from simulators.physics.crane import CraneTruth, simulate_axis
 
 log = logging.getLogger(__name__)
@@ -117,6 +125,49 @@ class DriveSettings:
         return s
 
 
+@dataclass(frozen=True)
+class Plant:
+    """What the drive moves: truth type, simulate(truth, input, dt, rng), trace keys and units."""
+
+    truth: type
+    simulate: object
+    input_unit: tuple[str, str, str]    # UNECE code, symbol, description
+    output_unit: tuple[str, str, str]
+    speed_unit: tuple[str, str, str]
+    output: str                         # measured output key of simulate's result
+    limit_key: str                      # true speed compared with speed_limit
+    mode: str
+
+    def trace(self, sim: dict, k: int) -> dict[str, np.ndarray]:
+        """The first ``k`` samples as the drive's trace arrays (crane names: torque_cmd, torque, speed)."""
+        if self.output == "speed":
+            keys = {"torque_cmd": "torque_cmd", "torque": "torque", "speed": "speed"}
+        else:
+            keys = {"torque_cmd": "force_cmd", "torque": "force", "speed": self.output}
+        return {name: np.asarray(sim[key][:k]) for name, key in keys.items()}
+
+
+_NM = ("NU", "N*m", "newton metre")
+_N = ("NEW", "N", "newton")
+_RADS = ("2A", "rad/s", "radian per second")
+_MS = ("MTS", "m/s", "metre per second")
+PLANTS: dict[str, Plant] = {
+    "crane": Plant(CraneTruth, simulate_axis, _NM, _RADS, _RADS, "speed", "speed_true", "torque_trajectory"),
+    "oscillator": Plant(oscillator.OscillatorTruth, oscillator.simulate, _N, ("MTR", "m", "metre"), _MS,
+                        oscillator.OUTPUT, "v1", "force_trajectory"),
+    "pendulum": Plant(pendulum.PendulumTruth, pendulum.simulate, _N, ("C81", "rad", "radian"), _MS,
+                      pendulum.OUTPUT, "cart_speed", "force_trajectory"),
+}
+
+
+def get_plant(name: str | None) -> Plant:
+    """The plant of ``[simulator] plant`` (default crane); ValueError naming the known ones."""
+    name = "crane" if name is None else name
+    if name not in PLANTS:
+        raise ValueError(f"[simulator] plant must be one of {sorted(PLANTS)}, got {name!r}")
+    return PLANTS[name]
+
+
 _VARS: dict[str, tuple[object, ua.VariantType]] = {
     "Enabled": (False, ua.VariantType.Boolean),
     "Mode": ("torque_trajectory", ua.VariantType.String),
@@ -138,11 +189,16 @@ _VARS: dict[str, tuple[object, ua.VariantType]] = {
 }
 
 
-#: UNECE common codes (OPC UA units namespace) and display names of the analog variables.
-_UNITS = {"TorqueSetpoint": ("NU", "N*m", "newton metre"), "ActualTorque": ("NU", "N*m", "newton metre"),
-          "TorqueLimit": ("NU", "N*m", "newton metre"), "ActualSpeed": ("2A", "rad/s", "radian per second"),
-          "SpeedLimit": ("2A", "rad/s", "radian per second"), "CycleTime": ("SEC", "s", "second"),
-          "Progress": ("C62", "1", "one (fraction of the trajectory played)")}
+def units_of(plant: Plant) -> dict[str, tuple[str, str, str]]:
+    """UNECE common codes (OPC UA units namespace) and display names of the analog variables."""
+    return {"TorqueSetpoint": plant.input_unit, "ActualTorque": plant.input_unit,
+            "TorqueLimit": plant.input_unit, "ActualSpeed": plant.output_unit,
+            "SpeedLimit": plant.speed_unit, "CycleTime": ("SEC", "s", "second"),
+            "Progress": ("C62", "1", "one (fraction of the trajectory played)")}
+
+
+#: Units of the crane drive's analog variables (the default plant).
+_UNITS = units_of(PLANTS["crane"])
 UNECE_URI = "http://www.opcfoundation.org/UA/units/un/cefact"
 #: Methods that move the axis or re-arm it: only on a control face (see the module docstring).
 CONTROL_METHODS = ("LoadTrajectory", "Start", "Enable", "ClearFault")
@@ -181,15 +237,19 @@ def _doubles(x: np.ndarray) -> ua.Variant:
 
 
 class CraneDrive:
-    """Drive state machine over the crane physics; exposed by one or more OPC UA servers."""
+    """Drive state machine over a plant's physics (default the crane axis); exposed by OPC UA servers."""
 
-    def __init__(self, truth: CraneTruth, settings: DriveSettings):
+    def __init__(self, truth, settings: DriveSettings, plant: str = "crane"):
         self.truth = truth
         self.s = settings
+        self.plant = get_plant(plant)
+        if not isinstance(truth, self.plant.truth):
+            raise TypeError(f"{plant} drive needs a {self.plant.truth.__name__}, got {type(truth).__name__}")
         self._faces: list[tuple[Server, int]] = []
         self._control_faces: set[int] = set()  # id() of the servers allowed to move the axis
         self._values = {k: v for k, (v, _) in _VARS.items()}
-        self._values.update(TorqueLimit=float(settings.torque_limit), SpeedLimit=float(settings.speed_limit),
+        self._values.update(Mode=self.plant.mode, TorqueLimit=float(settings.torque_limit),
+                            SpeedLimit=float(settings.speed_limit),
                             CycleTime=float(settings.cycle_time), MaxSamples=int(settings.max_samples),
                             SerialNumber=f"SIM-{settings.name}")
         self._lock = asyncio.Lock()
@@ -216,14 +276,15 @@ class CraneDrive:
         idx = await server.register_namespace(self.s.namespace)
         obj = await server.nodes.objects.add_object(self.nodeid(idx, ""), ua.QualifiedName(self.s.axis, idx))
         ranges = self._ranges()
+        units = units_of(self.plant)
         for name, (_, vtype) in _VARS.items():
             var = await obj.add_variable(self.nodeid(idx, name), ua.QualifiedName(name, idx),
                                          ua.Variant(self._values[name], vtype))
             if name == "Heartbeat" and control:
                 await var.set_writable()
-            if name in _UNITS:
+            if name in units:
                 await var.add_property(self.nodeid(idx, f"{name}.EngineeringUnits"),
-                                       ua.QualifiedName("EngineeringUnits", 0), eu_information(*_UNITS[name]),
+                                       ua.QualifiedName("EngineeringUnits", 0), eu_information(*units[name]),
                                        datatype=ua.ObjectIds.EUInformation)
             if name in ranges:
                 lo, hi = ranges[name]
@@ -316,8 +377,9 @@ class CraneDrive:
             return Result.BAD_DATA, "trajectory contains non-finite values"
         peak = float(np.abs(u).max())
         if peak > s.torque_limit:
+            what, unit = ("torque", "N*m") if self.plant.output == "speed" else ("force", "N")
             return (Result.TORQUE_LIMIT,
-                    f"peak torque {peak:.4g} N*m exceeds the limit {s.torque_limit:.4g} N*m")
+                    f"peak {what} {peak:.4g} {unit} exceeds the limit {s.torque_limit:.4g} {unit}")
         return Result.OK, f"loaded {u.size} samples at {st:g} s ({u.size * st:.4g} s)"
 
     async def _m_enable(self, parent) -> list[ua.Variant]:
@@ -395,37 +457,40 @@ class CraneDrive:
         k = 0
         sim: dict | None = None
         try:
-            sim = await loop.run_in_executor(None, simulate_axis, self.truth, cmd, s.cycle_time, rng)
-            over = np.flatnonzero(np.abs(sim["speed_true"]) > s.speed_limit)
+            sim = await loop.run_in_executor(None, self.plant.simulate, self.truth, cmd, s.cycle_time, rng)
+            trace = self.plant.trace(sim, cmd.size)
+            limit_speed = np.asarray(sim[self.plant.limit_key])
+            over = np.flatnonzero(np.abs(limit_speed) > s.speed_limit)
             n_end = int(over[0]) + 1 if over.size else cmd.size
             t0 = loop.time()
             while True:
                 k = min(int((loop.time() - t0) * s.time_scale / s.cycle_time), n_end)
                 if k >= n_end:
                     break
-                await self._set(TorqueSetpoint=float(cmd[k]), ActualTorque=float(sim["torque"][k]),
-                                ActualSpeed=float(sim["speed"][k]), Progress=k / cmd.size)
+                await self._set(TorqueSetpoint=float(cmd[k]), ActualTorque=float(trace["torque"][k]),
+                                ActualSpeed=float(trace["speed"][k]), Progress=k / cmd.size)
                 await asyncio.sleep(1.0 / s.live_rate)
             k = n_end
-            self._keep_trace(sim, k)
-            last = float(sim["speed"][k - 1])
+            self._keep_trace(trace, k)
+            last = float(trace["speed"][k - 1])
             if over.size:
+                unit = self.plant.speed_unit[1]
                 await self._fault(Fault.SPEED_LIMIT,
-                                  f"speed {sim['speed_true'][over[0]]:.4g} rad/s exceeds limit "
-                                  f"{s.speed_limit} rad/s at t={over[0] * s.cycle_time:.4f} s")
+                                  f"speed {limit_speed[over[0]]:.4g} {unit} exceeds limit "
+                                  f"{s.speed_limit} {unit} at t={over[0] * s.cycle_time:.4f} s")
                 return
             await self._set(State="Done", Status="trajectory done", TorqueSetpoint=0.0, ActualTorque=0.0,
                             ActualSpeed=last, Progress=1.0)
         except asyncio.CancelledError:
             if sim is not None:
-                self._keep_trace(sim, k)
+                self._keep_trace(self.plant.trace(sim, cmd.size), k)
             raise
         except Exception as exc:  # any simulation error: fault and disable
             log.exception("crane drive run failed")
             await self._fault(Fault.SIMULATION, f"simulation error: {exc}")
 
-    def _keep_trace(self, sim: dict, k: int) -> None:
-        self._trace = {key: np.asarray(sim[key][:k]) for key in ("torque_cmd", "torque", "speed")}
+    def _keep_trace(self, trace: dict, k: int) -> None:
+        self._trace = {key: np.asarray(trace[key][:k]) for key in ("torque_cmd", "torque", "speed")}
 
     async def _fault(self, code: Fault, message: str) -> None:
         log.warning("crane drive fault %s: %s", code.name, message)

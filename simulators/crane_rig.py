@@ -1,7 +1,9 @@
 """Simulated crane rig: the crane axis physics behind an OPC UA servo drive on loopback.
 
 ``CraneRig(config)`` takes the whole rig config (``[simulator.truth]``, ``[simulator.drive]``)
-or just the ``[simulator]`` table. Security ``"none"`` serves a plain endpoint, ``"secure"`` a
+or just the ``[simulator]`` table; ``[simulator] plant`` chooses what the drive moves (``"crane"`` by default,
+``"oscillator"`` or ``"pendulum"``, see :data:`simulators.crane_drive.PLANTS`), and ``[simulator.truth]``
+holds that plant's physical values. Security ``"none"`` serves a plain endpoint, ``"secure"`` a
 Basic256Sha256 SignAndEncrypt endpoint (trusted client certificates + user/password),
 ``"both"`` serves both on two ports, sharing one drive; then only the secure one may move the axis
 (the plain one reads, stops and disables).
@@ -15,8 +17,7 @@ from pathlib import Path
 from asyncua import Server
 
 from simulators.certs import Pki, ensure_pki
-from simulators.crane_drive import CraneDrive, DriveSettings, build_server, server_url
-from simulators.physics.crane import CraneTruth
+from simulators.crane_drive import CraneDrive, DriveSettings, build_server, get_plant, server_url
 
 
 class CraneRig:
@@ -24,10 +25,11 @@ class CraneRig:
 
     def __init__(self, config: dict, pki_dir: str | Path | None = None):
         sim = config.get("simulator", config)
-        self.truth = CraneTruth.from_config(sim.get("truth"))
+        self.plant = sim.get("plant", "crane")
+        self.truth = get_plant(self.plant).truth.from_config(sim.get("truth"))
         self.settings = DriveSettings.from_config(sim.get("drive"))
         self.pki_dir = Path(pki_dir if pki_dir is not None else self.settings.pki_dir)
-        self.drive = CraneDrive(self.truth, self.settings)
+        self.drive = CraneDrive(self.truth, self.settings, self.plant)
         self.pki: Pki | None = None
         self._servers: list[Server] = []
         self.endpoints: dict[str, str] = {}
@@ -83,7 +85,7 @@ async def serve_crane(config_path: str | Path, port: int | None = None) -> None:
     endpoints = await rig.start()
     try:
         for kind, url in endpoints.items():
-            print(f"crane drive {kind} endpoint: {url}", flush=True)
+            print(f"{rig.plant} drive {kind} endpoint: {url}", flush=True)
         if rig.pki is not None:
             print(f"certificates: {rig.pki_dir.resolve()}", flush=True)
         await asyncio.Event().wait()

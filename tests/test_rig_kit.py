@@ -224,7 +224,8 @@ def test_broken_config_is_one_error_line_before_anything_opens(tmp_path, base, e
     assert CliRunner().invoke(main, ["check", str(path)]).exit_code == 1
 
 
-@pytest.mark.parametrize("name", ["press-sim", "press", "crane-sim", "crane", "machine-tool-sim"])
+@pytest.mark.parametrize("name", ["press-sim", "press", "crane-sim", "crane", "machine-tool-sim",
+                                  "oscillator-sim", "pendulum-sim"])
 def test_shipped_configs_and_templates_validate(name):
     res = CliRunner().invoke(main, ["check", f"configs/{name}.toml"])
     assert res.exit_code == 0, res.output

@@ -18,6 +18,8 @@ KINDS: dict[str, str] = {
     "press": "daq.rigs.press",
     "crane": "daq.rigs.crane",
     "machine-tool": "daq.rigs.machine_tool",
+    "oscillator": "daq.rigs.oscillator",
+    "pendulum": "daq.rigs.pendulum",
 }
 
 _loaded: dict[str, Rig] = {}

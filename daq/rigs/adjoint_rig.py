@@ -1,0 +1,470 @@
+"""The two-mass oscillator and the cart pendulum of seed paper 002 as rig kinds: an input designed by the
+adjoint method (or the paper's comparison inputs F0 and the full-amplitude sine) is pushed to an OPC UA
+drive as a force trajectory, run, read back and recorded; the analysis fits the identified parameters.
+
+One module, two kinds (``oscillator``, ``pendulum``): :func:`make_rig` builds each. Devices: the servo
+drive of the crane rig (same driver and nodes; its ``torque_limit`` is the force limit in N). Streams:
+``<kind>.trace`` (force_cmd, force [N], output [m or rad]) at the drive's cycle, one trajectory between
+``trajectory_start``/``trajectory_end`` on ``<kind>.plan``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import math
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from msgspec import field as sfield
+
+from daq.config import Invalid
+from daq.rigs.base import Report, Rig
+from daq.rigs.crane import DriveDevice, open_devices, publish_trace, simulated_devices
+from daq.schema import Count, NonNegative, Positive, RigConfig, Table
+
+#: plant -> (measured output name, unit, parameters of the design)
+OUTPUTS = {"oscillator": ("x2", "m"), "pendulum": ("phi", "rad")}
+DESIGNS = ("adjoint", "F0", "sine")
+
+
+# ----------------------------------------------------------------------------------------- config
+
+
+class Devices(Table, kw_only=True):
+    drive: DriveDevice
+
+
+class Simulator(Table, kw_only=True):
+    plant: str | None = None
+    truth: dict[str, float] = sfield(default_factory=dict)
+    drive: dict[str, Any] = sfield(default_factory=dict)
+
+    def check(self) -> None:
+        from simulators.crane_drive import DriveSettings, get_plant
+
+        try:
+            plant = get_plant(self.plant)
+        except ValueError as exc:
+            raise Invalid("plant", str(exc)) from None
+        for key, build in (("truth", plant.truth.from_config), ("drive", DriveSettings.from_config)):
+            try:
+                build(dict(getattr(self, key)))
+            except (TypeError, ValueError) as exc:
+                why = re.sub(r"^(\[[^\]]*\]|\w+ truth):?\s*", "", str(exc))
+                raise Invalid(key, why, table=True) from None
+
+
+class AdjointTable(Table, kw_only=True):
+    """The design (``identification.adjoint_plants.design_problem`` spec plus optimiser settings)."""
+
+    plant: str
+    parameters: list[str]
+    criterion: Literal["A", "D", "E"] = "D"
+    scaling: Literal["relative", "none"] = "relative"
+    t_f: Positive
+    dt: Positive                      # s, input sample time
+    n_sub: Count = 2
+    u_max: Positive                   # N, |F| <= F_max
+    start: float = 0.5                # F0 = start * F_max
+    sigma: Positive                   # measurement noise std (output units)
+    meas_dt: Positive                 # s, measurement sample time assumed by the design
+    method: Literal["lbfgs", "gradient"] = "lbfgs"
+    max_iter: Count = 300
+    rounds: Count = 6
+    end_tol: Positive = 1e-3
+    end_weight: Positive = 1000.0
+    limit_weight: Positive = 1000.0
+    end: dict[str, Positive] = sfield(default_factory=dict)
+    limits: dict[str, Positive] = sfield(default_factory=dict)
+    nominal: dict[str, float] = sfield(default_factory=dict)  # design point; default: simulator truth
+
+    def check(self) -> None:
+        if self.plant not in OUTPUTS:
+            raise Invalid("plant", f"must be one of {sorted(OUTPUTS)}, got {self.plant!r}")
+        n = round(self.t_f / self.dt)
+        if n < 1 or abs(n * self.dt - self.t_f) > 1e-9 * self.t_f:
+            raise Invalid("t_f", f"{self.t_f} s is not a whole number of input samples dt = {self.dt} s")
+        if not -1 <= self.start <= 1:
+            raise Invalid("start", f"must be within [-1, 1] (a fraction of u_max), got {self.start}")
+
+    def spec(self) -> dict:
+        keys = ("parameters", "criterion", "scaling", "t_f", "dt", "n_sub", "u_max", "start", "sigma",
+                "meas_dt", "end", "limits", "end_weight", "limit_weight")
+        return {k: getattr(self, k) for k in keys}
+
+
+class PlanTable(Table, kw_only=True):
+    design: Literal["adjoint", "F0", "sine"] = "adjoint"
+    trajectory: str = "trajectory.csv"   # CSV written by `hil design adjoint` (t [s], force [N])
+    design_if_missing: bool = True       # no file: design on the fly (off the event loop)
+
+
+class FitTable(Table, kw_only=True):
+    start: Positive = 1.05      # the fit starts at start * the design point
+    skip: NonNegative = 0.0     # s left out at the beginning of the record
+    n_sigma: Positive = 3.0     # |estimate - truth| <= n_sigma * std counts as "within"
+    input_lag: NonNegative = 0.0  # s, known time constant of the force actuator (the model has none)
+
+
+def lagged_mean(force: np.ndarray, lag: float, dt: float) -> np.ndarray:
+    """Per-sample mean of a held command seen through a first-order lag ``lag`` << dt: the input the
+    model's held-sample integration should get (each sample borrows ``w`` of the previous one)."""
+    if lag <= 0:
+        return np.asarray(force, float)
+    w = lag / dt * (1.0 - math.exp(-dt / lag))
+    prev = np.concatenate([[0.0], force[:-1]])
+    return force + w * (prev - force)
+
+
+class AdjointRigConfig(RigConfig, kw_only=True):
+    simulator: Simulator | None = None
+    devices: Devices | None = None
+    adjoint: AdjointTable
+    plan: PlanTable = sfield(default_factory=PlanTable)
+    fit: FitTable = sfield(default_factory=FitTable)
+
+    def check(self) -> None:
+        kind = self.rig.kind
+        if self.devices is None:
+            raise Invalid("devices", "missing required table", table=True)
+        if self.adjoint.plant != kind:
+            raise Invalid("adjoint.plant", f"{self.adjoint.plant!r} in a {kind!r} rig")
+        if self.simulator is not None and (self.simulator.plant or "crane") != kind:
+            raise Invalid("simulator.plant", f"the simulated drive must host the {kind!r} plant, "
+                                             f"got {self.simulator.plant!r}")
+        drive = self.devices.drive
+        if self.adjoint.u_max > drive.torque_limit:
+            raise Invalid("adjoint.u_max", f"{self.adjoint.u_max} N exceeds [devices.drive].torque_limit "
+                                           f"({drive.torque_limit} N)")
+        n = round(self.adjoint.t_f / self.adjoint.dt)
+        if n > drive.max_samples:
+            raise Invalid("adjoint.t_f", f"{n} samples exceed [devices.drive].max_samples "
+                                         f"({drive.max_samples})")
+
+
+# ----------------------------------------------------------------------------------------- design
+
+
+def nominal_values(cfg: AdjointRigConfig) -> dict[str, float]:
+    """The design point: the plant's default values, the simulator truth, then ``[adjoint.nominal]``."""
+    from simulators.crane_drive import get_plant
+
+    truth_type = get_plant(cfg.adjoint.plant).truth
+    values = truth_type().model_values()
+    if cfg.simulator is not None:
+        values.update(truth_type.from_config(dict(cfg.simulator.truth)).model_values())
+    values.update(cfg.adjoint.nominal)
+    return values
+
+
+def problem_of(cfg: AdjointRigConfig):
+    from identification.adjoint_plants import design_problem
+
+    return design_problem(cfg.adjoint.plant, nominal_values(cfg), cfg.adjoint.spec())
+
+
+def run_design(cfg: AdjointRigConfig):
+    """The adjoint design of the config (``identification.adjoint_design.optimize_input`` from F0)."""
+    from identification.adjoint_design import optimize_input
+    from identification.adjoint_plants import reference_inputs
+
+    a = cfg.adjoint
+    pb = problem_of(cfg)
+    u0 = reference_inputs(pb, a.start)["F0"]
+    return optimize_input(pb, u0, method=a.method, max_iter=a.max_iter, rounds=a.rounds, end_tol=a.end_tol)
+
+
+def write_trajectory(path: str | Path, dt: float, force: np.ndarray) -> Path:
+    """CSV with header ``t [s],force [N]``, one row per held input sample."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["t [s]", "force [N]"])
+        for k, v in enumerate(np.asarray(force, float).ravel()):
+            w.writerow([f"{k * dt:.9g}", f"{v:.17g}"])
+    return path
+
+
+def read_trajectory(path: str | Path) -> tuple[float, np.ndarray]:
+    """(dt, force samples) of a trajectory CSV; ValueError when it is not one."""
+    table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+    if table.shape[1] != 2 or table.shape[0] < 2:
+        raise ValueError(f"{path}: expected two columns (t [s], force [N]) and at least two rows")
+    steps = np.diff(table[:, 0])
+    dt = float(steps.mean())
+    if not (dt > 0 and np.allclose(steps, dt, rtol=1e-6, atol=1e-9)):
+        raise ValueError(f"{path}: t is not evenly spaced")
+    return dt, table[:, 1].copy()
+
+
+def signal_of(cfg: AdjointRigConfig, design: str | None = None) -> tuple[np.ndarray, dict]:
+    """The input of ``[plan].design`` on the design grid: (force samples N, info about it).
+
+    ``adjoint`` reads ``[plan].trajectory`` (designs on the fly when it is absent and
+    ``design_if_missing``); ``F0`` and ``sine`` are the paper's comparison inputs. The predicted
+    standard deviations come from the design model's Fisher matrix for this very signal.
+    """
+    from identification.adjoint_design import evaluate
+    from identification.adjoint_plants import reference_inputs
+
+    design = design or cfg.plan.design
+    pb = problem_of(cfg)
+    info: dict = {"design": design}
+    if design == "adjoint":
+        path = Path(cfg.plan.trajectory)
+        if path.exists():
+            dt, force = read_trajectory(path)
+            if abs(dt - pb.dt) > 1e-9 * pb.dt or force.size != pb.n_samples:
+                raise ValueError(f"{path}: {force.size} samples at {dt:g} s do not match [adjoint] "
+                                 f"({pb.n_samples} samples at {pb.dt:g} s); run `hil design adjoint` again")
+            info["trajectory"] = str(path)
+        elif cfg.plan.design_if_missing:
+            res = run_design(cfg)
+            force = res.u[:, 0].copy()
+            info.update(trajectory=None, iterations=res.iterations, design_success=res.success)
+        else:
+            raise FileNotFoundError(f"{path} not found: run `hil design adjoint` first")
+    else:
+        force = reference_inputs(pb, cfg.adjoint.start)["F0" if design == "F0" else "sine"][:, 0].copy()
+    ev = evaluate(pb, force[:, None], gradient=False)
+    names = list(pb.model.state_names)
+    info.update(parameters=list(pb.model.param_names), design_point=pb.b.tolist(),
+                fisher=ev.fisher.tolist(), predicted_std=_std(ev.fisher).tolist(),
+                end_residuals={names[c.index]: float(r) for c, r in
+                               zip(pb.end_conditions, ev.end_residuals, strict=True)},
+                input_dt=pb.dt, peak_force=float(np.abs(force).max()))
+    return force, info
+
+
+def _std(fisher: np.ndarray) -> np.ndarray:
+    try:
+        return np.sqrt(np.diag(np.linalg.inv(fisher)))
+    except np.linalg.LinAlgError:
+        return np.full(fisher.shape[0], np.inf)
+
+
+# ----------------------------------------------------------------------------------------- plan
+
+
+async def prepare(ctx) -> None:
+    """Load (or design, off the loop) the input and check it against the drive's force limit."""
+    from drivers.servo_drive import LimitError
+
+    cfg: AdjointRigConfig = ctx.config
+    drive = ctx.devices.drive
+    loop = asyncio.get_running_loop()
+    force, info = await loop.run_in_executor(None, signal_of, cfg)
+    limit = min(cfg.devices.drive.torque_limit, drive.drive_limits.get("torque_limit", math.inf))
+    if info["peak_force"] > limit:
+        raise LimitError(drive.name, drive.url, f"peak force {info['peak_force']:.4g} N of the "
+                         f"{info['design']} input exceeds the drive's limit {limit:.4g} N")
+    drive.check_trajectory(cfg.adjoint.dt, force)  # the driver's own checks, before anything is sent
+    ctx.signal = (cfg.adjoint.dt, force, info)
+
+
+def make_plan(kind: str):
+    trace_stream, plan_stream = f"{kind}.trace", f"{kind}.plan"
+    channels = channels_of(kind)
+    units = ["N", "N", OUTPUTS[kind][1]]
+
+    async def plan(ctx) -> None:
+        """Upload, enable, start, wait, read the trace back, disable, publish it between the events."""
+        drive = ctx.devices.drive
+        ctx.summary.update(runs=0)
+        dt, force, info = ctx.signal
+        await ctx.checkpoint("before the run")
+        await drive.load_trajectory(dt, force)
+        await drive.enable()
+        t0 = time.time()
+        await drive.start()
+        await drive.wait_done()
+        trace = await drive.read_trace()
+        await drive.disable()
+        n = int(trace["speed"].size)
+        expected = int(round(force.size * dt / trace["dt"]))
+        if n != expected:
+            raise RuntimeError(f"trace has {n} samples, expected {expected}")
+        await ctx.event(plan_stream, "trajectory_start", role="identification", dt=trace["dt"], n=n, t0=t0,
+                        **info)
+        data = np.column_stack([trace["torque_cmd"], trace["torque"], trace["speed"]])
+        await publish_trace(ctx, data, t0, trace["dt"], stream=trace_stream, channels=channels, units=units)
+        await ctx.event(plan_stream, "trajectory_end", role="identification", dt=trace["dt"], n=n, t0=t0)
+        ctx.summary["runs"] += 1
+        ctx.advance(1, f"{info['design']} input recorded ({n} samples)")
+
+    return plan
+
+
+def channels_of(kind: str) -> list[str]:
+    return ["force_cmd", "force", OUTPUTS[kind][0]]
+
+
+# ----------------------------------------------------------------------------------------- analysis
+
+
+@dataclass
+class Record:
+    """One recorded trajectory: command and measured output at the drive's cycle, and its design info."""
+
+    t: np.ndarray
+    force_cmd: np.ndarray
+    force: np.ndarray
+    output: np.ndarray
+    dt: float
+    info: dict
+    truth: dict[str, float] | None = None
+
+
+def make_arrays(kind: str):
+    trace_stream = f"{kind}.trace"
+
+    def arrays(store, session_id: str) -> Record | None:
+        """The session's trajectory (its own sample range of the trace stream) and its design info."""
+        if not store.events(session_id, kind="trajectory_end"):
+            return None
+        ev = store.events(session_id, kind="trajectory_start")[0]
+        n, dt = int(ev.body["n"]), float(ev.body["dt"])
+        read_range = getattr(store, "read_range", None)
+        rows = (read_range(session_id, trace_stream, 0, n).data if read_range is not None
+                else store.read_stream(session_id, trace_stream).data[:n])
+        if rows.shape[0] != n:
+            raise ValueError(f"session {session_id}: {rows.shape[0]} stored samples, expected {n}")
+        rows = rows.astype(float)
+        return Record(np.arange(n) * dt, rows[:, 0], rows[:, 1], rows[:, 2], dt, dict(ev.body))
+
+    return arrays
+
+
+@dataclass
+class AdjointAnalysis:
+    """Identified parameters of one run, with predicted and residual-based standard deviations."""
+
+    plant: str
+    design: str
+    names: list[str]
+    estimate: np.ndarray
+    truth: np.ndarray | None          # from the session's [simulator.truth], if simulated
+    design_point: np.ndarray
+    predicted_std: np.ndarray         # design model's Fisher matrix of the signal (design sigma, meas_dt)
+    residual_std: np.ndarray          # fit Jacobian and residual variance of this record
+    residual_rms: float               # output units
+    n_sigma: float
+    fit_success: bool
+    nfev: int
+    t: np.ndarray
+    y_fit: np.ndarray
+
+    @property
+    def compare_std(self) -> np.ndarray:
+        """The std the truth is compared against: the larger of predicted and residual-based."""
+        return np.maximum(self.predicted_std, self.residual_std)
+
+    @property
+    def within(self) -> list[bool] | None:
+        if self.truth is None:
+            return None
+        return [bool(v) for v in np.abs(self.estimate - self.truth) <= self.n_sigma * self.compare_std]
+
+    def text(self) -> str:
+        unit = OUTPUTS[self.plant][1]
+        lines = [f"{self.plant}: {self.design} input, fit {'converged' if self.fit_success else 'FAILED'} "
+                 f"({self.nfev} evaluations), residual rms {self.residual_rms:.3g} {unit}",
+                 f"{'parameter':<10} {'estimate':>12} {'pred. std':>10} {'resid. std':>10} {'truth':>12} "
+                 f"{'|err|/std':>9}  within {self.n_sigma:g} std"]
+        within = self.within
+        for j, name in enumerate(self.names):
+            if self.truth is None:
+                tail = f"{'-':>12} {'-':>9}  -"
+            else:
+                z = abs(self.estimate[j] - self.truth[j]) / self.compare_std[j]
+                tail = f"{self.truth[j]:>12.6g} {z:>9.2f}  {'yes' if within[j] else 'NO'}"
+            lines.append(f"{name:<10} {self.estimate[j]:>12.6g} {self.predicted_std[j]:>10.3g} "
+                         f"{self.residual_std[j]:>10.3g} {tail}")
+        lines.append("std compared: the larger of the predicted (design Fisher matrix) and the "
+                     "residual-based one")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        def named(v):
+            return None if v is None else dict(zip(self.names, np.asarray(v).tolist(), strict=True))
+
+        return {"plant": self.plant, "design": self.design, "estimate": named(self.estimate),
+                "truth": named(self.truth), "design_point": named(self.design_point),
+                "predicted_std": named(self.predicted_std), "residual_std": named(self.residual_std),
+                "compared_std": named(self.compare_std), "n_sigma": self.n_sigma,
+                "within": None if self.within is None else dict(zip(self.names, self.within, strict=True)),
+                "residual_rms": self.residual_rms, "fit_success": self.fit_success, "nfev": self.nfev}
+
+
+def analyze(rec: Record | None, cfg: AdjointRigConfig, progress=None) -> AdjointAnalysis:
+    """Least-squares fit of the design's parameters on the recorded command and output."""
+    from daq.analysis import AnalysisError
+    from identification.adjoint_design import fit_parameters, simulate_output
+
+    if rec is None:
+        raise AnalysisError("no trajectory recorded")
+    pb = problem_of(cfg)
+    names = list(pb.model.param_names)
+    if progress is not None:
+        progress(0, 1, "fitting")
+    skip = int(round(cfg.fit.skip / rec.dt))
+    u = lagged_mean(rec.force_cmd, cfg.fit.input_lag, rec.dt)
+    fit = fit_parameters(pb.model, u, rec.dt, rec.output, pb.b * cfg.fit.start, n_sub=1, skip=skip)
+    _, y, _ = simulate_output(pb.model, fit.b, u, rec.dt, 1)
+    truth = None
+    if cfg.simulator is not None:
+        from simulators.crane_drive import get_plant
+
+        values = get_plant(cfg.adjoint.plant).truth.from_config(dict(cfg.simulator.truth)).model_values()
+        truth = np.array([values[n] for n in names])
+    if progress is not None:
+        progress(1, 1, "fitted")
+    return AdjointAnalysis(cfg.adjoint.plant, str(rec.info.get("design", "?")), names, fit.b, truth, pb.b,
+                           np.asarray(rec.info["predicted_std"], float), fit.std, fit.residual_std,
+                           cfg.fit.n_sigma, fit.success, fit.nfev, rec.t, y[:, 0])
+
+
+def _plots(result: AdjointAnalysis, rec: Record, folder: Path) -> list[Path]:
+    from daq.plots.adjoint import plot_analysis
+
+    return plot_analysis(result, rec, folder)
+
+
+def _describe(sim) -> list[dict]:
+    s = sim.settings
+    return [{"device": "drive", "protocol": "opc.tcp", "address": url, "security": kind,
+             "nodes": f"namespace {s.namespace}, object {s.axis}, plant {sim.plant}"}
+            for kind, url in sim.endpoints.items()]
+
+
+def simulator(raw: dict):
+    from simulators.crane_rig import CraneRig
+
+    return CraneRig(raw)
+
+
+def make_rig(kind: str, summary: str) -> Rig:
+    out, unit = OUTPUTS[kind]
+    return Rig(
+        kind=kind,
+        summary=summary,
+        schema=AdjointRigConfig,
+        open_devices=open_devices,
+        plan=make_plan(kind),
+        simulator=simulator,
+        simulated_devices=simulated_devices,
+        prepare=prepare,
+        progress_total=lambda cfg: 1,
+        arrays=make_arrays(kind),
+        analyze=analyze,
+        report=Report(text=lambda r: r.text(), to_dict=lambda r: r.to_dict(), plots=_plots),
+        describe_simulator=_describe,
+        streams={f"{kind}.trace": f"force_cmd, force [N], {out} [{unit}] at the drive's cycle",
+                 f"{kind}.plan": "events"},
+    )
