@@ -78,7 +78,8 @@ class RunContext:
         self._companions: list[asyncio.Task] = []
         self._subscribers: list[BusSubscriber] = []
         self._wake = asyncio.Event()
-        self.on_stop_request: Callable[[], None] | None = None
+        self._plan_task: asyncio.Future | None = None
+        self.prepared: dict = {}         # what the rig's prepare() made for its plan (designs, ...)
 
     # -- bus ------------------------------------------------------------------------------------------
     async def event(self, stream: str, kind: str, **body) -> None:
@@ -123,8 +124,12 @@ class RunContext:
         self.stop_requested = True
         self.state = "stopping"
         self._resume.set()
-        if self.on_stop_request is not None:
-            self.on_stop_request()
+
+    def abort(self) -> None:
+        """Stop now: cancel the running plan (it still ends through the safe state)."""
+        self.request_stop()
+        if self._plan_task is not None and not self._plan_task.done():
+            self._plan_task.cancel()
 
     def pause(self) -> None:
         if self.state == "running":
@@ -303,7 +308,7 @@ async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: Oper
     """Run the plan with its companions and the recorder; whichever ends first ends the plan."""
     plan_task = asyncio.ensure_future(rig.plan(ctx))
     stopper.target = plan_task
-    ctx._abort = plan_task.cancel  # type: ignore[attr-defined]
+    ctx._plan_task = plan_task
     rec_task = recorder.failed  # resolves (with the error) only when the recorder stops on a failure
     try:
         while not plan_task.done():
@@ -407,11 +412,7 @@ class _CommandChannel:
         return {"session": ctx.session_id, "kind": ctx.rig.kind, "state": ctx.state, "summary": ctx.summary}
 
     def _abort(self) -> dict:
-        ctx = self.ctx
-        ctx.request_stop()
-        cancel = getattr(ctx, "_abort", None)
-        if cancel is not None:
-            cancel()
+        self.ctx.abort()
         return self._status()
 
     async def stop(self) -> None:

@@ -279,7 +279,6 @@ async def prepare(ctx) -> None:
     drive = ctx.devices.drive
     limit = min(cfg.devices.drive.torque_limit, drive.drive_limits.get("torque_limit", np.inf))
     loop = asyncio.get_running_loop()
-    ctx.excitations = {}
     for role in ROLES:
         dt, torque, info, ms, peak = await loop.run_in_executor(None, design_excitation, cfg.excitation, role,
                                                                  limit)
@@ -290,7 +289,7 @@ async def prepare(ctx) -> None:
             out.mkdir(parents=True, exist_ok=True)
             info["files"] = [str(export_trajectory(ms, out / f"{role}.csv", peak=peak)),
                              str(plot_multisine(ms, out / f"{role}.png", peak=peak))]
-        ctx.excitations[role] = (dt, torque, info)
+        ctx.prepared[role] = (dt, torque, info)
 
 
 async def plan(ctx) -> None:
@@ -300,7 +299,7 @@ async def plan(ctx) -> None:
     t_end = 0.0  # end of the last published trace: time bases never overlap
     for role in ROLES:
         await ctx.checkpoint(f"before the {role} run")
-        dt, torque, info = ctx.excitations[role]
+        dt, torque, info = ctx.prepared[role]
         await drive.load_trajectory(dt, torque)
         await drive.enable()
         t0 = max(time.time(), t_end)
