@@ -623,4 +623,4 @@ def demo(state: CliState, duration: float, rate: float, as_json: bool) -> None:
 
 
 # Rig-level commands (run, analyze, sim press|crane) register themselves on import.
-from daq import keys_cli, rig_commands, watch_cli  # noqa: E402,F401
+from daq import design_cli, keys_cli, rig_commands, watch_cli  # noqa: E402,F401

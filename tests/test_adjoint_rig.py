@@ -1,0 +1,107 @@
+"""Oscillator and pendulum rigs end to end: `hil design adjoint` writes the signal, `hil run` pushes it to the
+simulated OPC UA drive hosting the plant and records it, `hil analyze` identifies the parameters."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from daq.cli import main
+from daq.config import load_config
+from daq.store import SessionStore
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_rig_kit import _to_toml  # noqa: E402
+
+# coarse, short designs: the test checks the chain, not the optimum
+COARSE = {"oscillator": {"max_iter": 40, "rounds": 2}, "pendulum": {"max_iter": 60, "rounds": 2}}
+# the pendulum fit model has no Coulomb friction; with it in the truth the estimate of s_p is biased by
+# 3-5 predicted std (see the report): this test checks identification within the stated uncertainty of a
+# truth whose other unmodelled effects (force lag, encoder, noise) stay on
+TRUTH = {"oscillator": {}, "pendulum": {"cart_coulomb": 0.0, "joint_coulomb": 0.0}}
+
+
+def _config(kind: str, tmp_path: Path) -> Path:
+    cfg = load_config(f"configs/{kind}-sim.toml")
+    cfg.pop("store", None)
+    cfg["adjoint"].update(COARSE[kind])
+    cfg["simulator"]["truth"].update(TRUTH[kind])
+    cfg["simulator"]["drive"].update(time_scale=10.0)
+    cfg["plan"].update(trajectory=str(tmp_path / "design" / "trajectory.csv"), design_if_missing=False)
+    path = tmp_path / f"{kind}.toml"
+    path.write_text(_to_toml(cfg))
+    return path
+
+
+@pytest.mark.parametrize("kind, names, unit",
+                         [("oscillator", ["c2"], "m"), ("pendulum", ["s_p", "d_p"], "rad")])
+def test_design_run_analyze_identifies_within_uncertainty(kind, names, unit, tmp_path):
+    path = _config(kind, tmp_path)
+    cfg = load_config(path)
+    f_max = cfg["adjoint"]["u_max"]
+    runner = CliRunner()
+
+    res = runner.invoke(main, ["design", "adjoint", str(path), "--json"])
+    assert res.exit_code == 0, res.output
+    design = json.loads(res.stdout)
+    traj = tmp_path / "design" / "trajectory.csv"
+    assert str(traj) in design["files"]
+    for png in ("convergence.png", "signal.png", "information.png"):
+        assert (tmp_path / "design" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = np.loadtxt(traj, delimiter=",", skiprows=1)
+    n = round(cfg["adjoint"]["t_f"] / cfg["adjoint"]["dt"])
+    assert table.shape == (n, 2) and np.abs(table[:, 1]).max() <= f_max
+    # even a coarse design beats F0 and the sine in predicted information
+    std = design["predicted_std"]
+    for p in names:
+        assert std["adjoint"][p] < std["F0"][p] and std["adjoint"][p] < std["sine"][p]
+
+    store = tmp_path / "s.sqlite"
+    res = runner.invoke(main, ["--store", str(store), "run", str(path), "--no-progress", "--json"])
+    assert res.exit_code == 0, res.output
+    run = json.loads(res.stdout)["run"]
+    assert run["status"] == "complete" and run["safe"], run
+    with SessionStore(store) as st:
+        sid = run["session_id"]
+        trace = st.read_stream(sid, f"{kind}.trace")
+        assert trace.units == ["N", "N", unit]
+        start = st.events(sid, kind="trajectory_start")[0].body
+        assert start["design"] == "adjoint" and start["trajectory"] == str(traj)
+    cycle = cfg["simulator"]["drive"]["cycle_time"]
+    reps = round(cfg["adjoint"]["dt"] / cycle)
+    assert trace.data.shape[0] == n * reps == start["n"]
+    force_cmd = trace.data[:, 0]
+    assert np.abs(force_cmd).max() <= f_max  # bounds held on the wire
+    np.testing.assert_allclose(force_cmd, np.repeat(table[:, 1], reps), rtol=1e-12, atol=1e-12)
+
+    res = runner.invoke(main, ["--store", str(store), "analyze", sid, "--json",
+                               "--plots", str(tmp_path / "p")])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["fit_success"]
+    for p in names:
+        est, truth = out["estimate"][p], out["truth"][p]
+        pred, resid = out["predicted_std"][p], out["residual_std"][p]
+        assert 0.5 < resid / pred < 2.0  # the design's prediction describes the run's scatter
+        assert abs(est - truth) <= 3 * max(pred, resid), (p, est, truth, pred, resid)
+        assert out["within"][p]
+    assert (tmp_path / "p" / "fit.png").exists()
+
+
+def test_drive_refuses_a_force_above_its_limit(tmp_path):
+    """The rig checks the signal against the drive's force limit before anything is sent."""
+    cfg = load_config("configs/oscillator-sim.toml")
+    cfg.pop("store", None)
+    cfg["simulator"]["drive"].update(torque_limit=4.0)   # the drive itself is weaker than the config says
+    cfg["plan"].update(design="sine")
+    path = tmp_path / "o.toml"
+    path.write_text(_to_toml(cfg))
+    store = tmp_path / "s.sqlite"
+    res = CliRunner().invoke(main, ["--store", str(store), "run", str(path), "--no-progress"])
+    assert res.exit_code == 1
+    assert "exceeds the drive's limit 4 N" in res.output, res.output
