@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from daq.plots import save_figure
+
 
 def _plt():
     import matplotlib
@@ -32,10 +34,7 @@ def plot_design(result, references: dict[str, np.ndarray], stds: dict[str, np.nd
     ax.set_ylabel("cost (1)")
     ax.set_title(f"{result.method}: {result.iterations} iterations, {result.n_evaluations} gradient solves")
     ax.legend()
-    fig.tight_layout()
-    files.append(folder / "convergence.png")
-    fig.savefig(files[-1], dpi=100)
-    plt.close(fig)
+    files.append(save_figure(fig, folder / "convergence.png", dpi=100))
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     t = result.t
@@ -48,10 +47,7 @@ def plot_design(result, references: dict[str, np.ndarray], stds: dict[str, np.nd
     ax.set_xlabel("t [s]")
     ax.set_ylabel("force [N]")
     ax.legend(loc="upper right")
-    fig.tight_layout()
-    files.append(folder / "signal.png")
-    fig.savefig(files[-1], dpi=100)
-    plt.close(fig)
+    files.append(save_figure(fig, folder / "signal.png", dpi=100))
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     names = list(result.param_names)
@@ -63,10 +59,7 @@ def plot_design(result, references: dict[str, np.ndarray], stds: dict[str, np.nd
     ax.set_ylabel("predicted std / value (1)")
     ax.set_title("predicted information (smaller = better determined)")
     ax.legend()
-    fig.tight_layout()
-    files.append(folder / "information.png")
-    fig.savefig(files[-1], dpi=100)
-    plt.close(fig)
+    files.append(save_figure(fig, folder / "information.png", dpi=100))
     return files
 
 
@@ -91,8 +84,4 @@ def plot_analysis(result, rec, folder: str | Path) -> list[Path]:
     est = ", ".join(f"{n} = {v:.6g} +- {s:.2g}" for n, v, s in
                     zip(result.names, result.estimate, result.compare_std, strict=True))
     axes[0].set_title(f"{result.plant}, {result.design} input: {est}")
-    fig.tight_layout()
-    path = Path(folder) / "fit.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return [path]
+    return [save_figure(fig, Path(folder) / "fit.png", dpi=100)]

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from daq.plots import save_figure
+
 __all__ = ["write_plots"]
 
 
@@ -36,10 +38,7 @@ def write_plots(result, directory: str | Path) -> list[Path]:
     ax.set_xticks(x, g.names, rotation=90)
     ax.set_ylabel("total Sobol index (mean over pairs)")
     ax.legend()
-    fig.tight_layout()
-    files.append(out / "sobol.png")
-    fig.savefig(files[-1], dpi=110)
-    plt.close(fig)
+    files.append(save_figure(fig, out / "sobol.png", dpi=110))
 
     # measured vs identified accelerance at the driving point, every position
     arr = result.arrays
@@ -57,10 +56,7 @@ def write_plots(result, directory: str | Path) -> list[Path]:
         ax.set_ylabel("|H| [m/s$^2$/N]")
         ax.legend()
     axes[-1, 0].set_xlabel("frequency [Hz]")
-    fig.tight_layout()
-    files.append(out / "frf_overlay.png")
-    fig.savefig(files[-1], dpi=110)
-    plt.close(fig)
+    files.append(save_figure(fig, out / "frf_overlay.png", dpi=110))
 
     # parameter deviation from the truth (simulated sessions) or from the box centre's start
     dev = g.relative_deviation()
@@ -72,8 +68,5 @@ def write_plots(result, directory: str | Path) -> list[Path]:
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xticks(x, g.names, rotation=90)
     ax.set_ylabel(f"deviation from {ref_label} [%]")
-    fig.tight_layout()
-    files.append(out / "parameter_deviation.png")
-    fig.savefig(files[-1], dpi=110)
-    plt.close(fig)
+    files.append(save_figure(fig, out / "parameter_deviation.png", dpi=110))
     return files

@@ -10,14 +10,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from daq.plots import save_figure  # noqa: E402
 from identification.ellipsoid import confidence_ellipsoid  # noqa: E402
 
-
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+_save = save_figure  # lay out, write, close
 
 
 def plot_force_displacement(
