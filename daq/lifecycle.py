@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from daq.bus import BusPublisher, BusSubscriber
 from daq.config import ConfigError, store_path_for
 from daq.frames import Event, Frame
@@ -92,6 +94,14 @@ class RunContext:
 
     def next_seq(self, stream: str) -> int:
         return self.publisher.next_seq(stream)
+
+    async def publish_blocks(self, stream: str, data: np.ndarray, t0: float, dt: float, channels: list[str],
+                             units: list[str], block: int = 5000) -> None:
+        """A recorded trace (n, channels) sampled at ``dt`` from ``t0``, as frames of ``block`` samples."""
+        for k in range(0, data.shape[0], block):
+            chunk = np.ascontiguousarray(data[k:k + block])
+            seq = self.next_seq(stream)
+            await self.publish(Frame(stream, seq, t0 + k * dt, dt, list(channels), list(units), chunk))
 
     async def subscribe(self, *topics: str) -> BusSubscriber:
         """A subscriber of the run's bus (closed by the lifecycle), connected before this returns."""

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
+from daq.plots.crane import write_plots
 from identification.crane_analysis import analyze_crane, selection_options
 from identification.drive_models import parse_name
-from daq.plots.crane import write_plots
 from identification.drive_simulation import prepare_input, simulate
 from identification.model_selection import fit_structure, select_model
 from identification.multisine import design_multisine

@@ -24,7 +24,7 @@ from msgspec import field as sfield
 
 from daq.config import Invalid
 from daq.rigs.base import Report, Rig
-from daq.rigs.crane import DriveDevice, open_devices, publish_trace, simulated_devices
+from daq.rigs.crane import FRAME_SAMPLES, DriveDevice, open_devices, simulated_devices
 from daq.schema import Count, NonNegative, Positive, RigConfig, Table
 
 #: plant -> (measured output name, unit, parameters of the design)
@@ -293,7 +293,7 @@ def make_plan(kind: str):
         await ctx.event(plan_stream, "trajectory_start", role="identification", dt=trace["dt"], n=n, t0=t0,
                         **info)
         data = np.column_stack([trace["torque_cmd"], trace["torque"], trace["speed"]])
-        await publish_trace(ctx, data, t0, trace["dt"], stream=trace_stream, channels=channels, units=units)
+        await ctx.publish_blocks(trace_stream, data, t0, trace["dt"], channels, units, FRAME_SAMPLES)
         await ctx.event(plan_stream, "trajectory_end", role="identification", dt=trace["dt"], n=n, t0=t0)
         ctx.summary["runs"] += 1
         ctx.advance(1, f"{info['design']} input recorded ({n} samples)")

@@ -313,22 +313,11 @@ async def plan(ctx) -> None:
             raise RuntimeError(f"{role}: trace has {n} samples, expected {expected}")
         await ctx.event(PLAN_STREAM, "trajectory_start", role=role, dt=trace["dt"], n=n, t0=t0, **info)
         data = np.column_stack([trace[c] for c in CHANNELS])
-        await publish_trace(ctx, data, t0, trace["dt"])
+        await ctx.publish_blocks(TRACE_STREAM, data, t0, trace["dt"], CHANNELS, UNITS, FRAME_SAMPLES)
         t_end = t0 + n * trace["dt"]
         await ctx.event(PLAN_STREAM, "trajectory_end", role=role, dt=trace["dt"], n=n, t0=t0)
         ctx.summary["runs"] += 1
         ctx.advance(1, f"{role} run recorded ({n} samples)")
-
-
-async def publish_trace(ctx, data: np.ndarray, t0: float, dt: float, stream: str = TRACE_STREAM,
-                        channels: list[str] = CHANNELS, units: list[str] = UNITS) -> None:
-    """A recorded trace as frames of ``FRAME_SAMPLES`` samples."""
-    from daq.frames import Frame
-
-    for k in range(0, data.shape[0], FRAME_SAMPLES):
-        block = np.ascontiguousarray(data[k:k + FRAME_SAMPLES])
-        await ctx.publish(Frame(stream, ctx.next_seq(stream), t0 + k * dt, dt, list(channels), list(units),
-                                block))
 
 
 # ----------------------------------------------------------------------------------------- analysis

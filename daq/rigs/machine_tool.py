@@ -191,7 +191,6 @@ def _steps(cfg: MachineToolConfig) -> list[tuple[float, str]]:
 
 async def plan(ctx) -> None:
     """Per position: move the axis, per input DOF one periodic multisine measurement, publish it."""
-    from daq.frames import Frame
 
     cfg: MachineToolConfig = ctx.config
     fe = ctx.devices.frontend
@@ -229,30 +228,9 @@ async def plan(ctx) -> None:
                 period=e.period,
                 t0=t0,
             )
-            for a in range(0, n, FRAME_SAMPLES):
-                sl = slice(a, a + FRAME_SAMPLES)
-                await ctx.publish(
-                    Frame(
-                        FORCE_STREAM,
-                        ctx.next_seq(FORCE_STREAM),
-                        t0 + a * e.dt,
-                        e.dt,
-                        ["force"],
-                        ["N"],
-                        np.ascontiguousarray(force[sl, None]),
-                    )
-                )
-                await ctx.publish(
-                    Frame(
-                        ACCEL_STREAM,
-                        ctx.next_seq(ACCEL_STREAM),
-                        t0 + a * e.dt,
-                        e.dt,
-                        list(labels),
-                        [ACCEL_UNIT] * len(labels),
-                        np.ascontiguousarray(accel[sl]),
-                    )
-                )
+            await ctx.publish_blocks(FORCE_STREAM, force[:, None], t0, e.dt, ["force"], ["N"], FRAME_SAMPLES)
+            await ctx.publish_blocks(ACCEL_STREAM, accel, t0, e.dt, list(labels), [ACCEL_UNIT] * len(labels),
+                                     FRAME_SAMPLES)
             t_end = t0 + n * e.dt
             await ctx.event(PLAN_STREAM, "run_end", position=position, role=role, input=dof, n=n)
             ctx.summary["runs"] += 1
