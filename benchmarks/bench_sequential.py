@@ -1,0 +1,203 @@
+"""Sequential experiment design against repeating the initial design (issue 10), Monte Carlo over noise seeds.
+
+Both strategies start from the same adjoint design, made at a deliberately wrong prior (default: the
+oscillator at c2 = 700 N/m, truth 1100 N/m). After every run the parameters are refitted over all runs so
+far (first fit: grid scan + Levenberg-Marquardt from the prior, later fits warm-started); the loop stops
+when every relative std is <= the target or after ``--max-runs``.
+
+* repeat:     run the initial input again and again;
+* sequential: re-solve the adjoint design at the current estimate (warm start from the previous input,
+              ``identification.sequential_design.redesign``) and run that.
+
+Data: the simulator truth (``simulators/physics``, with the effects the model lacks: Coulomb friction,
+force lag, quantisation) at the drive cycle of the config, noise of run i of seed s from
+``default_rng([s, i])`` - the same draws for both strategies; ``--data model`` uses the identification
+model plus Gaussian noise of the design's sigma instead. Side by side, the cost of one redesign: the
+warm-started one against the plain ``optimize_input`` from F0 at the same estimate (first redesign of
+every seed).
+
+    .venv/bin/python benchmarks/bench_sequential.py [--plant oscillator] [--prior c2=700] [--seeds 10]
+        [--target 1.3e-5] [--max-runs 12] [--data physics|model] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from daq.config import load_config  # noqa: E402
+from daq.rigs.adjoint_rig import lagged_mean  # noqa: E402
+from identification.adjoint_design import optimize_input, simulate_output  # noqa: E402
+from identification.adjoint_plants import design_problem, reference_inputs  # noqa: E402
+from identification.sequential_design import (  # noqa: E402
+    Record,
+    fit_runs,
+    predicted_std,
+    redesign,
+    stop_reason,
+)
+from simulators.physics import oscillator as osc_sim  # noqa: E402
+from simulators.physics import pendulum as pend_sim  # noqa: E402
+
+PHYSICS = {"oscillator": osc_sim, "pendulum": pend_sim}
+TRUTH = {"oscillator": osc_sim.OscillatorTruth, "pendulum": pend_sim.PendulumTruth}
+
+
+class Setup:
+    """Truth, design spec, drive cycle and fit settings of a shipped config, with the prior applied."""
+
+    def __init__(self, plant: str, prior: dict[str, float], data: str):
+        cfg = load_config(ROOT / "configs" / f"{plant}-sim.toml")
+        self.plant, self.data = plant, data
+        self.truth = TRUTH[plant].from_config(cfg["simulator"]["truth"])
+        self.spec = dict(cfg["adjoint"])
+        self.values = self.truth.model_values()
+        self.prior = {**self.values, **prior}
+        self.cycle = float(cfg["simulator"]["drive"]["cycle_time"])
+        self.reps = int(round(self.spec["dt"] / self.cycle))
+        self.input_lag = float(cfg.get("fit", {}).get("input_lag", 0.0))
+        self.fit_start = float(cfg.get("fit", {}).get("start", 1.05))
+        self.problem_truth = design_problem(plant, self.values, self.spec)
+        self.names = list(self.problem_truth.model.param_names)
+        self.b_truth = self.problem_truth.b.copy()
+
+    def problem(self, values: dict[str, float]):
+        return design_problem(self.plant, {**self.prior, **values}, self.spec)
+
+    def design_kw(self) -> dict:
+        return {k: self.spec[k] for k in ("method", "max_iter", "rounds", "end_tol") if k in self.spec}
+
+    def record(self, u: np.ndarray, seed: int, run: int, model) -> Record:
+        """One run of the held input ``u`` (design grid) sampled at the drive cycle, with fresh noise."""
+        rng = np.random.default_rng([seed, run])
+        force = np.repeat(np.asarray(u, float).ravel(), self.reps)
+        if self.data == "physics":
+            d = PHYSICS[self.plant].simulate(self.truth, force, self.cycle, rng)
+            y = d[PHYSICS[self.plant].OUTPUT]
+        else:
+            _, y, _ = simulate_output(model, self.b_truth, force, self.cycle, 1)
+            y = y[:, 0] + rng.normal(0.0, float(self.spec["sigma"]), y.shape[0])
+        return Record(lagged_mean(force, self.input_lag, self.cycle), y, self.cycle)
+
+
+def campaign(s: Setup, u0: np.ndarray, seed: int, target: float, max_runs: int, sequential: bool) -> dict:
+    """Runs until the target (or the budget); returns what it took."""
+    pb0 = s.problem({})
+    model = pb0.model
+    u = u0
+    runs: list[Record] = []
+    est = None
+    rows = []
+    design_s = cold_s = 0.0
+    cold_std = warm_std = None
+    while True:
+        runs.append(s.record(u, seed, len(runs), model))
+        start = pb0.b * s.fit_start if est is None else est.b
+        est = fit_runs(model, runs, start, scan=est is None)
+        rows.append({"run": len(runs), "values": est.b.tolist(), "rel_std": est.rel_std.tolist()})
+        reason = stop_reason(s.names, est.rel_std.tolist(), target, len(runs), max_runs)
+        if reason is not None:
+            break
+        if sequential:
+            pb = s.problem(dict(zip(s.names, est.b.tolist(), strict=True)))
+            t0 = time.perf_counter()
+            res = redesign(pb, u, **s.design_kw())
+            dt = time.perf_counter() - t0
+            design_s += dt
+            if len(runs) == 1:  # side by side: the plain library call from F0 at the same estimate
+                t0 = time.perf_counter()
+                f0 = reference_inputs(pb, s.spec.get("start", 0.5))["F0"]
+                cold = optimize_input(pb, f0, **s.design_kw())
+                cold_s = time.perf_counter() - t0
+                cold_std = predicted_std(s.problem_truth, cold.u).tolist()
+                warm_std = predicted_std(s.problem_truth, res.u).tolist()
+                warm_first_s = dt
+            u = res.u
+    out = {"seed": seed, "runs": len(runs), "excitation_s": len(runs) * pb0.t_f, "reason": reason,
+           "estimate": est.b.tolist(), "rel_std": est.rel_std.tolist(), "error": (est.b - s.b_truth).tolist(),
+           "trace": rows, "design_s": design_s}
+    if cold_std is not None:
+        out.update(first_redesign_s=warm_first_s, cold_design_s=cold_s, first_redesign_std=warm_std,
+                   cold_design_std=cold_std)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--plant", default="oscillator", choices=sorted(PHYSICS))
+    ap.add_argument("--prior", action="append", default=None, help="name=value of the wrong design point")
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--target", type=float, default=1.3e-5, help="every relative std <= this")
+    ap.add_argument("--max-runs", type=int, default=12)
+    ap.add_argument("--data", choices=("physics", "model"), default="physics")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    prior_txt = a.prior or (["c2=700"] if a.plant == "oscillator" else ["s_p=0.15", "d_p=0.02"])
+    prior = {k: float(v) for k, v in (p.split("=", 1) for p in prior_txt)}
+    s = Setup(a.plant, prior, a.data)
+    pb0 = s.problem({})
+    t0 = time.perf_counter()
+    init = optimize_input(pb0, reference_inputs(pb0, s.spec.get("start", 0.5))["F0"], **s.design_kw())
+    t_init = time.perf_counter() - t0
+    at_truth = predicted_std(s.problem_truth, init.u)
+    best = optimize_input(s.problem_truth, reference_inputs(s.problem_truth)["F0"], **s.design_kw())
+    best_std = predicted_std(s.problem_truth, best.u)
+    log = sys.stderr if a.json else sys.stdout
+    print(f"{a.plant}: prior {prior}, truth {dict(zip(s.names, s.b_truth.tolist(), strict=True))}, data "
+          f"{a.data}, target rel. std {a.target:g}, budget {a.max_runs} runs of {pb0.t_f:g} s", file=log)
+    print(f"initial design at the prior: {t_init:.1f} s; predicted rel. std at the truth "
+          f"{(at_truth / np.abs(s.b_truth)).tolist()} (design made at the truth: "
+          f"{(best_std / np.abs(s.b_truth)).tolist()})", file=log)
+    results: dict[str, list[dict]] = {"repeat": [], "sequential": []}
+    for seed in range(a.seeds):
+        for name in results:
+            r = campaign(s, init.u, seed, a.target, a.max_runs, name == "sequential")
+            results[name].append(r)
+            print(f"seed {seed:2d} {name:<10} runs {r['runs']:2d}  rel. std {r['rel_std']}  error "
+                  f"{r['error']}  design {r['design_s']:.1f} s", file=log)
+    summary = {}
+    for name, rs in results.items():
+        runs = [r["runs"] for r in rs]
+        reached = [r["reason"].startswith("confidence") for r in rs]
+        summary[name] = {"mean_runs": statistics.fmean(runs), "median_runs": statistics.median(runs),
+                         "max_runs": max(runs), "min_runs": min(runs), "reached": sum(reached),
+                         "mean_excitation_s": statistics.fmean(r["excitation_s"] for r in rs),
+                         "median_excitation_s": statistics.median(r["excitation_s"] for r in rs),
+                         "mean_design_s": statistics.fmean(r["design_s"] for r in rs)}
+    firsts = [r for r in results["sequential"] if "cold_design_s" in r]
+    if firsts:
+        summary["redesign"] = {
+            "warm_s_median": statistics.median(r["first_redesign_s"] for r in firsts),
+            "cold_s_median": statistics.median(r["cold_design_s"] for r in firsts),
+            "warm_std_at_truth_median": np.median([r["first_redesign_std"] for r in firsts], axis=0).tolist(),
+            "cold_std_at_truth_median": np.median([r["cold_design_std"] for r in firsts], axis=0).tolist()}
+    print("\n| strategy | seeds at target | runs mean | runs median | runs min-max | excitation s mean | "
+          "excitation s median | design s mean |", file=log)
+    print("|---|---|---|---|---|---|---|---|", file=log)
+    for name in results:
+        m = summary[name]
+        print(f"| {name} | {m['reached']}/{a.seeds} | {m['mean_runs']:.2f} | {m['median_runs']:g} | "
+              f"{m['min_runs']}-{m['max_runs']} | {m['mean_excitation_s']:.2f} | "
+              f"{m['median_excitation_s']:g} | {m['mean_design_s']:.1f} |", file=log)
+    if firsts:
+        r = summary["redesign"]
+        print(f"\nfirst redesign (median over seeds): warm start {r['warm_s_median']:.2f} s, predicted std "
+              f"at the truth {r['warm_std_at_truth_median']}; plain optimize_input from F0 "
+              f"{r['cold_s_median']:.2f} s, {r['cold_std_at_truth_median']}", file=log)
+    if a.json:
+        print(json.dumps({"plant": a.plant, "prior": prior, "target": a.target, "data": a.data,
+                          "initial_std_at_truth": at_truth.tolist(), "best_std_at_truth": best_std.tolist(),
+                          "summary": summary, "results": results}))
+
+
+if __name__ == "__main__":
+    main()
