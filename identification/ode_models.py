@@ -39,6 +39,7 @@ __all__ = [
     "crane_model",
     "OSCILLATOR_NOMINAL",
     "PENDULUM_NOMINAL",
+    "PENDULUM_PARAMS",
     "complex_step_jacobian",
 ]
 
@@ -215,16 +216,24 @@ def crane_model(values: dict[str, float], free: Sequence[str] = ("k23", "d23", "
                        nominal)
 
 
+#: Parameters the cart-pendulum model can identify: the two of paper 4.2 and the friction nuisances
+#: (cart viscous ``d_c``, cart Coulomb ``f_c`` in N, joint Coulomb ``f_p`` in N*m; smooth sign tanh(v/eps)).
+PENDULUM_PARAMS = ("s_p", "d_p", "d_c", "f_c", "f_p")
+
+
 @dataclass
 class CartPendulumModel:
-    """Cart on a line with a pendulum hinged at its centre (paper 4.2), identify ``s_p`` and ``d_p``.
+    """Cart on a line with a pendulum hinged at its centre (paper 4.2); identifies ``param_names``.
 
     States ``[x_c, phi, v_c, omega]`` (m, rad, m/s, rad/s), input: force on the cart (N),
     output: absolute pendulum angle (rad, 0 = hanging down). Equations of motion::
 
-        [m_c + m_p,          m_p s cos(phi)] [v_c']   [F - d_c v_c + m_p s omega^2 sin(phi)]
-        [m_p s cos(phi), J_p + m_p s^2     ] [omega'] = [-m_p g s sin(phi) - d_p omega       ]
+        [m_c + m_p,          m_p s cos(phi)] [v_c']   [F - d_c v_c - f_c T(v_c) + m_p s omega^2 sin(phi)]
+        [m_p s cos(phi), J_p + m_p s^2     ] [omega'] = [-m_p g s sin(phi) - d_p omega - f_p T(omega)       ]
 
+    with the smooth sign ``T(v) = tanh(v/eps)`` (``eps`` in ``values``; ``f_c = f_p = 0`` unless given:
+    the paper's model). ``param_names`` is any ordered subset of :data:`PENDULUM_PARAMS` (default
+    ``("s_p", "d_p")``); the friction terms are there so an analysis can fit them as nuisance parameters.
     Every derivative of the accelerations ``a = M^-1 r`` follows ``a_q = M^-1 (r_q - M_q a)``.
     """
 
@@ -235,32 +244,44 @@ class CartPendulumModel:
     param_names: tuple[str, ...] = ("s_p", "d_p")
 
     def __post_init__(self):
-        self.values = {**PENDULUM_NOMINAL, **self.values}
-        if tuple(self.param_names) != ("s_p", "d_p"):
-            raise ValueError("CartPendulumModel identifies exactly ('s_p', 'd_p')")
+        self.values = {"f_c": 0.0, "f_p": 0.0, "eps": 0.01, **PENDULUM_NOMINAL, **self.values}
+        self.param_names = tuple(self.param_names)
+        bad = [p for p in self.param_names if p not in PENDULUM_PARAMS]
+        if bad or len(set(self.param_names)) != len(self.param_names) or not self.param_names:
+            raise ValueError(f"CartPendulumModel identifies distinct names of {PENDULUM_PARAMS}, "
+                             f"got {self.param_names}")
+        self._slot = [PENDULUM_PARAMS.index(p) for p in self.param_names]
 
     @property
     def nominal(self) -> dict[str, float]:
         return self.values
 
+    def _params(self, b) -> list:
+        """(s, d_p, d_c, f_c, f_p): the values with the free ones taken from ``b``."""
+        p = [self.values[k] for k in PENDULUM_PARAMS]
+        for j, slot in enumerate(self._slot):
+            p[slot] = b[j]
+        return p
+
     # -- pieces -------------------------------------------------------------------------------------
     def _parts(self, x, u, b):
         v = self.values
-        mc, mp, Jp, dc, g = v["m_c"], v["m_p"], v["J_p"], v["d_c"], v["g"]
-        s, dp = b[0], b[1]
+        mc, mp, Jp, g, eps = v["m_c"], v["m_p"], v["J_p"], v["g"], v["eps"]
+        s, dp, dc, fc, fp = self._params(b)
         phi, vc, om = x[..., 1], x[..., 2], x[..., 3]
         F = u[..., 0]
         sn, cs = np.sin(phi), np.cos(phi)
+        tc, tp = np.tanh(vc / eps), np.tanh(om / eps)
         m11 = mc + mp + 0.0 * phi
         m12 = mp * s * cs
         m22 = Jp + mp * s * s + 0.0 * phi
         det = m11 * m22 - m12 * m12
-        r1 = F - dc * vc + mp * s * om * om * sn
-        r2 = -mp * g * s * sn - dp * om
+        r1 = F - dc * vc - fc * tc + mp * s * om * om * sn
+        r2 = -mp * g * s * sn - dp * om - fp * tp
         a1 = (m22 * r1 - m12 * r2) / det
         a2 = (m11 * r2 - m12 * r1) / det
-        return dict(mp=mp, g=g, dc=dc, s=s, dp=dp, phi=phi, vc=vc, om=om, sn=sn, cs=cs,
-                    m11=m11, m12=m12, m22=m22, det=det, a1=a1, a2=a2)
+        return dict(mp=mp, g=g, dc=dc, dp=dp, fc=fc, fp=fp, eps=eps, s=s, phi=phi, vc=vc, om=om, sn=sn,
+                    cs=cs, tc=tc, tp=tp, m11=m11, m12=m12, m22=m22, det=det, a1=a1, a2=a2)
 
     @staticmethod
     def _solve(P, q1, q2):
@@ -273,20 +294,31 @@ class CartPendulumModel:
         q2 = r2 - (M12 * P["a1"] + M22 * P["a2"])
         return self._solve(P, q1, q2)
 
+    def _param_columns(self, P, zero) -> list[tuple]:
+        """d(a1, a2)/d(each name of PENDULUM_PARAMS)."""
+        mp, sn, cs, om = P["mp"], P["sn"], P["cs"], P["om"]
+        d_s = self._dacc(P, mp * om * om * sn, -mp * P["g"] * sn, M12=mp * cs, M22=2.0 * mp * P["s"] + zero)
+        return [d_s,
+                self._dacc(P, zero, -om),
+                self._dacc(P, -P["vc"], zero),
+                self._dacc(P, -P["tc"], zero),
+                self._dacc(P, zero, -P["tp"])]
+
     # -- protocol -----------------------------------------------------------------------------------
     def jacobians(self, x, u, b, t=0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(f, f_x, f_b)`` at one real point with plain floats (the forward sweep calls this per stage)."""
         v = self.values
-        mc, mp, Jp, dc, g = v["m_c"], v["m_p"], v["J_p"], v["d_c"], v["g"]
-        s, dp = float(b[0]), float(b[1])
+        mc, mp, Jp, g, eps = v["m_c"], v["m_p"], v["J_p"], v["g"], v["eps"]
+        s, dp, dc, fc, fp = (float(q) for q in self._params(b))
         phi, vc, om = float(x[1]), float(x[2]), float(x[3])
         sn, cs = math.sin(phi), math.cos(phi)
+        tc, tp = math.tanh(vc / eps), math.tanh(om / eps)
         m11 = mc + mp
         m12 = mp * s * cs
         m22 = Jp + mp * s * s
         det = m11 * m22 - m12 * m12
-        r1 = float(u[0]) - dc * vc + mp * s * om * om * sn
-        r2 = -mp * g * s * sn - dp * om
+        r1 = float(u[0]) - dc * vc - fc * tc + mp * s * om * om * sn
+        r2 = -mp * g * s * sn - dp * om - fp * tp
         a1 = (m22 * r1 - m12 * r2) / det
         a2 = (m11 * r2 - m12 * r1) / det
 
@@ -296,13 +328,15 @@ class CartPendulumModel:
             return (m22 * q1 - m12 * q2) / det, (m11 * q2 - m12 * q1) / det
 
         p1, p2 = dacc(mp * s * om * om * cs, -mp * g * s * cs, M12=-mp * s * sn)
-        v1, v2 = dacc(-dc, 0.0)
-        o1, o2 = dacc(2.0 * mp * s * om * sn, -dp)
-        s1, s2 = dacc(mp * om * om * sn, -mp * g * sn, M12=mp * cs, M22=2.0 * mp * s)
-        d1, d2 = dacc(0.0, -om)
+        v1, v2 = dacc(-dc - fc / eps * (1.0 - tc * tc), 0.0)
+        o1, o2 = dacc(2.0 * mp * s * om * sn, -dp - fp / eps * (1.0 - tp * tp))
+        cols = (dacc(mp * om * om * sn, -mp * g * sn, M12=mp * cs, M22=2.0 * mp * s), dacc(0.0, -om),
+                dacc(-vc, 0.0), dacc(-tc, 0.0), dacc(0.0, -tp))
         f = np.array([vc, om, a1, a2])
         fx = np.array([[0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0], [0.0, p1, v1, o1], [0.0, p2, v2, o2]])
-        fb = np.array([[0.0, 0.0], [0.0, 0.0], [s1, d1], [s2, d2]])
+        fb = np.zeros((4, len(self._slot)))
+        for j, slot in enumerate(self._slot):
+            fb[2, j], fb[3, j] = cols[slot]
         return f, fx, fb
 
     def f(self, x, u, b, t=0.0):
@@ -311,12 +345,12 @@ class CartPendulumModel:
 
     def fx(self, x, u, b, t=0.0):
         P = self._parts(x, u, b)
-        mp, s, sn, cs, om = P["mp"], P["s"], P["sn"], P["cs"], P["om"]
+        mp, s, sn, cs, om, eps = P["mp"], P["s"], P["sn"], P["cs"], P["om"], P["eps"]
         zero = 0.0 * P["phi"]
         one = zero + 1.0
         d_phi = self._dacc(P, mp * s * om * om * cs, -mp * P["g"] * s * cs, M12=-mp * s * sn)
-        d_vc = self._dacc(P, zero - P["dc"], zero)
-        d_om = self._dacc(P, 2.0 * mp * s * om * sn, zero - P["dp"])
+        d_vc = self._dacc(P, zero - P["dc"] - P["fc"] / eps * (1.0 - P["tc"] ** 2), zero)
+        d_om = self._dacc(P, 2.0 * mp * s * om * sn, zero - P["dp"] - P["fp"] / eps * (1.0 - P["tp"] ** 2))
         rows = [
             [zero, zero, one, zero],
             [zero, zero, zero, one],
@@ -333,12 +367,9 @@ class CartPendulumModel:
 
     def fb(self, x, u, b, t=0.0):
         P = self._parts(x, u, b)
-        mp, sn, cs, om = P["mp"], P["sn"], P["cs"], P["om"]
         zero = 0.0 * P["phi"]
-        d_s = self._dacc(P, mp * om * om * sn, -mp * P["g"] * sn, M12=mp * cs, M22=2.0 * mp * P["s"] + zero)
-        d_d = self._dacc(P, zero, -om)
-        cols = [np.stack([zero, zero, d_s[0], d_s[1]], axis=-1),
-                np.stack([zero, zero, d_d[0], d_d[1]], axis=-1)]
+        every = self._param_columns(P, zero)
+        cols = [np.stack([zero, zero, every[slot][0], every[slot][1]], axis=-1) for slot in self._slot]
         return np.stack(cols, axis=-1)
 
     def g(self, x, b):
@@ -349,4 +380,4 @@ class CartPendulumModel:
         return np.broadcast_to(C, np.shape(x)[:-1] + C.shape)
 
     def gb(self, x, b):
-        return np.zeros(np.shape(x)[:-1] + (1, 2))
+        return np.zeros(np.shape(x)[:-1] + (1, len(self.param_names)))
