@@ -9,15 +9,26 @@ The fit runs in a one-thread pool, off the event loop, so the acquisition tasks 
 A thread, not a process: the fit is ~10 ms of numpy/scipy (which release the GIL in their kernels),
 its inputs are a few kB, and a process would add start-up and pickling per series for no gain; one
 worker keeps the estimates in series order with their warm starts.
+
+From the second series on, the same event also carries the running model-uncertainty ``verdict``
+(:func:`identification.online_press.model_verdict`: M1/M2/M3, the offline splits and Bonferroni
+level, M3's estimate). That is ~1 s of mostly Python-level work per series, which in a thread would
+hold the GIL against the acquisition loops, so it runs in one worker process (spawn context, BLAS
+single-threaded, lower priority), started with the identifier. A :class:`StopRule` turns the estimate
+and the history of verdict patterns into a ``stop`` reason in the event; the plan acts on it (budgets
+are the plan's). Scripts that run a plan with the verdict need the ``if __name__ == "__main__"`` guard
+(spawned workers import the main module).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures as cf
 import contextlib
+import multiprocessing
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,6 +40,53 @@ ONLINE_STREAM = "press.online"
 PLAN_TOPIC = "event/" + PLAN_STREAM
 
 Emit = Callable[[str, dict], Awaitable[None]]  # (kind, body) -> publish
+STOP_MODES = ("target", "verdict", "both")
+WORKER_NICE = 5  # niceness added to the verdict worker process
+
+
+@dataclass
+class StopRule:
+    """When the online results allow the plan to stop (the plan adds its budgets).
+
+    ``mode``: "target" (every rel. std of the M1 estimate below ``target_rel_std``), "verdict" (the
+    pattern of rejected models the same for ``settle_series`` consecutive series), or "both". Never
+    before ``min_series`` series.
+    """
+
+    mode: str = "target"
+    target_rel_std: float = 0.002
+    min_series: int = 3
+    settle_series: int = 2
+
+    def __post_init__(self) -> None:
+        if self.mode not in STOP_MODES:
+            raise ValueError(f"stop rule mode must be one of {STOP_MODES}, got {self.mode!r}")
+
+    def reason(self, est: dict, patterns: list[tuple[str, ...] | None]) -> str | None:
+        """The stop reason after the series of ``est`` (None: go on)."""
+        from identification.online_press import verdict_settled
+
+        n = int(est["series_used"])
+        if n < self.min_series:
+            return None
+        rel = est["rel_std"]
+        target = None
+        if max(rel) < self.target_rel_std:
+            cells = ", ".join(f"{p} {r:.3g}" for p, r in zip(est["parameters"], rel, strict=True))
+            target = f"confidence target met after {n} series: rel. std {cells} < {self.target_rel_std:g}"
+        settled = None
+        v = est.get("verdict") or {}
+        if "rejected" in v and verdict_settled(patterns, self.settle_series):
+            rejected = ", ".join(v["rejected"]) or "none"
+            kept = ", ".join(v["kept"]) or "none"
+            settled = (f"verdict settled after {n} series: rejected {rejected}, kept {kept}, the same for "
+                       f"{self.settle_series} consecutive series at the corrected level "
+                       f"{100 * v['level']:.3g} %")
+        if self.mode == "target":
+            return target
+        if self.mode == "verdict":
+            return settled
+        return f"{target}; {settled}" if target and settled else None
 
 
 class OnlineIdentifier:
@@ -40,7 +98,9 @@ class OnlineIdentifier:
     """
 
     def __init__(self, sigmas: dict[str, float], emit: Emit, *, inflate: bool = True, alpha: float = 0.05,
-                 constants: dict | None = None):
+                 constants: dict | None = None, verdict: dict | None = None, rule: StopRule | None = None):
+        """``verdict``: keyword arguments of ``model_verdict`` (tol, criterion, n_sensors, ...), or None
+        for no model-uncertainty test; ``rule``: evaluated after every series (None: never stops)."""
         self.sigmas = dict(sigmas)
         self.emit = emit
         self.inflate = inflate
@@ -53,9 +113,31 @@ class OnlineIdentifier:
         self.done: list[int] = []          # completed series used, in order
         self.estimates: list[dict] = []    # bodies published, in order
         self.latest: dict | None = None
+        self.verdict = verdict
+        self.rule = rule
+        self.patterns: list[tuple[str, ...] | None] = []  # rejected models after each series (None: none)
         self._p = None
         self._changed = asyncio.Condition()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="online-identifier")
+        self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="online-identifier")
+        self._procs: cf.ProcessPoolExecutor | None = None
+        if verdict is not None:  # started now: the spawn and imports (~1 s) happen during the first series
+            spawn = multiprocessing.get_context("spawn")
+            self._procs = cf.ProcessPoolExecutor(max_workers=1, mp_context=spawn,
+                                                 initializer=_worker_init)
+            self._procs.submit(_warm_up)
+
+    @classmethod
+    def from_config(cls, config: dict, emit: Emit, *, verdict: bool | None = None) -> OnlineIdentifier:
+        """The identifier a press config snapshot (dict) describes: its [online] and [analysis] tables
+        (for replays and tools; defaults as in ``daq.rigs.press``). ``verdict`` overrides [online].verdict."""
+        o = config.get("online") or {}
+        a = config.get("analysis") or {}
+        use = o.get("verdict", True) if verdict is None else verdict
+        rule = StopRule(mode=o.get("stop_rule", "target"), target_rel_std=o.get("target_rel_std", 0.002),
+                        min_series=o.get("min_series", 3), settle_series=o.get("settle_series", 2))
+        return cls(sigmas_from_config(config), emit, inflate=o.get("inflate", True),
+                   alpha=o.get("alpha", 0.05), constants=a.get("constants"),
+                   verdict=verdict_options(a) if use else None, rule=rule)
 
     # -- feeding ------------------------------------------------------------------------------------
     async def handle(self, ev: Event) -> None:
@@ -83,27 +165,58 @@ class OnlineIdentifier:
         return z, q
 
     async def _refit(self, trigger: Event) -> None:
-        from identification.online_press import estimate_stiffness
+        from identification.online_press import estimate_stiffness, model_verdict
 
         z, q = self.arrays()
         sig = np.array([self.sigmas.get(n, np.nan) for n in self.sensors]) / np.sqrt(self.n_samples or 1)
         if np.isnan(sig).any():
+            self.patterns.append(None)
             return  # no sigma for some sensor: nothing honest to publish
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
+        pending = None
+        if self._procs is not None and z.shape[0] >= 2:
+            pending = asyncio.wrap_future(self._procs.submit(
+                model_verdict, z, q, self.q_desired, sig, tuple(self.sensors), **self.verdict))
         try:
             est = await loop.run_in_executor(self._pool, lambda: estimate_stiffness(
                 z, q, self.q_desired, sig, self.sensors, p0=self._p, alpha=self.alpha, inflate=self.inflate,
                 constants=self.constants))
         except (ValueError, np.linalg.LinAlgError) as exc:
-            body = {"series_used": len(self.done), "error": f"{type(exc).__name__}: {exc}"}
+            est = exc
+        verdict = await self._verdict(pending)
+        self.patterns.append(tuple(verdict["rejected"]) if verdict and "rejected" in verdict else None)
+        if isinstance(est, Exception):
+            body = {"series_used": len(self.done), "error": f"{type(est).__name__}: {est}"}
             await self._publish("estimate_failed", body)
             return
         self._p = est.p
         body = est.to_dict()
+        if verdict is not None:
+            verdict["settled_for"] = _run_length(self.patterns)
+            body["verdict"] = verdict
         body.update(series=int(self.done[-1]), elapsed_s=time.perf_counter() - t0,
                     trigger_seq=int(trigger.seq), trigger_t=float(trigger.t))
+        reason = self.rule.reason(body, self.patterns) if self.rule is not None else None
+        if reason:
+            body["stop"] = reason
         await self._publish("estimate", body)
+
+    async def _verdict(self, pending) -> dict | None:
+        """The finished model-uncertainty test as an event dict (its failure as {"error": ...})."""
+        if pending is None:
+            return None
+        t0 = time.perf_counter()
+        try:
+            v = await pending
+        except (ValueError, np.linalg.LinAlgError, ArithmeticError) as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        except cf.process.BrokenProcessPool as exc:
+            self._procs = None  # the worker died: no further verdicts in this run
+            return {"error": f"verdict worker lost: {exc}"}
+        out = v.to_dict()
+        out["wait_s"] = time.perf_counter() - t0  # beyond the M1 fit, which ran meanwhile
+        return out
 
     async def _publish(self, kind: str, body: dict) -> None:
         await self.emit(kind, body)
@@ -142,6 +255,44 @@ class OnlineIdentifier:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._procs is not None:
+            self._procs.shutdown(wait=False, cancel_futures=True)
+            self._procs = None
+
+
+def _worker_init() -> None:
+    """Worker initializer: one BLAS thread (small matrices) and a lower CPU priority, so that on a busy
+    machine the acquisition and the devices get the cores first."""
+    import os
+
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(WORKER_NICE)
+
+
+def _warm_up() -> None:
+    """Import the analysis in the worker before the first verdict is needed."""
+    import identification.press_analysis  # noqa: F401
+
+
+def _run_length(patterns: list) -> int:
+    """How many of the last entries equal the last one (0 if the last is None)."""
+    if not patterns or patterns[-1] is None:
+        return 0
+    n = 0
+    for p in reversed(patterns):
+        if p != patterns[-1]:
+            break
+        n += 1
+    return n
+
+
+def verdict_options(analysis: dict) -> dict:
+    """``model_verdict`` keyword arguments from a config's [analysis] table (the offline settings)."""
+    keys = {"tol": 0.05, "criterion": "E", "n_sensors": 2, "n_random_splits": 0, "seed": 0, "constants": None}
+    return {k: (analysis.get(k, d) if analysis.get(k) is not None else d) for k, d in keys.items()}
 
 
 def sigmas_from_config(config: dict) -> dict[str, float]:

@@ -9,10 +9,15 @@ Model choice: M1 (no friction). It is one warm-started fit of two parameters (ab
 series), defined from the first series on. M3 would first need its friction model trained through the
 inverse model (three more fits, at least one unloading branch) and, trained and fitted on the same few
 series, its twelve coefficients overfit short staircases (k5 off by ~35 % on a 7-setpoint plan). The
-online estimate answers "is the stiffness known precisely enough to stop measuring"; which friction
-model is adequate stays the job of the offline model-uncertainty test (``hil analyze``).
+online estimate answers "is the stiffness known precisely enough to stop measuring".
 Because M1 ignores friction, its residual variance RSS/dof is above 1; ``inflate=True`` scales the
 covariance by max(1, RSS/dof) so that a stopping rule does not trust a precision the misfit denies.
+
+``model_verdict(z, q, q_desired, sigmas, sensor_names, ...)`` is the running answer to "which friction
+model is adequate": the offline press analysis (:func:`identification.press_analysis.analyze_press`,
+the same training/test series, sensor selection, splits and Bonferroni level) on the series so far,
+condensed to the per-model verdict, alpha_min per split and M3's estimate. ``verdict_settled`` tells
+whether the pattern of rejected models has stopped changing.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import numpy as np
 from identification.ellipsoid import confidence_ellipsoid
 from identification.least_squares import fit_state_model
 from identification.press_models import P_NAMES, PressConstants, PressLinkageModel
+
+UNIT = "N/m"
 
 P0 = (1.8e8, 1.8e8)  # N/m, cold start (the offline analysis' default)
 MODEL = "M1"
@@ -52,7 +59,8 @@ class OnlineEstimate:
     def to_dict(self) -> dict:
         """JSON-ready body of an ``estimate`` event."""
         return {"model": self.model, "parameters": list(self.p_names), "series_used": self.n_series,
-                "k": self.p.tolist(), "covariance": self.covariance.tolist(), "std": self.std.tolist(),
+                "used": self.n_series, "unit": UNIT, "values": self.p.tolist(), "k": self.p.tolist(),
+                "covariance": self.covariance.tolist(), "std": self.std.tolist(),
                 "rel_std": self.rel_std.tolist(), "s2": self.s2, "inflated": self.inflated,
                 "alpha": self.alpha, "ellipse_semi_axes": self.semi_axes.tolist(),
                 "ellipse_axes": self.axes.tolist(), "n_obs": self.n_obs, "nfev": self.nfev,
@@ -106,3 +114,102 @@ def estimate_stiffness(
     return OnlineEstimate(p=fit.p, covariance=C, std=std, rel_std=rel, s2=fit.s2, inflated=inflate,
                           semi_axes=semi, axes=axes, alpha=alpha, n_series=int(z.shape[0]), n_obs=fit.n_obs,
                           nfev=fit.nfev, success=fit.success)
+
+
+@dataclass
+class ModelVerdict:
+    """The model-uncertainty test of one candidate model on the series so far."""
+
+    name: str
+    reject: bool               # rejected in at least one split at the corrected level
+    alpha_min: np.ndarray      # per split (same order as OnlineVerdict.splits), fraction
+    rejected_splits: np.ndarray
+    p: np.ndarray              # k5, k7 (N/m) on all inner test setpoints
+    std: np.ndarray            # N/m
+    s2: float                  # RSS/dof of that fit
+
+    def to_dict(self) -> dict:
+        return {"reject": self.reject, "verdict": "reject" if self.reject else "keep",
+                "alpha_min": self.alpha_min.tolist(), "rejected_splits": self.rejected_splits.tolist(),
+                "min_alpha_min": float(np.nanmin(self.alpha_min)) if self.alpha_min.size else float("nan"),
+                "values": self.p.tolist(), "std": self.std.tolist(), "s2": self.s2}
+
+
+@dataclass
+class OnlineVerdict:
+    """Running model-uncertainty result: a model is rejected when alpha_min < level in any split."""
+
+    n_series: int
+    tol: float                 # family-wise level
+    level: float               # Bonferroni-corrected level tol / n_tests (what the verdict uses)
+    splits: list[str]
+    models: dict[str, ModelVerdict]
+    sensors: list[str]         # the chosen sensor set (names)
+    train_series: list[int]
+    test_series: list[int]
+    p_names: tuple[str, ...] = P_NAMES
+
+    @property
+    def rejected(self) -> tuple[str, ...]:
+        """The verdict pattern: names of the rejected models, in model order."""
+        return tuple(m for m, v in self.models.items() if v.reject)
+
+    def to_dict(self) -> dict:
+        """JSON-ready ``verdict`` of an estimate event (fractions, not %; k in N/m)."""
+        return {"series_used": self.n_series, "tol": self.tol, "level": self.level,
+                "splits": list(self.splits), "parameters": list(self.p_names), "sensors": list(self.sensors),
+                "train_series": list(self.train_series), "test_series": list(self.test_series),
+                "rejected": list(self.rejected), "kept": [m for m in self.models if m not in self.rejected],
+                "models": {m: v.to_dict() for m, v in self.models.items()}}
+
+
+def model_verdict(
+    z: np.ndarray,
+    q: np.ndarray,
+    q_desired: np.ndarray,
+    sigmas: np.ndarray,
+    sensor_names: tuple[str, ...] | list[str],
+    *,
+    tol: float = 0.05,
+    criterion: str = "E",
+    n_sensors: int = 2,
+    n_random_splits: int = 0,
+    seed: int = 0,
+    constants: PressConstants | dict | None = None,
+) -> OnlineVerdict:
+    """The offline model-uncertainty test of M1/M2/M3 on the ``z.shape[0] >= 2`` series so far.
+
+    Same defaults as the offline analysis (train the friction models on all but the last two series,
+    test on the last two; with two series: train on the first). Slow for a loop (about 1 s for 10 x 29
+    setpoints): run it off the event loop.
+    """
+    from identification.press_analysis import analyze_press
+
+    z = np.asarray(z, float)
+    if z.ndim != 3 or z.shape[0] < 2:
+        raise ValueError(f"the model-uncertainty test needs at least 2 series, got z of shape {z.shape}")
+    res = analyze_press(z, q, q_desired, sigmas, sensor_names=tuple(sensor_names), tol=tol,
+                        criterion=criterion, n_sensors=min(n_sensors, z.shape[2]),
+                        n_random_splits=n_random_splits, seed=seed, constants=constants)
+    models = {}
+    for name, rep in res.models.items():
+        tests = rep.test.tests
+        models[name] = ModelVerdict(
+            name=name, reject=bool(rep.test.reject), alpha_min=np.array([t.alpha_min for t in tests]),
+            rejected_splits=np.array([t.reject for t in tests], bool), p=np.asarray(rep.fit_all.p, float),
+            std=np.asarray(rep.fit_all.std_errors, float), s2=float(rep.fit_all.s2))
+    first = next(iter(res.models.values())).test
+    level = first.tests[0].level if first.tests else tol
+    chosen = [n for n, w in zip(res.sensor_names, res.selection.omega, strict=True) if w]
+    return OnlineVerdict(n_series=int(z.shape[0]), tol=tol, level=float(level),
+                         splits=[t.name for t in first.tests], models=models, sensors=chosen,
+                         train_series=res.train_series, test_series=res.test_series)
+
+
+def verdict_settled(patterns: list[tuple[str, ...] | None], n: int) -> bool:
+    """True when the last ``n`` verdict patterns (rejected model names, one per series; None where no
+    verdict was computed) exist and are all equal."""
+    if n < 1 or len(patterns) < n:
+        return False
+    last = patterns[-n:]
+    return all(p is not None and p == last[0] for p in last)

@@ -168,11 +168,18 @@ class OnlineTable(Table, kw_only=True):
     enabled: bool = False
     target_rel_std: Annotated[float, Meta(gt=0, lt=1)] = 0.002   # stop when every rel. std is below
     min_series: Annotated[int, Meta(ge=1, le=1000)] = 3
+    verdict: bool = True            # model-uncertainty test (M1/M2/M3, [analysis] settings) from series 2 on
+    stop_rule: Literal["target", "verdict", "both"] = "target"   # what may end the plan before the budget
+    settle_series: Annotated[int, Meta(ge=1, le=1000)] = 2        # "verdict": same rejected set this often
     max_series: Annotated[int, Meta(ge=1, le=1000)] | None = None  # budget (default: plan.n_series)
     max_seconds: Positive | None = None                            # budget from the plan start, s
     inflate: bool = True            # scale the covariance by max(1, RSS/dof) (M1 misfit)
     alpha: Annotated[float, Meta(gt=0, lt=1)] = 0.05               # level of the ellipse axes
     wait_timeout: Positive = 10.0   # s the plan waits for a series' estimate before going on without
+
+    def check(self) -> None:
+        if self.stop_rule != "target" and not self.verdict:
+            raise Invalid("stop_rule", f"{self.stop_rule!r} needs the online verdict (verdict = true)")
 
 
 class PressConfig(RigConfig, kw_only=True):
@@ -305,36 +312,48 @@ async def _start_online(ctx):
     cfg: PressConfig = ctx.config
     if not cfg.online.enabled:
         return None
-    from daq.online import ONLINE_STREAM, PLAN_TOPIC, OnlineIdentifier
+    from daq.online import ONLINE_STREAM, PLAN_TOPIC, OnlineIdentifier, StopRule, verdict_options
 
     async def emit(kind: str, body: dict) -> None:
         await ctx.event(ONLINE_STREAM, kind, **body)
 
+    o = cfg.online
+    a = cfg.analysis
     sigmas = {name: s.sigma for name, s in cfg.devices.sensors.items()}
-    ident = OnlineIdentifier(sigmas, emit, inflate=cfg.online.inflate, alpha=cfg.online.alpha,
-                             constants=cfg.analysis.constants)
+    analysis = {k: getattr(a, k) for k in a.__struct_fields__}
+    rule = StopRule(mode=o.stop_rule, target_rel_std=o.target_rel_std, min_series=o.min_series,
+                    settle_series=o.settle_series)
+    ident = OnlineIdentifier(sigmas, emit, inflate=o.inflate, alpha=o.alpha, constants=a.constants,
+                             verdict=verdict_options(analysis) if o.verdict else None, rule=rule)
     ctx.spawn(ident.run(await ctx.subscribe(PLAN_TOPIC)), "online identifier")
     return ident
 
 
 async def _online_stop(ctx, ident, n_done: int, elapsed: float) -> bool:
-    """After series ``n_done``: stop when the confidence target or a budget is reached (reason recorded)."""
+    """After series ``n_done``: stop when the online stop rule fired or a budget is reached (reason recorded
+    in a ``plan_stop`` event and the session summary)."""
     o: OnlineTable = ctx.config.online
-    est = await ident.wait_for(n_done, o.wait_timeout)
+    est = None
+    if n_done >= o.min_series:  # before, no rule may fire: the next series starts while the worker fits
+        t0 = time.monotonic()
+        est = await ident.wait_for(n_done, o.wait_timeout)
+        ctx.summary["online_wait_s"] = ctx.summary.get("online_wait_s", 0.0) + time.monotonic() - t0
     ctx.summary["series"] = n_done
-    reason = None
-    if est is not None and n_done >= o.min_series and max(est["rel_std"]) < o.target_rel_std:
-        rel = ", ".join(f"{n} {r:.3g}" for n, r in zip(est["parameters"], est["rel_std"], strict=True))
-        reason = f"confidence target met after {n_done} series: rel. std {rel} < {o.target_rel_std:g}"
-    elif o.max_series is not None and n_done >= o.max_series:
+    verdict = (est or {}).get("verdict") or {}
+    if "rejected" in verdict:
+        ctx.summary["verdict"] = {"series": n_done, "rejected": verdict["rejected"], "kept": verdict["kept"],
+                                  "settled_for": verdict.get("settled_for", 0)}
+    reason = est.get("stop") if est is not None and est["series_used"] >= n_done else None
+    if reason is None and o.max_series is not None and n_done >= o.max_series:
         reason = f"series budget reached ({o.max_series})"
-    elif o.max_seconds is not None and elapsed >= o.max_seconds:
+    elif reason is None and o.max_seconds is not None and elapsed >= o.max_seconds:
         reason = f"time budget reached ({elapsed:.1f} s >= {o.max_seconds:g} s)"
     ctx.summary["stop_reason"] = reason or f"fixed plan: {n_done} series"
     if reason is None or n_done >= ctx.config.plan.n_series:
         return False
     await ctx.event(PLAN_STREAM, "plan_stop", reason=reason, series=n_done, n_series=ctx.config.plan.n_series,
-                    k=est["k"] if est else None, rel_std=est["rel_std"] if est else None)
+                    rule=o.stop_rule, k=est["k"] if est else None, rel_std=est["rel_std"] if est else None,
+                    rejected=verdict.get("rejected"))
     return True
 
 
