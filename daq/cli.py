@@ -242,14 +242,19 @@ def show(state: CliState, session: str, as_json: bool) -> None:
 @main.command()
 @click.argument("session")
 @click.option(
-    "--format", "fmt", type=click.Choice(["hdf5", "mat", "csv"]), required=True, help="Output format."
+    "--format",
+    "fmt",
+    type=click.Choice(["hdf5", "mat", "csv", "uff"]),
+    required=True,
+    help="Output format (uff: the FRFs of a machine-tool session as UFF dataset 58).",
 )
 @click.option(
     "-o",
     "--output",
     type=click.Path(),
     default=None,
-    help="Output file (hdf5, mat) or directory (csv); default exports/session-<id>.<ext>.",
+    help="Output file (hdf5, mat; uff: .uff/.unv) or directory (csv; uff: a file per position); "
+    "default exports/session-<id>.<ext>.",
 )
 @click.option(
     "--streams", default=None, metavar="A,B", help="Only these streams (frame or event, comma-separated)."
@@ -268,6 +273,7 @@ def show(state: CliState, session: str, as_json: bool) -> None:
     help="MAT format: auto = v5 while every variable is below 2 GB, else v7.3 (HDF5-based).",
 )
 @click.option("--compress", is_flag=True, help="gzip the HDF5 / MAT v7.3 datasets (slower).")
+@click.option("--binary", is_flag=True, help="uff: dataset 58b (exact doubles) instead of ASCII (12 digits).")
 @click.option("--force", is_flag=True, help="Overwrite an existing output.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (only JSON on stdout).")
 @pass_state
@@ -281,10 +287,12 @@ def export(
     stop: float | None,
     mat_version: str,
     compress: bool,
+    binary: bool,
     force: bool,
     as_json: bool,
 ) -> None:
-    """Export a session (or a slice: --streams, --start, --stop) to HDF5, MATLAB .mat or CSV.
+    """Export a session (or a slice: --streams, --start, --stop) to HDF5, MATLAB .mat or CSV; or the FRFs
+    of a machine-tool session as UFF dataset 58 (--format uff, with coherence; --binary for 58b).
 
     Times in the files are the recorded ones (unix time for live sessions; the files say which);
     --start/--stop count seconds from the session's first sample.
@@ -298,6 +306,9 @@ def export(
     if start is not None and stop is not None and stop <= start:
         raise click.BadParameter(f"must be after --start ({start})", param_hint="--stop")
     names = [n.strip() for n in streams.split(",") if n.strip()] if streams is not None else None
+    if fmt == "uff":
+        _export_uff(state, session, output, names, start, stop, force, binary, as_json)
+        return
     with state.open_store() as store:
         info = store.get_session(session)
         origin = time_origin(info) or 0.0
@@ -319,6 +330,22 @@ def export(
         _echo_json(result.as_dict())
     else:
         click.echo(str(result.path))
+
+
+def _export_uff(state: CliState, session: str, output, names, start, stop, force: bool, binary: bool,
+                as_json: bool) -> None:
+    """UFF 58 export of a machine-tool session's FRFs (daq.uff); no stream or time slices."""
+    from daq.uff import export_uff
+
+    if names is not None or start is not None or stop is not None:
+        raise click.BadParameter("UFF export writes whole FRFs; --streams, --start and --stop do not apply",
+                                 param_hint="--format uff")
+    with state.open_store() as store:
+        result = export_uff(store, session, output, force=force, binary=binary)
+    if as_json:
+        _echo_json(result.as_dict())
+    else:
+        click.echo("\n".join(str(p) for p in result.paths))
 
 
 #: Progress is shown for exports/replays of at least this many samples / messages.
@@ -623,4 +650,4 @@ def demo(state: CliState, duration: float, rate: float, as_json: bool) -> None:
 
 
 # Rig-level commands (run, analyze, sim press|crane) register themselves on import.
-from daq import design_cli, keys_cli, rig_commands, watch_cli  # noqa: E402,F401
+from daq import design_cli, keys_cli, rig_commands, uff_cli, watch_cli  # noqa: E402,F401
