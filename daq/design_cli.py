@@ -1,5 +1,6 @@
-"""``hil design adjoint CONFIG``: the adjoint input design of an oscillator or pendulum config, written as
-the trajectory file ``hil run`` pushes to the drive (CSV t [s], force [N]) plus plots and a summary."""
+"""``hil design adjoint CONFIG``: the adjoint input design of an oscillator, pendulum or crane-adjoint config,
+written as the trajectory file ``hil run`` pushes to the drive (CSV t [s], force [N] or torque [N*m]) plus
+plots and a summary."""
 
 from __future__ import annotations
 
@@ -28,14 +29,22 @@ def adjoint(config_path: str, out_dir: str | None, as_json: bool) -> None:
     from daq.config import ConfigError, load_config
     from daq.plots.adjoint import plot_design
     from daq.rigs import parse_config
-    from daq.rigs.adjoint_rig import OUTPUTS, AdjointRigConfig, problem_of, run_design, write_trajectory
+    from daq.rigs.adjoint_rig import (
+        INPUTS,
+        OUTPUTS,
+        PLANT_OF,
+        AdjointRigConfig,
+        problem_of,
+        run_design,
+        write_trajectory,
+    )
     from identification.adjoint_design import evaluate
     from identification.adjoint_plants import reference_inputs
 
     raw = load_config(config_path)
     _, cfg = parse_config(raw, config_path)
     if not isinstance(cfg, AdjointRigConfig):
-        raise ConfigError(f"rig kind {cfg.rig.kind!r} has no adjoint design (kinds: {', '.join(OUTPUTS)})",
+        raise ConfigError(f"rig kind {cfg.rig.kind!r} has no adjoint design (kinds: {', '.join(PLANT_OF)})",
                           config_path, "[rig].kind")
     folder = Path(out_dir) if out_dir else Path(cfg.plan.trajectory).parent
     res = run_design(cfg)
@@ -44,8 +53,9 @@ def adjoint(config_path: str, out_dir: str | None, as_json: bool) -> None:
     stds = {"adjoint": res.std}
     for name, u in refs.items():
         stds[name] = _std(evaluate(pb, u[:, None], gradient=False).fisher)
-    traj = write_trajectory(folder / "trajectory.csv", res.dt, res.u[:, 0])
-    files = [traj, *plot_design(res, refs, stds, folder, OUTPUTS[cfg.adjoint.plant][1])]
+    what, unit = INPUTS[cfg.adjoint.plant]
+    traj = write_trajectory(folder / "trajectory.csv", res.dt, res.u[:, 0], f"{what} [{unit}]")
+    files = [traj, *plot_design(res, refs, stds, folder, OUTPUTS[cfg.adjoint.plant][1], f"{what} [{unit}]")]
     scale = {c.index: c.scale for c in pb.end_conditions}
     names = list(pb.model.state_names)
     summary = {**res.to_dict(), "plant": cfg.adjoint.plant, "peak_force": float(np.abs(res.u).max()),
@@ -61,7 +71,7 @@ def adjoint(config_path: str, out_dir: str | None, as_json: bool) -> None:
     click.echo(f"{cfg.adjoint.plant}: criterion {res.criterion}, {res.method}, {res.iterations} iterations "
                f"({res.n_evaluations} gradient solves, {res.time:.1f} s), "
                f"{'ok' if res.success else 'NOT MET'}: {res.message}")
-    click.echo(f"peak force {summary['peak_force']:.4g} N (|F| <= {cfg.adjoint.u_max:g} N), "
+    click.echo(f"peak {what} {summary['peak_force']:.4g} {unit} (|u| <= {cfg.adjoint.u_max:g} {unit}), "
                f"{res.u.shape[0]} samples of {res.dt:g} s")
     for name, s in stds.items():
         click.echo(f"predicted std ({name:>7}): " + ", ".join(

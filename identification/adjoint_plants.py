@@ -10,16 +10,31 @@ the caller loads the config.
 ``start`` (F0 = start*u_max, constant), ``sigma`` (measurement noise std), ``meas_dt``
 (measurement sample time), ``end`` (state name -> scale, target 0), ``limits`` (state name ->
 limit), ``end_weight``, ``limit_weight``.
+
+``fit_record`` identifies the design's parameters from one recorded run with an analysis model that
+may carry nuisance parameters the design model leaves out (friction of the cart, Coulomb/Stribeck
+friction and dead time of the crane): they are fitted alongside, and the predicted uncertainty of
+the design's parameters is their marginal std from the full covariance.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
-from identification.adjoint_design import DesignProblem, EndCondition, StateLimit
-from identification.ode_models import CartPendulumModel, crane_model, oscillator_model
+from identification.adjoint_design import (
+    DesignProblem,
+    EndCondition,
+    StateLimit,
+    fit_parameters,
+    simulate_output,
+)
+from identification.ode_models import PENDULUM_PARAMS, CartPendulumModel, crane_model, oscillator_model
 
-__all__ = ["DEFAULT_SPECS", "design_problem", "start_input", "reference_inputs", "PLANTS"]
+__all__ = ["DEFAULT_SPECS", "design_problem", "start_input", "reference_inputs", "PLANTS", "RecordFit",
+           "analysis_model", "fit_record", "CRANE_STRUCTURE"]
 
 PLANTS = ("oscillator", "pendulum", "crane")
 
@@ -52,10 +67,10 @@ def _model(plant: str, truth: dict, params: list[str]):
         keys = ("m1", "m2", "c1", "c2", "d1", "d2")
         return oscillator_model({k: float(truth[k]) for k in keys if k in truth}, free=tuple(params))
     if plant == "pendulum":
-        keys = ("m_c", "m_p", "J_p", "s_p", "d_p", "d_c", "g")
-        if tuple(params) != ("s_p", "d_p"):
-            raise ValueError("pendulum: parameters must be ['s_p', 'd_p']")
-        return CartPendulumModel({k: float(truth[k]) for k in keys if k in truth})
+        keys = ("m_c", "m_p", "J_p", "s_p", "d_p", "d_c", "g", "f_c", "f_p", "eps")
+        if not set(params) <= set(PENDULUM_PARAMS):
+            raise ValueError(f"pendulum: parameters must be names of {list(PENDULUM_PARAMS)}")
+        return CartPendulumModel({k: float(truth[k]) for k in keys if k in truth}, param_names=tuple(params))
     if plant == "crane":
         return crane_model(truth, free=tuple(params))
     raise ValueError(f"unknown plant {plant!r}; known: {PLANTS}")
@@ -100,3 +115,105 @@ def reference_inputs(problem: DesignProblem, start: float = 0.5) -> dict[str, np
     umax = problem.bounds()[1][0, 0]
     return {"F0": start_input(problem, start),
             "sine": (umax * np.sin(2 * np.pi * t / problem.t_f))[:, None]}
+
+
+# ------------------------------------------------------------------------------ fit of a recorded run
+#: The crane's analysis structure (``identification.drive_models``): three masses, viscous, Coulomb and
+#: Stribeck friction on the motor, input dead time - what the simulated axis has but the design model lacks.
+CRANE_STRUCTURE = "3m+visc+coul+strib+dt"
+
+
+@dataclass
+class RecordFit:
+    """Fit of one recorded run: the design's parameters first, then the nuisance parameters."""
+
+    names: list[str]
+    n_design: int                 # the first n_design names are the design's parameters
+    estimate: np.ndarray
+    design_point: np.ndarray      # where the predicted covariance is taken (nuisance at their nominal)
+    predicted_cov: np.ndarray     # design noise sigma, samples used by the fit, full model
+    residual_cov: np.ndarray      # at the estimate, with the residual variance
+    residual_std: float           # output units
+    n_used: int                   # samples in the cost
+    success: bool
+    nfev: int
+    message: str
+    t: np.ndarray                 # instants of y_fit, s
+    y_fit: np.ndarray
+
+    @property
+    def predicted_std(self) -> np.ndarray:
+        """Marginal standard deviations (square roots of the covariance diagonal), every parameter."""
+        return np.sqrt(np.diag(self.predicted_cov))
+
+    @property
+    def residual_based_std(self) -> np.ndarray:
+        return np.sqrt(np.diag(self.residual_cov))
+
+
+def analysis_model(plant: str, values: dict, names: list[str]):
+    """The ODE model that identifies ``names`` (design parameters and nuisances) at ``values``."""
+    return _model(plant, values, list(names))
+
+
+def _inv(m: np.ndarray) -> np.ndarray:
+    try:
+        return np.linalg.inv(m)
+    except np.linalg.LinAlgError:
+        return np.full(m.shape, np.inf)
+
+
+def fit_record(plant: str, values: dict, params: list[str], nuisance: dict[str, float], u: np.ndarray,
+               dt: float, y: np.ndarray, sigma: float, *, start: float = 1.05, skip: int = 0,
+               decimate: int = 1, friction_eps: float | None = None) -> RecordFit:
+    """Least-squares fit of ``params`` (and the ``nuisance`` names, started at the given values).
+
+    ``values``: the design point (every physical value of the plant); ``u``, ``y``: input and measured
+    output sampled at ``dt`` (``y_k`` at ``t_k = k*dt``, before ``u_k`` acts). The design's parameters
+    start at ``start`` times the design point. ``decimate`` and ``friction_eps`` only concern the crane
+    (its model runs on ``decimate*dt``, the output is compared every ``decimate``-th sample).
+    """
+    names = list(params) + [n for n in nuisance if n not in params]
+    point = {**values, **nuisance}
+    b_design = np.array([float(point[n]) for n in names])
+    b0 = b_design * np.where(np.arange(len(names)) < len(params), start, 1.0)
+    if plant == "crane":
+        return _fit_crane(names, len(params), point, b_design, b0, u, dt, y, sigma, skip, decimate,
+                          friction_eps)
+    vals = dict(point)
+    if friction_eps is not None:
+        vals["eps"] = friction_eps
+    model = analysis_model(plant, vals, names)
+    fit = fit_parameters(model, u, dt, y, b0, n_sub=1, skip=skip)
+    _, yd, Y = simulate_output(model, b_design, u, dt, 1)
+    J = Y[skip:].reshape(-1, len(names))
+    _, yf, Yf = simulate_output(model, fit.b, u, dt, 1)
+    Jf = Yf[skip:].reshape(-1, len(names))
+    return RecordFit(names, len(params), fit.b, b_design, sigma**2 * _inv(J.T @ J),
+                     fit.residual_std**2 * _inv(Jf.T @ Jf), fit.residual_std, J.shape[0], fit.success,
+                     fit.nfev, fit.message, np.arange(yf.shape[0]) * dt, yf[:, 0])
+
+
+def _fit_crane(names, n_design, point, b_design, b0, u, dt, y, sigma, skip, decimate, eps) -> RecordFit:
+    from identification.drive_simulation import DEFAULT_FRICTION_EPS, prepare_input, simulate
+    from identification.model_selection import fit_structure, parse_name
+
+    s = parse_name(CRANE_STRUCTURE)
+    eps = DEFAULT_FRICTION_EPS if eps is None else float(eps)
+    fixed = {k: float(point[k]) for k in s.param_names if k not in names}
+    start = {**fixed, **dict(zip(names, b0.tolist(), strict=True))}
+    fit = fit_structure(s, u, y, dt, fixed=fixed, start=start, n_starts=1, decimate=decimate, skip=skip,
+                        friction_eps=eps)
+    cols = [s.param_names.index(n) for n in names]
+    inp = prepare_input(u, dt, decimate)
+    at_design = simulate(s, {**fixed, **dict(zip(names, b_design.tolist(), strict=True))}, inp,
+                         friction_eps=eps)
+    J = at_design.S[skip:, cols]
+    Jf = fit.S[:, cols]
+    est = np.array([fit.params[n] for n in names])
+    at_fit = simulate(s, fit.params, inp, sensitivities=False, friction_eps=eps)
+    n_used = Jf.shape[0]
+    return RecordFit(names, n_design, est, b_design, sigma**2 * _inv(J.T @ J), fit.sigma2 * _inv(Jf.T @ Jf),
+                     math.sqrt(fit.sigma2), n_used, not fit.at_bound, fit.n_evals,
+                     f"at bound: {fit.at_bound}" if fit.at_bound else "ok",
+                     np.arange(at_fit.y.size) * dt * decimate, np.asarray(at_fit.y, float))

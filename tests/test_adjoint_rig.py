@@ -20,10 +20,10 @@ from test_rig_kit import _to_toml  # noqa: E402
 
 # coarse, short designs: the test checks the chain, not the optimum
 COARSE = {"oscillator": {"max_iter": 40, "rounds": 2}, "pendulum": {"max_iter": 60, "rounds": 2}}
-# the pendulum fit model has no Coulomb friction; with it in the truth the estimate of s_p is biased by
-# 3-5 predicted std (see the report): this test checks identification within the stated uncertainty of a
-# truth whose other unmodelled effects (force lag, encoder, noise) stay on
-TRUTH = {"oscillator": {}, "pendulum": {"cart_coulomb": 0.0, "joint_coulomb": 0.0}}
+# the shipped truths, unchanged: the pendulum's cart friction (Coulomb and viscous) is fitted as nuisance
+# parameters ([fit.nuisance] of configs/pendulum-sim.toml); joint Coulomb friction, force lag, encoder
+# quantisation and noise stay unmodelled
+TRUTH = {"oscillator": {}, "pendulum": {}}
 
 
 def _config(kind: str, tmp_path: Path) -> Path:

@@ -19,7 +19,7 @@ def _plt():
 
 
 def plot_design(result, references: dict[str, np.ndarray], stds: dict[str, np.ndarray], folder: str | Path,
-                output_unit: str = "") -> list[Path]:
+                output_unit: str = "", input_label: str = "force [N]") -> list[Path]:
     """convergence.png (cost per iteration), signal.png (designed force with F0 and the sine) and
     information.png (predicted standard deviation of each parameter, relative to its value, per input)."""
     plt = _plt()
@@ -45,7 +45,7 @@ def plot_design(result, references: dict[str, np.ndarray], stds: dict[str, np.nd
     ax.axhline(hi, color="k", ls=":", lw=0.8)
     ax.axhline(-hi, color="k", ls=":", lw=0.8)
     ax.set_xlabel("t [s]")
-    ax.set_ylabel("force [N]")
+    ax.set_ylabel(input_label)
     ax.legend(loc="upper right")
     files.append(save_figure(fig, folder / "signal.png", dpi=100))
 
@@ -65,20 +65,24 @@ def plot_design(result, references: dict[str, np.ndarray], stds: dict[str, np.nd
 
 def plot_analysis(result, rec, folder: str | Path) -> list[Path]:
     """fit.png: the recorded force, the measured output and the fitted model's output with the residual."""
-    from daq.rigs.adjoint_rig import OUTPUTS
+    from daq.rigs.adjoint_rig import INPUTS, OUTPUTS
 
     plt = _plt()
     out, unit = OUTPUTS[result.plant]
+    what, in_unit = INPUTS[result.plant]
     fig, axes = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
     axes[0].step(rec.t, rec.force_cmd, where="post", label="command")
     axes[0].plot(rec.t, rec.force, lw=0.8, label="applied")
-    axes[0].set_ylabel("force [N]")
+    axes[0].set_ylabel(f"{what} [{in_unit}]")
     axes[0].legend(loc="upper right")
     axes[1].plot(rec.t, rec.output, lw=0.8, label="measured")
     axes[1].plot(result.t, result.y_fit, lw=0.8, label="fitted model")
     axes[1].set_ylabel(f"{out} [{unit}]")
     axes[1].legend(loc="upper right")
-    axes[2].plot(rec.t, rec.output - result.y_fit, lw=0.6)
+    n = min(result.t.size, rec.t.size)
+    step = max(int(round((result.t[1] - result.t[0]) / (rec.t[1] - rec.t[0]))), 1) if n > 1 else 1
+    measured = rec.output[::step][:result.y_fit.size]
+    axes[2].plot(result.t[:measured.size], measured - result.y_fit[:measured.size], lw=0.6)
     axes[2].set_ylabel(f"residual [{unit}]")
     axes[2].set_xlabel("t [s]")
     est = ", ".join(f"{n} = {v:.6g} +- {s:.2g}" for n, v, s in

@@ -20,6 +20,7 @@ KINDS: dict[str, str] = {
     "machine-tool": "daq.rigs.machine_tool",
     "oscillator": "daq.rigs.oscillator",
     "pendulum": "daq.rigs.pendulum",
+    "crane-adjoint": "daq.rigs.crane_adjoint",
 }
 
 _loaded: dict[str, Rig] = {}

@@ -1,11 +1,13 @@
-"""The two-mass oscillator and the cart pendulum of seed paper 002 as rig kinds: an input designed by the
-adjoint method (or the paper's comparison inputs F0 and the full-amplitude sine) is pushed to an OPC UA
-drive as a force trajectory, run, read back and recorded; the analysis fits the identified parameters.
+"""The two-mass oscillator and the cart pendulum of seed paper 002, and the stacker crane's mast, as rig
+kinds: an input designed by the adjoint method (or a comparison input: F0, the full-amplitude sine, the
+crane's shipped multisine) is pushed to an OPC UA drive as a trajectory, run, read back and recorded; the
+analysis fits the identified parameters, with the effects the design model lacks (friction, dead time)
+fitted alongside as nuisance parameters (``[fit.nuisance]``).
 
-One module, two kinds (``oscillator``, ``pendulum``): :func:`make_rig` builds each. Devices: the servo
-drive of the crane rig (same driver and nodes; its ``torque_limit`` is the force limit in N). Streams:
-``<kind>.trace`` (force_cmd, force [N], output [m or rad]) at the drive's cycle, one trajectory between
-``trajectory_start``/``trajectory_end`` on ``<kind>.plan``.
+One module, three kinds (``oscillator``, ``pendulum``, ``crane-adjoint``): :func:`make_rig` builds each.
+Devices: the servo drive of the crane rig (same driver and nodes; for the oscillator and the pendulum its
+``torque_limit`` is the force limit in N). Streams: ``<kind>.trace`` (command, applied input, output) at
+the drive's cycle, one trajectory between ``trajectory_start``/``trajectory_end`` on ``<kind>.plan``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import csv
 import math
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,12 +26,20 @@ from msgspec import field as sfield
 
 from daq.config import Invalid
 from daq.rigs.base import Report, Rig
-from daq.rigs.crane import FRAME_SAMPLES, DriveDevice, open_devices, simulated_devices
+from daq.rigs.crane import FRAME_SAMPLES, DriveDevice, ExcitationTable, open_devices, simulated_devices
 from daq.schema import Count, NonNegative, Positive, RigConfig, Table
 
-#: plant -> (measured output name, unit, parameters of the design)
-OUTPUTS = {"oscillator": ("x2", "m"), "pendulum": ("phi", "rad")}
-DESIGNS = ("adjoint", "F0", "sine")
+#: plant -> (measured output name, unit)
+OUTPUTS = {"oscillator": ("x2", "m"), "pendulum": ("phi", "rad"), "crane": ("w1", "rad/s")}
+#: plant -> (input name, unit)
+INPUTS = {"oscillator": ("force", "N"), "pendulum": ("force", "N"), "crane": ("torque", "N*m")}
+#: rig kind -> the plant it moves
+PLANT_OF = {"oscillator": "oscillator", "pendulum": "pendulum", "crane-adjoint": "crane"}
+#: the driven body's speed state of each plant (its design limit may not exceed the drive's speed limit)
+SPEED_STATE = {"oscillator": "v1", "pendulum": "v_c", "crane": "w1"}
+#: nuisance parameter -> the simulator truth key it estimates (where the names differ)
+NUISANCE_TRUTH = {"pendulum": {"f_c": "cart_coulomb", "f_p": "joint_coulomb"}}
+DESIGNS = ("adjoint", "F0", "sine", "multisine")
 
 
 # ----------------------------------------------------------------------------------------- config
@@ -69,7 +79,7 @@ class AdjointTable(Table, kw_only=True):
     t_f: Positive
     dt: Positive                      # s, input sample time
     n_sub: Count = 2
-    u_max: Positive                   # N, |F| <= F_max
+    u_max: Positive                   # N (N*m for the crane), |u| <= u_max
     start: float = 0.5                # F0 = start * F_max
     sigma: Positive                   # measurement noise std (output units)
     meas_dt: Positive                 # s, measurement sample time assumed by the design
@@ -99,7 +109,7 @@ class AdjointTable(Table, kw_only=True):
 
 
 class PlanTable(Table, kw_only=True):
-    design: Literal["adjoint", "F0", "sine"] = "adjoint"
+    design: Literal["adjoint", "F0", "sine", "multisine"] = "adjoint"
     trajectory: str = "trajectory.csv"   # CSV written by `hil design adjoint` (t [s], force [N])
     design_if_missing: bool = True       # no file: design on the fly (off the event loop)
 
@@ -109,6 +119,11 @@ class FitTable(Table, kw_only=True):
     skip: NonNegative = 0.0     # s left out at the beginning of the record
     n_sigma: Positive = 3.0     # |estimate - truth| <= n_sigma * std counts as "within"
     input_lag: NonNegative = 0.0  # s, known time constant of the force actuator (the model has none)
+    # nuisance parameters fitted alongside the design's (name -> start and nominal value, SI): pendulum
+    # d_c, f_c, f_p; crane viscous, coulomb, stribeck_torque, stribeck_speed, dead_time; oscillator d1, ...
+    nuisance: dict[str, float] = sfield(default_factory=dict)
+    friction_speed_eps: Positive | None = None  # smooth sign tanh(v/eps) of the fitted Coulomb terms
+    decimate: Count = 1         # crane: the model runs on decimate * cycle, every decimate-th sample used
 
 
 class SequentialTable(Table, kw_only=True):
@@ -148,26 +163,35 @@ class AdjointRigConfig(RigConfig, kw_only=True):
     simulator: Simulator | None = None
     devices: Devices | None = None
     adjoint: AdjointTable
+    excitation: ExcitationTable | None = None   # crane: the shipped multisine ([plan] design = "multisine")
     plan: PlanTable = sfield(default_factory=PlanTable)
     fit: FitTable = sfield(default_factory=FitTable)
     sequential: SequentialTable = sfield(default_factory=SequentialTable)
 
     def check(self) -> None:
         kind = self.rig.kind
+        plant = PLANT_OF.get(kind, kind)
         if self.sequential.enabled and self.sequential.redesign and self.plan.design != "adjoint":
             raise Invalid("sequential.redesign", f"re-designs the adjoint input; [plan].design is "
                                                  f"{self.plan.design!r} (set redesign = false to repeat it)")
         if self.devices is None:
             raise Invalid("devices", "missing required table", table=True)
-        if self.adjoint.plant != kind:
-            raise Invalid("adjoint.plant", f"{self.adjoint.plant!r} in a {kind!r} rig")
-        if self.simulator is not None and (self.simulator.plant or "crane") != kind:
-            raise Invalid("simulator.plant", f"the simulated drive must host the {kind!r} plant, "
+        if self.adjoint.plant != plant:
+            raise Invalid("adjoint.plant", f"{self.adjoint.plant!r} in a {kind!r} rig (plant {plant!r})")
+        if self.simulator is not None and (self.simulator.plant or "crane") != plant:
+            raise Invalid("simulator.plant", f"the simulated drive must host the {plant!r} plant, "
                                              f"got {self.simulator.plant!r}")
         drive = self.devices.drive
+        unit = INPUTS[plant][1]
         if self.adjoint.u_max > drive.torque_limit:
-            raise Invalid("adjoint.u_max", f"{self.adjoint.u_max} N exceeds [devices.drive].torque_limit "
-                                           f"({drive.torque_limit} N)")
+            raise Invalid("adjoint.u_max", f"{self.adjoint.u_max} {unit} exceeds [devices.drive]."
+                                           f"torque_limit ({drive.torque_limit} {unit})")
+        speed = SPEED_STATE[plant]
+        if self.adjoint.limits.get(speed, 0.0) > drive.speed_limit:
+            raise Invalid(f"adjoint.limits.{speed}", f"{self.adjoint.limits[speed]} exceeds "
+                                                     f"[devices.drive].speed_limit ({drive.speed_limit})")
+        if self.plan.design == "multisine" and plant != "crane":
+            raise Invalid("plan.design", "'multisine' is the crane's shipped multisine ([excitation])")
         n = round(self.adjoint.t_f / self.adjoint.dt)
         if n > drive.max_samples:
             raise Invalid("adjoint.t_f", f"{n} samples exceed [devices.drive].max_samples "
@@ -182,11 +206,29 @@ def nominal_values(cfg: AdjointRigConfig) -> dict[str, float]:
     from simulators.crane_drive import get_plant
 
     truth_type = get_plant(cfg.adjoint.plant).truth
-    values = truth_type().model_values()
+    values = _model_values(truth_type())
     if cfg.simulator is not None:
-        values.update(truth_type.from_config(dict(cfg.simulator.truth)).model_values())
+        values.update(_model_values(truth_type.from_config(dict(cfg.simulator.truth))))
     values.update(cfg.adjoint.nominal)
     return values
+
+
+def _model_values(truth) -> dict[str, float]:
+    """The physical values a model may use: ``model_values()`` where the truth has it (oscillator,
+    pendulum), else every number of the truth (the crane's drive-model kit knows friction and dead time)."""
+    if hasattr(truth, "model_values"):
+        return dict(truth.model_values())
+    return {k: float(v) for k, v in truth.to_dict().items()}
+
+
+def simulator_truth(cfg: AdjointRigConfig) -> dict[str, float] | None:
+    """Every number of the simulator truth (None for a real rig)."""
+    if cfg.simulator is None:
+        return None
+    from simulators.crane_drive import get_plant
+
+    truth = get_plant(cfg.adjoint.plant).truth.from_config(dict(cfg.simulator.truth))
+    return {k: float(v) for k, v in truth.to_dict().items()}
 
 
 def problem_of(cfg: AdjointRigConfig):
@@ -206,13 +248,13 @@ def run_design(cfg: AdjointRigConfig):
     return optimize_input(pb, u0, method=a.method, max_iter=a.max_iter, rounds=a.rounds, end_tol=a.end_tol)
 
 
-def write_trajectory(path: str | Path, dt: float, force: np.ndarray) -> Path:
-    """CSV with header ``t [s],force [N]``, one row per held input sample."""
+def write_trajectory(path: str | Path, dt: float, force: np.ndarray, column: str = "force [N]") -> Path:
+    """CSV with header ``t [s],<column>`` (``force [N]`` or ``torque [N*m]``), one row per held sample."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["t [s]", "force [N]"])
+        w.writerow(["t [s]", column])
         for k, v in enumerate(np.asarray(force, float).ravel()):
             w.writerow([f"{k * dt:.9g}", f"{v:.17g}"])
     return path
@@ -234,7 +276,8 @@ def signal_of(cfg: AdjointRigConfig, design: str | None = None) -> tuple[np.ndar
     """The input of ``[plan].design`` on the design grid: (force samples N, info about it).
 
     ``adjoint`` reads ``[plan].trajectory`` (designs on the fly when it is absent and
-    ``design_if_missing``); ``F0`` and ``sine`` are the paper's comparison inputs. The predicted
+    ``design_if_missing``); ``F0`` and ``sine`` are the paper's comparison inputs, ``multisine`` the
+    crane's shipped training multisine at its own sample time (``[excitation]``). The predicted
     standard deviations come from the design model's Fisher matrix for this very signal.
     """
     from identification.adjoint_design import evaluate
@@ -243,6 +286,8 @@ def signal_of(cfg: AdjointRigConfig, design: str | None = None) -> tuple[np.ndar
     design = design or cfg.plan.design
     pb = problem_of(cfg)
     info: dict = {"design": design}
+    if design == "multisine":
+        return multisine_of(cfg, pb, info)
     if design == "adjoint":
         path = Path(cfg.plan.trajectory)
         if path.exists():
@@ -269,6 +314,31 @@ def signal_of(cfg: AdjointRigConfig, design: str | None = None) -> tuple[np.ndar
     return force, info
 
 
+def multisine_of(cfg: AdjointRigConfig, pb, info: dict) -> tuple[np.ndarray, dict]:
+    """The crane's training multisine (``[excitation]``, built as the crane rig builds it) at its own
+    sample time, scaled to the peak ``u_max``: the same duration and peak torque as the adjoint design."""
+    from daq.rigs.crane import design_excitation
+    from identification.adjoint_design import DesignProblem, evaluate
+
+    if cfg.excitation is None:
+        raise ValueError("[plan] design = 'multisine' needs an [excitation] table")
+    dt, torque, _, _, _ = design_excitation(cfg.excitation, "training", cfg.devices.drive.torque_limit)
+    torque = np.asarray(torque, float) / np.abs(torque).max() * cfg.adjoint.u_max
+    if abs(torque.size * dt - pb.t_f) > 1e-9 * pb.t_f:
+        raise ValueError(f"[excitation]: {torque.size} samples of {dt:g} s do not last t_f = {pb.t_f:g} s")
+    fine = DesignProblem(pb.model, pb.b, dt, torque.size, -cfg.adjoint.u_max * (1 + 1e-9),
+                         cfg.adjoint.u_max * (1 + 1e-9), n_sub=1, criterion=pb.criterion, scaling=pb.scaling,
+                         sigma=pb.sigma, meas_dt=pb.meas_dt, end_conditions=pb.end_conditions)
+    ev = evaluate(fine, torque[:, None], gradient=False)
+    names = list(pb.model.state_names)
+    info.update(parameters=list(pb.model.param_names), design_point=pb.b.tolist(),
+                fisher=ev.fisher.tolist(), predicted_std=_std(ev.fisher).tolist(),
+                end_residuals={names[c.index]: float(r) for c, r in
+                               zip(pb.end_conditions, ev.end_residuals, strict=True)},
+                input_dt=dt, peak_force=float(np.abs(torque).max()))
+    return torque, info
+
+
 def _std(fisher: np.ndarray) -> np.ndarray:
     try:
         return np.sqrt(np.diag(np.linalg.inv(fisher)))
@@ -285,7 +355,7 @@ async def prepare(ctx) -> None:
     loop = asyncio.get_running_loop()
     force, info = await loop.run_in_executor(None, signal_of, cfg)
     check_signal(ctx, force, info)
-    ctx.signal = (cfg.adjoint.dt, force, info)
+    ctx.signal = (info.get("input_dt", cfg.adjoint.dt), force, info)
 
 
 def check_signal(ctx, force: np.ndarray, info: dict) -> None:
@@ -296,15 +366,16 @@ def check_signal(ctx, force: np.ndarray, info: dict) -> None:
     drive = ctx.devices.drive
     limit = min(cfg.devices.drive.torque_limit, drive.drive_limits.get("torque_limit", math.inf))
     if info["peak_force"] > limit:
-        raise LimitError(drive.name, drive.url, f"peak force {info['peak_force']:.4g} N of the "
-                         f"{info['design']} input exceeds the drive's limit {limit:.4g} N")
-    drive.check_trajectory(cfg.adjoint.dt, force)
+        what, unit = INPUTS[cfg.adjoint.plant]
+        raise LimitError(drive.name, drive.url, f"peak {what} {info['peak_force']:.4g} {unit} of the "
+                         f"{info['design']} input exceeds the drive's limit {limit:.4g} {unit}")
+    drive.check_trajectory(info.get("input_dt", cfg.adjoint.dt), force)
 
 
 def make_plan(kind: str):
     trace_stream, plan_stream = f"{kind}.trace", f"{kind}.plan"
     channels = channels_of(kind)
-    units = ["N", "N", OUTPUTS[kind][1]]
+    units = units_of(kind)
 
     async def plan(ctx) -> None:
         """One run of the prepared input; with ``[sequential]`` enabled, run - refit - stop or redesign -
@@ -360,7 +431,14 @@ def make_plan(kind: str):
 
 
 def channels_of(kind: str) -> list[str]:
-    return ["force_cmd", "force", OUTPUTS[kind][0]]
+    plant = PLANT_OF.get(kind, kind)
+    name = INPUTS[plant][0]
+    return [f"{name}_cmd", name, OUTPUTS[plant][0]]
+
+
+def units_of(kind: str) -> list[str]:
+    plant = PLANT_OF.get(kind, kind)
+    return [INPUTS[plant][1], INPUTS[plant][1], OUTPUTS[plant][1]]
 
 
 # ----------------------------------------------------------------------------------------- analysis
@@ -401,22 +479,30 @@ def make_arrays(kind: str):
 
 @dataclass
 class AdjointAnalysis:
-    """Identified parameters of one run, with predicted and residual-based standard deviations."""
+    """Identified parameters of one run (the design's, then the nuisances), with predicted (design noise,
+    marginal over the nuisances) and residual-based standard deviations."""
 
     plant: str
     design: str
-    names: list[str]
+    names: list[str]                  # the design's parameters
     estimate: np.ndarray
     truth: np.ndarray | None          # from the session's [simulator.truth], if simulated
     design_point: np.ndarray
-    predicted_std: np.ndarray         # design model's Fisher matrix of the signal (design sigma, meas_dt)
-    residual_std: np.ndarray          # fit Jacobian and residual variance of this record
+    predicted_std: np.ndarray         # marginal std from the full covariance (design sigma, samples used)
+    residual_std: np.ndarray          # fit Jacobian and residual variance of this record, marginal
     residual_rms: float               # output units
     n_sigma: float
     fit_success: bool
     nfev: int
     t: np.ndarray
     y_fit: np.ndarray
+    design_std: np.ndarray | None = None   # the design model's prediction (no nuisances, design grid)
+    nuisance: list[str] = field(default_factory=list)
+    nuisance_estimate: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    nuisance_std: np.ndarray = field(default_factory=lambda: np.zeros(0))   # predicted, marginal
+    nuisance_truth: list[float | None] = field(default_factory=list)
+    n_used: int = 0
+    elapsed_s: float = 0.0
 
     @property
     def compare_std(self) -> np.ndarray:
@@ -432,8 +518,9 @@ class AdjointAnalysis:
     def text(self) -> str:
         unit = OUTPUTS[self.plant][1]
         lines = [f"{self.plant}: {self.design} input, fit {'converged' if self.fit_success else 'FAILED'} "
-                 f"({self.nfev} evaluations), residual rms {self.residual_rms:.3g} {unit}",
-                 f"{'parameter':<10} {'estimate':>12} {'pred. std':>10} {'resid. std':>10} {'truth':>12} "
+                 f"({self.nfev} evaluations, {self.n_used} samples), "
+                 f"residual rms {self.residual_rms:.3g} {unit}",
+                 f"{'parameter':<16} {'estimate':>12} {'pred. std':>10} {'resid. std':>10} {'truth':>12} "
                  f"{'|err|/std':>9}  within {self.n_sigma:g} std"]
         within = self.within
         for j, name in enumerate(self.names):
@@ -442,28 +529,41 @@ class AdjointAnalysis:
             else:
                 z = abs(self.estimate[j] - self.truth[j]) / self.compare_std[j]
                 tail = f"{self.truth[j]:>12.6g} {z:>9.2f}  {'yes' if within[j] else 'NO'}"
-            lines.append(f"{name:<10} {self.estimate[j]:>12.6g} {self.predicted_std[j]:>10.3g} "
+            lines.append(f"{name:<16} {self.estimate[j]:>12.6g} {self.predicted_std[j]:>10.3g} "
                          f"{self.residual_std[j]:>10.3g} {tail}")
-        lines.append("std compared: the larger of the predicted (design Fisher matrix) and the "
-                     "residual-based one")
+        for j, name in enumerate(self.nuisance):
+            tv = self.nuisance_truth[j] if j < len(self.nuisance_truth) else None
+            tail = "-" if tv is None else f"{tv:.6g}"
+            lines.append(f"{name + ' (nuis.)':<16} {self.nuisance_estimate[j]:>12.6g} "
+                         f"{self.nuisance_std[j]:>10.3g} {'':>10} {tail:>12}")
+        lines.append("std compared: the larger of the predicted (design noise, marginal over the nuisance "
+                     "parameters) and the residual-based one")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
-        def named(v):
-            return None if v is None else dict(zip(self.names, np.asarray(v).tolist(), strict=True))
+        def named(v, names=None):
+            names = self.names if names is None else names
+            return None if v is None else dict(zip(names, np.asarray(v, float).tolist(), strict=True))
 
         return {"plant": self.plant, "design": self.design, "estimate": named(self.estimate),
                 "truth": named(self.truth), "design_point": named(self.design_point),
                 "predicted_std": named(self.predicted_std), "residual_std": named(self.residual_std),
-                "compared_std": named(self.compare_std), "n_sigma": self.n_sigma,
+                "compared_std": named(self.compare_std), "design_std": named(self.design_std),
+                "n_sigma": self.n_sigma,
                 "within": None if self.within is None else dict(zip(self.names, self.within, strict=True)),
-                "residual_rms": self.residual_rms, "fit_success": self.fit_success, "nfev": self.nfev}
+                "nuisance": {n: {"estimate": float(self.nuisance_estimate[j]),
+                                 "predicted_std": float(self.nuisance_std[j]),
+                                 "truth": self.nuisance_truth[j] if j < len(self.nuisance_truth) else None}
+                             for j, n in enumerate(self.nuisance)},
+                "residual_rms": self.residual_rms, "n_used": self.n_used, "fit_success": self.fit_success,
+                "nfev": self.nfev, "elapsed_s": self.elapsed_s}
 
 
 def analyze(rec: Record | None, cfg: AdjointRigConfig, progress=None) -> AdjointAnalysis:
-    """Least-squares fit of the design's parameters on the recorded command and output."""
+    """Least-squares fit of the design's parameters (and ``[fit.nuisance]``) on the recorded command and
+    output; the predicted std is the design noise's, marginal over the nuisance parameters."""
     from daq.analysis import AnalysisError
-    from identification.adjoint_design import fit_parameters, simulate_output
+    from identification.adjoint_plants import fit_record
 
     if rec is None:
         raise AnalysisError("no trajectory recorded")
@@ -471,21 +571,29 @@ def analyze(rec: Record | None, cfg: AdjointRigConfig, progress=None) -> Adjoint
     names = list(pb.model.param_names)
     if progress is not None:
         progress(0, 1, "fitting")
-    skip = int(round(cfg.fit.skip / rec.dt))
+    t0 = time.perf_counter()
+    skip = int(round(cfg.fit.skip / (rec.dt * cfg.fit.decimate)))
     u = lagged_mean(rec.force_cmd, cfg.fit.input_lag, rec.dt)
-    fit = fit_parameters(pb.model, u, rec.dt, rec.output, pb.b * cfg.fit.start, n_sub=1, skip=skip)
-    _, y, _ = simulate_output(pb.model, fit.b, u, rec.dt, 1)
-    truth = None
-    if cfg.simulator is not None:
-        from simulators.crane_drive import get_plant
-
-        values = get_plant(cfg.adjoint.plant).truth.from_config(dict(cfg.simulator.truth)).model_values()
+    fit = fit_record(cfg.adjoint.plant, nominal_values(cfg), names, dict(cfg.fit.nuisance), u, rec.dt,
+                     rec.output, cfg.adjoint.sigma, start=cfg.fit.start, skip=skip, decimate=cfg.fit.decimate,
+                     friction_eps=cfg.fit.friction_speed_eps)
+    k = fit.n_design
+    truth = nuisance_truth = None
+    values = simulator_truth(cfg)
+    if values is not None:
         truth = np.array([values[n] for n in names])
+        alias = NUISANCE_TRUTH.get(cfg.adjoint.plant, {})
+        nuisance_truth = [values.get(alias.get(n, n)) for n in fit.names[k:]]
     if progress is not None:
         progress(1, 1, "fitted")
-    return AdjointAnalysis(cfg.adjoint.plant, str(rec.info.get("design", "?")), names, fit.b, truth, pb.b,
-                           np.asarray(rec.info["predicted_std"], float), fit.std, fit.residual_std,
-                           cfg.fit.n_sigma, fit.success, fit.nfev, rec.t, y[:, 0])
+    design_std = rec.info.get("predicted_std")
+    return AdjointAnalysis(cfg.adjoint.plant, str(rec.info.get("design", "?")), names, fit.estimate[:k],
+                           truth, fit.design_point[:k], fit.predicted_std[:k], fit.residual_based_std[:k],
+                           fit.residual_std, cfg.fit.n_sigma, fit.success, fit.nfev, fit.t, fit.y_fit,
+                           design_std=None if design_std is None else np.asarray(design_std, float),
+                           nuisance=fit.names[k:], nuisance_estimate=fit.estimate[k:],
+                           nuisance_std=fit.predicted_std[k:], nuisance_truth=nuisance_truth or [],
+                           n_used=fit.n_used, elapsed_s=time.perf_counter() - t0)
 
 
 def _plots(result: AdjointAnalysis, rec: Record, folder: Path) -> list[Path]:
@@ -508,7 +616,8 @@ def simulator(raw: dict):
 
 
 def make_rig(kind: str, summary: str) -> Rig:
-    out, unit = OUTPUTS[kind]
+    cmd, inp, out = channels_of(kind)
+    in_unit, _, unit = units_of(kind)
     return Rig(
         kind=kind,
         summary=summary,
@@ -523,6 +632,6 @@ def make_rig(kind: str, summary: str) -> Rig:
         analyze=analyze,
         report=Report(text=lambda r: r.text(), to_dict=lambda r: r.to_dict(), plots=_plots),
         describe_simulator=_describe,
-        streams={f"{kind}.trace": f"force_cmd, force [N], {out} [{unit}] at the drive's cycle",
+        streams={f"{kind}.trace": f"{cmd}, {inp} [{in_unit}], {out} [{unit}] at the drive's cycle",
                  f"{kind}.plan": "events"},
     )
