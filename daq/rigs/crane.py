@@ -189,11 +189,34 @@ class ModelSelectionTable(Table, kw_only=True):
         return dict(bounds=bounds, candidates=candidates, **{k: getattr(self, k) for k in keys})
 
 
+class OnlineTable(Table, kw_only=True):
+    """Online identification (daq/online_crane.py): refit one model after every trajectory; off by default."""
+
+    enabled: bool = False
+    model: str = "3m+visc+coul+dt"  # one structure of the kit (the shipped truth's expected choice)
+    n_starts: Count = 3             # start points of the first (cold) fit; later fits are warm-started
+    seed: int = 0
+    max_nfev: Count = 100           # Jacobian evaluations per fit
+    decimate: Count | None = None   # default: [model_selection].decimate
+    alpha: Annotated[float, Meta(gt=0, lt=1)] = 0.05   # level of the confidence-ellipsoid axes
+    worker: Literal["process", "thread"] = "process"
+    wait_timeout: Positive = 120.0  # s the plan waits for the last trajectory's estimate before it ends
+
+    def check(self) -> None:
+        from identification.drive_models import parse_name
+
+        try:
+            parse_name(self.model)
+        except (KeyError, ValueError) as exc:
+            raise Invalid("model", str(exc)) from None
+
+
 class CraneConfig(RigConfig, kw_only=True):
     simulator: CraneSimulator | None = None
     devices: CraneDevices | None = None
     excitation: ExcitationTable
     model_selection: ModelSelectionTable = sfield(default_factory=ModelSelectionTable)
+    online: OnlineTable = sfield(default_factory=OnlineTable)
 
     def check(self) -> None:
         if self.devices is None:
@@ -292,10 +315,47 @@ async def prepare(ctx) -> None:
         ctx.prepared[role] = (dt, torque, info)
 
 
+def online_settings(cfg: CraneConfig):
+    """The online fit's settings: ``[online]`` over the ``[model_selection]`` bounds and model step."""
+    from daq.online_crane import OnlineFitSettings
+
+    o, ms = cfg.online, cfg.model_selection.options()
+    return OnlineFitSettings(model=o.model, bounds=ms["bounds"], n_starts=o.n_starts, seed=o.seed,
+                             max_nfev=o.max_nfev, decimate=o.decimate or ms["decimate"], skip=ms["skip"],
+                             friction_eps=ms["friction_eps"], alpha=o.alpha, worker=o.worker)
+
+
+async def _start_online(ctx):
+    """Spawn the online identifier on the run's bus when [online] is enabled (else None)."""
+    cfg: CraneConfig = ctx.config
+    if not cfg.online.enabled:
+        return None
+    from daq.online_crane import ONLINE_STREAM, TOPICS, CraneOnlineIdentifier
+
+    async def emit(kind: str, body: dict) -> None:
+        await ctx.event(ONLINE_STREAM, kind, **body)
+
+    ident = CraneOnlineIdentifier(online_settings(cfg), emit)
+    ctx.spawn(ident.run(await ctx.subscribe(*TOPICS)), "crane online identifier")
+    return ident
+
+
+async def _finish_online(ctx, ident) -> None:
+    """Wait (bounded) for the estimate over every recorded trajectory, so the session holds it."""
+    est = await ident.wait_for(ctx.summary["runs"], ctx.config.online.wait_timeout)
+    ctx.summary["online_estimates"] = len(ident.estimates)
+    if est is None:
+        ctx.summary["online_note"] = (f"no estimate over {ctx.summary['runs']} trajectories within "
+                                      f"{ctx.config.online.wait_timeout:g} s")
+    else:
+        ctx.summary["online_rel_std_max"] = max((r for r in est["rel_std"] if r is not None), default=None)
+
+
 async def plan(ctx) -> None:
     """For each role: upload, enable, start, wait, read the trace back, disable, publish the trace."""
     drive = ctx.devices.drive
     ctx.summary.update(runs=0)
+    online = await _start_online(ctx)
     t_end = 0.0  # end of the last published trace: time bases never overlap
     for role in ROLES:
         await ctx.checkpoint(f"before the {role} run")
@@ -318,6 +378,8 @@ async def plan(ctx) -> None:
         await ctx.event(PLAN_STREAM, "trajectory_end", role=role, dt=trace["dt"], n=n, t0=t0)
         ctx.summary["runs"] += 1
         ctx.advance(1, f"{role} run recorded ({n} samples)")
+    if online is not None:
+        await _finish_online(ctx, online)
 
 
 # ----------------------------------------------------------------------------------------- analysis
