@@ -17,7 +17,7 @@ from daq.cli import main
 from daq.lifecycle import run
 from daq.rigs.machine_tool import mt_arrays
 from daq.store import SessionStore
-from daq.uff import Mapping, UffError, model_labels, read_file
+from daq.uff import Mapping, UffError, load_mapping, model_labels, read_file
 from tests.test_machine_tool_rig import small_config
 from tests.test_rig_kit import _to_toml
 
@@ -240,3 +240,25 @@ def test_export_refuses_a_session_of_another_kind(tmp_path):
     res = _hil("--store", str(store), "export", sid, "--format", "uff", "-o", str(tmp_path / "x.uff"))
     assert res.exit_code == 1 and "is a press session" in res.output
     assert not (tmp_path / "x.uff").exists()
+
+
+def test_map_file_gives_position_role_and_node_numbers(tmp_path):
+    """A file from another system: no id-line tokens, its own node numbers; the map supplies both."""
+    freq, h = _frf(2)
+    ds = _dataset(h, freq, id4="NONE", rsp_node=104, ref_node=101, rsp_dir=3)
+    path = _write(tmp_path / "pos300.unv", ds)
+    mapping = tmp_path / "map.toml"
+    mapping.write_text('[nodes]\n101 = "T1"\n104 = "B1"\n\n[files."pos300.unv"]\nposition = 0.3\n'
+                       'role = "validation"\n')
+    labels = model_labels()
+    (fn,) = read_file(path, load_mapping(mapping, labels), labels).functions
+    assert (fn.position, fn.role, fn.response, fn.input) == (0.3, "validation", "B1z", "T1x")
+    np.testing.assert_allclose(fn.values, h, rtol=1e-10)
+    with pytest.raises(UffError, match="no axis position"):
+        read_file(path, Mapping.default(labels), labels)
+    mapping.write_text('[files."pos300.unv"]\nposition = 0.3\n')
+    with pytest.raises(UffError, match="response node 104 .no entity name. is not a model node"):
+        read_file(path, load_mapping(mapping, labels), labels)
+    mapping.write_text('[nodes]\n101 = "Q9"\n')
+    with pytest.raises(UffError, match="need a node number = one of"):
+        load_mapping(mapping, labels)
