@@ -1,28 +1,36 @@
 """Experimental modal analysis: poles, damping and complex mode shapes from measured FRFs.
 
-Method: LSCF poles + LSFD residues (the two stages of the usual frequency-domain EMA).
+Method: LSCF poles + stabilisation diagram + LSFD residues (the usual frequency-domain EMA chain).
 
 1. **Poles - least-squares complex frequency (LSCF).** All FRFs share one denominator polynomial
-   ``A(z) = sum_r a_r z^r`` in ``z = exp(j pi f / f_max)`` over the band (real coefficients, so the
-   roots come in conjugate pairs); each FRF has its own numerator. The linearised error
-   ``B_o(z) - H_o A(z)`` is minimised in least squares; the numerators are eliminated (reduced normal
-   equations), so the system has only ``order + 1`` unknowns however many FRFs there are. The z-domain
-   basis keeps it well conditioned at high orders, unlike a rational fraction in powers of ``j omega``.
-2. **Pole selection.** The fit is repeated at several over-specified orders; a pole counts when it is
-   stable (``Re s < 0``), inside the band, lightly damped (``xi < max_damping``) and reappears at the
-   next order within 1 % in frequency and 20 % in damping (an automated stabilisation diagram). Of
-   those, the ``n_modes`` with the largest modal peak (``max |r| / |Re lam|`` over the FRFs) are kept.
-3. **Residues - least-squares frequency domain (LSFD).** With the poles fixed, every FRF is linear in
-   its residues ``r_k`` (and ``conj(r_k)`` at the conjugate pole) plus a lower (``-1/omega^2``) and
-   upper (constant) residual for modes outside the band: one real linear least-squares problem.
-   For a force at reference ``i`` the residue column over the responses is proportional to the
-   mode shape; per mode the reference that drives it hardest gives its shape.
+   ``A(z) = sum_r a_r z^r`` in ``z = exp(j pi f / f_top)`` over the fitted band (real coefficients,
+   so the roots come in conjugate pairs); each FRF has its own numerator. The linearised error
+   ``w (B_o(z) - H_o A(z))`` is minimised in least squares; the numerators are eliminated (reduced
+   normal equations), so the system has only ``order + 1`` unknowns however many FRFs there are.
+   The fit runs on the FRFs as measured (for accelerances from a flat-spectrum force the noise is
+   about white, so no frequency is over-weighted); each FRF is scaled to unit RMS, or weighted by
+   the inverse of its H1 standard deviation estimated from the coherence when one is given.
+2. **Stabilisation diagram.** The fit is repeated over a range of over-specified orders. Each pole
+   of the highest orders is followed down the orders while a pole within ``freq_tol`` in
+   frequency and ``damping_tol`` (relative) in damping is there; a pole is *stable* when its
+   column spans at least ``min_stable`` of the orders. A physical mode, once the order resolves
+   it, holds at every higher order; two close modes that the low orders merge into one pole, and
+   noise poles that wander from order to order, do not reach the top in one column.
+   Of the stable poles inside ``[f_min, f_max]``, ``n_modes`` are chosen one at a time, each the
+   one that lowers the LSFD residual most (a noise pole or a duplicate explains little).
+3. **Residues - least-squares frequency domain (LSFD).** With the poles fixed, every FRF is linear
+   in its residues ``r_k`` (and ``conj(r_k)`` at the conjugate pole) plus residual terms for the
+   modes outside the band: lower ``1/(j omega)^2``, upper constant and ``(j omega)^2``. Stable
+   poles found between the reported band and the edge of the fitted band join the LSFD too
+   (a mode just above the band is poorly described by a residual and would bend the shape of
+   the highest reported mode). For a force at reference ``i`` the residue column over the
+   responses is proportional to the mode shape; per mode the reference that drives it hardest
+   gives its shape.
 
-Limits: receptance-type pole-residue model with viscous (complex) modes, which is what the
-machine-tool model produces; modes that no reference excites, or two modes closer than the
-frequency resolution, cannot be separated; the pole selection can mistake a noise pole for a mode
-when the data are noisier than the requested modes are strong (check ``fit_error`` and the MACXP
-of the identification). Accelerance or mobility input is converted to receptance first.
+Limits: viscous (complex) modes, which the machine-tool model produces; modes that no reference
+excites, or two modes closer than the frequency resolution, cannot be separated; a noise pole as
+stable as the physical ones (very noisy data) can still be taken for a mode (check
+``fit_error`` and ``support``). Accelerance or mobility residues are reported for receptance.
 """
 
 from __future__ import annotations
@@ -30,8 +38,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg
 
-__all__ = ["ModalFit", "lscf_poles", "lsfd", "extract_modes", "synthesize"]
+__all__ = ["ModalFit", "lscf_poles", "lsfd", "extract_modes", "synthesize", "stable_poles", "h1_weights"]
+
+_POWER = {"receptance": 0, "mobility": 1, "accelerance": 2}
 
 
 @dataclass
@@ -43,41 +54,61 @@ class ModalFit:
     xi: np.ndarray  # damping ratio -Re(lam) / |lam|
     shapes: np.ndarray  # (n_resp, n_modes) complex displacement shapes, largest entry 1
     residues: np.ndarray  # (n_ref, n_resp, n_modes) complex receptance residues, m/N/s
-    lower: np.ndarray  # (n_ref, n_resp) lower residual (coefficient of -1/omega^2), 1/kg
-    upper: np.ndarray  # (n_ref, n_resp) upper residual, m/N
-    fit_error: float  # ||H - H_fit|| / ||H|| over the band (receptance)
+    lower: np.ndarray  # (n_ref, n_resp) lower residual (coefficient of 1/(j omega)^2 in receptance), 1/kg
+    upper: np.ndarray  # (n_ref, n_resp, 2) upper residual: constant (m/N) and (j omega)^2 coefficient
+    fit_error: float  # ||H - H_fit|| / ||H|| over the fitted band, in the FRFs' own kind
     order: int  # the highest LSCF order that was used
-    band: tuple[float, float]  # Hz
+    band: tuple[float, float]  # Hz, where modes are reported
+    support: np.ndarray | None = None  # per mode: share of the other orders in which it reappears
+    lam_out: np.ndarray | None = None  # stable poles outside the band but inside the fitted band
+    residues_out: np.ndarray | None = None  # (n_ref, n_resp, n_out) their residues
+    fit_band: tuple[float, float] | None = None  # Hz, the band the poles and residues were fitted in
 
 
-def _as_receptance(freq: np.ndarray, H: np.ndarray, kind: str) -> np.ndarray:
-    jw = 2j * np.pi * freq
-    if kind == "receptance":
-        return H
-    if kind == "mobility":
-        return H / jw
-    if kind == "accelerance":
-        return H / jw**2
-    raise ValueError("kind must be receptance, mobility or accelerance")
+def _to_kind(freq: np.ndarray, H: np.ndarray, src: str, dst: str) -> np.ndarray:
+    if src not in _POWER or dst not in _POWER:
+        raise ValueError("kind must be receptance, mobility or accelerance")
+    return H * (2j * np.pi * freq) ** (_POWER[dst] - _POWER[src])
 
 
-def lscf_poles(freq: np.ndarray, H: np.ndarray, order: int, f_max: float) -> np.ndarray:
+def h1_weights(H: np.ndarray, coherence: np.ndarray, n_averages: int = 1) -> np.ndarray:
+    """Inverse standard deviation of H1 estimates from their coherence (same shape as ``H``).
+
+    ``var(H1) ~ (1 - g^2) / (2 n_avg g^2) |H|^2`` (Bendat & Piersol); the coherence is clipped to
+    [1e-3, 1 - 1e-6] so that a perfect or empty line gets a finite weight.
+    """
+    g2 = np.clip(np.asarray(coherence, dtype=float), 1e-3, 1 - 1e-6)
+    sd = np.abs(H) * np.sqrt((1 - g2) / (2 * max(int(n_averages), 1) * g2))
+    floor = 1e-12 * max(float(np.max(sd)), 1e-300)
+    return 1.0 / np.maximum(sd, floor)
+
+
+def lscf_poles(
+    freq: np.ndarray, H: np.ndarray, order: int, f_max: float, weights: np.ndarray | None = None
+) -> np.ndarray:
     """All poles (rad/s) of a common-denominator LSCF fit of the FRFs ``H`` (n_frf, n_freq) at ``freq``.
 
-    Each FRF is scaled to unit RMS first, so weak and strong responses count alike.
+    Without ``weights`` each FRF is scaled to unit RMS, so weak and strong responses count alike;
+    ``weights`` (n_frf, n_freq) or (n_freq,) multiply the linearised error instead (each FRF's
+    weighted RMS scaled to 1). ``f_max``: top of the band (maps onto z = -1).
     """
-    H = np.atleast_2d(H)
-    H = H / np.sqrt(np.mean(np.abs(H) ** 2, axis=1, keepdims=True))
+    H = np.atleast_2d(np.asarray(H, dtype=complex))
+    if weights is None:
+        W = np.ones(H.shape)
+    else:
+        W = np.broadcast_to(np.asarray(weights, dtype=float), H.shape)
+    W = W / np.sqrt(np.mean(np.abs(W * H) ** 2, axis=1, keepdims=True))
+    W2 = W**2
     ts = 0.5 / f_max  # the band maps onto the upper half of the unit circle
     z = np.exp(2j * np.pi * freq * ts)
-    # with |z| = 1 every block of the normal equations is Toeplitz in (c - r): only the moments
-    # sum_f w_f z_f^k for k = -p ... p are needed (one matrix product for all FRFs)
+    # with |z| = 1 every block of the normal equations is Toeplitz in (c - r): only the weighted
+    # moments sum_f w_f^2 z_f^k for k = -p ... p are needed (one matrix product for all FRFs)
     k = np.arange(-order, order + 1)
     zk = z[:, None] ** k[None, :]  # (n_freq, 2p+1)
     idx = np.arange(order + 1)[None, :] - np.arange(order + 1)[:, None] + order  # c - r + p
-    R = np.real(zk.sum(axis=0))[idx]
-    S = -np.real(H @ zk)[:, idx]  # (n_frf, p+1, p+1)
-    T = np.real((np.abs(H) ** 2) @ zk)[:, idx]
+    R = np.real(W2 @ zk)[:, idx]  # (n_frf, p+1, p+1)
+    S = -np.real((W2 * H) @ zk)[:, idx]
+    T = np.real((W2 * np.abs(H) ** 2) @ zk)[:, idx]
     M = np.sum(T, axis=0) - np.sum(np.transpose(S, (0, 2, 1)) @ np.linalg.solve(R, S), axis=0)
     a = np.linalg.solve(M[:order, :order], -M[:order, order])
     coeffs = np.append(a, 1.0)  # a_0 ... a_p, highest fixed to 1
@@ -95,43 +126,145 @@ def _physical(poles: np.ndarray, f_min: float, f_max: float, max_damping: float)
     return p[keep]
 
 
-def lsfd(
-    freq: np.ndarray, H: np.ndarray, lam: np.ndarray, residuals: bool = True
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Residues of receptance FRFs ``H`` (n_frf, n_freq) for fixed poles ``lam`` (Im > 0).
+def stable_poles(
+    pole_sets: list[np.ndarray],
+    freq_tol: float = 0.005,
+    damping_tol: float = 0.3,
+    min_stable: float = 0.3,
+    n_top: int = 3,
+    max_gap: int = 1,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Poles that stay put from the highest model order downwards (an automated stabilisation diagram).
 
-    Returns ``(residues (n_frf, n_modes), lower (n_frf,), upper (n_frf,), H_fit (n_frf, n_freq))``.
+    ``pole_sets``: the physical poles of each order, lowest order first. Every pole of the ``n_top``
+    highest orders starts a column that is followed down the orders, taking in each order the
+    nearest pole within ``freq_tol`` (relative) in ``|lam|`` and ``damping_tol`` (relative) in
+    damping of the starting pole; the column ends after more than ``max_gap`` orders in a row
+    without one. A physical mode, once resolved, holds at every higher order; two close modes
+    that the low orders merge into one pole, and noise poles, do not reach the top in one column.
+    Columns holding poles of at least ``min_stable`` of the orders are kept (the longest of those
+    that share a pole), each giving the median of its poles.
+    Returns ``(poles, support)``, support = column length / number of orders, best first.
     """
-    H = np.atleast_2d(H)
+    sets = [np.asarray(p, dtype=complex) for p in pole_sets]
+    n_sets = len(sets)
+    if n_sets < 2:
+        raise ValueError("the stabilisation diagram needs at least two model orders")
+
+    def close(p: complex, q: np.ndarray) -> np.ndarray:
+        w, wq = abs(p), np.abs(q)
+        xi, xq = -p.real / w, -q.real / wq
+        return (np.abs(wq - w) <= freq_tol * w) & (np.abs(xq - xi) <= damping_tol * xi)
+
+    cols: list[tuple[float, complex]] = []
+    for top in range(n_sets - 1, max(n_sets - 1 - int(n_top), 0) - 1, -1):
+        for p in sets[top]:
+            col, miss = [p], 0
+            for j in range(top - 1, -1, -1):
+                ok = np.flatnonzero(close(p, sets[j]))
+                if ok.size == 0:
+                    miss += 1
+                    if miss > max_gap:
+                        break
+                    continue
+                miss = 0
+                col.append(sets[j][ok[np.argmin(np.abs(sets[j][ok] - p))]])
+            c = np.array(col)
+            cols.append((len(col) / n_sets, complex(np.median(c.real), np.median(c.imag))))
+    poles: list[complex] = []
+    sup: list[float] = []
+    for length, p in sorted(cols, key=lambda c: -c[0]):
+        if length < min_stable:
+            break
+        if poles and np.any(close(p, np.array(poles))):
+            continue  # the same mode, seen from another of the top orders
+        poles.append(p)
+        sup.append(length)
+    return np.array(poles, dtype=complex), np.array(sup)
+
+
+def _basis(freq: np.ndarray, lam: np.ndarray, power: int, residuals: bool) -> np.ndarray:
+    """LSFD design matrix (n_freq, 2 n_modes [+3]) for receptance residues, FRFs of ``power``."""
     jw = 2j * np.pi * np.asarray(freq, dtype=float)
-    lam = np.asarray(lam, dtype=complex)
     a = 1.0 / (jw[:, None] - lam[None, :])
     b = 1.0 / (jw[:, None] - lam.conj()[None, :])
     cols = [a + b, 1j * (a - b)]  # real and imaginary part of each residue
     if residuals:
-        cols += [(1.0 / jw**2)[:, None], np.ones((jw.size, 1), dtype=complex)]
-    B = np.hstack(cols)
-    A = np.vstack([B.real, B.imag])
-    rhs = np.vstack([H.T.real, H.T.imag])
+        w_top = np.abs(jw).max()
+        cols += [(1.0 / jw**2)[:, None], np.ones((jw.size, 1), dtype=complex), ((jw / w_top) ** 2)[:, None]]
+    return np.hstack(cols) * (jw**power)[:, None]
+
+
+def lsfd(
+    freq: np.ndarray,
+    H: np.ndarray,
+    lam: np.ndarray,
+    residuals: bool = True,
+    kind: str = "receptance",
+    weights: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Receptance residues of FRFs ``H`` (n_frf, n_freq) of ``kind`` for fixed poles ``lam`` (Im > 0).
+
+    The error is taken on ``H`` as given (optionally times ``weights`` (n_freq,)), so white noise
+    on accelerances is fitted as white. Returns ``(residues (n_frf, n_modes), lower (n_frf,),
+    upper (n_frf, 2), H_fit (n_frf, n_freq))``; ``upper`` holds the constant (m/N) and the
+    coefficient of ``(omega / omega_top)^2`` (m/N) of the receptance.
+    """
+    H = np.atleast_2d(np.asarray(H, dtype=complex))
+    lam = np.asarray(lam, dtype=complex).ravel()
+    B = _basis(freq, lam, _POWER[kind], residuals)
+    w = np.ones(B.shape[0]) if weights is None else np.asarray(weights, dtype=float)
+    Bw = B * w[:, None]
+    A = np.vstack([Bw.real, Bw.imag])
+    rhs = np.vstack([(H.T * w[:, None]).real, (H.T * w[:, None]).imag])
     scale = np.linalg.norm(A, axis=0)
-    sol = np.linalg.lstsq(A / scale, rhs, rcond=None)[0] / scale[:, None]
+    scale[scale == 0] = 1.0
+    sol = scipy.linalg.lstsq(A / scale, rhs, lapack_driver="gelsy", check_finite=False)[0] / scale[:, None]
     n = lam.size
     res = (sol[:n] + 1j * sol[n : 2 * n]).T
-    lower = sol[2 * n].copy() if residuals else np.zeros(H.shape[0])
-    upper = sol[2 * n + 1].copy() if residuals else np.zeros(H.shape[0])
+    if residuals:
+        lower, upper = sol[2 * n].copy(), sol[2 * n + 1 : 2 * n + 3].T.copy()
+        upper[:, 1] = -upper[:, 1]  # (j w / w_top)^2 = -(w / w_top)^2
+    else:
+        lower, upper = np.zeros(H.shape[0]), np.zeros((H.shape[0], 2))
     return res, lower, upper, (B @ sol).T
 
 
+def _forward_select(
+    freq: np.ndarray, H: np.ndarray, cand: np.ndarray, fixed: np.ndarray, n_modes: int, kind: str
+) -> list[int]:
+    """Indices of ``n_modes`` candidate poles chosen one at a time, each the one that lowers the LSFD
+    residual most (with the ``fixed`` poles and the residual terms always in). A duplicate of a pole
+    already chosen, or a noise pole, explains little and is passed over."""
+    chosen: list[int] = []
+    for _ in range(n_modes):
+        best, best_err = -1, np.inf
+        for i in range(cand.size):
+            if i in chosen:
+                continue
+            lam = np.concatenate([cand[chosen + [i]], fixed])
+            err = np.linalg.norm(lsfd(freq, H, lam, kind=kind)[3] - H)
+            if err < best_err:
+                best, best_err = i, err
+        chosen.append(best)
+    return chosen
+
+
 def synthesize(fit: ModalFit, freq: np.ndarray, kind: str = "receptance") -> np.ndarray:
-    """FRFs (n_ref, n_resp, n_freq) of the identified modal model (with residual terms)."""
+    """FRFs (n_ref, n_resp, n_freq) of the identified modal model (with out-of-band poles and residuals)."""
     jw = 2j * np.pi * np.asarray(freq, dtype=float)
-    r = fit.residues[..., None]
-    lam = fit.lam[None, None, :, None]
-    Hr = np.sum(r / (jw - lam) + r.conj() / (jw - lam.conj()), axis=2)
-    Hr = Hr + fit.lower[..., None] / jw**2 + fit.upper[..., None]
-    if kind == "receptance":
-        return Hr
-    return Hr * (jw if kind == "mobility" else jw**2)
+    lam, r = fit.lam, fit.residues
+    if fit.lam_out is not None and fit.lam_out.size:
+        lam = np.concatenate([lam, fit.lam_out])
+        r = np.concatenate([r, fit.residues_out], axis=-1)
+    rr = r[..., None]
+    lm = lam[None, None, :, None]
+    Hr = np.sum(rr / (jw - lm) + rr.conj() / (jw - lm.conj()), axis=2)
+    w_top = 2 * np.pi * (fit.fit_band or fit.band)[1]
+    w = np.abs(jw)
+    Hr = Hr + fit.lower[..., None] / jw**2 + fit.upper[..., 0, None]
+    Hr = Hr + fit.upper[..., 1, None] * (w / w_top) ** 2
+    return _to_kind(np.asarray(freq, dtype=float), Hr, "receptance", kind)
 
 
 def extract_modes(
@@ -142,54 +275,69 @@ def extract_modes(
     f_max: float,
     *,
     kind: str = "receptance",
+    fit_band: tuple[float, float] | None = None,
+    coherence: np.ndarray | None = None,
+    n_averages: int = 1,
     orders: tuple[int, ...] | None = None,
     max_damping: float = 0.2,
-    freq_tol: float = 0.01,
-    damping_tol: float = 0.2,
+    freq_tol: float = 0.005,
+    damping_tol: float = 0.3,
+    min_stable: float = 0.3,
+    fit_kind: str | None = None,
+    headroom: float = 1.25,
 ) -> ModalFit:
     """Modal parameters of ``n_modes`` modes in ``[f_min, f_max]`` Hz from FRFs (see module docstring).
 
-    ``H``: (n_ref, n_resp, n_freq) or (n_resp, n_freq) for one reference, of ``kind``. ``orders``: the
-    LSCF orders of the stabilisation check (default ``2 n_modes + 4 ... 2 n_modes + 28`` in steps of 4).
-    Raises ValueError when fewer than ``n_modes`` admissible poles are found.
+    ``H``: (n_ref, n_resp, n_freq) or (n_resp, n_freq) for one reference, of ``kind``. ``fit_band``:
+    where poles and residues are fitted (default: the reporting band; give the excited band, which
+    should reach beyond it, so modes just outside are fitted instead of lumped into residuals).
+    ``coherence`` (shape of ``H``) with ``n_averages`` weights the LSCF by the H1 uncertainty.
+    ``orders``: the LSCF orders of the stabilisation diagram (default ``2 n_modes + 4`` to
+    ``2 n_modes + 42`` in steps of 2). Raises ValueError when fewer than ``n_modes`` stable modes
+    lie in the band.
     """
     freq = np.asarray(freq, dtype=float)
     H = np.asarray(H, dtype=complex)
     if H.ndim == 2:
         H = H[None]
     n_ref, n_resp, _ = H.shape
-    band = (freq >= f_min) & (freq <= f_max)
-    if band.sum() < 4 * n_modes:
-        raise ValueError(
-            f"{band.sum()} frequency lines in {f_min:g}-{f_max:g} Hz: too few for {n_modes} modes"
-        )
-    f = freq[band]
-    Hr = _as_receptance(f, H[..., band], kind).reshape(n_ref * n_resp, -1)
-    use = np.sqrt(np.mean(np.abs(Hr) ** 2, axis=1)) > 0
+    lo, hi = (f_min, f_max) if fit_band is None else (min(fit_band[0], f_min), max(fit_band[1], f_max))
+    fb = (freq >= lo) & (freq <= hi) & (freq > 0)
+    if ((freq >= f_min) & (freq <= f_max)).sum() < 4 * n_modes:
+        raise ValueError(f"too few frequency lines in {f_min:g}-{f_max:g} Hz for {n_modes} modes")
+    f = freq[fb]
+    fit_kind = kind if fit_kind is None else fit_kind
+    Hk = _to_kind(f, H[..., fb], kind, fit_kind).reshape(n_ref * n_resp, -1)
+    use = np.sqrt(np.mean(np.abs(Hk) ** 2, axis=1)) > 0
+    W = None
+    if coherence is not None:
+        C = np.asarray(coherence, dtype=float).reshape(H.shape)[..., fb].reshape(n_ref * n_resp, -1)
+        W = h1_weights(Hk, C, n_averages)[use]
     if orders is None:
-        orders = tuple(range(2 * n_modes + 4, 2 * n_modes + 29, 4))
-    sets = [_physical(lscf_poles(f, Hr[use], p, f[-1]), f_min, f_max, max_damping) for p in orders]
-    stable = []
-    for p, q in zip(sets[:-1], sets[1:], strict=True):
-        for s in p:
-            if q.size == 0:
-                break
-            k = np.argmin(np.abs(q - s))
-            xi_p, xi_q = -s.real / abs(s), -q[k].real / abs(q[k])
-            if abs(abs(q[k]) - abs(s)) <= freq_tol * abs(s) and abs(xi_q - xi_p) <= damping_tol * xi_p:
-                stable.append(q[k])
-    cand = _unique(np.array(stable), freq_tol / 2)
-    if cand.size < n_modes:
-        raise ValueError(f"only {cand.size} stable modes found in {f_min:g}-{f_max:g} Hz, {n_modes} asked")
-    res, *_ = lsfd(f, Hr, cand)
-    peak = np.max(np.abs(res) / np.sqrt(np.mean(np.abs(Hr) ** 2, axis=1))[:, None], axis=0) / np.abs(
-        cand.real
-    )
-    lam = np.sort_complex(cand[np.sort(np.argsort(-peak)[:n_modes])])
-    lam = lam[np.argsort(np.abs(lam))]
-    res, lower, upper, Hfit = lsfd(f, Hr, lam)
-    err = float(np.linalg.norm(Hfit - Hr) / np.linalg.norm(Hr))
+        orders = tuple(range(2 * n_modes + 4, 2 * n_modes + 43, 2))
+    top = f[-1] * headroom  # room above the band for the poles of modes just beyond it
+    sets = [_physical(lscf_poles(f, Hk[use], p, top, W), lo, top, max_damping) for p in orders]
+    cand, support = stable_poles(sets, freq_tol, damping_tol, min_stable)
+    fc = np.abs(cand) / (2 * np.pi)
+    inside = (fc >= f_min) & (fc <= f_max)
+    if inside.sum() < n_modes:
+        raise ValueError(
+            f"only {int(inside.sum())} stable modes found in {f_min:g}-{f_max:g} Hz, {n_modes} asked"
+        )
+    cand, support = cand[inside], support[inside]
+    # modes outside the reported band only need to be there, not accurate: frequency stability suffices
+    lam_out, _ = stable_poles(sets, 2 * freq_tol, 1.0, min_stable)
+    fo = np.abs(lam_out) / (2 * np.pi)
+    lam_out = lam_out[(fo < f_min) | (fo > f_max)]
+    lam_out = lam_out[np.argsort(np.abs(lam_out))]
+    pick = _forward_select(f, Hk, cand, lam_out, n_modes, fit_kind)
+    lam, sup = cand[pick], support[pick]
+    order = np.argsort(np.abs(lam))
+    lam, sup = lam[order], sup[order]
+    res, lower, upper, Hfit = lsfd(f, Hk, np.concatenate([lam, lam_out]), kind=fit_kind)
+    err = float(np.linalg.norm(Hfit - Hk) / np.linalg.norm(Hk))
     res = res.reshape(n_ref, n_resp, -1)
+    res, res_out = res[..., : lam.size], res[..., lam.size :]
     best = np.argmax(np.linalg.norm(res, axis=1), axis=0)  # per mode, the reference driving it hardest
     shapes = res[best, :, np.arange(lam.size)].T
     piv = shapes[np.argmax(np.abs(shapes), axis=0), np.arange(lam.size)]
@@ -201,17 +349,12 @@ def extract_modes(
         shapes=shapes / piv,
         residues=res,
         lower=lower.reshape(n_ref, n_resp),
-        upper=upper.reshape(n_ref, n_resp),
+        upper=upper.reshape(n_ref, n_resp, 2),
         fit_error=err,
         order=int(max(orders)),
         band=(float(f_min), float(f_max)),
+        support=sup,
+        lam_out=lam_out,
+        residues_out=res_out,
+        fit_band=(float(f[0]), float(f[-1])),
     )
-
-
-def _unique(poles: np.ndarray, tol: float) -> np.ndarray:
-    """One pole per cluster (the last seen, i.e. from the highest order), clusters within ``tol``."""
-    out: list[complex] = []
-    for p in poles[::-1]:
-        if all(abs(abs(p) - abs(q)) > tol * abs(p) for q in out):
-            out.append(p)
-    return np.array(out, dtype=complex)

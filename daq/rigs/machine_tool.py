@@ -390,6 +390,8 @@ class MTAnalysisResult:
 
 def analyze(arrays: MTArrays, cfg: MachineToolConfig, progress=None, executor=None) -> MTAnalysisResult:
     """EMA per position, then the GSA identification through the executor (progress on ``progress``)."""
+    from threadpoolctl import threadpool_limits
+
     from daq.analysis import AnalysisError
     from daq.executor import make_executor
     from identification.gsa_identification import ModalReference, identify
@@ -424,8 +426,10 @@ def analyze(arrays: MTArrays, cfg: MachineToolConfig, progress=None, executor=No
     fits = []
     for p, role, H in zip(arrays.positions, arrays.roles, arrays.H, strict=True):
         say(f"modal extraction at {1000 * p:.0f} mm")
-        try:
-            fit = extract_modes(arrays.freq, H, a.n_modes, a.f_min, a.f_max, kind="accelerance")
+        try:  # poles and residues fitted over the whole excited band; BLAS single-threaded (small matrices)
+            with threadpool_limits(limits=1, user_api="blas"):
+                fit = extract_modes(arrays.freq, H, a.n_modes, a.f_min, a.f_max, kind="accelerance",
+                                    fit_band=(cfg.excitation.f_min, cfg.excitation.f_max))
         except ValueError as exc:
             raise AnalysisError(f"modal extraction at {p} m: {exc}") from None
         fits.append(fit)
