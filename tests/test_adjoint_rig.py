@@ -105,3 +105,52 @@ def test_drive_refuses_a_force_above_its_limit(tmp_path):
     res = CliRunner().invoke(main, ["--store", str(store), "run", str(path), "--no-progress"])
     assert res.exit_code == 1
     assert "exceeds the drive's limit 4 N" in res.output, res.output
+
+
+def test_crane_adjoint_design_run_analyze_mast_parameters(tmp_path):
+    """The crane's mast parameters through its own simulated OPC UA drive: a short, coarse adjoint design
+    (1 s of 4 ms samples instead of 2 s of 2 ms), run ten times faster than real time, fitted with friction and dead time as
+    nuisance parameters; the shipped truth (Coulomb/Stribeck friction, dead time, encoder) unchanged."""
+    cfg = load_config("configs/crane-adjoint-sim.toml")
+    cfg.pop("store", None)
+    cfg["adjoint"].update(t_f=1.0, dt=0.004, max_iter=30, rounds=2)
+    cfg["simulator"]["drive"].update(time_scale=10.0)
+    cfg["fit"].update(decimate=5)
+    cfg["plan"].update(trajectory=str(tmp_path / "design" / "trajectory.csv"), design_if_missing=False)
+    path = tmp_path / "crane-adjoint.toml"
+    path.write_text(_to_toml(cfg))
+    u_max = cfg["adjoint"]["u_max"]
+    runner = CliRunner()
+
+    res = runner.invoke(main, ["design", "adjoint", str(path), "--json"])
+    assert res.exit_code == 0, res.output
+    design = json.loads(res.stdout)
+    assert design["plant"] == "crane" and design["peak_force"] <= u_max
+    table = np.loadtxt(tmp_path / "design" / "trajectory.csv", delimiter=",", skiprows=1)
+    assert table.shape == (250, 2) and np.abs(table[:, 1]).max() <= u_max
+    assert (tmp_path / "design" / "trajectory.csv").read_text().startswith("t [s],torque [N*m]")
+    assert design["max_state_excess"] <= 1e-3  # the design model's motor speed within the speed limit
+
+    store = tmp_path / "s.sqlite"
+    res = runner.invoke(main, ["--store", str(store), "run", str(path), "--no-progress", "--json"])
+    assert res.exit_code == 0, res.output
+    run = json.loads(res.stdout)["run"]
+    assert run["status"] == "complete" and run["safe"], run
+    with SessionStore(store) as st:
+        trace = st.read_stream(run["session_id"], "crane-adjoint.trace")
+    assert trace.channels == ["torque_cmd", "torque", "w1"] and trace.units == ["N*m", "N*m", "rad/s"]
+    assert trace.data.shape[0] == 10000
+    assert np.abs(trace.data[:, 0]).max() <= u_max  # bounds held on the wire
+    assert np.abs(trace.data[:, 2]).max() < cfg["devices"]["drive"]["speed_limit"]
+
+    res = runner.invoke(main, ["--store", str(store), "analyze", run["session_id"], "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["plant"] == "crane" and out["fit_success"], out
+    assert set(out["nuisance"]) == {"viscous", "coulomb", "stribeck_torque", "dead_time"}
+    for p in ("k23", "d23", "J3"):
+        est, truth, std = out["estimate"][p], out["truth"][p], out["compared_std"][p]
+        assert abs(est - truth) <= 3 * std, (p, est, truth, std)
+        assert std < 0.05 * truth  # and the uncertainty is not vacuous
+        # the nuisance parameters widen the prediction of the design model alone
+        assert out["predicted_std"][p] >= out["design_std"][p] * 0.99

@@ -520,7 +520,7 @@ class AdjointAnalysis:
         lines = [f"{self.plant}: {self.design} input, fit {'converged' if self.fit_success else 'FAILED'} "
                  f"({self.nfev} evaluations, {self.n_used} samples), "
                  f"residual rms {self.residual_rms:.3g} {unit}",
-                 f"{'parameter':<16} {'estimate':>12} {'pred. std':>10} {'resid. std':>10} {'truth':>12} "
+                 f"{'parameter':<24} {'estimate':>12} {'pred. std':>10} {'resid. std':>10} {'truth':>12} "
                  f"{'|err|/std':>9}  within {self.n_sigma:g} std"]
         within = self.within
         for j, name in enumerate(self.names):
@@ -529,12 +529,12 @@ class AdjointAnalysis:
             else:
                 z = abs(self.estimate[j] - self.truth[j]) / self.compare_std[j]
                 tail = f"{self.truth[j]:>12.6g} {z:>9.2f}  {'yes' if within[j] else 'NO'}"
-            lines.append(f"{name:<16} {self.estimate[j]:>12.6g} {self.predicted_std[j]:>10.3g} "
+            lines.append(f"{name:<24} {self.estimate[j]:>12.6g} {self.predicted_std[j]:>10.3g} "
                          f"{self.residual_std[j]:>10.3g} {tail}")
         for j, name in enumerate(self.nuisance):
             tv = self.nuisance_truth[j] if j < len(self.nuisance_truth) else None
             tail = "-" if tv is None else f"{tv:.6g}"
-            lines.append(f"{name + ' (nuis.)':<16} {self.nuisance_estimate[j]:>12.6g} "
+            lines.append(f"{name + ' (nuisance)':<24} {self.nuisance_estimate[j]:>12.6g} "
                          f"{self.nuisance_std[j]:>10.3g} {'':>10} {tail:>12}")
         lines.append("std compared: the larger of the predicted (design noise, marginal over the nuisance "
                      "parameters) and the residual-based one")
