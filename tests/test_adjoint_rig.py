@@ -109,8 +109,9 @@ def test_drive_refuses_a_force_above_its_limit(tmp_path):
 
 def test_crane_adjoint_design_run_analyze_mast_parameters(tmp_path):
     """The crane's mast parameters through its own simulated OPC UA drive: a short, coarse adjoint design
-    (1 s of 4 ms samples instead of 2 s of 2 ms), run ten times faster than real time, fitted with friction and dead time as
-    nuisance parameters; the shipped truth (Coulomb/Stribeck friction, dead time, encoder) unchanged."""
+    (1 s of 4 ms samples instead of 2 s of 2 ms), run ten times faster than real time, fitted with friction
+    and dead time as nuisance parameters; the shipped truth (Coulomb/Stribeck friction, dead time, encoder)
+    unchanged."""
     cfg = load_config("configs/crane-adjoint-sim.toml")
     cfg.pop("store", None)
     cfg["adjoint"].update(t_f=1.0, dt=0.004, max_iter=30, rounds=2)
@@ -154,3 +155,27 @@ def test_crane_adjoint_design_run_analyze_mast_parameters(tmp_path):
         assert std < 0.05 * truth  # and the uncertainty is not vacuous
         # the nuisance parameters widen the prediction of the design model alone
         assert out["predicted_std"][p] >= out["design_std"][p] * 0.99
+
+
+def test_pendulum_model_nuisance_jacobians_match_finite_differences():
+    """The cart-pendulum model with the friction nuisances: f_x and f_b against central differences."""
+    from identification.ode_models import PENDULUM_PARAMS, CartPendulumModel
+
+    m = CartPendulumModel({"f_c": 0.01, "f_p": 2e-5, "eps": 0.003}, param_names=PENDULUM_PARAMS)
+    b = np.array([0.2, 0.01, 2.0, 0.01, 2e-5])
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        x, u = rng.normal(size=4) * 0.01, rng.normal(size=1)
+        f, fx, fb = m.jacobians(x, u, b)
+        np.testing.assert_allclose(fx, m.fx(x, u, b), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(fb, m.fb(x, u, b), rtol=1e-12, atol=1e-12)
+        for j in range(5):
+            e = np.zeros(5)
+            e[j] = 1e-7 * max(abs(b[j]), 1e-3)
+            fd = (m.f(x, u, b + e) - m.f(x, u, b - e)) / (2 * e[j])
+            np.testing.assert_allclose(fd, fb[:, j], rtol=1e-5, atol=1e-8)
+        for i in range(4):
+            e = np.zeros(4)
+            e[i] = 1e-8
+            fd = (m.f(x + e, u, b) - m.f(x - e, u, b)) / 2e-8
+            np.testing.assert_allclose(fd, fx[:, i], rtol=1e-5, atol=1e-6)
