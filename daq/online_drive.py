@@ -32,7 +32,8 @@ Emit = Callable[[str, dict], Awaitable[None]]  # (kind, body) -> publish on <kin
 
 #: SI units of the parameters the drive rigs identify (for the event body and `hil watch`).
 PARAM_UNITS = {"m1": "kg", "m2": "kg", "c1": "N/m", "c2": "N/m", "d1": "N*s/m", "d2": "N*s/m",
-               "s_p": "m", "d_p": "N*m*s/rad", "J_p": "kg*m^2", "m_p": "kg", "m_c": "kg", "d_c": "N*s/m"}
+               "s_p": "m", "d_p": "N*m*s/rad", "J_p": "kg*m^2", "m_p": "kg", "m_c": "kg", "d_c": "N*s/m",
+               "k23": "N*m/rad", "d23": "N*m*s/rad", "J3": "kg*m^2"}
 
 
 def streams(kind: str) -> tuple[str, str, str]:
@@ -110,7 +111,8 @@ class DriveIdentifier:
         data = np.concatenate([d for _, d in run["blocks"]])
         if data.shape[0] != run["n"]:
             raise ValueError(f"trajectory has {data.shape[0]} samples, expected {run['n']}")
-        cmd, out = data[:, channels.index("force_cmd")], data[:, channels.index(self.output)]
+        cmd_name = next((c for c in channels if c.endswith("_cmd")), channels[0])  # force_cmd, torque_cmd
+        cmd, out = data[:, channels.index(cmd_name)], data[:, channels.index(self.output)]
         skip = int(round(self.skip_s / run["dt"]))
         return Record(lagged_mean(cmd, self.input_lag, run["dt"]), out, run["dt"], skip)
 

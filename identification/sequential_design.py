@@ -7,9 +7,10 @@ plain functions over arrays; the rig (``daq.rigs.adjoint_rig``) and the online i
 (``daq.online_drive``) do the I/O.
 
 * :func:`fit_runs` - one least-squares fit over several records (stacked residuals, shared parameters),
-  warm-started from the previous estimate; without a trustworthy start it first scans a log grid of
-  parameter values, because an oscillating output has a cost with local minima (oscillator, sine input,
-  truth c2 = 1100 N/m: Levenberg-Marquardt from 300 N/m stops at 410 N/m; after the scan it finds 1100).
+  warm-started from the previous estimate; without a trustworthy start it also starts from the best
+  points of a log grid and keeps the lowest cost, because an oscillating output has a cost with narrow
+  local minima (oscillator, sine input, truth c2 = 1100 N/m: Levenberg-Marquardt from 300 N/m stops at
+  410 N/m; pendulum: s_p = 0.083 m swings at nearly the frequency of the true 0.2 m, a second basin).
 * :func:`stop_reason` - the stopping rule with its budgets, as the text recorded in the session.
 * :func:`redesign` - the adjoint design at a new design point, warm-started from the previous input.
 """
@@ -76,7 +77,7 @@ class RunsFit:
     nfev: int
     success: bool
     message: str
-    start: np.ndarray           # where the local fit started (after the scan, if any)
+    start: np.ndarray           # where the kept local fit started
     scanned: int                # grid points evaluated by the scan (0: warm start)
     alpha: float
     semi_axes: np.ndarray       # of the (1 - alpha) confidence ellipsoid, eigenvector order
@@ -111,39 +112,55 @@ def _measured(runs: Sequence[Record]) -> np.ndarray:
 
 
 def scan_start(model: ODEModel, runs: Sequence[Record], b0: np.ndarray, span: float = 4.0,
-               max_points: int = 81) -> tuple[np.ndarray, int]:
-    """The grid point of least squared residual on ``b0 * f``, ``f`` log-spaced in [1/span, span] per
-    parameter (product grid of at most ``max_points``); returns (point, points evaluated)."""
+               max_points: int = 81, keep: int = 3) -> tuple[list[np.ndarray], int]:
+    """The ``keep`` grid points of least squared residual on ``b0 * f``, ``f`` log-spaced in
+    [1/span, span] per parameter (product grid of at most ``max_points``), best first; and the number
+    of points evaluated."""
     b0 = np.asarray(b0, float)
     n = max(3, int(math.floor(max_points ** (1.0 / b0.size) + 1e-9)))
     factors = np.geomspace(1.0 / span, span, n)
     ym = _measured(runs)
-    best, best_cost, count = b0, math.inf, 0
+    scored = []
     for f in itertools.product(factors, repeat=b0.size):
         b = b0 * np.asarray(f)
         ys = np.concatenate([simulate_output(model, b, r.u, r.dt, 1)[1][r.skip:].ravel() for r in runs])
-        count += 1
         cost = float(np.sum((ys - ym) ** 2))
-        if cost < best_cost:
-            best, best_cost = b, cost
-    return best, count
+        scored.append((cost if math.isfinite(cost) else math.inf, len(scored), b))
+    scored.sort(key=lambda c: c[:2])
+    return [b for _, _, b in scored[:keep]], len(scored)
 
 
 def fit_runs(model: ODEModel, runs: Sequence[Record], b0: np.ndarray, *, scan: bool = False,
-             span: float = 4.0, max_points: int = 81, alpha: float = 0.05) -> RunsFit:
+             span: float = 4.0, max_points: int = 81, keep: int = 3, alpha: float = 0.05) -> RunsFit:
     """Least squares for the model's free parameters over all ``runs`` together.
 
-    ``b0``: the start (the previous estimate for a warm start); ``scan=True`` first picks the best
-    point of :func:`scan_start` around ``b0`` (use it when ``b0`` is only a prior). Parameters are
-    scaled by the start so Levenberg-Marquardt sees O(1) unknowns; the Jacobian is exact (forward
-    sensitivities).
+    ``b0``: the start (the previous estimate for a warm start). ``scan=True`` (when ``b0`` is only a
+    prior) also starts from the ``keep`` best points of :func:`scan_start` around ``b0`` and keeps the
+    fit of least cost. Parameters are scaled by the start so Levenberg-Marquardt sees O(1) unknowns;
+    the Jacobian is exact (forward sensitivities).
     """
     if not runs:
         raise ValueError("no runs to fit")
     b0 = np.asarray(b0, float).ravel()
-    scanned = 0
+    starts, scanned = [b0], 0
     if scan:
-        b0, scanned = scan_start(model, runs, b0, span, max_points)
+        best, scanned = scan_start(model, runs, b0, span, max_points, keep)
+        starts += best
+    fits, error = [], None
+    for b in starts:
+        try:
+            fits.append(_fit_from(model, runs, b, alpha))
+        except (ValueError, np.linalg.LinAlgError, FloatingPointError) as exc:  # a scan start may diverge
+            error = exc
+    if not fits:
+        raise error
+    fit = min(fits, key=lambda f: (not np.isfinite(f[1]), f[1]))[0]
+    fit.scanned = scanned
+    return fit
+
+
+def _fit_from(model: ODEModel, runs: Sequence[Record], b0: np.ndarray, alpha: float) -> tuple[RunsFit, float]:
+    """One Levenberg-Marquardt fit from ``b0``; returns (fit, final cost)."""
     scale = np.where(b0 != 0, np.abs(b0), 1.0)
     ym = _measured(runs)
     cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
@@ -170,9 +187,9 @@ def fit_runs(model: ODEModel, runs: Sequence[Record], b0: np.ndarray, *, scan: b
     ell = confidence_ellipsoid(b, cov, alpha) if np.all(np.isfinite(cov)) else None
     return RunsFit(names=list(model.param_names), b=b, covariance=cov, std=std, rel_std=rel, s2=s2,
                    n_runs=len(runs), n_obs=n_obs, nfev=int(r.nfev), success=bool(r.success),
-                   message=str(r.message), start=b0, scanned=scanned, alpha=alpha,
+                   message=str(r.message), start=b0, scanned=0, alpha=alpha,
                    semi_axes=ell.semi_axes if ell else np.full(b.size, np.inf),
-                   axes=ell.axes if ell else np.eye(b.size))
+                   axes=ell.axes if ell else np.eye(b.size)), float(r.cost)
 
 
 def stop_reason(names: Sequence[str], rel_std: Sequence[float] | None, target: float, n_runs: int,
