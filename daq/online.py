@@ -50,13 +50,17 @@ class StopRule:
 
     ``mode``: "target" (every rel. std of the M1 estimate below ``target_rel_std``), "verdict" (the
     pattern of rejected models the same for ``settle_series`` consecutive series), or "both". Never
-    before ``min_series`` series.
+    before ``min_series`` series. With ``needs_kept`` a verdict that rejects every model does not count
+    as settled: it names no adequate model yet (on the simulated press, M3 trained on 2-4 series is
+    rejected too, and that pattern can hold for a few series); the budget ends a plan that never
+    finds one.
     """
 
     mode: str = "target"
     target_rel_std: float = 0.002
     min_series: int = 3
     settle_series: int = 2
+    needs_kept: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in STOP_MODES:
@@ -76,7 +80,8 @@ class StopRule:
             target = f"confidence target met after {n} series: rel. std {cells} < {self.target_rel_std:g}"
         settled = None
         v = est.get("verdict") or {}
-        if "rejected" in v and verdict_settled(patterns, self.settle_series):
+        answered = "rejected" in v and (bool(v["kept"]) or not self.needs_kept)
+        if answered and verdict_settled(patterns, self.settle_series):
             rejected = ", ".join(v["rejected"]) or "none"
             kept = ", ".join(v["kept"]) or "none"
             settled = (f"verdict settled after {n} series: rejected {rejected}, kept {kept}, the same for "
@@ -113,6 +118,7 @@ class OnlineIdentifier:
         self.done: list[int] = []          # completed series used, in order
         self.estimates: list[dict] = []    # bodies published, in order
         self.latest: dict | None = None
+        self.fitted: dict | None = None    # the latest M1 body, possibly before its verdict is in
         self.verdict = verdict
         self.rule = rule
         self.patterns: list[tuple[str, ...] | None] = []  # rejected models after each series (None: none)
@@ -120,11 +126,20 @@ class OnlineIdentifier:
         self._changed = asyncio.Condition()
         self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="online-identifier")
         self._procs: cf.ProcessPoolExecutor | None = None
+        self._warm: cf.Future | None = None
         if verdict is not None:  # started now: the spawn and imports (~1 s) happen during the first series
             spawn = multiprocessing.get_context("spawn")
             self._procs = cf.ProcessPoolExecutor(max_workers=1, mp_context=spawn,
                                                  initializer=_worker_init)
-            self._procs.submit(_warm_up)
+            self._warm = self._procs.submit(_warm_up)
+
+    async def ready(self, timeout: float = 60.0) -> None:
+        """Import the fit code off the loop and wait until the verdict worker has imported the analysis:
+        call before the staircase starts, so that neither lands on the event loop during acquisition."""
+        await asyncio.to_thread(_warm_up)
+        if self._procs is not None:
+            with contextlib.suppress(TimeoutError, cf.process.BrokenProcessPool):
+                await asyncio.wait_for(asyncio.wrap_future(self._warm), timeout)
 
     @classmethod
     def from_config(cls, config: dict, emit: Emit, *, verdict: bool | None = None) -> OnlineIdentifier:
@@ -134,7 +149,8 @@ class OnlineIdentifier:
         a = config.get("analysis") or {}
         use = o.get("verdict", True) if verdict is None else verdict
         rule = StopRule(mode=o.get("stop_rule", "target"), target_rel_std=o.get("target_rel_std", 0.002),
-                        min_series=o.get("min_series", 3), settle_series=o.get("settle_series", 2))
+                        min_series=o.get("min_series", 3), settle_series=o.get("settle_series", 2),
+                        needs_kept=o.get("settle_needs_kept", True))
         return cls(sigmas_from_config(config), emit, inflate=o.get("inflate", True),
                    alpha=o.get("alpha", 0.05), constants=a.get("constants"),
                    verdict=verdict_options(a) if use else None, rule=rule)
@@ -184,22 +200,32 @@ class OnlineIdentifier:
                 constants=self.constants))
         except (ValueError, np.linalg.LinAlgError) as exc:
             est = exc
+        body = None
+        if not isinstance(est, Exception):
+            self._p = est.p
+            body = est.to_dict()
+            body.update(series=int(self.done[-1]), elapsed_s=time.perf_counter() - t0,
+                        trigger_seq=int(trigger.seq), trigger_t=float(trigger.t))
+            if self.rule is not None and self.rule.mode == "target":  # decided without the verdict
+                reason = self.rule.reason(body, self.patterns)
+                if reason:
+                    body["stop"] = reason
+            self.fitted = dict(body)
+            async with self._changed:
+                self._changed.notify_all()
         verdict = await self._verdict(pending)
         self.patterns.append(tuple(verdict["rejected"]) if verdict and "rejected" in verdict else None)
-        if isinstance(est, Exception):
+        if body is None:
             body = {"series_used": len(self.done), "error": f"{type(est).__name__}: {est}"}
             await self._publish("estimate_failed", body)
             return
-        self._p = est.p
-        body = est.to_dict()
         if verdict is not None:
             verdict["settled_for"] = _run_length(self.patterns)
             body["verdict"] = verdict
-        body.update(series=int(self.done[-1]), elapsed_s=time.perf_counter() - t0,
-                    trigger_seq=int(trigger.seq), trigger_t=float(trigger.t))
-        reason = self.rule.reason(body, self.patterns) if self.rule is not None else None
-        if reason:
-            body["stop"] = reason
+        if self.rule is not None and self.rule.mode != "target":
+            reason = self.rule.reason(body, self.patterns)
+            if reason:
+                body["stop"] = reason
         await self._publish("estimate", body)
 
     async def _verdict(self, pending) -> dict | None:
@@ -226,15 +252,22 @@ class OnlineIdentifier:
         async with self._changed:
             self._changed.notify_all()
 
-    async def wait_for(self, n_series: int, timeout: float) -> dict | None:
-        """The estimate over ``n_series`` completed series (None if it did not come within ``timeout``)."""
-        def ready() -> bool:
-            return self.latest is not None and self.latest["series_used"] >= n_series
+    async def wait_for(self, n_series: int, timeout: float, *, verdict: bool = True) -> dict | None:
+        """The estimate over ``n_series`` completed series (None if it did not come within ``timeout``).
+
+        ``verdict=False``: the M1 estimate as soon as it is fitted, before the verdict (the body the
+        event will carry, without ``verdict``): enough for the "target" rule, which then costs no wait.
+        """
+        def current() -> dict | None:
+            for b in (self.latest, None if verdict else self.fitted):
+                if b is not None and b["series_used"] >= n_series:
+                    return b
+            return None
 
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout), self._changed:
-                await self._changed.wait_for(ready)
-        return self.latest if ready() else None
+                await self._changed.wait_for(lambda: current() is not None)
+        return current()
 
     # -- running ------------------------------------------------------------------------------------
     async def run(self, sub: BusSubscriber, idle_timeout: float | None = None) -> None:
@@ -273,7 +306,8 @@ def _worker_init() -> None:
 
 
 def _warm_up() -> None:
-    """Import the analysis in the worker before the first verdict is needed."""
+    """Import the analysis code before the first series needs it."""
+    import identification.online_press  # noqa: F401
     import identification.press_analysis  # noqa: F401
 
 

@@ -215,6 +215,11 @@ def test_stop_rule_modes_and_settling():
     both = StopRule("both", target_rel_std=0.05, settle_series=2)
     assert both.reason(est, settled).count("; ") == 1 and both.reason(est, changing) is None
     assert StopRule("both", target_rel_std=1e-3, settle_series=2).reason(est, settled) is None
+    everything = {**est, "verdict": {"rejected": ["M1", "M2", "M3"], "kept": [], "level": 0.0125}}
+    all_rejected = [("M1", "M2", "M3")] * 4
+    assert verdict.reason(everything, all_rejected) is None  # no adequate model yet: not settled
+    assert StopRule("verdict", settle_series=2, needs_kept=False).reason(everything, all_rejected).startswith(
+        "verdict settled after 4 series: rejected M1, M2, M3, kept none")
     with pytest.raises(ValueError, match="stop rule mode"):
         StopRule("either")
 
@@ -223,7 +228,8 @@ def test_verdict_rule_stops_the_plan_and_is_recorded(tmp_path):
     cfg = online_config()
     cfg["plan"]["n_series"] = 4
     # the target can never be met: only the verdict may stop the plan, as soon as series 2 has one
-    cfg["online"].update(stop_rule="verdict", target_rel_std=1e-9, min_series=2, settle_series=1)
+    cfg["online"].update(stop_rule="verdict", target_rel_std=1e-9, min_series=2, settle_series=1,
+                         settle_needs_kept=False)
     store_path = tmp_path / "v.sqlite"
     result = asyncio.run(run(cfg, str(store_path), show_progress=False, handle_sigint=False))
     assert result.status == "complete", result.reason

@@ -171,6 +171,7 @@ class OnlineTable(Table, kw_only=True):
     verdict: bool = True            # model-uncertainty test (M1/M2/M3, [analysis] settings) from series 2 on
     stop_rule: Literal["target", "verdict", "both"] = "target"   # what may end the plan before the budget
     settle_series: Annotated[int, Meta(ge=1, le=1000)] = 2        # "verdict": same rejected set this often
+    settle_needs_kept: bool = True  # a verdict rejecting every model is not settled (no adequate model yet)
     max_series: Annotated[int, Meta(ge=1, le=1000)] | None = None  # budget (default: plan.n_series)
     max_seconds: Positive | None = None                            # budget from the plan start, s
     inflate: bool = True            # scale the covariance by max(1, RSS/dof) (M1 misfit)
@@ -322,39 +323,50 @@ async def _start_online(ctx):
     sigmas = {name: s.sigma for name, s in cfg.devices.sensors.items()}
     analysis = {k: getattr(a, k) for k in a.__struct_fields__}
     rule = StopRule(mode=o.stop_rule, target_rel_std=o.target_rel_std, min_series=o.min_series,
-                    settle_series=o.settle_series)
+                    settle_series=o.settle_series, needs_kept=o.settle_needs_kept)
     ident = OnlineIdentifier(sigmas, emit, inflate=o.inflate, alpha=o.alpha, constants=a.constants,
                              verdict=verdict_options(analysis) if o.verdict else None, rule=rule)
+    await ident.ready()
     ctx.spawn(ident.run(await ctx.subscribe(PLAN_TOPIC)), "online identifier")
     return ident
 
 
 async def _online_stop(ctx, ident, n_done: int, elapsed: float) -> bool:
     """After series ``n_done``: stop when the online stop rule fired or a budget is reached (reason recorded
-    in a ``plan_stop`` event and the session summary)."""
+    in a ``plan_stop`` event and the session summary). The "target" rule needs only the M1 fit, not the
+    verdict; before the plan ends, the last series' full estimate is awaited so that the session has it."""
     o: OnlineTable = ctx.config.online
     est = None
     if n_done >= o.min_series:  # before, no rule may fire: the next series starts while the worker fits
-        t0 = time.monotonic()
-        est = await ident.wait_for(n_done, o.wait_timeout)
-        ctx.summary["online_wait_s"] = ctx.summary.get("online_wait_s", 0.0) + time.monotonic() - t0
+        est = await _wait(ctx, ident, n_done, o.stop_rule != "target")
     ctx.summary["series"] = n_done
-    verdict = (est or {}).get("verdict") or {}
-    if "rejected" in verdict:
-        ctx.summary["verdict"] = {"series": n_done, "rejected": verdict["rejected"], "kept": verdict["kept"],
-                                  "settled_for": verdict.get("settled_for", 0)}
-    reason = est.get("stop") if est is not None and est["series_used"] >= n_done else None
+    reason = est.get("stop") if est is not None else None
     if reason is None and o.max_series is not None and n_done >= o.max_series:
         reason = f"series budget reached ({o.max_series})"
     elif reason is None and o.max_seconds is not None and elapsed >= o.max_seconds:
         reason = f"time budget reached ({elapsed:.1f} s >= {o.max_seconds:g} s)"
     ctx.summary["stop_reason"] = reason or f"fixed plan: {n_done} series"
+    last = reason is not None or n_done >= ctx.config.plan.n_series
+    if last and (est is None or "verdict" not in est) and ident.verdict is not None:
+        est = await _wait(ctx, ident, n_done, True) or est
+    verdict = (est or {}).get("verdict") or {}
+    if "rejected" in verdict:
+        ctx.summary["verdict"] = {"series": n_done, "rejected": verdict["rejected"], "kept": verdict["kept"],
+                                  "settled_for": verdict.get("settled_for", 0)}
     if reason is None or n_done >= ctx.config.plan.n_series:
         return False
     await ctx.event(PLAN_STREAM, "plan_stop", reason=reason, series=n_done, n_series=ctx.config.plan.n_series,
                     rule=o.stop_rule, k=est["k"] if est else None, rel_std=est["rel_std"] if est else None,
                     rejected=verdict.get("rejected"))
     return True
+
+
+async def _wait(ctx, ident, n_done: int, verdict: bool) -> dict | None:
+    """The identifier's estimate of ``n_done`` series; the time waited adds to summary["online_wait_s"]."""
+    t0 = time.monotonic()
+    est = await ident.wait_for(n_done, ctx.config.online.wait_timeout, verdict=verdict)
+    ctx.summary["online_wait_s"] = ctx.summary.get("online_wait_s", 0.0) + time.monotonic() - t0
+    return est
 
 
 async def _report_setpoint(ctx, i: int, j: int, r: CorrectionResult) -> None:
