@@ -532,10 +532,11 @@ def profile_chosen(chosen: CandidateResult, train, bounds, opts: dict, n_grid: i
     """Profile likelihood of every parameter of ``chosen`` on the training run.
 
     Traced from the optimum outwards (:mod:`identification.profile_likelihood`) with warm-started
-    re-fits, at most ``n_grid`` points per side, until the 95 % likelihood-ratio threshold (F(1, n-p),
-    sigma^2 estimated from the residuals) is crossed or a bound is hit; Fisher intervals from the
-    sensitivity matrix at the optimum. The residuals are treated as white, so the intervals are as
-    narrow as that assumption makes them.
+    re-fits, at most ``n_grid`` steps per side plus one refinement of each crossing, until the 95 %
+    likelihood-ratio threshold (chi-square, 1 dof; sigma^2 from the residuals of thousands of samples,
+    so F(1, n-p) differs by < 0.1 %) is crossed or a bound is hit; Fisher intervals (normal quantile)
+    from the sensitivity matrix at the optimum. The residuals are treated as white, so the intervals
+    are as narrow as that assumption makes them.
     """
     u, y, dt = train
     s = chosen.structure
@@ -551,4 +552,4 @@ def profile_chosen(chosen: CandidateResult, train, bounds, opts: dict, n_grid: i
         se = np.full(n_p, np.nan)
     return profile_likelihood_intervals(
         _ProfileRefit(s, train, bounds, opts), est, [bounds[n] for n in names], base.cost, base.sigma2, names,
-        fisher_se=se, dof=max(n_used - n_p, 1), max_steps=n_grid, executor=executor)
+        fisher_se=se, max_steps=n_grid, refine=2, executor=executor)

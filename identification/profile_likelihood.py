@@ -15,12 +15,17 @@ Each parameter is traced in both directions from the estimate, each direction on
 ``executor``: a step, a warm-started re-fit (from the previous point's parameters), then a next
 step sized so that ``sqrt(LR)`` - linear in the distance for a quadratic profile - is predicted
 to pass the threshold. The crossing is interpolated linearly in ``sqrt(LR)`` (exact for a
-quadratic profile). A side that reaches a bound or runs out of steps below the threshold stays
-open: that parameter is not identifiable at this level (on that side).
+quadratic profile); ``refine`` more re-fits at the interpolated crossing narrow the bracket where
+the profile is not quadratic. A side that reaches a bound or runs out of steps below the threshold
+stays open: that parameter is not identifiable at this level (on that side). A side whose estimate
+already sits on its bound is reported as ``"at bound"``: the interval ends there by construction.
+A re-fit that lands *below* the optimum's cost means the optimum was not the minimum; the result
+says so (``better_cost``) instead of hiding it behind LR = 0.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -51,55 +56,98 @@ class ProfileLikelihoodResult(ProfileResult):
     fisher_interval: list[tuple[float, float] | None]
     identifiable: list[bool]  # both sides closed
     n_refits: int
+    side_status: list[tuple[str, str]]  # per side (lower, upper): closed | bound | steps | at bound
+    fisher_se: list[float | None]  # standard errors behind the Fisher intervals (plots draw the parabola)
+    better_cost: float | None = None  # lowest re-fit cost when it fell below cost_opt (optimum not reached)
+    seconds: float = 0.0  # wall time of the tracing
 
     def to_dict(self) -> dict:
         d = super().to_dict()
         d.update({"threshold": self.threshold, "level": self.level, "sigma2": self.sigma2,
-                  "n_refits": self.n_refits})
-        for p, lr, iv, fi, ok in zip(d["parameters"], self.lr, self.interval, self.fisher_interval,
-                                     self.identifiable, strict=True):
-            p.update({"lr": lr.tolist(), "interval": list(iv), "identifiable": bool(ok),
-                      "fisher_interval": None if fi is None else list(fi)})
+                  "n_refits": self.n_refits, "better_cost": self.better_cost,
+                  "seconds": self.seconds})
+        for i, p in enumerate(d["parameters"]):
+            fi = self.fisher_interval[i]
+            p.update({"lr": self.lr[i].tolist(), "interval": list(self.interval[i]),
+                      "identifiable": bool(self.identifiable[i]), "side_status": list(self.side_status[i]),
+                      "verdict": self.verdict(i), "fisher_interval": None if fi is None else list(fi),
+                      "fisher_se": self.fisher_se[i]})
         return d
 
-    def format_table(self) -> str:
-        """Profile-likelihood interval next to the Fisher interval, per parameter."""
-        def f(x):
-            return "open" if x is None else f"{x:.5g}"
+    def verdict(self, i: int) -> str:
+        """``identifiable`` (both sides closed), ``open below``/``open above``, or ``not identifiable``."""
+        lo, hi = self.interval[i]
+        if lo is not None and hi is not None:
+            return "identifiable"
+        if lo is None and hi is None:
+            return "not identifiable"
+        return "open below" if lo is None else "open above"
 
-        lines = [f"{'parameter':<16} {'estimate':>11} {'profile lo':>11} {'profile hi':>11} "
+    def format_table(self, units: dict[str, str] | None = None) -> str:
+        """Profile-likelihood interval next to the Fisher interval, per parameter (``units`` by name)."""
+        def side(x, status, bound):
+            if x is not None:
+                return f"{x:.5g}"
+            return f"({bound:.3g}, at bound)" if status == "at bound" else (
+                "open (bound)" if status == "bound" else "open")
+
+        lines = [f"{100 * self.level:g} % intervals: profile likelihood (LR threshold {self.threshold:.3f}) "
+                 f"and Fisher matrix",
+                 f"{'parameter':<16} {'estimate':>11} {'profile lo':>16} {'profile hi':>16} "
                  f"{'Fisher lo':>11} {'Fisher hi':>11}  verdict"]
-        for n, e, iv, fi, ok in zip(self.names, self.estimate, self.interval, self.fisher_interval,
-                                    self.identifiable, strict=True):
-            flo, fhi = fi if fi is not None else (None, None)
-            lines.append(f"{n:<16} {e:>11.5g} {f(iv[0]):>11} {f(iv[1]):>11} {f(flo):>11} {f(fhi):>11}  "
-                         f"{'identifiable' if ok else 'not identifiable'}")
+        for i, (n, e) in enumerate(zip(self.names, self.estimate, strict=True)):
+            iv, fi, st = self.interval[i], self.fisher_interval[i], self.side_status[i]
+            flo, fhi = (f"{x:.5g}" for x in fi) if fi is not None else ("-", "-")
+            unit = f" [{units[n]}]" if units and units.get(n) else ""
+            lines.append(f"{n:<16} {e:>11.5g} {side(iv[0], st[0], self.grids[i][0]):>16} "
+                         f"{side(iv[1], st[1], self.grids[i][-1]):>16} {flo:>11} {fhi:>11}  "
+                         f"{self.verdict(i)}{unit}")
+        if self.better_cost is not None:
+            lines.append(f"warning: a profile re-fit reached cost {self.better_cost:.6g} < optimum "
+                         f"{self.cost_opt:.6g}; the optimum was not the minimum")
         return "\n".join(lines)
 
 
 def _trace(task: tuple) -> dict:
     """One direction of one parameter's profile (runs on the executor)."""
-    refit, j, d, est, lo, hi, cost_opt, sigma2, thr, h0, max_steps = task
+    refit, j, d, est, lo, hi, cost_opt, sigma2, thr, h0, max_steps, refine, refine_tol = task
     x, lr_prev = float(est[j]), 0.0
     start = np.asarray(est, dtype=float)
     h = float(h0)
     pts: list[tuple[float, float, float]] = []
     crossing, status = None, "steps"
     bound = hi if d > 0 else lo
+
+    def lr_at(v: float, p0: np.ndarray) -> tuple[float, np.ndarray]:
+        cost, p = refit(j, v, p0)
+        lr = max(2.0 * (float(cost) - cost_opt) / sigma2, 0.0)
+        pts.append((v, float(cost), lr))
+        return lr, np.asarray(p, dtype=float)
+
     for _ in range(int(max_steps)):
         v = x + d * h
         at_bound = (v - bound) * d >= 0
         if at_bound:
             v = bound
         if v == x:
-            status = "bound"
+            status = "at bound" if not pts else "bound"
             break
-        cost, p = refit(j, v, start)
-        lr = max(2.0 * (float(cost) - cost_opt) / sigma2, 0.0)
-        pts.append((v, float(cost), lr))
+        lr, p = lr_at(v, start)
         if lr >= thr:
-            a, b = np.sqrt(lr_prev), np.sqrt(lr)
-            crossing = x + (np.sqrt(thr) - a) / (b - a) * (v - x)
+            a, b, xa, xb = np.sqrt(lr_prev), np.sqrt(lr), x, v
+            crossing = xa + (np.sqrt(thr) - a) / (b - a) * (xb - xa)
+            # sqrt(LR) linear through the optimum and both bracket points: the interpolation is exact
+            linear = xa != float(est[j]) and abs(a - b * (xa - est[j]) / (xb - est[j])) <= refine_tol * b
+            for _r in range(0 if linear else int(refine)):  # secant steps on sqrt(LR), keeping the bracket
+                lc, _ = lr_at(float(crossing), start)
+                c = np.sqrt(lc)
+                if abs(c - np.sqrt(thr)) <= 1e-9 * np.sqrt(thr):
+                    break
+                if c < np.sqrt(thr):
+                    a, xa = c, float(crossing)
+                else:
+                    b, xb = c, float(crossing)
+                crossing = xa + (np.sqrt(thr) - a) / (b - a) * (xb - xa)
             status = "closed"
             break
         if at_bound:
@@ -109,8 +157,9 @@ def _trace(task: tuple) -> dict:
         want = 1.05 * np.sqrt(thr) - np.sqrt(lr)
         h_new = want / slope if slope > 0 else 4 * h
         h = float(np.clip(h_new, 0.5 * h, 4.0 * h))
-        x, lr_prev, start = v, lr, np.asarray(p, dtype=float)
-    return {"j": j, "d": d, "points": pts, "crossing": crossing, "status": status}
+        x, lr_prev, start = v, lr, p
+    return {"j": j, "d": d, "points": pts, "crossing": None if crossing is None else float(crossing),
+            "status": status}
 
 
 def profile_likelihood_intervals(refit: Refit, estimate: Sequence[float],
@@ -118,8 +167,8 @@ def profile_likelihood_intervals(refit: Refit, estimate: Sequence[float],
                                  names: Sequence[str], *,
                                  fisher_se: Sequence[float] | None = None, which: Sequence[int] | None = None,
                                  level: float = 0.95, dof: int | None = None, max_steps: int = 10,
-                                 first_step: Sequence[float] | None = None,
-                                 executor=None) -> ProfileLikelihoodResult:
+                                 first_step: Sequence[float] | None = None, refine: int = 0,
+                                 refine_tol: float = 1e-3, executor=None) -> ProfileLikelihoodResult:
     """Trace the profile of every parameter in ``which`` (default all) and read off its interval.
 
     ``refit(j, value, start)`` re-optimises all parameters but ``j`` (held at ``value``) from the
@@ -127,8 +176,13 @@ def profile_likelihood_intervals(refit: Refit, estimate: Sequence[float],
     the executor runs in other processes. ``cost`` is ``0.5 * sum(r^2)``; ``sigma2`` the residual
     variance (known, or estimated with ``dof`` degrees of freedom -> F threshold). ``fisher_se``
     gives the Fisher intervals ``est +- z se`` (t quantile with ``dof``) and the first step
-    (half a standard error); otherwise the first step is 5 % of the bound range.
+    (half a standard error); otherwise the first step is 5 % of the bound range. ``refine``: at most
+    this many extra re-fits per closed side at the interpolated crossing, skipped when ``sqrt(LR)``
+    is linear in the distance (within ``refine_tol``) through the optimum and the bracket's two points
+    (a quadratic profile, where the interpolation is already exact).
+    The directions go to ``executor.map`` (or any map-like callable) as independent tasks.
     """
+    t_start = time.perf_counter()
     est = np.asarray(estimate, dtype=float)
     which = list(range(est.size)) if which is None else list(which)
     thr = lr_threshold(level, dof)
@@ -143,18 +197,22 @@ def profile_likelihood_intervals(refit: Refit, estimate: Sequence[float],
         else:
             h0 = 0.05 * (hi - lo)
         for d in (-1, 1):
-            tasks.append((refit, j, d, est, lo, hi, float(cost_opt), float(sigma2), thr, h0, max_steps))
+            tasks.append((refit, j, d, est, lo, hi, float(cost_opt), float(sigma2), thr, h0, max_steps,
+                          int(refine), float(refine_tol)))
     runner = executor if executor is not None else (lambda fn, items: list(map(fn, items)))
     out = list(getattr(runner, "map", runner)(_trace, tasks))
     tail = 0.5 + level / 2
     q = float(scipy.stats.norm.ppf(tail) if dof is None else scipy.stats.t.ppf(tail, dof))
-    grids, costs, lrs, intervals, fisher, ident, clear = [], [], [], [], [], [], []
+    grids, costs, lrs, intervals, fisher, ident, clear, status, ses = [], [], [], [], [], [], [], [], []
     n_refits = 0
+    lowest = float(cost_opt)
     for j in which:
         sides = {r["d"]: r for r in out if r["j"] == j}
         pts = sides[-1]["points"] + [(float(est[j]), float(cost_opt), 0.0)] + sides[1]["points"]
         pts.sort(key=lambda t: t[0])
         n_refits += len(sides[-1]["points"]) + len(sides[1]["points"])
+        status.append((sides[-1]["status"], sides[1]["status"]))
+        lowest = min([lowest] + [t[1] for t in pts])
         grids.append(np.array([t[0] for t in pts]))
         costs.append(np.array([t[1] for t in pts]))
         lrs.append(np.array([t[2] for t in pts]))
@@ -165,10 +223,13 @@ def profile_likelihood_intervals(refit: Refit, estimate: Sequence[float],
         lo, hi = bounds[j]
         tol = 1e-9 * (hi - lo)
         clear.append((lo_x is not None or est[j] <= lo + tol) and (hi_x is not None or est[j] >= hi - tol))
-        fisher.append(None if se is None or not np.isfinite(se[j])
-                      else (float(est[j] - q * se[j]), float(est[j] + q * se[j])))
+        ok_se = se is not None and np.isfinite(se[j])
+        fisher.append((float(est[j] - q * se[j]), float(est[j] + q * se[j])) if ok_se else None)
+        ses.append(float(se[j]) if ok_se else None)
     return ProfileLikelihoodResult(
         names=[names[j] for j in which], grids=grids, costs=costs, cost_opt=float(cost_opt),
         estimate=est[which], clear_minimum=clear, lr=lrs, threshold=thr, level=float(level),
         sigma2=float(sigma2), interval=intervals, fisher_interval=fisher, identifiable=ident,
-        n_refits=n_refits)
+        n_refits=n_refits, side_status=status, fisher_se=ses,
+        better_cost=lowest if lowest < float(cost_opt) * (1 - 1e-9) else None,
+        seconds=time.perf_counter() - t_start)

@@ -1,4 +1,4 @@
-"""PNG plots of a model selection: fits, parameter importance, condition indices, profile likelihood."""
+"""PNG plots of a model selection: fits, parameter importance, condition indices, profile likelihoods."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 
 from identification.model_selection import SelectionResult
 
-__all__ = ["write_plots"]
+__all__ = ["write_plots", "plot_profiles"]
 
 
 def _plt():
@@ -76,27 +76,69 @@ def write_plots(result: SelectionResult, directory: str | Path) -> list[Path]:
         fig.tight_layout()
         files.append(_save(fig, out / "candidates.png", plt))
 
-    prof = result.profile
-    if prof is not None and prof.names:
-        n = len(prof.names)
-        cols = min(n, 4)
-        rows = -(-n // cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
-        bounds = result.settings.get("bounds", {})
-        for i, name in enumerate(prof.names):
-            ax = axes[i // cols][i % cols]
-            ax.plot(prof.grids[i], prof.costs[i] / prof.cost_opt, "o-", ms=3)
-            ax.axvline(prof.estimate[i], color="k", ls="--", lw=0.8)
-            if name in bounds:
-                ax.set_xlim(*bounds[name])
-            ax.set_title(f"{name}{'' if prof.clear_minimum[i] else ' (flat)'}", fontsize=9)
-            ax.set_ylabel("J / J_opt", fontsize=8)
-            ax.tick_params(labelsize=7)
-        for j in range(n, rows * cols):
-            axes[j // cols][j % cols].axis("off")
-        fig.tight_layout()
-        files.append(_save(fig, out / "profile_likelihood.png", plt))
+    if result.profile is not None and result.profile.names:
+        files.append(plot_profiles(result.profile, out / "profile_likelihood.png",
+                                   title=f"profile likelihood, {c.name if c else ''}"))
     return files
+
+
+def plot_profiles(prof, path: str | Path, title: str = "") -> Path:
+    """One panel per parameter: the traced LR statistic, the chi-square threshold, the optimum, the
+    profile-interval ends, and the Fisher matrix's quadratic approximation ``((p - p_opt) / se)^2``
+    (it crosses the threshold at the Fisher interval's ends)."""
+    from matplotlib.ticker import MaxNLocator
+
+    from identification.drive_models import PARAM_UNITS
+
+    plt = _plt()
+    n = len(prof.names)
+    cols = min(n, 4)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.8 * rows + 0.6), squeeze=False)
+    thr = prof.threshold
+    for i, name in enumerate(prof.names):
+        ax = axes[i // cols][i % cols]
+        g, lr, est = prof.grids[i], prof.lr[i], float(prof.estimate[i])
+        lo, hi = prof.interval[i]
+        se = prof.fisher_se[i]
+        span = [x for x in (g.min(), g.max(), lo, hi) if x is not None]
+        if se is not None:
+            span += [est - 2.5 * se, est + 2.5 * se]
+        x0, x1 = min(span), max(span)
+        pad = 0.05 * (x1 - x0 or abs(est) or 1.0)
+        x0, x1 = x0 - pad, x1 + pad
+        top = max(1.6 * thr, min(float(np.max(lr)) * 1.1, 4 * thr))
+        if se is not None and se > 0:
+            xs = np.linspace(x0, x1, 200)
+            ax.plot(xs, ((xs - est) / se) ** 2, color="tab:gray", lw=1, ls=":", label="Fisher (quadratic)")
+        ax.plot(g, lr, "o", ms=4, color="tab:blue", label="profile (re-fitted points)")
+        ax.axhline(thr, color="tab:red", ls="--", lw=1, label=f"chi2(1) {100 * prof.level:g} % = {thr:.2f}")
+        ax.axvline(est, color="k", lw=0.8, label="optimum")
+        for x in (lo, hi):
+            if x is not None:
+                ax.axvline(x, color="tab:green", lw=1, label="profile interval")
+        for x, side, st in ((lo, "lower", prof.side_status[i][0]), (hi, "upper", prof.side_status[i][1])):
+            if x is None:
+                ax.text(0.02 if side == "lower" else 0.98, 0.92, f"open ({st})", transform=ax.transAxes,
+                        ha="left" if side == "lower" else "right", va="top", fontsize=7, color="tab:red")
+        ax.set_xlim(x0, x1)
+        ax.set_ylim(0, top)
+        unit = PARAM_UNITS.get(name, "")
+        ax.set_xlabel(f"{name} [{unit}]" if unit else name, fontsize=8)
+        ax.set_ylabel("LR = 2 dJ / sigma^2", fontsize=8)
+        ax.set_title(f"{name}: {prof.verdict(i)}", fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.xaxis.set_major_locator(MaxNLocator(4))
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4), useOffset=False)
+    for j in range(n, rows * cols):
+        axes[j // cols][j % cols].axis("off")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    seen = dict(zip(labels, handles, strict=True))
+    fig.legend(seen.values(), seen.keys(), loc="lower center", ncol=len(seen), fontsize=8, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return _save(fig, Path(path), plt)
 
 
 def _save(fig, path: Path, plt) -> Path:

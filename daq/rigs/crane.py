@@ -160,6 +160,7 @@ class ModelSelectionTable(Table, kw_only=True):
     parsimony_tol: NonNegative = 0.01
     profile_points: Count = 9
     n_jobs: Count = 2
+    scheduler: str | None = None  # None: local process pool of n_jobs; "local": Dask LocalCluster; "tcp://..."
     bounds: dict[str, Range] = sfield(default_factory=dict)
 
     def check(self) -> None:
@@ -422,11 +423,28 @@ def analyze(runs, cfg: CraneConfig, progress=None):
     missing = set(ROLES) - set(runs)
     if missing:
         raise AnalysisError(f"no {' and no '.join(sorted(missing))} run recorded")
+    from daq.executor import make_executor
+
     opts = cfg.model_selection.options()
     if progress is not None:  # show the bar at once: the first candidates take a while
         progress(0, len(opts["candidates"]), "fitting candidate models")
     bounds = opts.pop("bounds")
-    return select_model(runs["training"], runs["validation"], bounds, progress=progress, **opts)
+    # candidates and profile-likelihood directions are independent fits: both go through the executor
+    with make_executor(cfg.model_selection.scheduler, opts["n_jobs"]) as ex:
+        return select_model(runs["training"], runs["validation"], bounds, progress=progress, executor=ex,
+                            **opts)
+
+
+def report_text(result) -> str:
+    """The selection table, then the chosen model's profile-likelihood and Fisher intervals."""
+    from identification.drive_models import PARAM_UNITS
+
+    text = result.format_table()
+    prof = result.profile
+    if prof is not None and prof.names:
+        text += (f"\n\nprofile likelihood of {result.chosen_name} on the training run "
+                 f"({prof.n_refits} re-fits, {prof.seconds:.1f} s)\n" + prof.format_table(PARAM_UNITS))
+    return text
 
 
 def _plots(result, runs, folder: Path) -> list[Path]:
@@ -455,7 +473,7 @@ RIG = Rig(
     progress_total=lambda cfg: len(ROLES),
     arrays=crane_arrays,
     analyze=analyze,
-    report=Report(text=lambda r: r.format_table(), to_dict=lambda r: r.to_dict(), plots=_plots),
+    report=Report(text=report_text, to_dict=lambda r: r.to_dict(), plots=_plots),
     describe_simulator=_describe,
     streams={TRACE_STREAM: "torque_cmd, torque [N*m], speed [rad/s] at the drive's cycle",
              PLAN_STREAM: "events"},
