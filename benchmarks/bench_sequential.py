@@ -6,8 +6,9 @@ far (first fit: grid scan + Levenberg-Marquardt from the prior, later fits warm-
 when every relative std is <= the target or after ``--max-runs``.
 
 * repeat:     run the initial input again and again;
-* sequential: re-solve the adjoint design at the current estimate (warm start from the previous input,
-              ``identification.sequential_design.redesign``) and run that.
+* sequential: re-solve the adjoint design at the current estimate (``identification.sequential_design.
+              redesign``: from the previous input, and with ``--start both`` also from F0, the better kept)
+              and run that.
 
 Data: the simulator truth (``simulators/physics``, with the effects the model lacks: Coulomb friction,
 force lag, quantisation) at the drive cycle of the config, noise of run i of seed s from
@@ -17,7 +18,7 @@ warm-started one against the plain ``optimize_input`` from F0 at the same estima
 every seed).
 
     .venv/bin/python benchmarks/bench_sequential.py [--plant oscillator] [--prior c2=700] [--seeds 10]
-        [--target 1.3e-5] [--max-runs 12] [--data physics|model] [--json]
+        [--target 1.3e-5] [--max-runs 12] [--data physics|model] [--start both|warm] [--json]
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ def campaign(s: Setup, u0: np.ndarray, seed: int, target: float, max_runs: int, 
         if sequential:
             pb = s.problem(dict(zip(s.names, est.b.tolist(), strict=True)))
             t0 = time.perf_counter()
-            res = redesign(pb, u, **s.design_kw())
+            f0 = reference_inputs(pb, s.spec.get("start", 0.5))["F0"] if s.both else None
+            res = redesign(pb, u, also_from=f0, **s.design_kw())
             dt = time.perf_counter() - t0
             design_s += dt
             if len(runs) == 1:  # side by side: the plain library call from F0 at the same estimate
@@ -139,11 +141,14 @@ def main() -> None:
     ap.add_argument("--target", type=float, default=1.3e-5, help="every relative std <= this")
     ap.add_argument("--max-runs", type=int, default=12)
     ap.add_argument("--data", choices=("physics", "model"), default="physics")
+    ap.add_argument("--start", choices=("both", "warm"), default="both",
+                    help="redesign from the previous input and F0, keep the better (both), or warm only")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     prior_txt = a.prior or (["c2=700"] if a.plant == "oscillator" else ["s_p=0.15", "d_p=0.02"])
     prior = {k: float(v) for k, v in (p.split("=", 1) for p in prior_txt)}
     s = Setup(a.plant, prior, a.data)
+    s.both = a.start == "both"
     pb0 = s.problem({})
     t0 = time.perf_counter()
     init = optimize_input(pb0, reference_inputs(pb0, s.spec.get("start", 0.5))["F0"], **s.design_kw())
@@ -153,7 +158,8 @@ def main() -> None:
     best_std = predicted_std(s.problem_truth, best.u)
     log = sys.stderr if a.json else sys.stdout
     print(f"{a.plant}: prior {prior}, truth {dict(zip(s.names, s.b_truth.tolist(), strict=True))}, data "
-          f"{a.data}, target rel. std {a.target:g}, budget {a.max_runs} runs of {pb0.t_f:g} s", file=log)
+          f"{a.data}, target rel. std {a.target:g}, budget {a.max_runs} runs of {pb0.t_f:g} s, "
+          f"redesign start {a.start}", file=log)
     print(f"initial design at the prior: {t_init:.1f} s; predicted rel. std at the truth "
           f"{(at_truth / np.abs(s.b_truth)).tolist()} (design made at the truth: "
           f"{(best_std / np.abs(s.b_truth)).tolist()})", file=log)
@@ -195,6 +201,7 @@ def main() -> None:
               f"{r['cold_s_median']:.2f} s, {r['cold_std_at_truth_median']}", file=log)
     if a.json:
         print(json.dumps({"plant": a.plant, "prior": prior, "target": a.target, "data": a.data,
+                          "start": a.start,
                           "initial_std_at_truth": at_truth.tolist(), "best_std_at_truth": best_std.tolist(),
                           "summary": summary, "results": results}))
 

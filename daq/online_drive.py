@@ -53,11 +53,15 @@ class DriveIdentifier:
     ``model``: the identification model (free parameters = the identified ones); ``b0``: where the
     first fit starts its scan; ``output``: the measured channel; ``input_lag`` (s): the actuator's
     known time constant (the rig's ``[fit].input_lag``); ``skip_s``: left out at each run's start;
-    ``target``: with it, an estimate that meets it carries ``stop``.
+    ``target``: with it, an estimate that meets it carries ``stop``. ``n_design``: the first
+    ``n_design`` model parameters are the identified ones (default all); the rest are nuisance
+    parameters (friction the design model leaves out, ``[fit.nuisance]``), fitted alongside and
+    reported apart, the stopping rule sees only the identified ones.
     """
 
     def __init__(self, kind: str, model, b0: np.ndarray, output: str, emit: Emit, *, input_lag: float = 0.0,
-                 skip_s: float = 0.0, target: float | None = None, alpha: float = 0.05):
+                 skip_s: float = 0.0, target: float | None = None, alpha: float = 0.05,
+                 n_design: int | None = None):
         self.kind = kind
         self.plan_stream, self.trace_stream, self.online_stream = streams(kind)
         self.model = model
@@ -68,7 +72,9 @@ class DriveIdentifier:
         self.skip_s = skip_s
         self.target = target
         self.alpha = alpha
-        self.names = list(model.param_names)
+        self.all_names = list(model.param_names)
+        self.n_design = len(self.all_names) if n_design is None else int(n_design)
+        self.names = self.all_names[:self.n_design]
         self.runs: list = []               # identification.sequential_design.Record, in run order
         self.attempted = 0                 # runs whose fit was attempted (estimate or failure published)
         self.estimates: list[dict] = []
@@ -125,8 +131,8 @@ class DriveIdentifier:
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
         try:
-            fit = await loop.run_in_executor(self._pool, lambda: fit_runs(self.model, runs, start, scan=first,
-                                                                          alpha=self.alpha))
+            fit = await loop.run_in_executor(self._pool, lambda: fit_runs(
+                self.model, runs, start, scan=first, scan_dims=self.n_design, alpha=self.alpha))
         except (ValueError, np.linalg.LinAlgError, FloatingPointError) as exc:
             self.attempted += 1
             await self._publish("estimate_failed", {"used": len(runs), "run": run,
@@ -134,7 +140,11 @@ class DriveIdentifier:
             return
         self.attempted += 1
         self._b = fit.b
-        body = fit.to_dict()
+        k = self.n_design
+        body = fit.marginal(k).to_dict() if k < len(self.all_names) else fit.to_dict()
+        if k < len(self.all_names):
+            body["nuisance"] = {n: {"value": float(fit.b[j]), "std": float(fit.std[j])}
+                                for j, n in enumerate(self.all_names) if j >= k}
         units = [PARAM_UNITS.get(n, "") for n in self.names]
         body.update(model=f"{self.kind}: {', '.join(self.names)}", units=units, run=run,
                     elapsed_s=time.perf_counter() - t0, trigger_seq=int(trigger.seq),
@@ -189,12 +199,24 @@ class DriveIdentifier:
 
 def from_config(cfg, emit: Emit, target: float | None = None) -> DriveIdentifier:
     """The identifier of an oscillator/pendulum rig config (``daq.rigs.adjoint_rig.AdjointRigConfig``)."""
-    from daq.rigs.adjoint_rig import OUTPUTS, problem_of
+    from daq.rigs.adjoint_rig import OUTPUTS, nominal_values, problem_of
 
     pb = problem_of(cfg)
+    model, params = pb.model, list(pb.model.param_names)
+    b0 = pb.b * cfg.fit.start
+    nuisance = {n: float(v) for n, v in (getattr(cfg.fit, "nuisance", None) or {}).items() if n not in params}
+    if nuisance:  # the analysis model: the design's parameters, then the nuisances at their start values
+        from identification.adjoint_plants import analysis_model
+
+        point = {**nominal_values(cfg), **nuisance}
+        if getattr(cfg.fit, "friction_speed_eps", None) is not None:
+            point["eps"] = cfg.fit.friction_speed_eps
+        model = analysis_model(cfg.adjoint.plant, point, params + list(nuisance))
+        b0 = np.concatenate([b0, list(nuisance.values())])
     alpha = cfg.sequential.alpha if getattr(cfg, "sequential", None) is not None else 0.05
-    return DriveIdentifier(cfg.rig.kind, pb.model, pb.b * cfg.fit.start, OUTPUTS[cfg.adjoint.plant][0], emit,
-                           input_lag=cfg.fit.input_lag, skip_s=cfg.fit.skip, target=target, alpha=alpha)
+    return DriveIdentifier(cfg.rig.kind, model, b0, OUTPUTS[cfg.adjoint.plant][0], emit,
+                           input_lag=cfg.fit.input_lag, skip_s=cfg.fit.skip, target=target, alpha=alpha,
+                           n_design=len(params))
 
 
 def from_snapshot(config: dict, emit: Emit) -> DriveIdentifier:
@@ -259,14 +281,15 @@ def redesigned_signal(cfg, values: dict[str, float], u_prev: np.ndarray, run: in
     trajectory events carry (as ``daq.rigs.adjoint_rig.signal_of``). Blocking: call it off the loop."""
     from daq.rigs.adjoint_rig import _std, nominal_values
     from identification.adjoint_design import evaluate
-    from identification.adjoint_plants import design_problem
+    from identification.adjoint_plants import design_problem, reference_inputs
     from identification.sequential_design import redesign
 
     a = cfg.adjoint
     pb = design_problem(a.plant, {**nominal_values(cfg), **values}, a.spec())
+    cold = reference_inputs(pb, a.start)["F0"] if cfg.sequential.cold_start else None
     t0 = time.perf_counter()
-    res = redesign(pb, u_prev, shrink=cfg.sequential.shrink, method=a.method, max_iter=a.max_iter,
-                   rounds=a.rounds, end_tol=a.end_tol)
+    res = redesign(pb, u_prev, shrink=cfg.sequential.shrink, also_from=cold, method=a.method,
+                   max_iter=a.max_iter, rounds=a.rounds, end_tol=a.end_tol)
     force = res.u[:, 0].copy()
     ev = evaluate(pb, force[:, None], gradient=False)
     names = list(pb.model.state_names)

@@ -216,3 +216,20 @@ def test_stop_reason_rule_and_budgets():
     assert stop_reason(names, [float("nan"), 1e-4], 2e-3, 2, 5) is None
     # the target wins over a budget spent by the same run
     assert stop_reason(names, [1e-3, 1e-3], 2e-3, 5, 5).startswith("confidence target met")
+
+
+def test_nuisance_parameters_are_scanned_apart_and_reported_marginally():
+    """Two free parameters, only the first (the identified one) gridded; its marginal block is reported."""
+    from scipy.stats import chi2
+
+    pb = design_problem(KIND, {"c2": TRUTH}, {"parameters": ["c2", "d2"]})
+    u = np.repeat(reference_inputs(pb)["sine"][:, 0], 5)
+    _, y, _ = simulate_output(pb.model, pb.b, u, 0.001, 1)
+    rec = Record(u, y[:, 0] + np.random.default_rng(7).normal(0.0, 5e-5, y.shape[0]), 0.001)
+    fit = fit_runs(pb.model, [rec], pb.b * [0.5, 1.5], scan=True, scan_dims=1, max_points=41)
+    assert fit.scanned == 41                      # a 1-D grid over c2, d2 held at its start
+    assert np.all(np.abs(fit.b - pb.b) < 4 * fit.std)
+    m = fit.marginal(1)
+    assert m.names == ["c2"] and m.b[0] == fit.b[0]
+    assert m.covariance[0, 0] == fit.covariance[0, 0] and m.rel_std[0] == fit.rel_std[0]
+    assert m.semi_axes[0] == pytest.approx(np.sqrt(fit.covariance[0, 0] * chi2.ppf(0.95, 1)))

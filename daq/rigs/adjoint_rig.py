@@ -139,6 +139,8 @@ class SequentialTable(Table, kw_only=True):
     max_seconds: Positive | None = None  # budget from the plan start, s (wall clock)
     redesign: bool = True             # re-solve the adjoint design at each new estimate
     shrink: Positive = 0.25           # warm start = shrink * previous input (off the bounds)
+    cold_start: bool = True           # also design from F0 and keep the better (a far-off old design traps
+                                      # the warm start: see identification.sequential_design.redesign)
     alpha: Positive = 0.05            # level of the confidence ellipsoid in the estimate events
     wait_timeout: Positive = 120.0    # s the plan waits for a run's estimate
 
