@@ -1,8 +1,11 @@
 """Online identifier latency on the simulated press: measurement event that completes a series ->
-published ``estimate`` event (bus hop + thread-pool fit + publish), median and worst.
+published ``estimate`` event, median and worst. From the second series on the event waits for the
+model-uncertainty verdict (worker process), so two latencies are reported: the M1 fit alone (thread pool;
+what the "target" stop rule waits for) and the whole event with the verdict.
 
-Side by side in the same run: the executor time of the fit alone (``elapsed_s`` in the event) and the
-plain call of ``identification.online_press.estimate_stiffness`` on the same arrays (no bus, no pool).
+Side by side in the same run: the fit time in the pool (``elapsed_s``), the verdict's compute time in
+the worker (``verdict.elapsed_s``), and the plain calls of ``estimate_stiffness`` and ``model_verdict``
+on the same arrays in this process (no bus, no pool, no worker).
 
     .venv/bin/python benchmarks/bench_online.py [--series 6] [--steps-up 3]
 """
@@ -28,9 +31,10 @@ def main() -> None:
 
     from daq.config import load_config
     from daq.lifecycle import run
+    from daq.online import verdict_options
     from daq.press_session import press_arrays
     from daq.store import SessionStore
-    from identification.online_press import estimate_stiffness
+    from identification.online_press import estimate_stiffness, model_verdict
 
     cfg = copy.deepcopy(load_config("configs/press-sim.toml"))
     cfg["plan"].update(n_series=args.series, n_steps_up=args.steps_up, n_samples=4, settle_time=0.02,
@@ -45,17 +49,26 @@ def main() -> None:
             arr = press_arrays(store, res.session_id)
     lat = [e.t - e.body["trigger_t"] for e in ests]
     fit = [e.body["elapsed_s"] for e in ests]
-    plain = []
+    worker = [e.body["verdict"]["elapsed_s"] for e in ests if "elapsed_s" in e.body.get("verdict", {})]
+    plain, plain_v = [], []
     p = None
     for n in range(1, arr.z.shape[0] + 1):
         t0 = time.perf_counter()
         p = estimate_stiffness(arr.z[:n], arr.q[:n], arr.q_desired, arr.sigmas, arr.sensors, p0=p).p
         plain.append(time.perf_counter() - t0)
+        if n >= 2:
+            t0 = time.perf_counter()
+            model_verdict(arr.z[:n], arr.q[:n], arr.q_desired, arr.sigmas, arr.sensors,
+                          **verdict_options(cfg.get("analysis") or {}))
+            plain_v.append(time.perf_counter() - t0)
     print(f"status {res.status}, {len(ests)} estimates, {arr.z.shape[1]} setpoints per series")
-    for name, v in (("event -> estimate (bus + pool + fit)", lat), ("fit in the pool (elapsed_s)", fit),
-                    ("plain estimate_stiffness call", plain)):
+    for name, v in (("event -> estimate event (bus, fit, verdict)", lat),
+                    ("M1 fit in the pool (elapsed_s)", fit), ("plain estimate_stiffness call", plain),
+                    ("verdict in the worker", worker), ("plain model_verdict call", plain_v)):
+        if not v:
+            continue
         ms = 1e3 * np.asarray(v)
-        print(f"{name:<40} median {statistics.median(ms):7.1f} ms   worst {ms.max():7.1f} ms")
+        print(f"{name:<44} median {statistics.median(ms):7.1f} ms   worst {ms.max():7.1f} ms")
 
 
 if __name__ == "__main__":

@@ -1,20 +1,21 @@
 """Early stopping of the simulated press over noise seeds: series and minutes saved, and the verdict kept?
 
-For every simulator seed, two real runs of ``configs/press-sim.toml`` on loopback:
+For every simulator seed, one real run of ``configs/press-sim.toml`` on loopback (the fixed plan, 10 series)
+with the online identifier and the stop rule in dry-run mode ([online] dry_run = true): the rule is
+evaluated live after every series exactly as in a stopping run (the M1 confidence target AND the
+model-uncertainty verdict unchanged for ``--settle`` consecutive series with a model kept, by default)
+and the series where it fires is recorded, but the plan goes on. Since the plan never looks ahead, the
+session a stopping run would have recorded is the first n* series of this one (same noise, same forces),
+so one run gives both sessions: the shortened one (first n* series) and the fixed-plan one (all series).
 
-* the fixed plan (the config as shipped, [online] off: README command 1 with another seed);
-* the same plan with the online identifier and a stop rule ([online] stop_rule, by default "both": the M1
-  confidence target AND the model-uncertainty verdict unchanged for ``--settle`` consecutive series),
-  capped by the plan's series.
-
-Both sessions then go through the offline analysis exactly as ``hil analyze`` runs it
-(``daq.analysis.analyze_session``). Reported per seed: series used, acquisition time (first staircase step
-to ``plan_end``; preconditioning excluded, the same in both) and what it saved, the stop reason, and the
-offline verdict of both sessions as rejected splits per model (M1/M2/M3 out of 4). "paper" means M1
-rejected, M2 rejected, M3 kept (the paper's pattern).
+Both go through the offline press analysis as ``hil analyze`` runs it (the rig's ``analyze`` on the
+session's arrays; ``daq.analysis.analyze_session`` for the full session). Reported per seed: series used,
+acquisition time of the series (first step to last measurement; the stopped one includes its waits for
+the online verdict, the fixed one has none) and the minutes saved, and the offline verdict of both
+sessions as rejected splits per model (M1/M2/M3 of 4); "paper": M1 rejected, M2 rejected, M3 kept.
 
     .venv/bin/python benchmarks/bench_online_seeds.py [--seeds 1 2 3 4 5] [--rule both] [--target 0.05]
-        [--min-series 4] [--settle 2] [--n-samples N] [--json out.json]
+        [--min-series 4] [--settle 2] [--verdict-from 4] [--n-samples N] [--json out.json]
 
 Sessions go to a temporary store (``--store PATH`` keeps them).
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import dataclasses
 import json
 import sys
 import tempfile
@@ -32,31 +34,31 @@ from pathlib import Path
 
 ATTEMPTS = 3
 
-def _acquisition_s(store, sid: str) -> float:
-    """Seconds from the first staircase step to plan_end (preconditioning excluded)."""
-    ev = store.events(sid)
-    t0 = next(e.t for e in ev if e.stream == "press.plan" and e.kind == "step")
-    t1 = next(e.t for e in reversed(ev) if e.stream == "press.plan" and e.kind == "plan_end")
-    return t1 - t0
+
+def _series_times(store, sid: str) -> dict[int, tuple[float, float]]:
+    """series -> (time of its first step event, time of its last measurement event)."""
+    out: dict[int, list[float]] = {}
+    for e in store.events(sid):
+        if e.stream == "press.plan" and e.kind in ("step", "measurement"):
+            t = out.setdefault(int(e.body["series"]), [e.t, e.t])
+            t[0], t[1] = min(t[0], e.t), max(t[1], e.t)
+    return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-def _offline(store, sid: str) -> dict:
-    """The ``hil analyze`` verdict of a session: rejected splits per model and the model verdicts."""
-    from daq.analysis import analyze_session
-
-    _, result, _, _ = analyze_session(store, sid)
-    d = result.to_dict()
+def _verdict(result) -> dict:
     splits = {m: sum(t.reject for t in r.test.tests) for m, r in result.models.items()}
-    n_tests = len(next(iter(result.models.values())).test.tests)
-    verdicts = d["verdicts"]
-    paper = verdicts == {"M1": "reject", "M2": "reject", "M3": "keep"}
+    verdicts = result.to_dict()["verdicts"]
     m3 = result.models["M3"].fit_all
-    return {"verdicts": verdicts, "rejected_splits": splits, "n_tests": n_tests, "paper": paper,
+    return {"verdicts": verdicts, "rejected_splits": splits,
+            "paper": verdicts == {"M1": "reject", "M2": "reject", "M3": "keep"},
             "m3_k": m3.p.tolist(), "m3_std": m3.std_errors.tolist()}
 
 
-def _run(cfg: dict, store_path: Path) -> dict:
+def _run_seed(cfg: dict, store_path: Path) -> dict:
+    from daq.analysis import analyze_session
+    from daq.config import parse
     from daq.lifecycle import run
+    from daq.rigs.press import RIG
     from daq.store import SessionStore
 
     aborted = []
@@ -70,13 +72,22 @@ def _run(cfg: dict, store_path: Path) -> dict:
         print(f"run aborted ({res.reason}); again", file=sys.stderr, flush=True)
     else:
         raise SystemExit(f"{ATTEMPTS} runs aborted: {aborted}")
+    n_fixed = cfg["plan"]["n_series"]
+    dry = res.summary.get("dry_run_stop")
+    n_stop = int(dry["series"]) if dry else n_fixed
     with SessionStore(store_path) as store:
-        out = {"session": res.session_id, "series": res.summary.get("series", cfg["plan"]["n_series"]),
-               "acquisition_s": _acquisition_s(store, res.session_id), "wall_s": wall,
-               "stop_reason": res.summary.get("stop_reason"),
-               "online_wait_s": res.summary.get("online_wait_s"),
-               "aborted_attempts": aborted, **_offline(store, res.session_id)}
-    return out
+        _, full, _, _ = analyze_session(store, res.session_id)
+        arr = RIG.arrays(store, res.session_id)
+        scfg = parse(store.get_session(res.session_id).config, RIG.schema)  # as hil analyze parses it
+        short = RIG.analyze(dataclasses.replace(arr, z=arr.z[:n_stop], q=arr.q[:n_stop]), scfg)
+        times = _series_times(store, res.session_id)
+    durations = [times[k][1] - times[k][0] for k in sorted(times)]
+    t0 = times[0][0]
+    stopped_s = (times[n_stop - 1][1] - t0) if n_stop <= len(times) else float("nan")
+    return {"session": res.session_id, "n_stop": n_stop, "n_fixed": n_fixed, "reason": dry and dry["reason"],
+            "stopped_acq_s": stopped_s, "fixed_acq_s": sum(durations), "saved_s": sum(durations[n_stop:]),
+            "online_wait_s": res.summary.get("online_wait_s"), "wall_s": wall, "aborted_attempts": aborted,
+            "stopped": _verdict(short), "fixed": _verdict(full)}
 
 
 def _cell(r: dict) -> str:
@@ -91,6 +102,7 @@ def main() -> None:
     ap.add_argument("--target", type=float, default=0.05, help="M1's inflated rel. std target")
     ap.add_argument("--min-series", type=int, default=4)
     ap.add_argument("--settle", type=int, default=2)
+    ap.add_argument("--verdict-from", type=int, default=4, help="first series count given a verdict")
     ap.add_argument("--n-samples", type=int, default=None, help="readings per setpoint (default: config)")
     ap.add_argument("--n-series", type=int, default=None, help="fixed plan's series (default: config)")
     ap.add_argument("--steps-up", type=int, default=None, help="staircase steps (smoke tests)")
@@ -105,44 +117,37 @@ def main() -> None:
                        ("n_steps_up", args.steps_up)):
         if value:
             base["plan"][key] = value
+    base["online"] = {"enabled": True, "stop_rule": args.rule, "target_rel_std": args.target,
+                      "min_series": args.min_series, "settle_series": args.settle,
+                      "verdict_from": args.verdict_from, "dry_run": True, "wait_timeout": 600.0}
     n_fixed = base["plan"]["n_series"]
     tmp = tempfile.TemporaryDirectory()
     store_path = Path(args.store) if args.store else Path(tmp.name) / "seeds.sqlite"
     rows = []
     for seed in args.seeds:
-        fixed_cfg = copy.deepcopy(base)
-        fixed_cfg["simulator"]["seed"] = seed
-        stop_cfg = copy.deepcopy(fixed_cfg)
-        stop_cfg["online"] = {"enabled": True, "stop_rule": args.rule, "target_rel_std": args.target,
-                              "min_series": args.min_series, "settle_series": args.settle,
-                              "wait_timeout": 120.0}
-        stopped = _run(stop_cfg, store_path)
-        fixed = _run(fixed_cfg, store_path)
-        row = {"seed": seed, "stopped": stopped, "fixed": fixed}
-        rows.append(row)
-        print(json.dumps({"seed": seed, "series": stopped["series"],
-                          "acq_s": round(stopped["acquisition_s"], 1),
-                          "fixed_acq_s": round(fixed["acquisition_s"], 1), "stopped": _cell(stopped),
-                          "fixed": _cell(fixed), "reason": stopped["stop_reason"]}), flush=True)
-    print(f"\nrule {args.rule}: M1 rel. std < {args.target:g} (inflated by RSS/dof), verdict unchanged for "
-          f"{args.settle} series, from series {args.min_series}; budget {n_fixed} series; "
-          f"n_samples {base['plan']['n_samples']}")
-    print("offline verdict = rejected splits M1/M2/M3 of 4 (hil analyze); paper = M1, M2 rejected, M3 kept\n")
-    print("| seed | series used (fixed) | acquisition min stopped / fixed | saved min | online wait s "
-          "| offline verdict stopped | offline verdict fixed | M3 k5, k7 stopped [1e8 N/m] |")
-    print("|---|---|---|---|---|---|---|---|")
+        cfg = copy.deepcopy(base)
+        cfg["simulator"]["seed"] = seed
+        r = {"seed": seed, **_run_seed(cfg, store_path)}
+        rows.append(r)
+        print(json.dumps({k: r[k] for k in ("seed", "n_stop", "stopped_acq_s", "fixed_acq_s", "reason")}
+                         | {"stopped": _cell(r["stopped"]), "fixed": _cell(r["fixed"])}), flush=True)
+    print(f"\nrule {args.rule}: M1 rel. std < {args.target:g} (inflated by RSS/dof); verdict unchanged for "
+          f"{args.settle} series with a model kept; verdicts from series {args.verdict_from}, stop from "
+          f"series {args.min_series}; budget {n_fixed} series; n_samples {base['plan']['n_samples']}")
+    print("offline verdict: rejected splits M1/M2/M3 of 4 (hil analyze); paper = M1, M2 rejected, M3 kept\n")
+    print("| seed | series used / fixed | acquisition min stopped / fixed | saved min "
+          "| offline verdict, shortened | offline verdict, fixed plan | M3 k5, k7 shortened [1e8 N/m] |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        s, f = r["stopped"], r["fixed"]
-        k = ", ".join(f"{x / 1e8:.4f}" for x in s["m3_k"])
-        print(f"| {r['seed']} | {s['series']} ({f['series']}) | {s['acquisition_s'] / 60:.2f} / "
-              f"{f['acquisition_s'] / 60:.2f} | {(f['acquisition_s'] - s['acquisition_s']) / 60:.2f} | "
-              f"{s['online_wait_s'] or 0:.1f} | {_cell(s)} | {_cell(f)} | {k} |")
+        k = ", ".join(f"{x / 1e8:.4f}" for x in r["stopped"]["m3_k"])
+        print(f"| {r['seed']} | {r['n_stop']} / {r['n_fixed']} | {r['stopped_acq_s'] / 60:.2f} / "
+              f"{r['fixed_acq_s'] / 60:.2f} | {r['saved_s'] / 60:.2f} | {_cell(r['stopped'])} "
+              f"| {_cell(r['fixed'])} | {k} |")
     n = len(rows)
-    used = sum(r["stopped"]["series"] for r in rows) / n
-    saved = sum(r["fixed"]["acquisition_s"] - r["stopped"]["acquisition_s"] for r in rows) / n / 60
-    print(f"\nmean series used {used:.1f} of {n_fixed}; mean saved {saved:.2f} min; paper pattern kept on "
-          f"the shortened session {sum(r['stopped']['paper'] for r in rows)}/{n} "
-          f"(fixed plan {sum(r['fixed']['paper'] for r in rows)}/{n})")
+    paper_short, paper_fixed = (sum(r[k]["paper"] for r in rows) for k in ("stopped", "fixed"))
+    print(f"\nmean series used {sum(r['n_stop'] for r in rows) / n:.1f} of {n_fixed}; mean saved "
+          f"{sum(r['saved_s'] for r in rows) / n / 60:.2f} min; paper pattern on the shortened session "
+          f"{paper_short}/{n} (fixed plan {paper_fixed}/{n})")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
 

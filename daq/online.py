@@ -103,9 +103,11 @@ class OnlineIdentifier:
     """
 
     def __init__(self, sigmas: dict[str, float], emit: Emit, *, inflate: bool = True, alpha: float = 0.05,
-                 constants: dict | None = None, verdict: dict | None = None, rule: StopRule | None = None):
+                 constants: dict | None = None, verdict: dict | None = None, rule: StopRule | None = None,
+                 verdict_from: int = 2):
         """``verdict``: keyword arguments of ``model_verdict`` (tol, criterion, n_sensors, ...), or None
-        for no model-uncertainty test; ``rule``: evaluated after every series (None: never stops)."""
+        for no model-uncertainty test, run from ``verdict_from`` (>= 2) series on; ``rule``: evaluated
+        after every series (None: never stops)."""
         self.sigmas = dict(sigmas)
         self.emit = emit
         self.inflate = inflate
@@ -120,6 +122,7 @@ class OnlineIdentifier:
         self.latest: dict | None = None
         self.fitted: dict | None = None    # the latest M1 body, possibly before its verdict is in
         self.verdict = verdict
+        self.verdict_from = max(2, int(verdict_from))
         self.rule = rule
         self.patterns: list[tuple[str, ...] | None] = []  # rejected models after each series (None: none)
         self._p = None
@@ -153,7 +156,8 @@ class OnlineIdentifier:
                         needs_kept=o.get("settle_needs_kept", True))
         return cls(sigmas_from_config(config), emit, inflate=o.get("inflate", True),
                    alpha=o.get("alpha", 0.05), constants=a.get("constants"),
-                   verdict=verdict_options(a) if use else None, rule=rule)
+                   verdict=verdict_options(a) if use else None, rule=rule,
+                   verdict_from=o.get("verdict_from", 2))
 
     # -- feeding ------------------------------------------------------------------------------------
     async def handle(self, ev: Event) -> None:
@@ -191,9 +195,9 @@ class OnlineIdentifier:
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
         pending = None
-        if self._procs is not None and z.shape[0] >= 2:
+        if self._procs is not None and z.shape[0] >= self.verdict_from:
             pending = asyncio.wrap_future(self._procs.submit(
-                model_verdict, z, q, self.q_desired, sig, tuple(self.sensors), **self.verdict))
+                _timed, model_verdict, z, q, self.q_desired, sig, tuple(self.sensors), **self.verdict))
         try:
             est = await loop.run_in_executor(self._pool, lambda: estimate_stiffness(
                 z, q, self.q_desired, sig, self.sensors, p0=self._p, alpha=self.alpha, inflate=self.inflate,
@@ -234,14 +238,15 @@ class OnlineIdentifier:
             return None
         t0 = time.perf_counter()
         try:
-            v = await pending
+            v, compute_s = await pending
         except (ValueError, np.linalg.LinAlgError, ArithmeticError) as exc:
             return {"error": f"{type(exc).__name__}: {exc}"}
         except cf.process.BrokenProcessPool as exc:
             self._procs = None  # the worker died: no further verdicts in this run
             return {"error": f"verdict worker lost: {exc}"}
         out = v.to_dict()
-        out["wait_s"] = time.perf_counter() - t0  # beyond the M1 fit, which ran meanwhile
+        out["elapsed_s"] = compute_s                 # the test itself, in the worker
+        out["wait_s"] = time.perf_counter() - t0     # beyond the M1 fit, which ran meanwhile
         return out
 
     async def _publish(self, kind: str, body: dict) -> None:
@@ -303,6 +308,13 @@ def _worker_init() -> None:
     threadpool_limits(limits=1, user_api="blas")
     with contextlib.suppress(OSError, AttributeError):
         os.nice(WORKER_NICE)
+
+
+def _timed(fn, *args, **kwargs):
+    """(fn(*args, **kwargs), seconds it took), in the worker."""
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - t0
 
 
 def _warm_up() -> None:

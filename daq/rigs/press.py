@@ -172,6 +172,8 @@ class OnlineTable(Table, kw_only=True):
     stop_rule: Literal["target", "verdict", "both"] = "target"   # what may end the plan before the budget
     settle_series: Annotated[int, Meta(ge=1, le=1000)] = 2        # "verdict": same rejected set this often
     settle_needs_kept: bool = True  # a verdict rejecting every model is not settled (no adequate model yet)
+    verdict_from: Annotated[int, Meta(ge=2, le=1000)] = 2          # first series count given a verdict
+    dry_run: bool = False           # evaluate and record the rule (estimate "stop"), never stop the plan
     max_series: Annotated[int, Meta(ge=1, le=1000)] | None = None  # budget (default: plan.n_series)
     max_seconds: Positive | None = None                            # budget from the plan start, s
     inflate: bool = True            # scale the covariance by max(1, RSS/dof) (M1 misfit)
@@ -325,7 +327,8 @@ async def _start_online(ctx):
     rule = StopRule(mode=o.stop_rule, target_rel_std=o.target_rel_std, min_series=o.min_series,
                     settle_series=o.settle_series, needs_kept=o.settle_needs_kept)
     ident = OnlineIdentifier(sigmas, emit, inflate=o.inflate, alpha=o.alpha, constants=a.constants,
-                             verdict=verdict_options(analysis) if o.verdict else None, rule=rule)
+                             verdict=verdict_options(analysis) if o.verdict else None, rule=rule,
+                             verdict_from=o.verdict_from)
     await ident.ready()
     ctx.spawn(ident.run(await ctx.subscribe(PLAN_TOPIC)), "online identifier")
     return ident
@@ -346,13 +349,17 @@ async def _online_stop(ctx, ident, n_done: int, elapsed: float) -> bool:
     elif reason is None and o.max_seconds is not None and elapsed >= o.max_seconds:
         reason = f"time budget reached ({elapsed:.1f} s >= {o.max_seconds:g} s)"
     ctx.summary["stop_reason"] = reason or f"fixed plan: {n_done} series"
-    last = reason is not None or n_done >= ctx.config.plan.n_series
+    last = (reason is not None and not o.dry_run) or n_done >= ctx.config.plan.n_series
     if last and (est is None or "verdict" not in est) and ident.verdict is not None:
         est = await _wait(ctx, ident, n_done, True) or est
     verdict = (est or {}).get("verdict") or {}
     if "rejected" in verdict:
         ctx.summary["verdict"] = {"series": n_done, "rejected": verdict["rejected"], "kept": verdict["kept"],
                                   "settled_for": verdict.get("settled_for", 0)}
+    if o.dry_run and reason is not None:
+        ctx.summary.setdefault("dry_run_stop", {"series": n_done, "reason": reason})
+        ctx.summary["stop_reason"] = f"fixed plan: {n_done} series (dry run)"
+        return False
     if reason is None or n_done >= ctx.config.plan.n_series:
         return False
     await ctx.event(PLAN_STREAM, "plan_stop", reason=reason, series=n_done, n_series=ctx.config.plan.n_series,
