@@ -130,7 +130,7 @@ class OnlineIdentifier:
         self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="online-identifier")
         self._procs: cf.ProcessPoolExecutor | None = None
         self._warm: cf.Future | None = None
-        if verdict is not None:  # started now: the spawn and imports (~1 s) happen during the first series
+        if verdict is not None:  # started now; `ready()` waits for its imports before the staircase
             spawn = multiprocessing.get_context("spawn")
             self._procs = cf.ProcessPoolExecutor(max_workers=1, mp_context=spawn,
                                                  initializer=_worker_init)
@@ -294,7 +294,13 @@ class OnlineIdentifier:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self._procs is not None:
+            # a verdict still running (an aborted plan) is of no use: end the worker now rather than let
+            # the interpreter's exit wait for it (3.11 has no public terminate; _processes is the pool's map)
+            workers = list((getattr(self._procs, "_processes", None) or {}).values())
             self._procs.shutdown(wait=False, cancel_futures=True)
+            for w in workers:
+                with contextlib.suppress(Exception):
+                    w.terminate()
             self._procs = None
 
 
