@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
+import scipy.optimize
 
 __all__ = ["ModalFit", "lscf_poles", "lsfd", "extract_modes", "synthesize", "stable_poles", "h1_weights"]
 
@@ -131,13 +132,14 @@ def stable_poles(
     freq_tol: float = 0.005,
     damping_tol: float = 0.3,
     min_stable: float = 0.3,
-    n_top: int = 3,
+    n_top: int | None = None,
     max_gap: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Poles that stay put from the highest model order downwards (an automated stabilisation diagram).
 
     ``pole_sets``: the physical poles of each order, lowest order first. Every pole of the ``n_top``
-    highest orders starts a column that is followed down the orders, taking in each order the
+    highest orders (default: the top third; the very highest orders also fit noise and may lose a
+    weak mode) starts a column that is followed down the orders, taking in each order the
     nearest pole within ``freq_tol`` (relative) in ``|lam|`` and ``damping_tol`` (relative) in
     damping of the starting pole; the column ends after more than ``max_gap`` orders in a row
     without one. A physical mode, once resolved, holds at every higher order; two close modes
@@ -156,8 +158,9 @@ def stable_poles(
         xi, xq = -p.real / w, -q.real / wq
         return (np.abs(wq - w) <= freq_tol * w) & (np.abs(xq - xi) <= damping_tol * xi)
 
+    n_top = max(3, n_sets // 3) if n_top is None else int(n_top)
     cols: list[tuple[float, complex]] = []
-    for top in range(n_sets - 1, max(n_sets - 1 - int(n_top), 0) - 1, -1):
+    for top in range(n_sets - 1, max(n_sets - 1 - n_top, 0) - 1, -1):
         for p in sets[top]:
             col, miss = [p], 0
             for j in range(top - 1, -1, -1):
@@ -250,6 +253,35 @@ def _forward_select(
     return chosen
 
 
+def refine_poles(
+    freq: np.ndarray, H: np.ndarray, lam: np.ndarray, fixed: np.ndarray, kind: str, max_shift: float = 0.01
+) -> np.ndarray:
+    """Poles ``lam`` polished by nonlinear least squares on the LSFD residual (variable projection).
+
+    The LSCF linearisation biases poles when the data are noisy, most visibly the damping of close
+    modes; here each pole moves to where the residues' best fit of ``H`` is best, with the ``fixed``
+    (out-of-band) poles and residual terms in the model. Frequencies stay within ``max_shift``
+    (relative) and damping within a factor 2 of the start, so a pole cannot wander to another mode.
+    """
+    lam = np.asarray(lam, dtype=complex)
+    w0, xi0 = np.abs(lam), -lam.real / np.abs(lam)
+    x0 = np.concatenate([np.ones(lam.size), np.log(xi0)])
+
+    def poles(x):
+        w = w0 * x[: lam.size]
+        xi = np.exp(x[lam.size :])
+        return -xi * w + 1j * w * np.sqrt(1 - xi**2)
+
+    def resid(x):
+        d = lsfd(freq, H, np.concatenate([poles(x), fixed]), kind=kind)[3] - H
+        return np.concatenate([d.real.ravel(), d.imag.ravel()])
+
+    lo = np.concatenate([np.full(lam.size, 1 - max_shift), np.log(xi0 / 2)])
+    hi = np.concatenate([np.full(lam.size, 1 + max_shift), np.log(np.minimum(2 * xi0, 0.99))])
+    sol = scipy.optimize.least_squares(resid, x0, bounds=(lo, hi), diff_step=1e-6, x_scale="jac", max_nfev=30)
+    return poles(sol.x)
+
+
 def synthesize(fit: ModalFit, freq: np.ndarray, kind: str = "receptance") -> np.ndarray:
     """FRFs (n_ref, n_resp, n_freq) of the identified modal model (with out-of-band poles and residuals)."""
     jw = 2j * np.pi * np.asarray(freq, dtype=float)
@@ -285,6 +317,7 @@ def extract_modes(
     min_stable: float = 0.3,
     fit_kind: str | None = None,
     headroom: float = 1.25,
+    refine: bool = True,
 ) -> ModalFit:
     """Modal parameters of ``n_modes`` modes in ``[f_min, f_max]`` Hz from FRFs (see module docstring).
 
@@ -334,6 +367,8 @@ def extract_modes(
     lam, sup = cand[pick], support[pick]
     order = np.argsort(np.abs(lam))
     lam, sup = lam[order], sup[order]
+    if refine:
+        lam = refine_poles(f, Hk, lam, lam_out, fit_kind)
     res, lower, upper, Hfit = lsfd(f, Hk, np.concatenate([lam, lam_out]), kind=fit_kind)
     err = float(np.linalg.norm(Hfit - Hk) / np.linalg.norm(Hk))
     res = res.reshape(n_ref, n_resp, -1)
