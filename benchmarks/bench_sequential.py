@@ -19,6 +19,7 @@ every seed).
 
     .venv/bin/python benchmarks/bench_sequential.py [--plant oscillator] [--prior c2=700] [--seeds 10]
         [--target 1.3e-5] [--max-runs 12] [--data physics|model] [--start both|warm] [--json]
+    .venv/bin/python benchmarks/bench_sequential.py --latency 8 [--plant pendulum]
 """
 
 from __future__ import annotations
@@ -133,6 +134,46 @@ def campaign(s: Setup, u0: np.ndarray, seed: int, target: float, max_runs: int, 
     return out
 
 
+def latency(plant: str, n_runs: int) -> dict:
+    """Trace-to-estimate latency on the simulated rig: ``n_runs`` runs of the config's adjoint input
+    (redesign off, unreachable target) through the OPC UA drive at 20x; per run the time from the
+    ``trajectory_end`` event to the published estimate, and the fit's own time (``elapsed_s``); side by
+    side the plain ``fit_parameters`` (scipy least_squares) on the last run alone from the same start."""
+    import asyncio
+    import tempfile
+
+    from daq.lifecycle import run
+    from daq.rigs import parse_config
+    from daq.rigs.adjoint_rig import problem_of
+    from daq.store import SessionStore
+    from identification.adjoint_design import fit_parameters
+
+    cfg = load_config(ROOT / "configs" / f"{plant}-sim.toml")
+    cfg.pop("store", None)
+    cfg["simulator"]["drive"].update(time_scale=20.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg["plan"].update(trajectory=f"{tmp}/missing.csv", design_if_missing=True)
+        cfg["sequential"] = {"enabled": True, "target_rel_std": 1e-12, "max_runs": n_runs, "redesign": False}
+        res = asyncio.run(run(cfg, f"{tmp}/s.sqlite", show_progress=False, handle_sigint=False))
+        with SessionStore(f"{tmp}/s.sqlite") as st:
+            ests = [e for e in st.events(res.session_id, kind="estimate") if e.stream == f"{plant}.online"]
+            trace = st.read_stream(res.session_id, f"{plant}.trace").data.astype(float)
+            n = int(st.events(res.session_id, kind="trajectory_start")[-1].body["n"])
+            dt = float(st.events(res.session_id, kind="trajectory_start")[-1].body["dt"])
+    lat = [e.t - e.body["trigger_t"] for e in ests]
+    fit_s = [e.body["elapsed_s"] for e in ests]
+    _, c = parse_config(cfg)
+    pb = problem_of(c)
+    last = trace[-n:]
+    t0 = time.perf_counter()
+    fit_parameters(pb.model, lagged_mean(last[:, 0], c.fit.input_lag, dt), dt, last[:, 2],
+                   np.asarray(ests[0].body["values"]), n_sub=1)
+    plain = time.perf_counter() - t0
+    return {"runs": len(ests), "latency_s": lat, "fit_s": fit_s, "latency_median_s": statistics.median(lat),
+            "latency_worst_s": max(lat), "latency_median_after_first_s": statistics.median(lat[1:]),
+            "plain_fit_last_run_s": plain, "status": res.status}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--plant", default="oscillator", choices=sorted(PHYSICS))
@@ -143,8 +184,20 @@ def main() -> None:
     ap.add_argument("--data", choices=("physics", "model"), default="physics")
     ap.add_argument("--start", choices=("both", "warm"), default="both",
                     help="redesign from the previous input and F0, keep the better (both), or warm only")
+    ap.add_argument("--latency", type=int, default=0, metavar="RUNS",
+                    help="only measure trace-to-estimate latency on the simulated rig over RUNS runs")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.latency:
+        r = latency(a.plant, a.latency)
+        print(json.dumps(r) if a.json else
+              f"{a.plant}: {r['runs']} runs, trajectory_end -> estimate median {r['latency_median_s']:.3f} "
+              f"s, worst {r['latency_worst_s']:.3f} s (first run, with the grid scan: "
+              f"{r['latency_s'][0]:.3f} s; median of the later, warm-started ones "
+              f"{r['latency_median_after_first_s']:.3f} s); fit "
+              f"alone {[round(x, 3) for x in r['fit_s']]} s; plain fit_parameters on the last run alone "
+              f"{r['plain_fit_last_run_s']:.3f} s")
+        return
     prior_txt = a.prior or (["c2=700"] if a.plant == "oscillator" else ["s_p=0.15", "d_p=0.02"])
     prior = {k: float(v) for k, v in (p.split("=", 1) for p in prior_txt)}
     s = Setup(a.plant, prior, a.data)
