@@ -18,6 +18,10 @@ sessions as rejected splits per model (M1/M2/M3 of 4); "paper": M1 rejected, M2 
         [--min-series 4] [--settle 2] [--verdict-from 4] [--n-samples N] [--json out.json]
 
 Sessions go to a temporary store (``--store PATH`` keeps them).
+
+``--plant-truth N`` instead applies the same rule to N noise seeds of plant-truth arrays (the generator of
+``tests/test_press_analysis.py``: the simulator's physics without devices, forces within 20 N of the
+setpoints, the config's sigmas over sqrt(n_samples)): no sessions, only the math, for more seeds.
 """
 
 from __future__ import annotations
@@ -90,6 +94,61 @@ def _run_seed(cfg: dict, store_path: Path) -> dict:
             "stopped": _verdict(short), "fixed": _verdict(full)}
 
 
+def _plant_truth(seed: int, base: dict, args) -> dict:
+    """The rule on one plant-truth replicate: where it fires, and the verdicts there and at the end."""
+    import numpy as np
+
+    from daq.online import StopRule, verdict_options
+    from identification.online_press import estimate_stiffness, model_verdict
+    from simulators.physics.press import PressTruth, simulate_staircase, staircase_forces
+
+    n_fixed = base["plan"]["n_series"]
+    names = tuple(base["devices"]["sensors"])
+    sig = np.array([base["devices"]["sensors"][n]["sigma"] for n in names])
+    sig = sig / np.sqrt(base["plan"]["n_samples"])
+    rng = np.random.default_rng(seed)
+    qd = staircase_forces()
+    q = np.clip(qd + 20 * rng.standard_normal((n_fixed, qd.size)), 0, None)
+    z = simulate_staircase(PressTruth(), q, sig, rng)
+    rule = StopRule(args.rule, args.target, args.min_series, args.settle)
+    opts = verdict_options(base.get("analysis") or {})
+    patterns, verdicts, n_stop = [], {}, n_fixed
+    for n in range(1, n_fixed + 1):
+        body = estimate_stiffness(z[:n], q[:n], qd, sig, names).to_dict()
+        if n >= args.verdict_from:
+            v = model_verdict(z[:n], q[:n], qd, sig, names, **opts)
+            verdicts[n] = v
+            body["verdict"] = v.to_dict()
+        patterns.append(verdicts[n].rejected if n in verdicts else None)
+        if rule.reason(body, patterns):
+            n_stop = n
+            break
+    if n_fixed not in verdicts:
+        verdicts[n_fixed] = model_verdict(z, q, qd, sig, names, **opts)
+
+    def cell(v) -> dict:
+        rej = {m: int(mv.rejected_splits.sum()) for m, mv in v.models.items()}
+        return {"rejected_splits": rej, "paper": list(v.rejected) == ["M1", "M2"]}
+
+    return {"seed": seed, "n_stop": n_stop, "stopped": cell(verdicts[n_stop]),
+            "fixed": cell(verdicts[n_fixed])}
+
+
+def _plant_truth_report(rows: list[dict], args, n_fixed: int) -> None:
+    n = len(rows)
+    hist = {k: sum(r["n_stop"] == k for r in rows) for k in sorted({r["n_stop"] for r in rows})}
+    print(f"plant truth, {n} seeds, rule {args.rule} (target {args.target:g}, settle {args.settle}, "
+          f"stop from series {args.min_series}, verdicts from {args.verdict_from})")
+    mean = sum(r["n_stop"] for r in rows) / n
+    print(f"stopped after n series (n: seeds) {hist}; mean {mean:.2f} of {n_fixed}")
+    print(f"paper pattern at the stop {sum(r['stopped']['paper'] for r in rows)}/{n}, "
+          f"with all {n_fixed} series {sum(r['fixed']['paper'] for r in rows)}/{n}")
+    for r in rows:
+        if not r["stopped"]["paper"]:
+            print(f"  seed {r['seed']}: stopped at {r['n_stop']}, rejected splits "
+                  f"{r['stopped']['rejected_splits']}")
+
+
 def _cell(r: dict) -> str:
     s = r["rejected_splits"]
     return f"{s['M1']}/{s['M2']}/{s['M3']} {'paper' if r['paper'] else 'NOT paper'}"
@@ -108,6 +167,7 @@ def main() -> None:
     ap.add_argument("--steps-up", type=int, default=None, help="staircase steps (smoke tests)")
     ap.add_argument("--store", default=None)
     ap.add_argument("--json", dest="json_out", default=None)
+    ap.add_argument("--plant-truth", type=int, default=0, metavar="N", help="N plant-truth seeds only")
     args = ap.parse_args()
 
     from daq.config import load_config
@@ -121,6 +181,10 @@ def main() -> None:
                       "min_series": args.min_series, "settle_series": args.settle,
                       "verdict_from": args.verdict_from, "dry_run": True, "wait_timeout": 600.0}
     n_fixed = base["plan"]["n_series"]
+    if args.plant_truth:
+        rows = [_plant_truth(seed, base, args) for seed in range(args.plant_truth)]
+        _plant_truth_report(rows, args, n_fixed)
+        return
     tmp = tempfile.TemporaryDirectory()
     store_path = Path(args.store) if args.store else Path(tmp.name) / "seeds.sqlite"
     rows = []
