@@ -189,10 +189,7 @@ def test_estimates_carry_the_running_verdict_of_the_offline_test(session):
             np.testing.assert_allclose(v["models"][m]["alpha_min"], off.models[m].alpha_min, rtol=1e-6,
                                        atol=1e-300)
             np.testing.assert_allclose(v["models"][m]["values"], off.models[m].p, rtol=1e-9)
-    with SessionStore(store_path) as store:
-        summary = store.get_session(result.session_id).stats.get("summary") or result.summary
-    assert result.summary["verdict"]["rejected"] == ests[-1]["verdict"]["rejected"]
-    assert summary is not None
+    assert result.summary["verdict"]["rejected"] == ests[-1]["verdict"]["rejected"]  # in the session summary
 
 
 def test_stop_rule_modes_and_settling():
@@ -238,8 +235,10 @@ def test_verdict_rule_stops_the_plan_and_is_recorded(tmp_path):
     assert reason.startswith("verdict settled after 2 series: rejected ")
     with SessionStore(store_path) as store:
         stops = store.events(result.session_id, kind="plan_stop")
+        ends = store.events(result.session_id, kind="plan_end")
         ests = _estimates(store, result.session_id)
     assert len(stops) == 1 and stops[0].body["reason"] == reason and stops[0].body["rule"] == "verdict"
+    assert ends[0].body["stop_reason"] == reason  # the session summary the plan records at its end
     rejected = ests[-1]["verdict"]["rejected"]
     assert stops[0].body["rejected"] == rejected == result.summary["verdict"]["rejected"]
     assert ests[-1]["stop"] == reason and "stop" not in ests[0]
