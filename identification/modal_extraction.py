@@ -8,24 +8,29 @@ Method: LSCF poles + stabilisation diagram + LSFD residues (the usual frequency-
    ``w (B_o(z) - H_o A(z))`` is minimised in least squares; the numerators are eliminated (reduced
    normal equations), so the system has only ``order + 1`` unknowns however many FRFs there are.
    The fit runs on the FRFs as measured (for accelerances from a flat-spectrum force the noise is
-   about white, so no frequency is over-weighted); each FRF is scaled to unit RMS, or weighted by
-   the inverse of its H1 standard deviation estimated from the coherence when one is given.
+   about white, so no frequency is over-weighted), each FRF scaled to unit RMS; ``lscf_poles``
+   also takes weights per line (e.g. inverse H1 standard deviations from the coherence; on the
+   simulated machine-tool sessions they changed nothing, so ``extract_modes`` does not use them).
 2. **Stabilisation diagram.** The fit is repeated over a range of over-specified orders. Each pole
-   of the highest orders is followed down the orders while a pole within ``freq_tol`` in
-   frequency and ``damping_tol`` (relative) in damping is there; a pole is *stable* when its
-   column spans at least ``min_stable`` of the orders. A physical mode, once the order resolves
-   it, holds at every higher order; two close modes that the low orders merge into one pole, and
-   noise poles that wander from order to order, do not reach the top in one column.
+   of the top third of the orders starts a column followed down the orders while a pole within
+   ``freq_tol`` in frequency and ``damping_tol`` (relative) in damping of it is there; a pole is
+   *stable* when its column spans at least ``min_stable`` of the orders. A physical mode, once
+   the order resolves it, holds at the higher orders; two close modes that the low orders merge
+   into one pole, and noise poles that wander from order to order, make no such column.
+   The pole map leaves ``headroom`` above the fitted band, so modes just beyond it get poles too.
    Of the stable poles inside ``[f_min, f_max]``, ``n_modes`` are chosen one at a time, each the
-   one that lowers the LSFD residual most (a noise pole or a duplicate explains little).
-3. **Residues - least-squares frequency domain (LSFD).** With the poles fixed, every FRF is linear
+   one that lowers the LSFD residual most (a noise pole or a duplicate explains little). Stable
+   poles outside ``[f_min, f_max]`` (frequency stability is enough for them) stay in the model.
+3. **Pole polishing.** The LSCF linearisation biases the damping of close modes when the data are
+   noisy; the chosen poles are moved (within 1 % in frequency, a factor 2 in damping) to where
+   the LSFD residual is smallest (variable projection, ``scipy.optimize.least_squares``).
+4. **Residues - least-squares frequency domain (LSFD).** With the poles fixed, every FRF is linear
    in its residues ``r_k`` (and ``conj(r_k)`` at the conjugate pole) plus residual terms for the
-   modes outside the band: lower ``1/(j omega)^2``, upper constant and ``(j omega)^2``. Stable
-   poles found between the reported band and the edge of the fitted band join the LSFD too
-   (a mode just above the band is poorly described by a residual and would bend the shape of
-   the highest reported mode). For a force at reference ``i`` the residue column over the
-   responses is proportional to the mode shape; per mode the reference that drives it hardest
-   gives its shape.
+   modes outside the band: lower ``1/(j omega)^2``, upper constant and ``(j omega)^2``; the
+   out-of-band poles join as well (a mode just above the band is poorly described by a residual
+   and bends the shapes of the highest reported modes). For a force at reference ``i`` the residue
+   column over the responses is proportional to the mode shape; per mode the reference that
+   drives it hardest gives its shape.
 
 Limits: viscous (complex) modes, which the machine-tool model produces; modes that no reference
 excites, or two modes closer than the frequency resolution, cannot be separated; a noise pole as
@@ -41,7 +46,7 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
-__all__ = ["ModalFit", "lscf_poles", "lsfd", "extract_modes", "synthesize", "stable_poles", "h1_weights"]
+__all__ = ["ModalFit", "lscf_poles", "lsfd", "extract_modes", "synthesize", "stable_poles", "refine_poles"]
 
 _POWER = {"receptance": 0, "mobility": 1, "accelerance": 2}
 
@@ -70,18 +75,6 @@ def _to_kind(freq: np.ndarray, H: np.ndarray, src: str, dst: str) -> np.ndarray:
     if src not in _POWER or dst not in _POWER:
         raise ValueError("kind must be receptance, mobility or accelerance")
     return H * (2j * np.pi * freq) ** (_POWER[dst] - _POWER[src])
-
-
-def h1_weights(H: np.ndarray, coherence: np.ndarray, n_averages: int = 1) -> np.ndarray:
-    """Inverse standard deviation of H1 estimates from their coherence (same shape as ``H``).
-
-    ``var(H1) ~ (1 - g^2) / (2 n_avg g^2) |H|^2`` (Bendat & Piersol); the coherence is clipped to
-    [1e-3, 1 - 1e-6] so that a perfect or empty line gets a finite weight.
-    """
-    g2 = np.clip(np.asarray(coherence, dtype=float), 1e-3, 1 - 1e-6)
-    sd = np.abs(H) * np.sqrt((1 - g2) / (2 * max(int(n_averages), 1) * g2))
-    floor = 1e-12 * max(float(np.max(sd)), 1e-300)
-    return 1.0 / np.maximum(sd, floor)
 
 
 def lscf_poles(
@@ -308,8 +301,6 @@ def extract_modes(
     *,
     kind: str = "receptance",
     fit_band: tuple[float, float] | None = None,
-    coherence: np.ndarray | None = None,
-    n_averages: int = 1,
     orders: tuple[int, ...] | None = None,
     max_damping: float = 0.2,
     freq_tol: float = 0.005,
@@ -324,7 +315,6 @@ def extract_modes(
     ``H``: (n_ref, n_resp, n_freq) or (n_resp, n_freq) for one reference, of ``kind``. ``fit_band``:
     where poles and residues are fitted (default: the reporting band; give the excited band, which
     should reach beyond it, so modes just outside are fitted instead of lumped into residuals).
-    ``coherence`` (shape of ``H``) with ``n_averages`` weights the LSCF by the H1 uncertainty.
     ``orders``: the LSCF orders of the stabilisation diagram (default ``2 n_modes + 4`` to
     ``2 n_modes + 42`` in steps of 2). Raises ValueError when fewer than ``n_modes`` stable modes
     lie in the band.
@@ -342,14 +332,10 @@ def extract_modes(
     fit_kind = kind if fit_kind is None else fit_kind
     Hk = _to_kind(f, H[..., fb], kind, fit_kind).reshape(n_ref * n_resp, -1)
     use = np.sqrt(np.mean(np.abs(Hk) ** 2, axis=1)) > 0
-    W = None
-    if coherence is not None:
-        C = np.asarray(coherence, dtype=float).reshape(H.shape)[..., fb].reshape(n_ref * n_resp, -1)
-        W = h1_weights(Hk, C, n_averages)[use]
     if orders is None:
         orders = tuple(range(2 * n_modes + 4, 2 * n_modes + 43, 2))
     top = f[-1] * headroom  # room above the band for the poles of modes just beyond it
-    sets = [_physical(lscf_poles(f, Hk[use], p, top, W), lo, top, max_damping) for p in orders]
+    sets = [_physical(lscf_poles(f, Hk[use], p, top), lo, top, max_damping) for p in orders]
     cand, support = stable_poles(sets, freq_tol, damping_tol, min_stable)
     fc = np.abs(cand) / (2 * np.pi)
     inside = (fc >= f_min) & (fc <= f_max)

@@ -15,7 +15,7 @@ from daq.lifecycle import run
 from daq.rigs.machine_tool import MachineToolConfig, analyze, mt_arrays
 from daq.store import SessionStore
 from identification.gsa_identification import fraction_within
-from identification.modal_extraction import extract_modes, lsfd, stable_poles, synthesize
+from identification.modal_extraction import extract_modes, lscf_poles, lsfd, stable_poles, synthesize
 from identification.modal_metrics import macxp_matrix
 from simulators.physics.machine_tool import MachineTool, MachineToolConstants, as_vector
 
@@ -147,3 +147,16 @@ async def test_simulated_session_meets_a_reduced_target(tmp_path):
         assert len(set(mx.argmax(axis=0))) == fit.lam.size  # no mode found twice, none spurious
     assert out.gsa.identification["table"]["MACXP"]["worst"] >= 0.99
     assert fraction_within(out.gsa, 0.05) >= 0.6
+
+
+def test_lscf_uniform_weights_change_nothing():
+    freq, acc, _, _, _ = synthetic(np.random.default_rng(3))
+    band = (freq >= 10) & (freq <= 240)
+    H = acc[..., band].reshape(-1, band.sum())
+    a = lscf_poles(freq[band], H, 20, 300.0)
+    b = lscf_poles(freq[band], H, 20, 300.0, weights=np.full(band.sum(), 3.0))
+    a, b = (np.sort_complex(p[(p.imag > 0) & (p.real < 0) & (p.imag < 2 * np.pi * 240)]) for p in (a, b))
+    np.testing.assert_allclose(a, b, rtol=1e-5)
+    # the in-band modes are among the poles
+    for f in F_TRUE[:N_IN_BAND]:
+        assert np.min(np.abs(np.abs(a) / (2 * np.pi) - f)) < 0.01 * f
