@@ -130,7 +130,7 @@ class CraneOnlineIdentifier:
         try:
             fit = await loop.run_in_executor(self._pool, _fit, s.model, list(self.runs), self._start,
                                              s.fit_kwargs())
-        except (ValueError, np.linalg.LinAlgError) as exc:
+        except Exception as exc:  # noqa: BLE001 - advisory: a failed fit is recorded, the run goes on
             await self._publish("estimate_failed", {"used": len(self.runs),
                                                     "error": f"{type(exc).__name__}: {exc}"})
             return

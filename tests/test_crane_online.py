@@ -133,3 +133,27 @@ def test_online_table_is_off_by_default_and_checked():
     bad["online"] = {"enabled": True, "model": "3m+visc+frog"}
     with pytest.raises(ConfigError, match="online"):
         parse(bad, CraneConfig)
+
+
+async def test_a_short_trajectory_is_reported_not_fitted():
+    """Frames lost between start and end: an estimate_failed event naming the count, no fit, no crash."""
+    from daq.frames import Event, Frame
+    from daq.online_crane import OnlineFitSettings
+
+    got: list[tuple[str, dict]] = []
+
+    async def emit(kind: str, body: dict) -> None:
+        got.append((kind, body))
+
+    ident = CraneOnlineIdentifier(OnlineFitSettings(model="1m+visc", worker="thread"), emit)
+    try:
+        await ident.handle(Event("crane.plan", "trajectory_start", 0, 0.0, {"role": "training", "dt": 1e-4,
+                                                                            "n": 100}))
+        await ident.handle(Frame("crane.trace", 0, 0.0, 1e-4, ["torque_cmd", "torque", "speed"],
+                                 ["N*m", "N*m", "rad/s"], np.zeros((60, 3))))
+        await ident.handle(Event("crane.plan", "trajectory_end", 1, 0.1, {"role": "training"}))
+    finally:
+        ident.close()
+    assert [k for k, _ in got] == ["estimate_failed"]
+    assert "received 60 samples, expected 100" in got[0][1]["error"] and ident.runs == []
+    assert await ident.wait_for(1, timeout=1.0) is None  # answered (no estimate), so no wait
