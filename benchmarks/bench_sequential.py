@@ -249,7 +249,8 @@ def main() -> None:
               f"{m['median_excitation_s']:g} | {m['mean_design_s']:.1f} |", file=log)
     if firsts:
         r = summary["redesign"]
-        print(f"\nfirst redesign (median over seeds): warm start {r['warm_s_median']:.2f} s, predicted std "
+        how = "from the previous input and F0, better kept" if s.both else "from the previous input"
+        print(f"\nfirst redesign (median over seeds; {how}): {r['warm_s_median']:.2f} s, predicted std "
               f"at the truth {r['warm_std_at_truth_median']}; plain optimize_input from F0 "
               f"{r['cold_s_median']:.2f} s, {r['cold_std_at_truth_median']}", file=log)
     if a.json:
