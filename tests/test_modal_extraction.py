@@ -129,7 +129,7 @@ def session_config() -> dict:
 
 async def test_simulated_session_meets_a_reduced_target(tmp_path):
     """Noisy modal test through the SCPI front end: every extracted mode matches the simulator's truth
-    (MACXP >= 0.99), and a small-budget identification reaches worst MACXP >= 0.99 with most stiffness
+    (MACXP >= 0.99), and a small-budget identification reaches worst MACXP >= 0.99 with 3 in 4 stiffness
     parameters within 5 %."""
     raw = session_config()
     result = await run(raw, tmp_path / "s.sqlite", show_progress=False, handle_sigint=False)
@@ -146,7 +146,7 @@ async def test_simulated_session_meets_a_reduced_target(tmp_path):
         assert mx.max(axis=0).min() >= 0.99, (p, mx.max(axis=0))
         assert len(set(mx.argmax(axis=0))) == fit.lam.size  # no mode found twice, none spurious
     assert out.gsa.identification["table"]["MACXP"]["worst"] >= 0.99
-    assert fraction_within(out.gsa, 0.05) >= 0.6
+    assert fraction_within(out.gsa, 0.05) >= 0.75
 
 
 def test_lscf_uniform_weights_change_nothing():
