@@ -54,7 +54,7 @@ class ProfileLikelihoodResult(ProfileResult):
     sigma2: float
     interval: list[tuple[float | None, float | None]]  # None: open on that side
     fisher_interval: list[tuple[float, float] | None]
-    identifiable: list[bool]  # both sides closed
+    identifiable: list[bool]  # both sides closed (crossed, or the bound the estimate sits on)
     n_refits: int
     side_status: list[tuple[str, str]]  # per side (lower, upper): closed | bound | steps | at bound
     fisher_se: list[float | None]  # standard errors behind the Fisher intervals (plots draw the parabola)
@@ -75,32 +75,37 @@ class ProfileLikelihoodResult(ProfileResult):
         return d
 
     def verdict(self, i: int) -> str:
-        """``identifiable`` (both sides closed), ``open below``/``open above``, or ``not identifiable``."""
-        lo, hi = self.interval[i]
-        if lo is not None and hi is not None:
-            return "identifiable"
-        if lo is None and hi is None:
+        """``identifiable`` (each side crossed the threshold or is the bound the estimate sits on),
+        ``open below``/``open above``, or ``not identifiable`` (open on both sides)."""
+        lo_open, hi_open = self._open(i)
+        if lo_open and hi_open:
             return "not identifiable"
-        return "open below" if lo is None else "open above"
+        if lo_open or hi_open:
+            return "open below" if lo_open else "open above"
+        return "identifiable" + (" (estimate at bound)" if "at bound" in self.side_status[i] else "")
+
+    def _open(self, i: int) -> tuple[bool, bool]:
+        return tuple(x is None and st != "at bound"
+                     for x, st in zip(self.interval[i], self.side_status[i], strict=True))
 
     def format_table(self, units: dict[str, str] | None = None) -> str:
         """Profile-likelihood interval next to the Fisher interval, per parameter (``units`` by name)."""
         def side(x, status, bound):
             if x is not None:
                 return f"{x:.5g}"
-            return f"({bound:.3g}, at bound)" if status == "at bound" else (
-                "open (bound)" if status == "bound" else "open")
+            return f"{bound:.5g} (bound)" if status == "at bound" else (
+                "open (bound)" if status == "bound" else "open (steps)")
 
         lines = [f"{100 * self.level:g} % intervals: profile likelihood (LR threshold {self.threshold:.3f}) "
                  f"and Fisher matrix",
-                 f"{'parameter':<16} {'estimate':>11} {'profile lo':>16} {'profile hi':>16} "
+                 f"{'parameter':<16} {'estimate':>11} {'profile lo':>18} {'profile hi':>18} "
                  f"{'Fisher lo':>11} {'Fisher hi':>11}  verdict"]
         for i, (n, e) in enumerate(zip(self.names, self.estimate, strict=True)):
             iv, fi, st = self.interval[i], self.fisher_interval[i], self.side_status[i]
             flo, fhi = (f"{x:.5g}" for x in fi) if fi is not None else ("-", "-")
             unit = f" [{units[n]}]" if units and units.get(n) else ""
-            lines.append(f"{n:<16} {e:>11.5g} {side(iv[0], st[0], self.grids[i][0]):>16} "
-                         f"{side(iv[1], st[1], self.grids[i][-1]):>16} {flo:>11} {fhi:>11}  "
+            lines.append(f"{n:<16} {e:>11.5g} {side(iv[0], st[0], self.grids[i][0]):>18} "
+                         f"{side(iv[1], st[1], self.grids[i][-1]):>18} {flo:>11} {fhi:>11}  "
                          f"{self.verdict(i)}{unit}")
         if self.better_cost is not None:
             lines.append(f"warning: a profile re-fit reached cost {self.better_cost:.6g} < optimum "
@@ -219,7 +224,8 @@ def profile_likelihood_intervals(refit: Refit, estimate: Sequence[float],
         lo_x = sides[-1]["crossing"]
         hi_x = sides[1]["crossing"]
         intervals.append((None if lo_x is None else float(lo_x), None if hi_x is None else float(hi_x)))
-        ident.append(lo_x is not None and hi_x is not None)
+        ident.append((lo_x is not None or sides[-1]["status"] == "at bound")
+                     and (hi_x is not None or sides[1]["status"] == "at bound"))
         lo, hi = bounds[j]
         tol = 1e-9 * (hi - lo)
         clear.append((lo_x is not None or est[j] <= lo + tol) and (hi_x is not None or est[j] >= hi - tol))

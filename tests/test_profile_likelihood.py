@@ -172,8 +172,8 @@ def test_an_estimate_on_its_bound_and_a_better_optimum_are_reported():
     bounds = [(b[0], 100.0), (-100.0, 100.0), (-100.0, 100.0)]  # b0 sits on its lower bound
     r = profile_likelihood_intervals(f, b, bounds, f.cost(b), 0.09, ["b0", "b1", "b2"], fisher_se=se)
     assert r.side_status[0] == ("at bound", "closed") and r.interval[0][0] is None
-    assert r.verdict(0) == "open below" and r.better_cost is None
-    assert "at bound" in r.format_table()
+    assert r.verdict(0) == "identifiable (estimate at bound)" and r.identifiable[0] and r.better_cost is None
+    assert f"{b[0]:.5g} (bound)" in r.format_table()
     assert r.to_dict()["parameters"][0]["side_status"] == ["at bound", "closed"]
     # an "optimum" that is not the minimum: a re-fit goes below its cost, and the result says so
     b_off = b + 3 * se

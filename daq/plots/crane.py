@@ -119,8 +119,12 @@ def plot_profiles(prof, path: str | Path, title: str = "") -> Path:
                 ax.axvline(x, color="tab:green", lw=1, label="profile interval")
         for x, side, st in ((lo, "lower", prof.side_status[i][0]), (hi, "upper", prof.side_status[i][1])):
             if x is None:
-                ax.text(0.02 if side == "lower" else 0.98, 0.92, f"open ({st})", transform=ax.transAxes,
-                        ha="left" if side == "lower" else "right", va="top", fontsize=7, color="tab:red")
+                at = st == "at bound"
+                ax.text(0.02 if side == "lower" else 0.98, 0.92, "at bound" if at else f"open ({st})",
+                        transform=ax.transAxes, ha="left" if side == "lower" else "right", va="top",
+                        fontsize=7, color="tab:gray" if at else "tab:red")
+            if st in ("bound", "at bound"):  # the search bound the trace ended on
+                ax.axvline(g[0] if side == "lower" else g[-1], color="tab:gray", ls="-.", lw=0.8)
         ax.set_xlim(x0, x1)
         ax.set_ylim(0, top)
         unit = PARAM_UNITS.get(name, "")
