@@ -443,7 +443,9 @@ def report_text(result) -> str:
     prof = result.profile
     if prof is not None and prof.names:
         text += (f"\n\nprofile likelihood of {result.chosen_name} on the training run "
-                 f"({prof.n_refits} re-fits, {prof.seconds:.1f} s)\n" + prof.format_table(PARAM_UNITS))
+                 f"({prof.n_refits} re-fits, {prof.seconds:.1f} s)\n" + prof.format_table(PARAM_UNITS)
+                 + "\nboth intervals take the residuals as white noise of the fitted variance: a structure "
+                   "error of the model (coloured residuals) is not in them")
     return text
 
 
