@@ -27,19 +27,19 @@ import concurrent.futures as cf
 import contextlib
 import multiprocessing
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from daq.bus import BusSubscriber, BusTimeout
 from daq.frames import Event
+from daq.online_base import Emit, OnlineEstimates
+from daq.online_base import publisher_emit as _publisher_emit
 
 PLAN_STREAM = "press.plan"
 ONLINE_STREAM = "press.online"
 PLAN_TOPIC = "event/" + PLAN_STREAM
 
-Emit = Callable[[str, dict], Awaitable[None]]  # (kind, body) -> publish
 STOP_MODES = ("target", "verdict", "both")
 WORKER_NICE = 5  # niceness added to the verdict worker process
 
@@ -94,7 +94,7 @@ class StopRule:
         return f"{target}; {settled}" if target and settled else None
 
 
-class OnlineIdentifier:
+class OnlineIdentifier(OnlineEstimates):
     """Collects press measurements and publishes an estimate after every completed series.
 
     ``sigmas``: noise std of ONE reading per sensor name (m); each measured z is the mean of
@@ -108,8 +108,8 @@ class OnlineIdentifier:
         """``verdict``: keyword arguments of ``model_verdict`` (tol, criterion, n_sensors, ...), or None
         for no model-uncertainty test, run from ``verdict_from`` (>= 2) series on; ``rule``: evaluated
         after every series (None: never stops)."""
+        super().__init__(emit)
         self.sigmas = dict(sigmas)
-        self.emit = emit
         self.inflate = inflate
         self.alpha = alpha
         self.constants = constants
@@ -118,15 +118,12 @@ class OnlineIdentifier:
         self.rows: dict[int, dict[int, tuple[list[float], float]]] = {}
         self.n_samples: int | None = None
         self.done: list[int] = []          # completed series used, in order
-        self.estimates: list[dict] = []    # bodies published, in order
-        self.latest: dict | None = None
         self.fitted: dict | None = None    # the latest M1 body, possibly before its verdict is in
         self.verdict = verdict
         self.verdict_from = max(2, int(verdict_from))
         self.rule = rule
         self.patterns: list[tuple[str, ...] | None] = []  # rejected models after each series (None: none)
         self._p = None
-        self._changed = asyncio.Condition()
         self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="online-identifier")
         self._procs: cf.ProcessPoolExecutor | None = None
         self._warm: cf.Future | None = None
@@ -215,8 +212,7 @@ class OnlineIdentifier:
                 if reason:
                     body["stop"] = reason
             self.fitted = dict(body)
-            async with self._changed:
-                self._changed.notify_all()
+            await self._notify()
         verdict = await self._verdict(pending)
         self.patterns.append(tuple(verdict["rejected"]) if verdict and "rejected" in verdict else None)
         if body is None:
@@ -249,14 +245,6 @@ class OnlineIdentifier:
         out["wait_s"] = time.perf_counter() - t0     # beyond the M1 fit, which ran meanwhile
         return out
 
-    async def _publish(self, kind: str, body: dict) -> None:
-        await self.emit(kind, body)
-        if kind == "estimate":
-            self.estimates.append(body)
-            self.latest = body
-        async with self._changed:
-            self._changed.notify_all()
-
     async def wait_for(self, n_series: int, timeout: float, *, verdict: bool = True) -> dict | None:
         """The estimate over ``n_series`` completed series (None if it did not come within ``timeout``).
 
@@ -269,9 +257,7 @@ class OnlineIdentifier:
                     return b
             return None
 
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout), self._changed:
-                await self._changed.wait_for(lambda: current() is not None)
+        await self._wait(lambda: current() is not None, timeout)
         return current()
 
     # -- running ------------------------------------------------------------------------------------
@@ -355,7 +341,4 @@ def sigmas_from_config(config: dict) -> dict[str, float]:
 
 def publisher_emit(publisher, session_id: str | None = None) -> Emit:
     """An ``emit`` that publishes on ``press.online`` through a BusPublisher (replays, tools)."""
-    async def emit(kind: str, body: dict) -> None:
-        await publisher.publish(Event(stream=ONLINE_STREAM, kind=kind, seq=publisher.next_seq(ONLINE_STREAM),
-                                      t=time.time(), body=body, session_id=session_id))
-    return emit
+    return _publisher_emit(publisher, ONLINE_STREAM, session_id)

@@ -17,23 +17,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
-import contextlib
 import multiprocessing
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from daq.bus import BusSubscriber, BusTimeout
 from daq.frames import Event, Frame
+from daq.online_base import Emit, OnlineEstimates
 
 PLAN_STREAM = "crane.plan"
 TRACE_STREAM = "crane.trace"
 ONLINE_STREAM = "crane.online"
 TOPICS = ("event/" + PLAN_STREAM, "data/" + TRACE_STREAM)
 
-Emit = Callable[[str, dict], Awaitable[None]]  # (kind, body) -> publish
 
 
 @dataclass
@@ -74,21 +72,18 @@ def _warm_up() -> None:
     import identification.crane_analysis  # noqa: F401
 
 
-class CraneOnlineIdentifier:
+class CraneOnlineIdentifier(OnlineEstimates):
     """Collects crane trajectories from the bus and publishes an estimate after every completed one."""
 
     def __init__(self, settings: OnlineFitSettings, emit: Emit, *, n_runs: int | None = None):
+        super().__init__(emit)
         self.settings = settings
-        self.emit = emit
         self.n_runs = n_runs            # stop consuming after this many trajectories (replays)
         self.runs: list[tuple[np.ndarray, np.ndarray, float]] = []  # (torque_cmd, speed, dt) per trajectory
         self.roles: list[str] = []
-        self.estimates: list[dict] = []
-        self.latest: dict | None = None
         self.handled = 0                # trajectories answered with an estimate or a failure
         self._open: dict | None = None  # the trajectory being received
         self._start: dict[str, float] | None = None
-        self._changed = asyncio.Condition()
         if settings.worker == "thread":
             self._pool: cf.Executor = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="crane-online")
         else:
@@ -143,23 +138,15 @@ class CraneOnlineIdentifier:
         await self._publish("estimate", body)
 
     async def _publish(self, kind: str, body: dict) -> None:
-        await self.emit(kind, body)
-        self.handled += 1
-        if kind == "estimate":
-            self.estimates.append(body)
-            self.latest = body
-        async with self._changed:
-            self._changed.notify_all()
+        self.handled += 1  # before the base wakes the waiters, which count on it
+        await super()._publish(kind, body)
 
     async def wait_for(self, n_runs: int, timeout: float) -> dict | None:
         """The estimate over ``n_runs`` trajectories (None if it did not come within ``timeout`` s)."""
         def ready() -> bool:
             return self.handled >= n_runs
 
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout), self._changed:
-                await self._changed.wait_for(ready)
-        return self.latest if ready() else None
+        return self.latest if await self._wait(ready, timeout) else None
 
     # -- running ------------------------------------------------------------------------------------
     async def run(self, sub: BusSubscriber, idle_timeout: float | None = None) -> None:

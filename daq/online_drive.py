@@ -18,17 +18,15 @@ the rig's plan only calls it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from daq.bus import BusSubscriber, BusTimeout
 from daq.frames import Event, Frame
-
-Emit = Callable[[str, dict], Awaitable[None]]  # (kind, body) -> publish on <kind>.online
+from daq.online_base import Emit, OnlineEstimates
+from daq.online_base import publisher_emit as _publisher_emit
 
 #: SI units of the parameters the drive rigs identify (for the event body and `hil watch`).
 PARAM_UNITS = {"m1": "kg", "m2": "kg", "c1": "N/m", "c2": "N/m", "d1": "N*s/m", "d2": "N*s/m",
@@ -47,7 +45,7 @@ def topics(kind: str) -> tuple[str, str]:
     return "event/" + plan, "data/" + trace
 
 
-class DriveIdentifier:
+class DriveIdentifier(OnlineEstimates):
     """Collects trajectories of ``kind`` and publishes an estimate over all runs after each one.
 
     ``model``: the identification model (free parameters = the identified ones); ``b0``: where the
@@ -62,12 +60,12 @@ class DriveIdentifier:
     def __init__(self, kind: str, model, b0: np.ndarray, output: str, emit: Emit, *, input_lag: float = 0.0,
                  skip_s: float = 0.0, target: float | None = None, alpha: float = 0.05,
                  n_design: int | None = None):
+        super().__init__(emit)
         self.kind = kind
         self.plan_stream, self.trace_stream, self.online_stream = streams(kind)
         self.model = model
         self.b0 = np.asarray(b0, float)
         self.output = output
-        self.emit = emit
         self.input_lag = input_lag
         self.skip_s = skip_s
         self.target = target
@@ -77,11 +75,8 @@ class DriveIdentifier:
         self.names = self.all_names[:self.n_design]
         self.runs: list = []               # identification.sequential_design.Record, in run order
         self.attempted = 0                 # runs whose fit was attempted (estimate or failure published)
-        self.estimates: list[dict] = []
-        self.latest: dict | None = None
         self._open: dict | None = None     # the trajectory being collected
         self._b: np.ndarray | None = None  # warm start
-        self._changed = asyncio.Condition()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{kind}-identifier")
 
     # -- feeding ------------------------------------------------------------------------------------
@@ -159,19 +154,9 @@ class DriveIdentifier:
                 body["stop"] = why
         await self._publish("estimate", body)
 
-    async def _publish(self, kind: str, body: dict) -> None:
-        await self.emit(kind, body)
-        if kind == "estimate":
-            self.estimates.append(body)
-            self.latest = body
-        async with self._changed:
-            self._changed.notify_all()
-
     async def wait_for(self, n_runs: int, timeout: float) -> dict | None:
         """The estimate over ``n_runs`` runs; None if its fit failed or did not end within ``timeout``."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout), self._changed:
-                await self._changed.wait_for(lambda: self.attempted >= n_runs)
+        await self._wait(lambda: self.attempted >= n_runs, timeout)
         if self.latest is not None and self.latest["used"] >= n_runs:
             return self.latest
         return None
@@ -230,12 +215,7 @@ def from_snapshot(config: dict, emit: Emit) -> DriveIdentifier:
 
 def publisher_emit(publisher, kind: str, session_id: str | None = None) -> Emit:
     """An ``emit`` that publishes on ``<kind>.online`` through a BusPublisher (replays, tools)."""
-    stream = streams(kind)[2]
-
-    async def emit(event_kind: str, body: dict) -> None:
-        await publisher.publish(Event(stream=stream, kind=event_kind, seq=publisher.next_seq(stream),
-                                      t=time.time(), body=body, session_id=session_id))
-    return emit
+    return _publisher_emit(publisher, streams(kind)[2], session_id)
 
 
 # ----------------------------------------------------------------------------------------- plan side
