@@ -14,12 +14,15 @@ limit), ``end_weight``, ``limit_weight``.
 ``fit_record`` identifies the design's parameters from one recorded run with an analysis model that
 may carry nuisance parameters the design model leaves out (friction of the cart, Coulomb/Stribeck
 friction and dead time of the crane): they are fitted alongside, and the predicted uncertainty of
-the design's parameters is their marginal std from the full covariance.
+the design's parameters is their marginal std from the full covariance. ``fit_records`` does the same
+jointly over several runs (oscillator, pendulum: a sequential-design session), through
+:func:`identification.sequential_design.fit_runs`, the fit the online identifier runs.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,13 +31,13 @@ from identification.adjoint_design import (
     DesignProblem,
     EndCondition,
     StateLimit,
-    fit_parameters,
     simulate_output,
 )
 from identification.ode_models import PENDULUM_PARAMS, CartPendulumModel, crane_model, oscillator_model
+from identification.sequential_design import Record, fit_runs
 
 __all__ = ["DEFAULT_SPECS", "design_problem", "start_input", "reference_inputs", "PLANTS", "RecordFit",
-           "analysis_model", "fit_record", "CRANE_STRUCTURE"]
+           "analysis_model", "fit_record", "fit_records", "CRANE_STRUCTURE"]
 
 PLANTS = ("oscillator", "pendulum", "crane")
 
@@ -138,8 +141,9 @@ class RecordFit:
     success: bool
     nfev: int
     message: str
-    t: np.ndarray                 # instants of y_fit, s
+    t: np.ndarray                 # instants of y_fit, s (runs one after the other)
     y_fit: np.ndarray
+    n_runs: int = 1               # records fitted together
 
     @property
     def predicted_std(self) -> np.ndarray:
@@ -170,28 +174,62 @@ def fit_record(plant: str, values: dict, params: list[str], nuisance: dict[str, 
 
     ``values``: the design point (every physical value of the plant); ``u``, ``y``: input and measured
     output sampled at ``dt`` (``y_k`` at ``t_k = k*dt``, before ``u_k`` acts). The design's parameters
-    start at ``start`` times the design point. ``decimate`` and ``friction_eps`` only concern the crane
-    (its model runs on ``decimate*dt``, the output is compared every ``decimate``-th sample).
+    start at ``start`` times the design point. ``friction_eps``: smooth sign of the fitted Coulomb terms.
+    ``decimate`` only concerns the crane (its model runs on ``decimate*dt``, the output is compared every
+    ``decimate``-th sample). Several runs of the oscillator or the pendulum: :func:`fit_records`.
     """
+    if plant == "crane":
+        names, point, b_design, b0 = _start(values, params, nuisance, start)
+        return _fit_crane(names, len(params), point, b_design, b0, u, dt, y, sigma, skip, decimate,
+                          friction_eps)
+    return fit_records(plant, values, params, nuisance, [Record(u, y, dt, skip)], sigma, start=start,
+                       friction_eps=friction_eps)
+
+
+def _start(values: dict, params: list[str], nuisance: dict[str, float], start: float):
+    """(names, physical point, design point, start) of a fit: design parameters at ``start`` times
+    their design value, nuisances at their given values."""
     names = list(params) + [n for n in nuisance if n not in params]
     point = {**values, **nuisance}
     b_design = np.array([float(point[n]) for n in names])
     b0 = b_design * np.where(np.arange(len(names)) < len(params), start, 1.0)
+    return names, point, b_design, b0
+
+
+def fit_records(plant: str, values: dict, params: list[str], nuisance: dict[str, float],
+                runs: Sequence[Record], sigma: float, *, start: float = 1.05, scan: bool = False,
+                friction_eps: float | None = None) -> RecordFit:
+    """Joint least-squares fit of ``params`` (and the ``nuisance`` names) over every record of ``runs``
+    (oscillator, pendulum): the model, start and nuisance handling of :func:`fit_record`, residuals of
+    all runs stacked (:func:`identification.sequential_design.fit_runs`; each record starts at rest and
+    keeps its own ``skip``). ``scan=True`` also starts from a log grid over the design's parameters and
+    keeps the least cost, as the online identifier's first fit does (a far design point can otherwise
+    end in a local minimum). One record without scan is :func:`fit_record`'s fit.
+
+    Predicted covariance: ``sigma**2 (sum_i J_i^T J_i)^-1`` at the design point; residual-based: the
+    pooled residual variance over all runs times ``(J^T J)^-1`` at the estimate (``fit_runs``).
+    """
     if plant == "crane":
-        return _fit_crane(names, len(params), point, b_design, b0, u, dt, y, sigma, skip, decimate,
-                          friction_eps)
+        raise ValueError("fit_records: the crane is fitted per record (fit_record)")
+    if not runs:
+        raise ValueError("fit_records: no records")
+    names, point, b_design, b0 = _start(values, params, nuisance, start)
     vals = dict(point)
     if friction_eps is not None:
         vals["eps"] = friction_eps
     model = analysis_model(plant, vals, names)
-    fit = fit_parameters(model, u, dt, y, b0, n_sub=1, skip=skip)
-    _, yd, Y = simulate_output(model, b_design, u, dt, 1)
-    J = Y[skip:].reshape(-1, len(names))
-    _, yf, Yf = simulate_output(model, fit.b, u, dt, 1)
-    Jf = Yf[skip:].reshape(-1, len(names))
-    return RecordFit(names, len(params), fit.b, b_design, sigma**2 * _inv(J.T @ J),
-                     fit.residual_std**2 * _inv(Jf.T @ Jf), fit.residual_std, J.shape[0], fit.success,
-                     fit.nfev, fit.message, np.arange(yf.shape[0]) * dt, yf[:, 0])
+    fit = fit_runs(model, runs, b0, scan=scan, scan_dims=len(params))
+    J = np.concatenate([simulate_output(model, b_design, r.u, r.dt, 1)[2][r.skip:].reshape(-1, len(names))
+                        for r in runs])
+    t, y_fit, t0 = [], [], 0.0
+    for r in runs:
+        _, yf, _ = simulate_output(model, fit.b, r.u, r.dt, 1)
+        t.append(t0 + np.arange(yf.shape[0]) * r.dt)
+        y_fit.append(yf[:, 0])
+        t0 += yf.shape[0] * r.dt
+    return RecordFit(names, len(params), fit.b, b_design, sigma**2 * _inv(J.T @ J), fit.covariance,
+                     fit.residual_std, J.shape[0], fit.success, fit.nfev, fit.message, np.concatenate(t),
+                     np.concatenate(y_fit), n_runs=len(runs))
 
 
 def _fit_crane(names, n_design, point, b_design, b0, u, dt, y, sigma, skip, decimate, eps) -> RecordFit:

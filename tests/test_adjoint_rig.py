@@ -83,7 +83,7 @@ def test_design_run_analyze_identifies_within_uncertainty(kind, names, unit, tmp
                                "--plots", str(tmp_path / "p")])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert out["fit_success"]
+    assert out["fit_success"] and out["n_runs"] == 1 and out["n_recorded"] == 1
     for p in names:
         est, truth = out["estimate"][p], out["truth"][p]
         pred, resid = out["predicted_std"][p], out["residual_std"][p]
@@ -179,3 +179,47 @@ def test_pendulum_model_nuisance_jacobians_match_finite_differences():
             e[i] = 1e-8
             fd = (m.f(x + e, u, b) - m.f(x - e, u, b)) / 2e-8
             np.testing.assert_allclose(fd, fx[:, i], rtol=1e-5, atol=1e-6)
+
+
+def test_fit_records_pools_runs_and_one_record_is_the_single_run_fit():
+    """The pendulum with its cart-friction nuisances: ``fit_record`` is the plain Levenberg-Marquardt fit
+    of the analysis model (the single-run analysis unchanged); ``fit_records`` over two noise seeds of the
+    same input shrinks the predicted std by exactly sqrt(2) and the residual-based one by about that."""
+    from daq.rigs.adjoint_rig import lagged_mean
+    from identification.adjoint_design import fit_parameters
+    from identification.adjoint_plants import analysis_model, design_problem, fit_record, fit_records
+    from identification.sequential_design import Record
+    from simulators.physics import pendulum as sim
+
+    cfg = load_config("configs/pendulum-sim.toml")
+    truth = sim.PendulumTruth.from_config(cfg["simulator"]["truth"])
+    values, params = truth.model_values(), cfg["adjoint"]["parameters"]
+    nuisance, eps, sigma = cfg["fit"]["nuisance"], cfg["fit"]["friction_speed_eps"], cfg["adjoint"]["sigma"]
+    pb = design_problem("pendulum", values, cfg["adjoint"])
+    dt = cfg["adjoint"]["meas_dt"]
+    t = np.arange(round(pb.t_f / dt)) * dt
+    force = 0.8 * pb.bounds()[1][0, 0] * np.sin(2 * np.pi * t / pb.t_f) * np.sin(2 * np.pi * 1.1 * t)
+    u = lagged_mean(force, cfg["fit"]["input_lag"], dt)
+    ys = [sim.simulate(truth, force, dt, np.random.default_rng(seed))["angle"] for seed in (11, 12)]
+
+    one = fit_record("pendulum", values, params, nuisance, u, dt, ys[0], sigma, skip=2, friction_eps=eps)
+    names = list(params) + list(nuisance)
+    model = analysis_model("pendulum", {**values, **nuisance, "eps": eps}, names)
+    b0 = np.array([values[n] * 1.05 for n in params] + list(nuisance.values()))
+    plain = fit_parameters(model, u, dt, ys[0], b0, skip=2)
+    np.testing.assert_allclose(one.estimate, plain.b, rtol=1e-12)
+    np.testing.assert_allclose(one.residual_based_std, plain.std, rtol=1e-9)
+    assert one.n_runs == 1 and one.n_used == t.size - 2
+
+    same = fit_records("pendulum", values, params, nuisance, [Record(u, ys[0], dt, 2)], sigma,
+                       friction_eps=eps)
+    np.testing.assert_array_equal(same.estimate, one.estimate)
+    both = fit_records("pendulum", values, params, nuisance, [Record(u, y, dt, 2) for y in ys], sigma,
+                       friction_eps=eps)
+    assert both.n_runs == 2 and both.n_used == 2 * one.n_used and both.t.size == 2 * t.size
+    assert both.t[t.size] == pytest.approx(t.size * dt)       # the second run follows the first
+    np.testing.assert_allclose(both.predicted_std, one.predicted_std / np.sqrt(2), rtol=1e-9)
+    np.testing.assert_allclose(both.residual_based_std[:2], one.residual_based_std[:2] / np.sqrt(2),
+                               rtol=0.15)
+    for j, p in enumerate(params):
+        assert abs(both.estimate[j] - values[p]) <= 4 * both.residual_based_std[j], (p, both.estimate[j])

@@ -7,7 +7,8 @@ fitted alongside as nuisance parameters (``[fit.nuisance]``).
 One module, three kinds (``oscillator``, ``pendulum``, ``crane-adjoint``): :func:`make_rig` builds each.
 Devices: the servo drive of the crane rig (same driver and nodes; for the oscillator and the pendulum its
 ``torque_limit`` is the force limit in N). Streams: ``<kind>.trace`` (command, applied input, output) at
-the drive's cycle, one trajectory between ``trajectory_start``/``trajectory_end`` on ``<kind>.plan``.
+the drive's cycle, one trajectory per run between ``trajectory_start``/``trajectory_end`` on ``<kind>.plan``
+(a sequential-design session records several; the analysis fits them together).
 """
 
 from __future__ import annotations
@@ -459,30 +460,61 @@ class Record:
     truth: dict[str, float] | None = None
 
 
-def make_arrays(kind: str):
-    trace_stream = f"{kind}.trace"
+@dataclass
+class Runs:
+    """Every completed trajectory of a session (a sequential-design session has several), in run order;
+    ``recorded``: trajectories started (an aborted last one is left out of ``runs``)."""
 
-    def arrays(store, session_id: str) -> Record | None:
-        """The session's trajectory (its own sample range of the trace stream) and its design info."""
-        if not store.events(session_id, kind="trajectory_end"):
-            return None
-        ev = store.events(session_id, kind="trajectory_start")[0]
-        n, dt = int(ev.body["n"]), float(ev.body["dt"])
+    runs: list[Record]
+    recorded: int
+
+    def joined(self) -> Record:
+        """The runs one after the other on one time axis (plots)."""
+        if len(self.runs) == 1:
+            return self.runs[0]
+        t, t0 = [], 0.0
+        for r in self.runs:
+            t.append(t0 + r.t)
+            t0 += r.t.size * r.dt
+        cat = lambda name: np.concatenate([getattr(r, name) for r in self.runs])  # noqa: E731
+        return Record(np.concatenate(t), cat("force_cmd"), cat("force"), cat("output"), self.runs[0].dt,
+                      self.runs[0].info)
+
+
+def make_arrays(kind: str):
+    trace_stream, plan_stream = f"{kind}.trace", f"{kind}.plan"
+
+    def arrays(store, session_id: str) -> Runs | None:
+        """The session's completed trajectories: each ``trajectory_start`` .. ``trajectory_end`` pair
+        of ``<kind>.plan`` owns the next ``n`` samples of the trace stream, in run order."""
+        marks = [e for e in store.events(session_id, stream=plan_stream)
+                 if e.kind in ("trajectory_start", "trajectory_end")]
         read_range = getattr(store, "read_range", None)
-        rows = (read_range(session_id, trace_stream, 0, n).data if read_range is not None
-                else store.read_stream(session_id, trace_stream).data[:n])
-        if rows.shape[0] != n:
-            raise ValueError(f"session {session_id}: {rows.shape[0]} stored samples, expected {n}")
-        rows = rows.astype(float)
-        return Record(np.arange(n) * dt, rows[:, 0], rows[:, 1], rows[:, 2], dt, dict(ev.body))
+        runs, k, recorded = [], 0, 0
+        for i, ev in enumerate(marks):
+            if ev.kind != "trajectory_start":
+                continue
+            recorded += 1
+            n, dt = int(ev.body["n"]), float(ev.body["dt"])
+            done = i + 1 < len(marks) and marks[i + 1].kind == "trajectory_end"
+            if done:
+                rows = (read_range(session_id, trace_stream, k, k + n).data if read_range is not None
+                        else store.read_stream(session_id, trace_stream).data[k:k + n])
+                if rows.shape[0] != n:
+                    raise ValueError(f"session {session_id}: run {recorded - 1} has {rows.shape[0]} stored "
+                                     f"samples, expected {n}")
+                rows = rows.astype(float)
+                runs.append(Record(np.arange(n) * dt, rows[:, 0], rows[:, 1], rows[:, 2], dt, dict(ev.body)))
+            k += n
+        return Runs(runs, recorded) if runs else None
 
     return arrays
 
 
 @dataclass
 class AdjointAnalysis:
-    """Identified parameters of one run (the design's, then the nuisances), with predicted (design noise,
-    marginal over the nuisances) and residual-based standard deviations."""
+    """Identified parameters of a session's runs, fitted jointly (the design's, then the nuisances), with
+    predicted (design noise, marginal over the nuisances) and residual-based standard deviations."""
 
     plant: str
     design: str
@@ -503,8 +535,10 @@ class AdjointAnalysis:
     nuisance_estimate: np.ndarray = field(default_factory=lambda: np.zeros(0))
     nuisance_std: np.ndarray = field(default_factory=lambda: np.zeros(0))   # predicted, marginal
     nuisance_truth: list[float | None] = field(default_factory=list)
-    n_used: int = 0
+    n_used: int = 0                   # samples in the cost, all runs
     elapsed_s: float = 0.0
+    n_runs: int = 1                   # runs fitted together
+    n_recorded: int = 1               # trajectories the session started (an aborted one is not fitted)
 
     @property
     def compare_std(self) -> np.ndarray:
@@ -520,7 +554,7 @@ class AdjointAnalysis:
     def text(self) -> str:
         unit = OUTPUTS[self.plant][1]
         lines = [f"{self.plant}: {self.design} input, fit {'converged' if self.fit_success else 'FAILED'} "
-                 f"({self.nfev} evaluations, {self.n_used} samples), "
+                 f"({self.nfev} evaluations, {self.n_used} samples, {self.runs_text}), "
                  f"residual rms {self.residual_rms:.3g} {unit}",
                  f"{'parameter':<24} {'estimate':>12} {'pred. std':>10} {'resid. std':>10} {'truth':>12} "
                  f"{'|err|/std':>9}  within {self.n_sigma:g} std"]
@@ -542,6 +576,11 @@ class AdjointAnalysis:
                      "parameters) and the residual-based one")
         return "\n".join(lines)
 
+    @property
+    def runs_text(self) -> str:
+        text = f"{self.n_runs} run{'s' if self.n_runs != 1 else ''}"
+        return text + (f" of {self.n_recorded} recorded" if self.n_recorded != self.n_runs else "")
+
     def to_dict(self) -> dict:
         def named(v, names=None):
             names = self.names if names is None else names
@@ -557,51 +596,79 @@ class AdjointAnalysis:
                                  "predicted_std": float(self.nuisance_std[j]),
                                  "truth": self.nuisance_truth[j] if j < len(self.nuisance_truth) else None}
                              for j, n in enumerate(self.nuisance)},
-                "residual_rms": self.residual_rms, "n_used": self.n_used, "fit_success": self.fit_success,
+                "residual_rms": self.residual_rms, "n_used": self.n_used, "n_runs": self.n_runs,
+                "n_recorded": self.n_recorded, "fit_success": self.fit_success,
                 "nfev": self.nfev, "elapsed_s": self.elapsed_s}
 
 
-def analyze(rec: Record | None, cfg: AdjointRigConfig, progress=None) -> AdjointAnalysis:
+def analyze(recs: Runs | None, cfg: AdjointRigConfig, progress=None) -> AdjointAnalysis:
     """Least-squares fit of the design's parameters (and ``[fit.nuisance]``) on the recorded command and
-    output; the predicted std is the design noise's, marginal over the nuisance parameters."""
+    output of every completed run together; the predicted std is the design noise's, marginal over the
+    nuisance parameters. A session of the sequential loop is fitted as its online identifier fits (a scan
+    over the design's parameters, then Levenberg-Marquardt), so the analysis ends at its last estimate; a
+    single plain run as before (from ``[fit].start`` times the design point). The crane is fitted on its
+    first run only (its friction and dead-time model fits one record)."""
     from daq.analysis import AnalysisError
-    from identification.adjoint_plants import fit_record
+    from identification.adjoint_plants import fit_record, fit_records
+    from identification.sequential_design import Record as FitRecord
 
-    if rec is None:
+    if recs is None:
         raise AnalysisError("no trajectory recorded")
     pb = problem_of(cfg)
     names = list(pb.model.param_names)
+    plant = cfg.adjoint.plant
+    runs = recs.runs[:1] if plant == "crane" else recs.runs
     if progress is not None:
-        progress(0, 1, "fitting")
+        progress(0, 1, f"fitting {len(runs)} run{'s' if len(runs) != 1 else ''}")
     t0 = time.perf_counter()
-    skip = int(round(cfg.fit.skip / (rec.dt * cfg.fit.decimate)))
-    u = lagged_mean(rec.force_cmd, cfg.fit.input_lag, rec.dt)
-    fit = fit_record(cfg.adjoint.plant, nominal_values(cfg), names, dict(cfg.fit.nuisance), u, rec.dt,
-                     rec.output, cfg.adjoint.sigma, start=cfg.fit.start, skip=skip, decimate=cfg.fit.decimate,
-                     friction_eps=cfg.fit.friction_speed_eps)
+    skip = int(round(cfg.fit.skip / (runs[0].dt * cfg.fit.decimate)))
+    values, nuisance = nominal_values(cfg), dict(cfg.fit.nuisance)
+    if plant == "crane" or (len(runs) == 1 and not cfg.sequential.enabled):
+        rec = runs[0]
+        u = lagged_mean(rec.force_cmd, cfg.fit.input_lag, rec.dt)
+        fit = fit_record(plant, values, names, nuisance, u, rec.dt, rec.output, cfg.adjoint.sigma,
+                         start=cfg.fit.start, skip=skip, decimate=cfg.fit.decimate,
+                         friction_eps=cfg.fit.friction_speed_eps)
+    else:
+        data = [FitRecord(lagged_mean(r.force_cmd, cfg.fit.input_lag, r.dt), r.output, r.dt,
+                          int(round(cfg.fit.skip / r.dt))) for r in runs]
+        fit = fit_records(plant, values, names, nuisance, data, cfg.adjoint.sigma, start=cfg.fit.start,
+                          scan=cfg.sequential.enabled, friction_eps=cfg.fit.friction_speed_eps)
     k = fit.n_design
     truth = nuisance_truth = None
-    values = simulator_truth(cfg)
-    if values is not None:
-        truth = np.array([values[n] for n in names])
-        alias = NUISANCE_TRUTH.get(cfg.adjoint.plant, {})
-        nuisance_truth = [values.get(alias.get(n, n)) for n in fit.names[k:]]
+    sim = simulator_truth(cfg)
+    if sim is not None:
+        truth = np.array([sim[n] for n in names])
+        alias = NUISANCE_TRUTH.get(plant, {})
+        nuisance_truth = [sim.get(alias.get(n, n)) for n in fit.names[k:]]
     if progress is not None:
         progress(1, 1, "fitted")
-    design_std = rec.info.get("predicted_std")
-    return AdjointAnalysis(cfg.adjoint.plant, str(rec.info.get("design", "?")), names, fit.estimate[:k],
+    designs = list(dict.fromkeys(str(r.info.get("design", "?")) for r in runs))
+    return AdjointAnalysis(plant, ", ".join(designs), names, fit.estimate[:k],
                            truth, fit.design_point[:k], fit.predicted_std[:k], fit.residual_based_std[:k],
                            fit.residual_std, cfg.fit.n_sigma, fit.success, fit.nfev, fit.t, fit.y_fit,
-                           design_std=None if design_std is None else np.asarray(design_std, float),
-                           nuisance=fit.names[k:], nuisance_estimate=fit.estimate[k:],
-                           nuisance_std=fit.predicted_std[k:], nuisance_truth=nuisance_truth or [],
-                           n_used=fit.n_used, elapsed_s=time.perf_counter() - t0)
+                           design_std=_design_std(runs), nuisance=fit.names[k:],
+                           nuisance_estimate=fit.estimate[k:], nuisance_std=fit.predicted_std[k:],
+                           nuisance_truth=nuisance_truth or [], n_used=fit.n_used,
+                           elapsed_s=time.perf_counter() - t0, n_runs=len(runs), n_recorded=recs.recorded)
 
 
-def _plots(result: AdjointAnalysis, rec: Record, folder: Path) -> list[Path]:
+def _design_std(runs: list[Record]) -> np.ndarray | None:
+    """The design model's predicted std for the runs together: from the sum of the Fisher matrices
+    their trajectory events carry (each at its own design point); one run: its ``predicted_std``."""
+    if len(runs) == 1:
+        std = runs[0].info.get("predicted_std")
+        return None if std is None else np.asarray(std, float)
+    if not all("fisher" in r.info for r in runs):
+        return None
+    return _std(sum(np.asarray(r.info["fisher"], float) for r in runs))
+
+
+def _plots(result: AdjointAnalysis, recs: Runs, folder: Path) -> list[Path]:
     from daq.plots.adjoint import plot_analysis
 
-    return plot_analysis(result, rec, folder)
+    runs = recs.runs[:result.n_runs]
+    return plot_analysis(result, Runs(runs, len(runs)).joined(), folder)
 
 
 def _describe(sim) -> list[dict]:
