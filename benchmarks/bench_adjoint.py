@@ -6,8 +6,10 @@
 2. The paper's gradient step against L-BFGS on the same penalised problem from the same start.
 3. Monte Carlo over noise seeds with the simulator truths (simulators/physics) for the data and
    the identification models for the fit: oscillator c2 (optimised vs F0 vs full-amplitude sine),
-   pendulum s_p, d_p (optimised vs F_comp vs F0), crane k23, d23, J3 (adjoint vs the shipped
-   training multisine of configs/crane-sim.toml, same duration and peak torque).
+   pendulum s_p, d_p (optimised vs F_comp vs F0; fitted as the rig analyses, with the cart-friction
+   nuisance parameters of [fit.nuisance], since the truth has cart Coulomb friction), crane k23, d23,
+   J3 (adjoint vs the shipped training multisine of configs/crane-sim.toml, same duration and peak
+   torque).
 
     .venv/bin/python benchmarks/bench_adjoint.py [--seeds 100] [--skip-mc] [--only osc,pend,crane]
 """
@@ -25,6 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from daq.rigs.adjoint_rig import lagged_mean  # noqa: E402
 from identification.adjoint_design import (  # noqa: E402
     DesignProblem,
     evaluate,
@@ -32,7 +35,7 @@ from identification.adjoint_design import (  # noqa: E402
     optimize_input,
     simulate_output,
 )
-from identification.adjoint_plants import design_problem, reference_inputs  # noqa: E402
+from identification.adjoint_plants import design_problem, fit_record, reference_inputs  # noqa: E402
 from identification.model_selection import fit_structure  # noqa: E402
 from identification.multisine import design_multisine  # noqa: E402
 from simulators.physics import oscillator as osc_sim  # noqa: E402
@@ -149,37 +152,53 @@ def mc_oscillator(seeds: int) -> dict:
 
 
 def mc_pendulum(seeds: int) -> dict:
+    """Pendulum Monte Carlo fitted as the rig analyses (``hil analyze``): ``fit_record`` with the cart's
+    viscous and Coulomb friction as nuisance parameters (``[fit.nuisance]``, smooth sign
+    ``[fit].friction_speed_eps``), the command seen through the actuator's known lag (``[fit].input_lag``);
+    the joint's Coulomb friction and the encoder stay unmodelled as on the rig. Predicted std: the design
+    noise's, marginal over the nuisances (the rig's ``predicted_std``)."""
     cfg = _toml("pendulum-sim.toml")
     truth = pend_sim.PendulumTruth.from_config(cfg["simulator"]["truth"])
-    spec = cfg["adjoint"]
+    spec, fit_cfg = cfg["adjoint"], cfg["fit"]
     pb = design_problem("pendulum", truth.to_dict(), spec)
     t0 = time.perf_counter()
     r = optimize_input(pb, reference_inputs(pb)["F0"], max_iter=spec["max_iter"], rounds=spec["rounds"],
                        end_tol=spec["end_tol"])
     ev = evaluate(pb, r.u, gradient=False)
+    nuisance = dict(fit_cfg.get("nuisance", {}))
     print(f"\n## Monte Carlo, pendulum ({seeds} seeds): design {time.perf_counter() - t0:.1f} s, "
           f"{r.iterations} iterations, end residuals {r.end_residuals}, success {r.success}, "
           f"max |phi| {np.abs(ev.x[:, 1]).max():.2f} rad, max |x_c| {np.abs(ev.x[:, 0]).max():.2f} m")
+    print(f"fit: the rig's (fit_record), nuisances {nuisance}, friction eps "
+          f"{fit_cfg.get('friction_speed_eps')} m/s, input lag {fit_cfg.get('input_lag', 0.0)} s, "
+          f"start {fit_cfg.get('start', 1.05)} x truth")
     refs = reference_inputs(pb)
     signals = {"optimised": r.u[:, 0], "F_comp": refs["sine"][:, 0], "F0": refs["F0"][:, 0]}
     meas_dt = float(spec["meas_dt"])
     rep = int(round(pb.dt / meas_dt))
+    params = list(pb.model.param_names)
+    values = truth.model_values()
     out = {}
+    t_mc = time.perf_counter()
     for name, sig in signals.items():
         uf = np.repeat(sig, rep)
-        _, _, Y = simulate_output(pb.model, pb.b, uf, meas_dt, 1)
-        fisher = np.einsum("nyi,nyj->ij", Y, Y) / truth.angle_noise**2
-        pred = np.sqrt(np.diag(np.linalg.inv(fisher)))
-        est = []
+        u_fit = lagged_mean(uf, float(fit_cfg.get("input_lag", 0.0)), meas_dt)
+        est, pred, failed = [], None, 0
         for seed in range(seeds):
             d = pend_sim.simulate(truth, uf, meas_dt, seed)
-            est.append(fit_parameters(pb.model, uf, meas_dt, d["angle"], pb.b * 1.05).b)
+            f = fit_record("pendulum", values, params, nuisance, u_fit, meas_dt, d["angle"],
+                           truth.angle_noise, start=float(fit_cfg.get("start", 1.05)),
+                           friction_eps=fit_cfg.get("friction_speed_eps"))
+            failed += not f.success
+            pred = f.predicted_std[:len(params)]   # at the design point: the same for every seed
+            est.append(f.estimate[:len(params)])
         est = np.array(est)
         out[name] = est.std(axis=0, ddof=1)
-        print(_summary(name, est, pb.b, pred, pb.model.param_names))
-    for j, n in enumerate(pb.model.param_names):
+        print(_summary(name, est, pb.b, pred, params) + (f"; {failed} fits not converged" if failed else ""))
+    for j, n in enumerate(params):
         print(f"std ratio {n}: optimised/F_comp = {out['optimised'][j] / out['F_comp'][j]:.3f}, "
               f"optimised/F0 = {out['optimised'][j] / out['F0'][j]:.3f}")
+    print(f"Monte Carlo fits: {time.perf_counter() - t_mc:.0f} s")
     return out
 
 
