@@ -223,3 +223,41 @@ def test_fit_records_pools_runs_and_one_record_is_the_single_run_fit():
                                rtol=0.15)
     for j, p in enumerate(params):
         assert abs(both.estimate[j] - values[p]) <= 4 * both.residual_based_std[j], (p, both.estimate[j])
+
+
+def test_arrays_take_every_completed_trajectory_in_run_order(tmp_path):
+    """Each trajectory_start..trajectory_end pair owns the next n samples of the trace; a last trajectory
+    cut off before its end event (an aborted run) is counted as recorded but not returned."""
+    from daq.frames import Event, Frame
+    from daq.rigs.adjoint_rig import make_arrays
+
+    kind, dt = "pendulum", 0.005
+    lengths = [6, 4, 5]
+    rng = np.random.default_rng(3)
+    blocks = [rng.normal(size=(n, 3)) for n in lengths]
+    with SessionStore(tmp_path / "s.sqlite") as st:
+        sid = st.create_session(kind, {})
+        seq = {"plan": 0, "trace": 0}
+
+        def event(name, **body):
+            st.append(sid, Event(stream=f"{kind}.plan", kind=name, seq=seq["plan"], t=0.0, body=body))
+            seq["plan"] += 1
+
+        for run, data in enumerate(blocks):
+            event("trajectory_start", n=data.shape[0], dt=dt, design="adjoint", run=run)
+            keep = data if run < 2 else data[:3]              # the third run aborts mid-trace
+            st.append(sid, Frame(stream=f"{kind}.trace", seq=seq["trace"], t0=float(run), dt=dt,
+                                 channels=["force_cmd", "force", "phi"], units=["N", "N", "rad"], data=keep))
+            seq["trace"] += 1
+            if run < 2:
+                event("trajectory_end", n=data.shape[0], dt=dt)
+        st.flush()
+        recs = make_arrays(kind)(st, sid)
+    assert recs.recorded == 3 and len(recs.runs) == 2
+    for rec, data in zip(recs.runs, blocks[:2], strict=True):
+        np.testing.assert_array_equal(np.column_stack([rec.force_cmd, rec.force, rec.output]), data)
+        assert rec.dt == dt and rec.t[-1] == pytest.approx((data.shape[0] - 1) * dt)
+    assert [r.info["run"] for r in recs.runs] == [0, 1]
+    joined = recs.joined()
+    np.testing.assert_allclose(joined.t, np.arange(10) * dt)
+    np.testing.assert_array_equal(joined.output, np.concatenate([b[:, 2] for b in blocks[:2]]))
