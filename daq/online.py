@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daq.bus import BusSubscriber, BusTimeout
 from daq.frames import Event
 from daq.online_base import Emit, OnlineEstimates
 from daq.online_base import publisher_emit as _publisher_emit
@@ -159,7 +158,7 @@ class OnlineIdentifier(OnlineEstimates):
     # -- feeding ------------------------------------------------------------------------------------
     async def handle(self, ev: Event) -> None:
         """Take one plan event; refit (and emit) when it completes a series."""
-        if ev.stream != PLAN_STREAM:
+        if not isinstance(ev, Event) or ev.stream != PLAN_STREAM:
             return
         b = ev.body
         if ev.kind == "plan_start":
@@ -261,21 +260,9 @@ class OnlineIdentifier(OnlineEstimates):
         return current()
 
     # -- running ------------------------------------------------------------------------------------
-    async def run(self, sub: BusSubscriber, idle_timeout: float | None = None) -> None:
-        """Consume ``sub`` (subscribed to ``event/press.plan``) until cancelled, or until ``idle_timeout``
-        s pass without a message, or after ``plan_end`` (a replay ends there)."""
-        try:
-            while True:
-                try:
-                    msg = await sub.recv(timeout=idle_timeout)
-                except BusTimeout:
-                    return
-                if isinstance(msg, Event):
-                    await self.handle(msg)
-                    if msg.kind == "plan_end":
-                        return
-        finally:
-            self.close()
+    # ``run`` (OnlineEstimates) consumes ``event/press.plan`` and ends after ``plan_end``.
+    def _is_last(self, msg) -> bool:
+        return isinstance(msg, Event) and msg.kind == "plan_end"
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -14,7 +14,8 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 
-from daq.frames import Event
+from daq.bus import BusSubscriber, BusTimeout
+from daq.frames import Event, Frame
 
 Emit = Callable[[str, dict], Awaitable[None]]  # (event kind, body) -> publish
 
@@ -46,6 +47,32 @@ class OnlineEstimates:
             async with asyncio.timeout(timeout), self._changed:
                 await self._changed.wait_for(ready)
         return ready()
+
+
+    # -- consuming --------------------------------------------------------------------------------
+    async def handle(self, msg: Frame | Event) -> None:
+        raise NotImplementedError
+
+    def _is_last(self, msg: Frame | Event) -> bool:
+        """True after the message that ends the identifier's input (a replay ends there)."""
+        raise NotImplementedError
+
+    async def run(self, sub: BusSubscriber, idle_timeout: float | None = None) -> None:
+        """Consume ``sub`` until cancelled, ``idle_timeout`` s without a message, or :meth:`_is_last`."""
+        try:
+            while True:
+                try:
+                    msg = await sub.recv(timeout=idle_timeout)
+                except BusTimeout:
+                    return
+                await self.handle(msg)
+                if self._is_last(msg):
+                    return
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Release the identifier's workers (called when :meth:`run` ends)."""
 
 
 def publisher_emit(publisher, stream: str, session_id: str | None = None) -> Emit:

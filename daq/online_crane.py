@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from daq.bus import BusSubscriber, BusTimeout
+from daq.bus import BusSubscriber
 from daq.frames import Event, Frame
 from daq.online_base import Emit, OnlineEstimates
 
@@ -153,15 +153,10 @@ class CraneOnlineIdentifier(OnlineEstimates):
         """Consume ``sub`` (subscribed to :data:`TOPICS`) until cancelled, ``idle_timeout`` s without a
         message, or ``n_runs`` trajectories handled."""
         self._pool.submit(_warm_up)
-        try:
-            while self.n_runs is None or self.handled < self.n_runs:
-                try:
-                    msg = await sub.recv(timeout=idle_timeout)
-                except BusTimeout:
-                    return
-                await self.handle(msg)
-        finally:
-            self.close()
+        await super().run(sub, idle_timeout)
+
+    def _is_last(self, msg) -> bool:
+        return self.n_runs is not None and self.handled >= self.n_runs
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from daq.bus import BusSubscriber, BusTimeout
 from daq.frames import Event, Frame
 from daq.online_base import Emit, OnlineEstimates
 from daq.online_base import publisher_emit as _publisher_emit
@@ -162,21 +161,10 @@ class DriveIdentifier(OnlineEstimates):
         return None
 
     # -- running ------------------------------------------------------------------------------------
-    async def run(self, sub: BusSubscriber, idle_timeout: float | None = None) -> None:
-        """Consume ``sub`` (subscribed to :func:`topics`) until cancelled, ``idle_timeout`` s without a
-        message, or the plan's outcome event (where a replay ends)."""
-        try:
-            while True:
-                try:
-                    msg = await sub.recv(timeout=idle_timeout)
-                except BusTimeout:
-                    return
-                await self.handle(msg)
-                if isinstance(msg, Event) and msg.stream == self.plan_stream and msg.kind in (
-                        "plan_outcome", "plan_end"):
-                    return
-        finally:
-            self.close()
+    # ``run`` (OnlineEstimates) consumes :func:`topics` and ends at the plan's outcome event.
+    def _is_last(self, msg) -> bool:
+        return isinstance(msg, Event) and msg.stream == self.plan_stream and msg.kind in ("plan_outcome",
+                                                                                          "plan_end")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -283,7 +283,6 @@ def signal_of(cfg: AdjointRigConfig, design: str | None = None) -> tuple[np.ndar
     crane's shipped training multisine at its own sample time (``[excitation]``). The predicted
     standard deviations come from the design model's Fisher matrix for this very signal.
     """
-    from identification.adjoint_design import evaluate
     from identification.adjoint_plants import reference_inputs
 
     design = design or cfg.plan.design
@@ -307,13 +306,7 @@ def signal_of(cfg: AdjointRigConfig, design: str | None = None) -> tuple[np.ndar
             raise FileNotFoundError(f"{path} not found: run `hil design adjoint` first")
     else:
         force = reference_inputs(pb, cfg.adjoint.start)["F0" if design == "F0" else "sine"][:, 0].copy()
-    ev = evaluate(pb, force[:, None], gradient=False)
-    names = list(pb.model.state_names)
-    info.update(parameters=list(pb.model.param_names), design_point=pb.b.tolist(),
-                fisher=ev.fisher.tolist(), predicted_std=_std(ev.fisher).tolist(),
-                end_residuals={names[c.index]: float(r) for c, r in
-                               zip(pb.end_conditions, ev.end_residuals, strict=True)},
-                input_dt=pb.dt, peak_force=float(np.abs(force).max()))
+    info.update(_predicted(pb, force, pb.dt))
     return force, info
 
 
@@ -321,7 +314,7 @@ def multisine_of(cfg: AdjointRigConfig, pb, info: dict) -> tuple[np.ndarray, dic
     """The crane's training multisine (``[excitation]``, built as the crane rig builds it) at its own
     sample time, scaled to the peak ``u_max``: the same duration and peak torque as the adjoint design."""
     from daq.rigs.crane import design_excitation
-    from identification.adjoint_design import DesignProblem, evaluate
+    from identification.adjoint_design import DesignProblem
 
     if cfg.excitation is None:
         raise ValueError("[plan] design = 'multisine' needs an [excitation] table")
@@ -332,14 +325,22 @@ def multisine_of(cfg: AdjointRigConfig, pb, info: dict) -> tuple[np.ndarray, dic
     fine = DesignProblem(pb.model, pb.b, dt, torque.size, -cfg.adjoint.u_max * (1 + 1e-9),
                          cfg.adjoint.u_max * (1 + 1e-9), n_sub=1, criterion=pb.criterion, scaling=pb.scaling,
                          sigma=pb.sigma, meas_dt=pb.meas_dt, end_conditions=pb.end_conditions)
-    ev = evaluate(fine, torque[:, None], gradient=False)
+    info.update(_predicted(fine, torque, dt))
+    return torque, info
+
+
+def _predicted(pb, u: np.ndarray, dt: float) -> dict:
+    """What the design model predicts for input ``u`` (sample time ``dt``): Fisher matrix, standard
+    deviations at the design point, end-condition residuals, peak."""
+    from identification.adjoint_design import evaluate
+
+    ev = evaluate(pb, u[:, None], gradient=False)
     names = list(pb.model.state_names)
-    info.update(parameters=list(pb.model.param_names), design_point=pb.b.tolist(),
+    return dict(parameters=list(pb.model.param_names), design_point=pb.b.tolist(),
                 fisher=ev.fisher.tolist(), predicted_std=_std(ev.fisher).tolist(),
                 end_residuals={names[c.index]: float(r) for c, r in
                                zip(pb.end_conditions, ev.end_residuals, strict=True)},
-                input_dt=dt, peak_force=float(np.abs(torque).max()))
-    return torque, info
+                input_dt=dt, peak_force=float(np.abs(u).max()))
 
 
 def _std(fisher: np.ndarray) -> np.ndarray:
