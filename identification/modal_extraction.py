@@ -5,12 +5,18 @@ Method: LSCF poles + stabilisation diagram + LSFD residues (the usual frequency-
 1. **Poles - least-squares complex frequency (LSCF).** All FRFs share one denominator polynomial
    ``A(z) = sum_r a_r z^r`` in ``z = exp(j pi f / f_top)`` over the fitted band (real coefficients,
    so the roots come in conjugate pairs); each FRF has its own numerator. The linearised error
-   ``w (B_o(z) - H_o A(z))`` is minimised in least squares; the numerators are eliminated (reduced
-   normal equations), so the system has only ``order + 1`` unknowns however many FRFs there are.
-   The fit runs on the FRFs as measured (for accelerances from a flat-spectrum force the noise is
-   about white, so no frequency is over-weighted), each FRF scaled to unit RMS; ``lscf_poles``
-   also takes weights per line (e.g. inverse H1 standard deviations from the coherence; on the
-   simulated machine-tool sessions they changed nothing, so ``extract_modes`` does not use them).
+   ``w (B_o(z) - H_o A(z))`` is minimised in least squares. The numerators are eliminated by
+   projecting each FRF's rows onto the complement of its numerator basis (Householder QR), so the
+   problem keeps only ``order + 1`` unknowns however many FRFs there are, and it is solved by QR
+   too: forming the normal equations instead squares a condition number that passes 1e10 at the
+   high orders, and then whether a weak mode stabilises depends on the BLAS build. Two
+   Sanathanan-Koerner steps divide the error by the previous denominator, so the fit approaches the
+   output error ``B / A - H``: a weak mode beside a strong one then keeps its damping at every order
+   instead of being biased and wandering. The fit runs on the FRFs as measured (for accelerances
+   from a flat-spectrum force the noise is about white, so no frequency is over-weighted), each FRF
+   scaled to unit RMS; ``lscf_poles`` also takes weights per line (e.g. inverse H1 standard
+   deviations from the coherence; on the simulated machine-tool sessions they changed nothing, so
+   ``extract_modes`` does not use them).
 2. **Stabilisation diagram.** The fit is repeated over a range of over-specified orders. Each pole
    of the top third of the orders starts a column followed down the orders while a pole within
    ``freq_tol`` in frequency and ``damping_tol`` (relative) in damping of it is there; a pole is
@@ -20,7 +26,7 @@ Method: LSCF poles + stabilisation diagram + LSFD residues (the usual frequency-
    The pole map leaves ``headroom`` above the fitted band, so modes just beyond it get poles too.
    Of the stable poles inside ``[f_min, f_max]``, ``n_modes`` are chosen one at a time, each the
    one that lowers the LSFD residual most (a noise pole or a duplicate explains little). Stable
-   poles outside ``[f_min, f_max]`` (frequency stability is enough for them) stay in the model.
+   poles outside ``[f_min, f_max]`` (by the same tolerances) stay in the model.
 3. **Pole polishing.** The LSCF linearisation biases the damping of close modes when the data are
    noisy; the chosen poles are moved (within 1 % in frequency, a factor 2 in damping) to where
    the LSFD residual is smallest (variable projection, ``scipy.optimize.least_squares``).
@@ -77,14 +83,43 @@ def _to_kind(freq: np.ndarray, H: np.ndarray, src: str, dst: str) -> np.ndarray:
     return H * (2j * np.pi * freq) ** (_POWER[dst] - _POWER[src])
 
 
+def _reduced_rows(X: np.ndarray, W: np.ndarray, H: np.ndarray) -> np.ndarray:
+    """Rows of the denominator-only least-squares problem (numerators eliminated by projection).
+
+    For FRF ``o`` the linearised error is ``W_o (X b_o - H_o X a)``; the best ``b_o`` for any ``a``
+    leaves ``(I - P_o) W_o H_o X a`` with ``P_o`` the projector onto the span of ``W_o X``. The
+    projection is done with Householder QR on the real-stacked columns, never by forming normal
+    equations (which square a condition number that reaches 1e10 and more at the high orders).
+    """
+
+    def stacked(M: np.ndarray) -> np.ndarray:
+        return np.concatenate([M.real, M.imag], axis=-2)
+
+    Y = stacked((W * H)[:, :, None] * X[None])  # (n_frf, 2 n_freq, p+1)
+    if np.allclose(W / W[:, :1], W[0] / W[0, 0]):  # weights differ only by a factor per FRF: one span
+        Q = np.linalg.qr(stacked(W[0][:, None] * X))[0]
+        return (Y - Q @ (Q.T @ Y)).reshape(-1, X.shape[1])
+    Q = np.linalg.qr(stacked(W[:, :, None] * X[None]))[0]  # (n_frf, 2 n_freq, p+1)
+    return (Y - Q @ (np.transpose(Q, (0, 2, 1)) @ Y)).reshape(-1, X.shape[1])
+
+
 def lscf_poles(
-    freq: np.ndarray, H: np.ndarray, order: int, f_max: float, weights: np.ndarray | None = None
+    freq: np.ndarray,
+    H: np.ndarray,
+    order: int,
+    f_max: float,
+    weights: np.ndarray | None = None,
+    iterations: int = 2,
 ) -> np.ndarray:
     """All poles (rad/s) of a common-denominator LSCF fit of the FRFs ``H`` (n_frf, n_freq) at ``freq``.
 
     Without ``weights`` each FRF is scaled to unit RMS, so weak and strong responses count alike;
     ``weights`` (n_frf, n_freq) or (n_freq,) multiply the linearised error instead (each FRF's
     weighted RMS scaled to 1). ``f_max``: top of the band (maps onto z = -1).
+    ``iterations``: Sanathanan-Koerner steps: the linearised error ``B - H A`` is divided by the
+    previous denominator, so it approaches the output error ``B / A - H``. Without them a weak mode
+    beside a strong one is fitted with a badly biased damping that wanders from order to order (and
+    whether it stabilises then hinges on round-off); with two steps it holds at every order.
     """
     H = np.atleast_2d(np.asarray(H, dtype=complex))
     if weights is None:
@@ -92,20 +127,17 @@ def lscf_poles(
     else:
         W = np.broadcast_to(np.asarray(weights, dtype=float), H.shape)
     W = W / np.sqrt(np.mean(np.abs(W * H) ** 2, axis=1, keepdims=True))
-    W2 = W**2
     ts = 0.5 / f_max  # the band maps onto the upper half of the unit circle
     z = np.exp(2j * np.pi * freq * ts)
-    # with |z| = 1 every block of the normal equations is Toeplitz in (c - r): only the weighted
-    # moments sum_f w_f^2 z_f^k for k = -p ... p are needed (one matrix product for all FRFs)
-    k = np.arange(-order, order + 1)
-    zk = z[:, None] ** k[None, :]  # (n_freq, 2p+1)
-    idx = np.arange(order + 1)[None, :] - np.arange(order + 1)[:, None] + order  # c - r + p
-    R = np.real(W2 @ zk)[:, idx]  # (n_frf, p+1, p+1)
-    S = -np.real((W2 * H) @ zk)[:, idx]
-    T = np.real((W2 * np.abs(H) ** 2) @ zk)[:, idx]
-    M = np.sum(T, axis=0) - np.sum(np.transpose(S, (0, 2, 1)) @ np.linalg.solve(R, S), axis=0)
-    a = np.linalg.solve(M[:order, :order], -M[:order, order])
-    coeffs = np.append(a, 1.0)  # a_0 ... a_p, highest fixed to 1
+    X = z[:, None] ** np.arange(order + 1)[None, :]  # (n_freq, p+1)
+    Wk = W
+    for step in range(iterations + 1):
+        Z = _reduced_rows(X, Wk, H)
+        a = scipy.linalg.lstsq(Z[:, :order], -Z[:, order], lapack_driver="gelsy", check_finite=False)[0]
+        coeffs = np.append(a, 1.0)  # a_0 ... a_p, highest fixed to 1
+        if step < iterations:
+            g = 1.0 / np.maximum(np.abs(X @ coeffs), np.finfo(float).tiny)
+            Wk = W * (g / np.sqrt(np.mean(g**2)))[None, :]
     roots = np.roots(coeffs[::-1])
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.log(roots.astype(complex)) / ts
@@ -344,8 +376,8 @@ def extract_modes(
             f"only {int(inside.sum())} stable modes found in {f_min:g}-{f_max:g} Hz, {n_modes} asked"
         )
     cand, support = cand[inside], support[inside]
-    # modes outside the reported band only need to be there, not accurate: frequency stability suffices
-    lam_out, _ = stable_poles(sets, 2 * freq_tol, 1.0, min_stable)
+    # modes outside the reported band join the LSFD model; with the reweighted LSCF their damping holds too
+    lam_out, _ = stable_poles(sets, freq_tol, damping_tol, min_stable)
     fo = np.abs(lam_out) / (2 * np.pi)
     lam_out = lam_out[(fo < f_min) | (fo > f_max)]
     lam_out = lam_out[np.argsort(np.abs(lam_out))]

@@ -1,9 +1,41 @@
-"""Shared pytest fixtures (kept small and generic)."""
+"""Shared pytest fixtures (kept small and generic) and the run's header: the versions it ran with."""
 
 from __future__ import annotations
 
+import platform
+from importlib.metadata import PackageNotFoundError, version
+
 import numpy as np
 import pytest
+
+# the libraries whose versions decide numbers and protocol behaviour: a red run names them, so it can
+# be reproduced (`pip install -c constraints-lowest.txt` pins the lowest declared ones)
+REPORTED = ("numpy", "scipy", "pymodbus", "asyncua", "pyzmq", "pyserial", "h5py", "msgspec", "dask", "pytest")
+
+
+def _blas() -> str:
+    """The BLAS/LAPACK libraries numpy and scipy loaded, with their version and threads."""
+    import scipy.linalg  # noqa: F401  (loads scipy's own BLAS, which may differ from numpy's)
+    from threadpoolctl import threadpool_info
+
+    rows = {
+        f"{i.get('internal_api')} {i.get('version')} ({i.get('filepath', '').rsplit('/', 1)[-1]}, "
+        f"{i.get('num_threads')} threads)"
+        for i in threadpool_info()
+        if i.get("user_api") == "blas"
+    }
+    return "; ".join(sorted(rows)) or "unknown"
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    def ver(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "missing"
+
+    libs = " ".join(f"{name}={ver(name)}" for name in REPORTED)
+    return [f"python {platform.python_version()}: {libs}", f"BLAS: {_blas()}"]
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 
 async def wait_until(cond, timeout: float = 3.0, period: float = 0.01) -> None:
@@ -32,3 +33,13 @@ async def finished(task: asyncio.Future, timeout: float):
         await asyncio.wait({task}, timeout=10.0)
         raise AssertionError(f"{task!r} did not end within {timeout} s")
     return task.result()
+
+
+def poll_until(cond, timeout: float = 3.0, period: float = 0.005) -> None:
+    """:func:`wait_until` for code without an event loop: poll a plain predicate (blocking) until it holds;
+    AssertionError if it does not within ``timeout``."""
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError("condition not met in time")
+        time.sleep(period)

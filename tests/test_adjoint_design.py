@@ -190,7 +190,7 @@ def test_monte_carlo_std_of_c2_halves(oscillator_design):
     for name, sig in signals.items():
         uf = np.repeat(sig, rep)
         est = [fit_parameters(model, uf, meas_dt, simulate_oscillator(truth, uf, meas_dt, seed)["x2"],
-                              [1155.0]).b[0] for seed in range(30)]
+                              [1375.0]).b[0] for seed in range(30)]  # started 25 % above the truth
         std[name] = np.std(est, ddof=1)
         assert abs(np.mean(est) - 1100.0) < 20.0  # the fits converge to the truth's neighbourhood
     assert std["opt"] <= 0.5 * std["F0"]

@@ -13,6 +13,7 @@ import zmq.asyncio
 
 from daq.bus import BusPublisher, BusSubscriber, BusTimeout
 from daq.frames import SUPPORTED_DTYPES, Event, Frame, encode
+from tests.polling import wait_until
 
 
 def make_data(dtype: str, rng: np.random.Generator, n: int, n_ch: int) -> np.ndarray:
@@ -29,6 +30,23 @@ async def connected_pair(**sub_kwargs) -> tuple[BusPublisher, BusSubscriber]:
     sub = BusSubscriber(pub.endpoint, **sub_kwargs)
     await pub.wait_for_subscribers(1, timeout=5.0)
     return pub, sub
+
+
+PROBE = "t.probe"
+
+
+async def joined(pub: BusPublisher, sub: BusSubscriber, timeout: float = 10.0) -> None:
+    """A plain (lossy) PUB cannot tell when a subscription arrived (slow joiner): publish probe events
+    until the subscriber has received one. Every probe carries seq 0, so the probe stream never counts
+    as a gap (a repeated seq is a restart); probes still in flight are skipped by the readers below."""
+    async with asyncio.timeout(timeout):
+        while True:
+            await pub.publish(Event(PROBE, "probe", 0, 0.0, {}))
+            try:
+                if (await sub.recv(timeout=0.05)).stream == PROBE:
+                    return
+            except BusTimeout:
+                pass
 
 
 def frame(seq: int, data: np.ndarray, stream: str = "t.s") -> Frame:
@@ -120,6 +138,14 @@ async def test_lossless_publisher_applies_back_pressure_to_a_slow_subscriber(rng
     await pub.wait_for_subscribers(1, timeout=5)
     data = rng.standard_normal((1000, 8))  # 64 kB frames fill the kernel buffers quickly
     n = 300
+    refused = asyncio.Event()  # set when a send was refused and the publisher starts waiting for room
+    send_blocked = pub._send_blocked
+
+    async def spy(parts, copy):
+        refused.set()
+        await send_blocked(parts, copy)
+
+    pub._send_blocked = spy
 
     async def produce():
         for i in range(n):
@@ -127,7 +153,8 @@ async def test_lossless_publisher_applies_back_pressure_to_a_slow_subscriber(rng
 
     try:
         task = asyncio.create_task(produce())
-        await asyncio.sleep(0.3)
+        # until the publisher is held up (or, if it dropped instead of waiting, until it is done)
+        await wait_until(lambda: refused.is_set() or task.done(), timeout=30)
         assert not task.done()  # blocked by back-pressure
         seqs = [(await sub.recv(timeout=10)).seq for _ in range(n)]
         await task
@@ -159,16 +186,18 @@ async def test_lossy_mode_drops_and_the_drops_are_detected_as_gaps(rng):
     sub = BusSubscriber(pub.endpoint, lossy=True, hwm=2)
     data = rng.standard_normal((2000, 8))  # 128 kB: the socket buffers hold only a few
     try:
-        await asyncio.sleep(0.2)  # slow joiner: plain PUB cannot tell when the subscription arrived
+        await joined(pub, sub)  # slow joiner: plain PUB cannot tell when the subscription arrived
         n = 400
         for i in range(n):
             await pub.publish(frame(i, data))  # never blocks in lossy mode
         seqs = []
         while True:
             try:
-                seqs.append((await sub.recv(timeout=0.5)).seq)
+                msg = await sub.recv(timeout=0.5)
             except BusTimeout:
                 break
+            if msg.stream != PROBE:
+                seqs.append(msg.seq)
         assert 0 < len(seqs) < n
         assert seqs == sorted(seqs)
         # every message between the first and last one received is either received or counted missing
@@ -184,9 +213,16 @@ async def test_recv_latest_returns_the_newest_message():
     try:
         for i in range(50):
             await pub.publish(frame(i, np.full((1, 1), i)))
-        await asyncio.sleep(0.2)
-        g = await sub.recv_latest(timeout=5)
+        # The 50 messages reach the subscriber's queue in their own time (nothing tells when the last one
+        # is in without taking it): take the newest until it is the last one. Each call returns the
+        # newest message taken so far, and drains what is queued: one message per call would take 50.
+        calls = 0
+        while sub.stats.received < 50 and calls < 50:
+            g = await sub.recv_latest(timeout=5)
+            calls += 1
+            assert g.seq == sub.stats.received - 1
         assert g.seq == 49 and sub.stats.received == 50
+        assert calls < 50
     finally:
         pub.close()
         sub.close()

@@ -48,8 +48,9 @@ async def test_checked_passes_results_and_errors_through():
 
 async def test_a_polling_loop_through_checked_stops_when_cancelled():
     """A loop that catches Exception around each call (as the acquisition does) still ends."""
+    started = asyncio.Event()
+
     async def poll_forever() -> None:
-        started = asyncio.Event()
         while True:
             try:
                 await checked(_swallows_cancel(started))
@@ -57,7 +58,7 @@ async def test_a_polling_loop_through_checked_stops_when_cancelled():
                 pass
 
     task = asyncio.ensure_future(poll_forever())
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(started.wait(), 5.0)  # the loop is inside a call: the cancellation hits it there
     task.cancel()
     done, _ = await asyncio.wait({task}, timeout=5.0)
     assert done and task.cancelled()

@@ -10,20 +10,22 @@ from identification.least_squares import fit_residuals, fit_state_model
 from identification.press_models import PressLinkageModel
 
 P_TRUE = np.array([2.0e8, 1.5e8])
+P_START = P_TRUE * np.array([0.8, 1.25])  # every fit starts well away from the truth
 SIG = np.array([1.518e-5, 4.895e-6, 3.904e-6])
 
 
+@pytest.mark.slow(reason="Monte Carlo of the covariance")
 def test_covariance_matches_monte_carlo():
     rng = np.random.default_rng(2024)
     m = PressLinkageModel()
     q = np.linspace(0, 20000, 15)[1:]
     z0 = m.predict(P_TRUE, q)
-    ref = fit_state_model(m, z0, q, SIG, P_TRUE)
+    ref = fit_state_model(m, z0, q, SIG, P_START)
     n_rep = 500
     est = np.empty((n_rep, 2))
     for i in range(n_rep):
         z = z0 + rng.standard_normal(z0.shape) * SIG
-        est[i] = fit_state_model(m, z, q, SIG, P_TRUE, second_order=False).p
+        est[i] = fit_state_model(m, z, q, SIG, P_START, second_order=False).p
     emp = np.cov(est.T)
     ratio = np.trace(emp) / np.trace(ref.covariance)
     print(f"empirical/analytic trace ratio = {ratio:.4f}")
@@ -41,7 +43,8 @@ def test_covariance_with_second_order_term_is_the_estimator_sensitivity():
     y = np.array([8.3, 10.3, 19.0, 16.0, 15.6, 19.8])
 
     def fit(data):
-        return fit_residuals(lambda t: data - t[0] * (1 - np.exp(-t[1] * x)), [19.0, 0.5])
+        # started about 20 % below the optimum (19.14, 0.531) in both parameters
+        return fit_residuals(lambda t: data - t[0] * (1 - np.exp(-t[1] * x)), [15.0, 0.4])
 
     ref = fit(y)
     h = 1e-4

@@ -235,6 +235,7 @@ async def test_variables_carry_engineering_units(rig):
         assert (await (await cycle.get_child("0:EngineeringUnits")).read_value()).DisplayName.Text == "s"
 
 
+@pytest.mark.slow(reason="waits for the driver's reconnect back-off")
 async def test_driver_reconnects_after_server_restart(tmp_path):
     cfg = {"simulator": {"truth": TRUTH, "drive": {"time_scale": 10.0}}}
     first = CraneRig(cfg)

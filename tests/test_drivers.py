@@ -194,9 +194,19 @@ async def test_reconnect_after_device_restart(rig_fs):
 async def test_first_connect_is_retried_until_the_device_appears():
     sim = ForceSourceSim(fs_cfg(free_port()), FS_SIM, np.random.default_rng(5))
     drv = ForceSource(fs_cfg(sim.port, connect_timeout=3.0))
+    attempts = 0  # the driver makes a new client for every connection attempt
+    new_client = drv.transport._new_client
+
+    def counting_new_client():
+        nonlocal attempts
+        attempts += 1
+        return new_client()
+
+    drv.transport._new_client = counting_new_client
 
     async def late_start():
-        await asyncio.sleep(0.3)
+        # the device appears only after the driver was refused twice (its first attempt and a retry)
+        await wait_until(lambda: attempts >= 3, timeout=3.0)
         await sim.start()
 
     starter = asyncio.create_task(late_start())
@@ -303,11 +313,16 @@ async def test_serial_sensor_driver():
 async def test_serial_sensor_timeout_is_typed():
     # A listener that accepts but never answers.
     done = asyncio.Event()
+    handlers: set[asyncio.Task] = set()  # connection handlers still running
 
     async def silent(reader, writer):
-        await done.wait()
-        writer.close()
-        await writer.wait_closed()
+        handlers.add(asyncio.current_task())
+        try:
+            await done.wait()
+            writer.close()
+            await writer.wait_closed()
+        finally:
+            handlers.discard(asyncio.current_task())
 
     server = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -321,4 +336,4 @@ async def test_serial_sensor_timeout_is_typed():
         done.set()
         server.close()
         await server.wait_closed()
-        await asyncio.sleep(0.01)
+        await wait_until(lambda: not handlers)  # every connection handler has closed its end

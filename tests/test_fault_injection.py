@@ -8,6 +8,7 @@ flag against the devices' real end state read back from the simulator, and no co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import math
@@ -21,7 +22,7 @@ from daq.config import load_config
 from daq.lifecycle import RunContext, run, runs_dir
 from daq.store import SessionStore
 from simulators.press_rig import PressRig
-from tests.polling import finished
+from tests.polling import finished, wait_until
 
 BASE = load_config("configs/press-sim.toml")
 
@@ -70,11 +71,13 @@ async def _run_with(rig_cfg, store_path, during, on_context=None):
         await _wait_measurements(store_path, 3)
         await during(rig)
         result = await finished(task, 120.0)
-        await asyncio.sleep(0.1)
+        # no wait: a safe-state write is applied before the device answers it, so a run that returns
+        # "safe" has left the source off by now (a later change, e.g. by its watchdog, must not count)
         enabled, setpoint = await _source_state(rig)
     return result, enabled, setpoint
 
 
+@pytest.mark.slow(reason="a simulated press run through a device freeze")
 async def test_force_source_frozen_within_the_tolerated_stall_completes(tmp_path):
     """A 0.2 s freeze of the source (no Modbus retry needed) is ridden out: the run completes."""
     cfg = short_config()
@@ -91,13 +94,13 @@ async def test_force_source_frozen_within_the_tolerated_stall_completes(tmp_path
     _check_store(store_path, result)
 
 
+@pytest.mark.slow(reason="waits out the device timeout in a simulated press run")
 async def test_force_source_frozen_beyond_the_timeout_aborts_naming_it(tmp_path):
     cfg = short_config()
     store_path = tmp_path / "s.sqlite"
 
     async def freeze(rig):
-        rig.force_source.server.stall = math.inf
-        await asyncio.sleep(0.1)
+        rig.force_source.server.stall = math.inf  # from now on every request is held until the reset
 
     async with PressRig(cfg) as rig:
         task = asyncio.ensure_future(run(cfg, store_path, show_progress=False, handle_sigint=False,
@@ -107,7 +110,9 @@ async def test_force_source_frozen_beyond_the_timeout_aborts_naming_it(tmp_path)
         result = await finished(task, 120.0)
         rig.force_source.server.stall = 0.0
         # the device's own watchdog takes the output off once nobody feeds it
-        await asyncio.sleep(cfg["simulator"]["force_source"]["watchdog_timeout"] + 0.5)
+        watchdog = cfg["simulator"]["force_source"]["watchdog_timeout"]
+        with contextlib.suppress(AssertionError):  # not in time: the assertion below reports it
+            await wait_until(lambda: not rig.force_source.enabled, timeout=watchdog + 10.0)
         enabled_after_watchdog = rig.force_source.enabled
     assert result.status == "aborted" and "force source" in result.reason.lower()
     # the guard could not reach the frozen source: it must not claim the safe state
@@ -158,6 +163,7 @@ async def test_operator_stop_over_the_command_channel(tmp_path):
     _check_store(store_path, result)
 
 
+@pytest.mark.slow(reason="a simulated press run with a stuck tap subscriber")
 async def test_stuck_tap_subscriber_does_not_slow_the_recording(tmp_path):
     """A dashboard on the tap endpoint that never reads: the run completes and records every frame."""
     cfg = short_config()

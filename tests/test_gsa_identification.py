@@ -1,6 +1,7 @@
 """Sobol indices through our wrapper (Ishigami known answer) and a reduced ideal-case GSA identification."""
 
 import numpy as np
+import pytest
 
 from identification.gsa_identification import fraction_within, identify, reference_from_model, sobol_indices
 from simulators.physics.machine_tool import (
@@ -10,6 +11,7 @@ from simulators.physics.machine_tool import (
     as_vector,
     param_bounds,
 )
+from tests.fit_starts import alternating
 
 
 def ishigami(X: np.ndarray) -> np.ndarray:
@@ -24,6 +26,7 @@ def test_sobol_indices_on_ishigami():
     assert r.n_evaluations == 2 ** 13 * 5
 
 
+@pytest.mark.slow(reason="Sobol-guided identification of the machine-tool model")
 def test_reduced_ideal_case_identification():
     """Two positions, the first 8 modes, few samples and starts: the structure of the method, fast."""
     m = MachineTool()
@@ -32,8 +35,9 @@ def test_reduced_ideal_case_identification():
     freq = np.linspace(10.0, 200.0, 120)
     ref = reference_from_model(m, truth, [0.05, 0.55], 8, freq, ["T1x", "T1y"])
     val = reference_from_model(m, truth, [0.3], 8, freq, ["T1x", "T1y"])
-    r = identify(m, ref, STIFFNESS_NAMES, DAMPING_NAMES, lo, hi, validation=val, sobol_n=32, n_opt=4,
-                 maxiter=30, seed=2, truth=truth)
+    # the preliminary model 20-25 % off the truth in every parameter (default: uniform in the box, seeded)
+    r = identify(m, ref, STIFFNESS_NAMES, DAMPING_NAMES, lo, hi, validation=val, start=alternating(truth),
+                 sobol_n=32, n_opt=4, maxiter=30, seed=2, truth=truth)
     assert r.sobol_macxp.ST.shape == (16, 27) and len(r.pairs) == 16
     # damping has no influence on the stiffness-stage MACXP (the model eigenvalue carries xi_ref)
     assert np.abs(r.sobol_macxp.ST[:, 16:]).max() < 1e-6

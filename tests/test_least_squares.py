@@ -8,6 +8,7 @@ from identification.least_squares import fit_residuals, fit_state_model, state_s
 from identification.press_models import PressLinkageModel
 
 P_TRUE = np.array([2.0e8, 1.5e8])
+P_START = P_TRUE * np.array([0.75, 1.25])  # fits start well away from the truth in every parameter
 SIG = np.array([1.518e-5, 4.895e-6, 3.904e-6])
 
 
@@ -98,10 +99,10 @@ def test_press_fit_recovers_truth_and_sensor_weights():
     m = PressLinkageModel()
     q = np.tile(np.linspace(0, 20000, 15)[1:], 4)
     z = m.predict(P_TRUE, q) + rng.standard_normal((q.size, 3)) * SIG
-    fit = fit_state_model(m, z, q, SIG, [1.5e8, 1.5e8])
+    fit = fit_state_model(m, z, q, SIG, P_START)
     assert fit.success and fit.n_obs == q.size * 3
     assert np.all(np.abs(fit.p - P_TRUE) < 4 * fit.std_errors)
-    fit_110 = fit_state_model(m, z, q, SIG, [1.5e8, 1.5e8], omega=[1, 1, 0])
+    fit_110 = fit_state_model(m, z, q, SIG, P_START, omega=[1, 1, 0])
     assert fit_110.n_obs == q.size * 2
     assert np.trace(fit_110.covariance) > np.trace(fit.covariance)  # fewer sensors, larger covariance
     assert fit.s2 == pytest.approx(1.0, abs=0.35)

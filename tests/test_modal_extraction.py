@@ -87,24 +87,35 @@ def test_stable_poles_drop_a_merged_close_pair_and_noise_poles():
     assert support.min() >= 7 / 12
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_extract_modes_known_answer_with_noise(seed):
-    """Poles, damping and shapes of the in-band modes come back from noisy accelerances; the mode just above
-    the band is fitted as an out-of-band pole instead of bending the top mode's shape."""
+def noisy_synthetic(seed: int, noise: float = 0.01):
+    """The synthetic structure's accelerances with complex white noise of ``noise`` x each FRF's RMS."""
     rng = np.random.default_rng(seed)
-    freq, acc, lam, shapes, _ = synthetic(rng)
+    freq, acc, lam, shapes, res = synthetic(rng)
     rms = np.sqrt(np.mean(np.abs(acc[..., (freq >= 10) & (freq <= 240)]) ** 2, axis=-1, keepdims=True))
-    noisy = acc + 0.01 * rms * (rng.normal(size=acc.shape) + 1j * rng.normal(size=acc.shape)) / np.sqrt(2)
+    noisy = acc + noise * rms * (rng.normal(size=acc.shape) + 1j * rng.normal(size=acc.shape)) / np.sqrt(2)
+    return freq, acc, noisy, shapes
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_extract_modes_known_answer_with_noise(seed):
+    """All five in-band modes (the close pair included, however weakly the references drive one of them),
+    their damping and shapes come back from accelerances with 1 % noise; the mode just above the band is
+    fitted as an out-of-band pole instead of bending the top mode's shape. Seeds 0, 9 and 11 lost a mode of
+    the close pair before the LSCF was solved by QR with Sanathanan-Koerner steps."""
+    freq, acc, noisy, shapes = noisy_synthetic(seed)
     fit = extract_modes(freq, noisy, N_IN_BAND, *BAND, kind="accelerance", fit_band=EXCITED)
+    assert fit.lam.size == N_IN_BAND
     np.testing.assert_allclose(fit.freq, F_TRUE[:N_IN_BAND], rtol=2e-3)
     np.testing.assert_allclose(fit.xi, XI_TRUE[:N_IN_BAND], rtol=0.1)
     assert np.all(np.diag(mac(fit.shapes, shapes[:, :N_IN_BAND])) > 0.995)
     assert np.any(np.abs(np.abs(fit.lam_out) / (2 * np.pi) - 215.0) < 1.0)
-    # the identified modal model reproduces the noise-free FRFs to about the noise level
-    band = (freq >= EXCITED[0]) & (freq <= EXCITED[1])
+    # where modes are reported, the identified modal model reproduces the noise-free FRFs below the noise
+    # level (1 %); over the whole excited band the residual terms stand in for the 262 Hz mode above it,
+    # which is fitted only approximately near the band's top (fit error up to about 3x the noise)
+    band = (freq >= BAND[0]) & (freq <= BAND[1])
     Hs = synthesize(fit, freq[band], kind="accelerance")
     assert np.linalg.norm(Hs - acc[..., band]) / np.linalg.norm(acc[..., band]) < 0.02
-    assert fit.fit_error < 0.02
+    assert fit.fit_error < 0.035
 
 
 def test_without_the_excited_band_the_top_mode_suffers():
@@ -127,6 +138,7 @@ def session_config() -> dict:
     return cfg
 
 
+@pytest.mark.slow(reason="a modal test over SCPI, then a Sobol-guided identification")
 async def test_simulated_session_meets_a_reduced_target(tmp_path):
     """Noisy modal test through the SCPI front end: every extracted mode matches the simulator's truth
     (MACXP >= 0.99), and a small-budget identification reaches worst MACXP >= 0.99 with 3 in 4 stiffness
@@ -160,3 +172,38 @@ def test_lscf_uniform_weights_change_nothing():
     # the in-band modes are among the poles
     for f in F_TRUE[:N_IN_BAND]:
         assert np.min(np.abs(np.abs(a) / (2 * np.pi) - f)) < 0.01 * f
+
+
+def test_stabilisation_does_not_hinge_on_round_off():
+    """Data perturbed at 1e-12 of their size (what another BLAS build or library version changes) give the
+    same modes: every in-band mode holds a column at every order of the diagram (support 1 or nearly)."""
+    freq, _, noisy, _ = noisy_synthetic(11)
+    rng = np.random.default_rng(99)
+    fits = [
+        extract_modes(freq, noisy * (1 + 1e-12 * rng.normal(size=noisy.shape)), N_IN_BAND, *BAND,
+                      kind="accelerance", fit_band=EXCITED)
+        for _ in range(2)
+    ]
+    np.testing.assert_allclose(fits[0].freq, fits[1].freq, rtol=1e-6)
+    np.testing.assert_allclose(fits[0].xi, fits[1].xi, rtol=1e-4)
+    assert fits[0].support.min() >= 0.85, fits[0].support
+
+
+def test_lscf_is_solved_without_normal_equations():
+    """A weak mode beside a strong one (seed 11: the 41 Hz mode is driven at 6 % of its 42.5 Hz neighbour)
+    keeps its damping at every order once the linearised error is reweighted; a single linear step
+    (iterations=0, classic LSCF) biases it by a factor of several at the high orders."""
+    freq, _, noisy, _ = noisy_synthetic(11)
+    band = (freq >= EXCITED[0]) & (freq <= EXCITED[1])
+    H = noisy[..., band].reshape(-1, band.sum())
+
+    def pole_near(p: np.ndarray, f: float) -> complex:
+        p = p[(p.imag > 0) & (p.real < 0)]
+        return p[np.argmin(np.abs(np.abs(p) / (2 * np.pi) - f))]
+
+    for order in (30, 40, 50):
+        lam = pole_near(lscf_poles(freq[band], H, order, 300.0), 41.0)
+        assert abs(abs(lam) / (2 * np.pi) - 41.0) < 0.05
+        assert abs(-lam.real / abs(lam) / XI_TRUE[0] - 1) < 0.1
+    lam = pole_near(lscf_poles(freq[band], H, 50, 300.0, iterations=0), 41.0)
+    assert abs(-lam.real / abs(lam) / XI_TRUE[0] - 1) > 0.5

@@ -49,6 +49,7 @@ def _estimates(store: SessionStore, sid: str) -> list[dict]:
     return [e.body for e in store.events(sid) if e.stream == ONLINE_STREAM and e.kind == "estimate"]
 
 
+@pytest.mark.slow(reason="a simulated press run with online estimates")
 def test_plan_stops_early_at_the_confidence_target(session):
     result, store_path = session
     assert result.status == "complete", result.reason
@@ -221,6 +222,7 @@ def test_stop_rule_modes_and_settling():
         StopRule("either")
 
 
+@pytest.mark.slow(reason="a simulated press run with online verdicts")
 def test_verdict_rule_stops_the_plan_and_is_recorded(tmp_path):
     cfg = online_config()
     cfg["plan"]["n_series"] = 4

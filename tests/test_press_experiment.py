@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 
 import numpy as np
@@ -17,7 +18,7 @@ from daq.setpoint_correction import CorrectionSettings, SetpointCorrector
 from daq.store import SessionStore
 from drivers.force_source import ForceSource
 from simulators.press_rig import PressRig
-from tests.polling import finished
+from tests.polling import finished, wait_until
 
 BASE = load_config("configs/press-sim.toml")
 
@@ -66,6 +67,7 @@ async def test_correction_reaches_tolerance_on_a_source_with_gain_error():
         assert abs(r.command - r.q_desired) > 0.5 * abs(1 / gain - 1) * r.q_desired
 
 
+@pytest.mark.slow(reason="a whole short simulated press run")
 async def test_short_plan_records_a_complete_session(tmp_path):
     cfg = short_config(n_series=2, n_steps_up=3)
     store_path = tmp_path / "s.sqlite"
@@ -105,6 +107,7 @@ async def _wait_for_measurements(store_path, n: int, timeout: float = 120.0) -> 
     raise AssertionError("the plan did not get going")
 
 
+@pytest.mark.slow(reason="a simulated press run until a device is killed")
 @pytest.mark.parametrize("victim", ["F_horizontal", "force_source"])
 async def test_device_killed_mid_plan_leaves_rig_safe_and_loses_nothing(tmp_path, victim):
     cfg = short_config(n_series=3, n_steps_up=3)
@@ -119,8 +122,14 @@ async def test_device_killed_mid_plan_leaves_rig_safe_and_loses_nothing(tmp_path
             await rig.start_device(victim)
         # the source is off: setpoint zero and output disabled (by the guard, or by the device watchdog
         # when the guard could not reach it), so the actual force decays to zero
-        await asyncio.sleep(cfg["simulator"]["force_source"]["watchdog_timeout"] + 0.5)
+        watchdog = cfg["simulator"]["force_source"]["watchdog_timeout"]
         async with ForceSource(rig.device_config()["force_source"]) as source:
+
+            async def off() -> bool:  # reads only: they do not feed the watchdog
+                return not (await source.read_status()).enabled and abs(await source.read_force()) < 50.0
+
+            with contextlib.suppress(AssertionError):  # not in time: the assertions below say what is wrong
+                await wait_until(off, timeout=watchdog + 10.0, period=0.05)
             status = await source.read_status()
             force = await source.read_force()
             setpoint = await source.read_setpoint()

@@ -81,7 +81,8 @@ async def test_force_drives_the_plant_seen_by_the_sensors(rig):
             await fs.set_force(q)
             await fs.enable()
             await wait_until(lambda q=q: rig.force_source.settled and rig.force_source.force > 0.9 * q)
-            await asyncio.sleep(2 * rig.plant_period)
+            z_settled = rig.z  # each plant step makes a new array: wait for one step after the settling
+            await wait_until(lambda z=z_settled: rig.z is not z, period=rig.plant_period / 2)
             force = await fs.read_force()
             assert abs(force - q) > 0.01 * q  # the source misses the setpoint (gain error)
             z_true = rig.z.copy()

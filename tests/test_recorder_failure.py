@@ -13,6 +13,7 @@ from daq.bus import BusPublisher, BusSubscriber
 from daq.frames import Frame
 from daq.recorder import Recorder, RecorderError
 from daq.store import SessionStore
+from tests.polling import wait_until
 
 
 async def test_a_full_disk_stops_the_recorder_and_reports_it(tmp_path, rng):
@@ -39,7 +40,8 @@ async def test_a_full_disk_stops_the_recorder_and_reports_it(tmp_path, rng):
         err = failed.result()
         assert isinstance(err, RecorderError) and "full" in str(err) and str(path) in str(err)
         assert errors == [err] and rec.error is err
-        await asyncio.sleep(0.05)
+        with contextlib.suppress(AssertionError):  # not in time: the assertion below reports it
+            await wait_until(lambda: not rec.running, timeout=10.0)
         assert not rec.running  # it stopped by itself, without an exception escaping the task
         await rec.stop()  # stopping a failed recorder is harmless
         assert errors == [err]

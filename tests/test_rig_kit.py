@@ -20,6 +20,7 @@ from daq.lifecycle import run
 from daq.rigs.base import Report, Rig
 from daq.schema import Count, Positive, RigConfig, Table
 from daq.store import SessionStore
+from tests.polling import wait_until
 
 PRESS = read_toml("configs/press-sim.toml")
 CRANE = read_toml("configs/crane-sim.toml")
@@ -83,14 +84,16 @@ async def toy_open(cfg: ToyConfig, device_cfg: dict) -> ToyDevices:
 
 
 async def toy_plan(ctx) -> None:
-    import asyncio
-
     src = ctx.devices.source
+
+    async def settled() -> bool:
+        return (await src.read_status()).settled
+
     await src.enable()
     for k, f in enumerate(ctx.config.plan.forces):
         await ctx.checkpoint(f"before force {k}")
         await src.set_force(f)
-        await asyncio.sleep(0.3)
+        await wait_until(settled, timeout=10.0, period=0.02)  # the source has reached the new force
         values = [await src.read_force() for _ in range(ctx.config.plan.readings)]
         await ctx.publish(Frame("toy.force", ctx.next_seq("toy.force"), 0.0 + k, 1 / ctx.config.plan.rate,
                                 ["force"], ["N"], np.asarray(values)[:, None]))

@@ -16,6 +16,7 @@ from pymodbus.framer import FramerRTU
 
 from drivers.displacement import open_sensor
 from drivers.force_source import ForceSource
+from tests.polling import wait_until
 
 SERVICE = 0.01  # s a (half-duplex) slave needs per answer
 STALL = 0.45  # s, one request answered this late
@@ -185,8 +186,7 @@ async def test_read_cancelled_in_flight_does_not_answer_the_next_one():
     try:
         await drv.connect()
         first = asyncio.create_task(drv.read())
-        while slave.n_received == 0:
-            await asyncio.sleep(0.005)
+        await wait_until(lambda: slave.n_received > 0, timeout=5.0, period=0.005)
         first.cancel()  # e.g. the plan ends while a poll is on the line
         await asyncio.gather(first, return_exceptions=True)
         for _ in range(3):

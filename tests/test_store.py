@@ -15,6 +15,7 @@ import pytest
 from daq.bus import BusPublisher
 from daq.frames import Event, Frame
 from daq.store import SessionStore, StoreError, UnknownSession
+from tests.polling import poll_until
 
 
 def frames_of(rng, n_frames: int, n: int = 100, stream: str = "press.sensors") -> list[Frame]:
@@ -137,7 +138,7 @@ def test_reader_sees_commits_while_the_writer_is_running(tmp_path, rng):
     writer.append(sid, fs[0])
     reader = SessionStore(path)
     assert reader.get_session(sid).streams == {}  # buffered, not committed yet
-    time.sleep(0.06)
+    poll_until(lambda: time.monotonic() - writer._oldest >= writer.flush_interval)
     writer.append(sid, fs[1])  # the oldest buffered message is now older than flush_interval
     info = reader.get_session(sid)
     assert info.status == "running"  # the writer is alive: recovery leaves it alone

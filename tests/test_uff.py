@@ -55,6 +55,7 @@ def _export_import(store, sid, cfg, out, *extra) -> str:
     return json.loads(res.output)["session"]
 
 
+@pytest.mark.slow(reason="identifies the machine tool from ASCII and from binary UFF")
 def test_binary_round_trip_gives_the_same_frfs_and_identification(recorded, tmp_path):
     """Dataset 58b carries IEEE doubles: the FRFs come back bit for bit, so does the identification."""
     folder, store, sid, cfg = recorded
