@@ -1,4 +1,4 @@
-"""Bus throughput: daq.bus (encode + XPUB NODROP + decode) vs plain pyzmq sending the same bytes.
+"""Bus throughput: daq.bus.pubsub (encode + XPUB NODROP + decode) vs plain pyzmq sending the same bytes.
 
 Both sides run in two processes over tcp loopback and are lossless (XPUB_NODROP, back-pressure).
 "plain" sends pre-encoded [topic, header, payload] with the sync API and only counts parts;
@@ -24,7 +24,7 @@ CASES = [(8 * 1024, 40000), (80 * 1024, 15000)]  # payload bytes, messages
 
 
 def make_frame(payload_bytes: int, seq: int = 0):
-    from daq.frames import Frame
+    from daq.bus.frames import Frame
 
     rows = payload_bytes // (8 * N_CH)
     data = np.random.default_rng(seq).standard_normal((rows, N_CH))
@@ -35,7 +35,7 @@ def make_frame(payload_bytes: int, seq: int = 0):
 
 
 def plain_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int) -> None:
-    from daq.frames import encode
+    from daq.bus.frames import encode
 
     parts = [bytes(p) for p in encode(make_frame(payload_bytes))]
     ctx = zmq.Context()
@@ -58,7 +58,7 @@ def plain_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int) -> None:
 
 
 def ours_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int) -> None:
-    from daq.bus import BusPublisher
+    from daq.bus.pubsub import BusPublisher
 
     frame = make_frame(payload_bytes)
 
@@ -94,7 +94,7 @@ def plain_receive(endpoint: str, n: int) -> float:
 
 
 def ours_receive(endpoint: str, n: int) -> float:
-    from daq.bus import BusSubscriber
+    from daq.bus.pubsub import BusSubscriber
 
     async def go() -> float:
         sub = BusSubscriber(endpoint)

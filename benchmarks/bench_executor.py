@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from daq.executor import LocalExecutor, make_executor
+from daq.run.executor import LocalExecutor, make_executor
 from identification.gsa_identification import identify, reference_from_model
 from simulators.physics.machine_tool import (
     DAMPING_NAMES,

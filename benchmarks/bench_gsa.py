@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from daq.executor import make_executor
+from daq.run.executor import make_executor
 from identification.gsa_identification import fraction_within, identify, reference_from_model
 from simulators.physics.machine_tool import (
     DAMPING_NAMES,

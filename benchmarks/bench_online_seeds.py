@@ -9,7 +9,7 @@ session a stopping run would have recorded is the first n* series of this one (s
 so one run gives both sessions: the shortened one (first n* series) and the fixed-plan one (all series).
 
 Both go through the offline press analysis as ``hil analyze`` runs it (the rig's ``analyze`` on the
-session's arrays; ``daq.analysis.analyze_session`` for the full session). Reported per seed: series used,
+session's arrays; ``daq.rigs.analysis.analyze_session`` for the full session). Reported per seed: series used,
 acquisition time of the series (first step to last measurement; the stopped one includes its waits for
 the online verdict, the fixed one has none) and the minutes saved, and the offline verdict of both
 sessions as rejected splits per model (M1/M2/M3 of 4); "paper": M1 rejected, M2 rejected, M3 kept.
@@ -59,11 +59,11 @@ def _verdict(result) -> dict:
 
 
 def _run_seed(cfg: dict, store_path: Path) -> dict:
-    from daq.analysis import analyze_session
-    from daq.config import parse
-    from daq.lifecycle import run
-    from daq.rigs.press import RIG
-    from daq.store import SessionStore
+    from daq.config.load import parse
+    from daq.rigs.analysis import analyze_session
+    from daq.rigs.press.rig import RIG
+    from daq.run.lifecycle import run
+    from daq.store.session_store import SessionStore
 
     aborted = []
     for _ in range(ATTEMPTS):  # a starved loaded machine can lose a device (the run aborts safely): rerun
@@ -98,7 +98,7 @@ def _plant_truth(seed: int, base: dict, args) -> dict:
     """The rule on one plant-truth replicate: where it fires, and the verdicts there and at the end."""
     import numpy as np
 
-    from daq.online import StopRule, verdict_options
+    from daq.rigs.press.online import StopRule, verdict_options
     from identification.online_press import estimate_stiffness, model_verdict
     from simulators.physics.press import PressTruth, simulate_staircase, staircase_forces
 
@@ -170,7 +170,7 @@ def main() -> None:
     ap.add_argument("--plant-truth", type=int, default=0, metavar="N", help="N plant-truth seeds only")
     args = ap.parse_args()
 
-    from daq.config import load_config
+    from daq.config.load import load_config
 
     base = copy.deepcopy(load_config("configs/press-sim.toml"))
     for key, value in (("n_samples", args.n_samples), ("n_series", args.n_series),

@@ -1,8 +1,8 @@
 """Press analysis: normality check, sensor selection, and the model-uncertainty test for M1/M2/M3.
 
 Entry point ``analyze_press(z, q, q_desired, sigmas, ...)`` works on plain arrays (as returned by
-``daq.press_session.press_arrays``): z[series, setpoint, sensor] in m, actual forces q[series, setpoint] in N
-(chronological: series in the order they were run), desired forces q_desired[setpoint] in N, sigmas in m.
+``daq.rigs.press.session.press_arrays``): z[series, setpoint, sensor] in m, actual forces q[series, setpoint]
+in N (chronological: series in the order they were run), desired forces q_desired[setpoint] in N, sigmas in m.
 
 Procedure (paper section 6):
 1. Shapiro-Wilk on paired differences of repeated series (forces corrected with z * q_d / q first;

@@ -3,8 +3,8 @@
 The loop the rig runs (issue 10): run an input, refit the parameters over all recorded runs, stop when
 every relative standard deviation is at or below a target (or a budget is spent), else re-solve the
 adjoint input design at the current estimate and run that. This module holds the math of each step as
-plain functions over arrays; the rig (``daq.rigs.adjoint_rig``) and the online identifier
-(``daq.online_drive``) do the I/O.
+plain functions over arrays; the rig (``daq.rigs.adjoint.rig``) and the online identifier
+(``daq.rigs.adjoint.online``) do the I/O.
 
 * :func:`fit_runs` - one least-squares fit over several records (stacked residuals, shared parameters),
   warm-started from the previous estimate; without a trustworthy start it also starts from the best

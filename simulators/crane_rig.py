@@ -76,7 +76,7 @@ class CraneRig:
 
 async def serve_crane(config_path: str | Path, port: int | None = None) -> None:
     """Serve the simulated crane rig of ``config_path`` until cancelled; prints the endpoints."""
-    from daq.config import load_config
+    from daq.config.load import load_config
 
     config = load_config(config_path)
     if port is not None:

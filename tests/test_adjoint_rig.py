@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from daq.cli import main
-from daq.config import load_config
-from daq.store import SessionStore
+from daq.cli.main import main
+from daq.config.load import load_config
+from daq.store.session_store import SessionStore
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_rig_kit import _to_toml  # noqa: E402
@@ -192,7 +192,7 @@ def test_fit_records_pools_runs_and_one_record_is_the_single_run_fit():
     """The pendulum with its cart-friction nuisances: ``fit_record`` is the plain Levenberg-Marquardt fit
     of the analysis model (the single-run analysis unchanged); ``fit_records`` over two noise seeds of the
     same input shrinks the predicted std by exactly sqrt(2) and the residual-based one by about that."""
-    from daq.rigs.adjoint_rig import lagged_mean
+    from daq.rigs.adjoint.rig import lagged_mean
     from identification.adjoint_design import fit_parameters
     from identification.adjoint_plants import analysis_model, design_problem, fit_record, fit_records
     from identification.sequential_design import Record
@@ -240,8 +240,8 @@ def test_fit_records_pools_runs_and_one_record_is_the_single_run_fit():
 def test_arrays_take_every_completed_trajectory_in_run_order(tmp_path):
     """Each trajectory_start..trajectory_end pair owns the next n samples of the trace; a last trajectory
     cut off before its end event (an aborted run) is counted as recorded but not returned."""
-    from daq.frames import Event, Frame
-    from daq.rigs.adjoint_rig import make_arrays
+    from daq.bus.frames import Event, Frame
+    from daq.rigs.adjoint.rig import make_arrays
 
     kind, dt = "pendulum", 0.005
     lengths = [6, 4, 5]

@@ -11,8 +11,8 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from daq.bus import BusPublisher, BusSubscriber, BusTimeout
-from daq.frames import SUPPORTED_DTYPES, Event, Frame, encode
+from daq.bus.frames import SUPPORTED_DTYPES, Event, Frame, encode
+from daq.bus.pubsub import BusPublisher, BusSubscriber, BusTimeout
 from tests.polling import wait_until
 
 
@@ -92,7 +92,7 @@ async def test_malformed_messages_are_counted_logged_once_and_dropped(caplog):
             "dtype": [good[0], json.dumps({**h, "dtype": "float16"}).encode(), good[2]],
             "parts": [good[0], good[1]],
         }
-        with caplog.at_level(logging.WARNING, logger="daq.bus"):
+        with caplog.at_level(logging.WARNING, logger="daq.bus.pubsub"):
             for rep in range(3):
                 for parts in bad.values():
                     await raw.send_multipart(parts)

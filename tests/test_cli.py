@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from daq.bus import BusPublisher
-from daq.cli import main
-from daq.frames import Frame
-from daq.store import SessionStore
+from daq.bus.frames import Frame
+from daq.bus.pubsub import BusPublisher
+from daq.cli.main import main
+from daq.store.session_store import SessionStore
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from daq.commands import CommandClient, CommandError, CommandRefused, CommandServer, CommandTimeout
+from daq.run.commands import CommandClient, CommandError, CommandRefused, CommandServer, CommandTimeout
 
 
 def handlers(log: list) -> dict:

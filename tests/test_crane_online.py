@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from daq.bus import BusPublisher, BusSubscriber
-from daq.config import ConfigError, load_config, parse
-from daq.lifecycle import run
-from daq.online_crane import ONLINE_STREAM, TOPICS, CraneOnlineIdentifier, settings_from_config
-from daq.replay import replay_session
-from daq.rigs.crane import CraneConfig, crane_arrays
-from daq.store import SessionStore
+from daq.bus.pubsub import BusPublisher, BusSubscriber
+from daq.config.load import ConfigError, load_config, parse
+from daq.rigs.crane.online import ONLINE_STREAM, TOPICS, CraneOnlineIdentifier, settings_from_config
+from daq.rigs.crane.rig import CraneConfig, crane_arrays
+from daq.run.lifecycle import run
+from daq.run.replay import replay_session
+from daq.store.session_store import SessionStore
 from identification.crane_analysis import fit_runs
 from tests.fit_starts import CRANE_BOUNDS
 
@@ -141,8 +141,8 @@ def test_online_table_is_off_by_default_and_checked():
 
 async def test_a_short_trajectory_is_reported_not_fitted():
     """Frames lost between start and end: an estimate_failed event naming the count, no fit, no crash."""
-    from daq.frames import Event, Frame
-    from daq.online_crane import OnlineFitSettings
+    from daq.bus.frames import Event, Frame
+    from daq.rigs.crane.online import OnlineFitSettings
 
     got: list[tuple[str, dict]] = []
 

@@ -11,11 +11,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from daq.bus import BusPublisher, BusSubscriber, BusTimeout
-from daq.cli import main
-from daq.commands import CommandClient, CommandServer, CommandTimeout
-from daq.frames import Frame
-from daq.keys import (
+from daq.bus.frames import Frame
+from daq.bus.keys import (
     CurveKeys,
     InsecureEndpoint,
     KeysError,
@@ -24,6 +21,9 @@ from daq.keys import (
     is_local,
     load_keys,
 )
+from daq.bus.pubsub import BusPublisher, BusSubscriber, BusTimeout
+from daq.cli.main import main
+from daq.run.commands import CommandClient, CommandServer, CommandTimeout
 
 
 def mode(path) -> int:

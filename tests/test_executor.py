@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from dask.distributed import Client, LocalCluster
 
-from daq.executor import DaskExecutor, LocalExecutor, SerialExecutor, make_executor
+from daq.run.executor import DaskExecutor, LocalExecutor, SerialExecutor, make_executor
 from identification.drive_models import parse_name
 from identification.drive_simulation import prepare_input, simulate
 from identification.gsa_identification import identify, reference_from_model

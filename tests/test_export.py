@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import scipy.io
 
-from daq.export import ExportError, export_session
-from daq.frames import Event, Frame
-from daq.store import SessionStore
+from daq.bus.frames import Event, Frame
+from daq.export.session_export import ExportError, export_session
+from daq.store.session_store import SessionStore
 
 
 @pytest.fixture

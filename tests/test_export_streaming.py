@@ -13,10 +13,10 @@ import pytest
 import scipy.io
 from click.testing import CliRunner
 
-import daq.export as export_mod
-from daq.export import ExportError, export, mat_variable_sizes
-from daq.frames import Event, Frame
-from daq.store import SessionStore
+import daq.export.session_export as export_mod
+from daq.bus.frames import Event, Frame
+from daq.export.session_export import ExportError, export, mat_variable_sizes
+from daq.store.session_store import SessionStore
 
 BIG = 10**9  # one chunk: the whole-array path
 
@@ -280,7 +280,7 @@ def test_default_output_folder_is_git_ignored(session, tmp_path, monkeypatch):
 
 
 def test_cli_export_json_and_overwrite(session, tmp_path):
-    from daq.cli import main
+    from daq.cli.main import main
 
     store, sid = session
     out = tmp_path / "c.mat"
@@ -299,7 +299,7 @@ def test_cli_export_json_and_overwrite(session, tmp_path):
 
 
 def test_cli_show_gives_burst_spacing(session):
-    from daq.cli import main
+    from daq.cli.main import main
 
     store, sid = session
     r = CliRunner().invoke(main, ["--store", str(store.path), "show", sid])
@@ -312,7 +312,7 @@ def test_cli_show_gives_burst_spacing(session):
 
 
 def test_mat_writers_keep_non_ascii_text(tmp_path):
-    from daq.mat_files import MatV5Writer, MatV73Writer
+    from daq.export.mat_files import MatV5Writer, MatV73Writer
 
     v = {"s": {"units": ["µm", "°C", ""], "name": "Ω-stream", "x": np.arange(3.0).reshape(-1, 1), "e": ""}}
     with MatV5Writer(tmp_path / "a.mat", v):

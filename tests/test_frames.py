@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from daq.frames import SCHEMA_VERSION, SUPPORTED_DTYPES, Event, Frame, FrameError, decode, encode
+from daq.bus.frames import SCHEMA_VERSION, SUPPORTED_DTYPES, Event, Frame, FrameError, decode, encode
 
 
 def make_data(dtype: str, rng: np.random.Generator, n: int = 7, n_ch: int = 3) -> np.ndarray:

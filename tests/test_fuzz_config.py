@@ -7,7 +7,7 @@ import copy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daq.config import ConfigError, read_toml
+from daq.config.load import ConfigError, read_toml
 from daq.rigs import parse_config
 
 CONFIGS = {name: read_toml(f"configs/{name}.toml") for name in ("press-sim", "crane-sim", "press", "crane")}

@@ -18,8 +18,7 @@ import zmq.asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daq.bus import BusPublisher, BusSubscriber
-from daq.frames import (
+from daq.bus.frames import (
     ERROR_KINDS,
     MAX_HEADER_BYTES,
     Event,
@@ -28,8 +27,9 @@ from daq.frames import (
     decode,
     encode,
 )
-from daq.recorder import Recorder
-from daq.store import SessionStore
+from daq.bus.pubsub import BusPublisher, BusSubscriber
+from daq.run.recorder import Recorder
+from daq.store.session_store import SessionStore
 
 FUZZ = settings(
     derandomize=True,

@@ -7,10 +7,10 @@ import copy
 import numpy as np
 from click.testing import CliRunner
 
-from daq.cli import main
-from daq.config import read_toml
-from daq.lifecycle import run
-from daq.store import SessionStore
+from daq.cli.main import main
+from daq.config.load import read_toml
+from daq.run.lifecycle import run
+from daq.store.session_store import SessionStore
 from identification.modal_extraction import extract_modes, synthesize
 from identification.modal_metrics import macxp_matrix
 from simulators.physics.machine_tool import MachineTool

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from daq.config import parse, read_toml
-from daq.lifecycle import run
-from daq.rigs.machine_tool import MachineToolConfig, analyze, mt_arrays
-from daq.store import SessionStore
+from daq.config.load import parse, read_toml
+from daq.rigs.machine_tool.rig import MachineToolConfig, analyze, mt_arrays
+from daq.run.lifecycle import run
+from daq.store.session_store import SessionStore
 from identification.gsa_identification import fraction_within
 from identification.modal_extraction import extract_modes, lscf_poles, lsfd, stable_poles, synthesize
 from identification.modal_metrics import macxp_matrix

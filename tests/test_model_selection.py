@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from daq.plots.crane import write_plots
+from daq.rigs.crane.plots import write_plots
 from identification.crane_analysis import analyze_crane, selection_options
 from identification.drive_models import parse_name
 from identification.drive_simulation import prepare_input, simulate

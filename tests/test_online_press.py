@@ -13,14 +13,14 @@ import copy
 import numpy as np
 import pytest
 
-from daq.bus import BusPublisher, BusSubscriber
-from daq.config import load_config
-from daq.frames import Event
-from daq.lifecycle import run
-from daq.online import ONLINE_STREAM, PLAN_TOPIC, OnlineIdentifier, StopRule, verdict_options
-from daq.press_session import press_arrays
-from daq.replay import replay_session
-from daq.store import SessionStore
+from daq.bus.frames import Event
+from daq.bus.pubsub import BusPublisher, BusSubscriber
+from daq.config.load import load_config
+from daq.rigs.press.online import ONLINE_STREAM, PLAN_TOPIC, OnlineIdentifier, StopRule, verdict_options
+from daq.rigs.press.session import press_arrays
+from daq.run.lifecycle import run
+from daq.run.replay import replay_session
+from daq.store.session_store import SessionStore
 from identification.online_press import estimate_stiffness, model_verdict, verdict_settled
 
 N_SERIES = 5
@@ -140,8 +140,8 @@ def test_acquisition_keeps_its_rate_while_the_identifier_works(session):
 async def test_watch_prints_replayed_estimates_as_json_lines(session, capsys):
     import json
 
-    from daq.online import publisher_emit
-    from daq.watch_cli import _watch
+    from daq.cli.watch import _watch
+    from daq.rigs.press.online import publisher_emit
 
     result, store_path = session
     with SessionStore(store_path) as store:
@@ -247,7 +247,7 @@ def test_verdict_rule_stops_the_plan_and_is_recorded(tmp_path):
 
 
 def test_verdict_rule_needs_the_verdict():
-    from daq.config import ConfigError
+    from daq.config.load import ConfigError
     from daq.rigs import parse_config
 
     cfg = online_config()
@@ -260,7 +260,7 @@ async def test_watch_renders_any_online_stream_with_its_verdict(capsys, monkeypa
     """Synthetic events of a drive rig and the press on a real bus: one table per ``*.online`` stream."""
     import json
 
-    from daq.watch_cli import _watch
+    from daq.cli.watch import _watch
 
     monkeypatch.setenv("COLUMNS", "260")  # a wide terminal: rich does not wrap the cells
     drive = {"model": "two-mass oscillator", "parameters": ["m1", "c12", "k12"], "unit": "SI",

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from daq.plots.press import plot_estimates, plot_force_displacement
+from daq.rigs.press.plots import plot_estimates, plot_force_displacement
 from identification.press_analysis import analyze_press
 from simulators.physics.press import PressTruth, simulate_staircase, staircase_forces
 
@@ -82,7 +82,7 @@ def test_to_dict_is_json_and_plots(result, tmp_path):
     # test region, a rejected one outside
     from scipy.stats import chi2
 
-    from daq.plots.press import test_region_covariance
+    from daq.rigs.press.plots import test_region_covariance
 
     for rep in res.models.values():
         for t in rep.test.tests:

@@ -9,13 +9,13 @@ import copy
 import numpy as np
 import pytest
 
-from daq.bus import BusPublisher, BusSubscriber
-from daq.config import load_config
-from daq.lifecycle import run
-from daq.press_acquisition import ForceAcquisition
-from daq.press_session import press_arrays
-from daq.setpoint_correction import CorrectionSettings, SetpointCorrector
-from daq.store import SessionStore
+from daq.bus.pubsub import BusPublisher, BusSubscriber
+from daq.config.load import load_config
+from daq.rigs.press.acquisition import ForceAcquisition
+from daq.rigs.press.session import press_arrays
+from daq.rigs.press.setpoint_correction import CorrectionSettings, SetpointCorrector
+from daq.run.lifecycle import run
+from daq.store.session_store import SessionStore
 from drivers.force_source import ForceSource
 from simulators.press_rig import PressRig
 from tests.polling import finished, wait_until

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from daq.executor import LocalExecutor, SerialExecutor
-from daq.plots.crane import plot_profiles
-from daq.rigs.crane import report_text
+from daq.rigs.crane.plots import plot_profiles
+from daq.rigs.crane.rig import report_text
+from daq.run.executor import LocalExecutor, SerialExecutor
 from identification.drive_models import parse_name
 from identification.drive_simulation import prepare_input, simulate
 from identification.model_selection import select_model

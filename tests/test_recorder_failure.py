@@ -9,10 +9,10 @@ import sqlite3
 
 import numpy as np
 
-from daq.bus import BusPublisher, BusSubscriber
-from daq.frames import Frame
-from daq.recorder import Recorder, RecorderError
-from daq.store import SessionStore
+from daq.bus.frames import Frame
+from daq.bus.pubsub import BusPublisher, BusSubscriber
+from daq.run.recorder import Recorder, RecorderError
+from daq.store.session_store import SessionStore
 from tests.polling import wait_until
 
 

@@ -6,12 +6,12 @@ import asyncio
 
 import numpy as np
 
-from daq.bus import BusPublisher, BusSubscriber
-from daq.demo import same_message
-from daq.frames import Event, Frame
-from daq.recorder import Recorder
-from daq.replay import replay_session
-from daq.store import SessionStore
+from daq.bus.frames import Event, Frame
+from daq.bus.pubsub import BusPublisher, BusSubscriber
+from daq.run.demo import same_message
+from daq.run.recorder import Recorder
+from daq.run.replay import replay_session
+from daq.store.session_store import SessionStore
 
 
 async def record(store: SessionStore, kind: str, produce) -> str:
@@ -108,9 +108,9 @@ async def test_timed_replay_follows_recorded_timing(tmp_path):
 
 
 async def test_burst_replay_reports_progress_up_to_the_total(tmp_path, monkeypatch):
-    import daq.replay
+    import daq.run.replay
 
-    monkeypatch.setattr(daq.replay, "PROGRESS_EVERY", 4)
+    monkeypatch.setattr(daq.run.replay, "PROGRESS_EVERY", 4)
     store = SessionStore(tmp_path / "s.sqlite")
     sid = store.create_session("press", {})
     for i in range(10):

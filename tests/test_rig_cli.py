@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from daq.cli import main
+from daq.cli.main import main
 
 PRESS_SIM = Path("configs/press-sim.toml").read_text()
 

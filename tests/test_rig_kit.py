@@ -13,13 +13,13 @@ import pytest
 from click.testing import CliRunner
 
 from daq import rigs
-from daq.cli import main
-from daq.config import ConfigError, Invalid, parse, read_toml
-from daq.frames import Frame
-from daq.lifecycle import run
+from daq.bus.frames import Frame
+from daq.cli.main import main
+from daq.config.load import ConfigError, Invalid, parse, read_toml
+from daq.config.schema import Count, Positive, RigConfig, Table
 from daq.rigs.base import Report, Rig
-from daq.schema import Count, Positive, RigConfig, Table
-from daq.store import SessionStore
+from daq.run.lifecycle import run
+from daq.store.session_store import SessionStore
 from tests.polling import wait_until
 
 PRESS = read_toml("configs/press-sim.toml")

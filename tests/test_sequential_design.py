@@ -16,14 +16,14 @@ import copy
 import numpy as np
 import pytest
 
-from daq.bus import BusPublisher, BusSubscriber
-from daq.config import ConfigError, load_config
-from daq.lifecycle import run
-from daq.online_drive import from_snapshot, topics
-from daq.replay import replay_session
+from daq.bus.pubsub import BusPublisher, BusSubscriber
+from daq.config.load import ConfigError, load_config
 from daq.rigs import parse_config
-from daq.rigs.adjoint_rig import lagged_mean
-from daq.store import SessionStore
+from daq.rigs.adjoint.online import from_snapshot, topics
+from daq.rigs.adjoint.rig import lagged_mean
+from daq.run.lifecycle import run
+from daq.run.replay import replay_session
+from daq.store.session_store import SessionStore
 from identification.adjoint_design import simulate_output
 from identification.adjoint_plants import design_problem, reference_inputs
 from identification.sequential_design import Record, fit_runs, stop_reason
@@ -126,7 +126,7 @@ def test_hil_analyze_fits_every_run_and_ends_at_the_last_online_estimate(session
     """`hil analyze` of the 2-run session: a joint fit over both trajectories that equals the online
     identifier's last estimate (values to 1e-9, std to 1e-5 relative: the same stacked least squares, cold
     with a scan offline, warm-started online) and still finds the truth from the wrong prior."""
-    from daq.analysis import analyze_session
+    from daq.rigs.analysis import analyze_session
 
     result, store_path = session
     with SessionStore(store_path) as store:

@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 
-from daq.bus import BusPublisher
-from daq.frames import Event, Frame
-from daq.store import SessionStore, StoreError, UnknownSession
+from daq.bus.frames import Event, Frame
+from daq.bus.pubsub import BusPublisher
+from daq.store.session_store import SessionStore, StoreError, UnknownSession
 from tests.polling import poll_until
 
 
@@ -161,9 +161,9 @@ def test_stale_heartbeat_marks_session_incomplete(tmp_path):
 
 CHILD = """
 import asyncio, sys
-from daq.bus import BusSubscriber
-from daq.recorder import Recorder
-from daq.store import SessionStore
+from daq.bus.pubsub import BusSubscriber
+from daq.run.recorder import Recorder
+from daq.store.session_store import SessionStore
 
 async def main():
     store = SessionStore(sys.argv[1])
@@ -232,7 +232,7 @@ async def test_recorder_killed_with_sigkill_leaves_committed_frames_and_incomple
 
 
 def test_latest_selects_the_newest_session(tmp_path):
-    from daq.store import SessionStore, UnknownSession
+    from daq.store.session_store import SessionStore, UnknownSession
 
     with SessionStore(tmp_path / "s.sqlite") as store:
         with pytest.raises(UnknownSession):

@@ -8,8 +8,8 @@ import sqlite3
 import numpy as np
 import pytest
 
-from daq.frames import Event, Frame
-from daq.store import SessionStore, StoreError
+from daq.bus.frames import Event, Frame
+from daq.store.session_store import SessionStore, StoreError
 
 
 def write_session(store: SessionStore, rng) -> tuple[str, dict[str, list[Frame]]]:

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from daq.bus import BusPublisher
-from daq.cli import _tap_source, _tap_topics, main
-from daq.frames import Event, Frame
-from daq.keys import create_keys
+from daq.bus.frames import Event, Frame
+from daq.bus.keys import create_keys
+from daq.bus.pubsub import BusPublisher
+from daq.cli.main import _tap_source, _tap_topics, main
 
 
 def run(*args):

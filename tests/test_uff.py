@@ -12,12 +12,12 @@ import pytest
 import pyuff
 from click.testing import CliRunner
 
-from daq.analysis import analyze_session
-from daq.cli import main
-from daq.lifecycle import run
-from daq.rigs.machine_tool import mt_arrays
-from daq.store import SessionStore
-from daq.uff import Mapping, UffError, load_mapping, model_labels, read_file
+from daq.cli.main import main
+from daq.rigs.analysis import analyze_session
+from daq.rigs.machine_tool.rig import mt_arrays
+from daq.rigs.machine_tool.uff import Mapping, UffError, load_mapping, model_labels, read_file
+from daq.run.lifecycle import run
+from daq.store.session_store import SessionStore
 from tests.test_machine_tool_rig import small_config
 from tests.test_rig_kit import _to_toml
 
@@ -231,7 +231,7 @@ def test_a_bad_file_among_good_ones_leaves_the_store_untouched(recorded, tmp_pat
 
 
 def test_export_refuses_a_session_of_another_kind(tmp_path):
-    from daq.frames import Event
+    from daq.bus.frames import Event
 
     store = tmp_path / "s.sqlite"
     with SessionStore(store) as s:

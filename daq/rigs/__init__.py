@@ -10,17 +10,17 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from daq.config import ConfigError, key_path, parse
+from daq.config.load import ConfigError, key_path, parse
 from daq.rigs.base import Rig
 
 #: kind -> module that defines ``RIG`` (imported on first use: a rig's imports stay off other runs)
 KINDS: dict[str, str] = {
-    "press": "daq.rigs.press",
-    "crane": "daq.rigs.crane",
-    "machine-tool": "daq.rigs.machine_tool",
-    "oscillator": "daq.rigs.oscillator",
-    "pendulum": "daq.rigs.pendulum",
-    "crane-adjoint": "daq.rigs.crane_adjoint",
+    "press": "daq.rigs.press.rig",
+    "crane": "daq.rigs.crane.rig",
+    "machine-tool": "daq.rigs.machine_tool.rig",
+    "oscillator": "daq.rigs.adjoint.oscillator",
+    "pendulum": "daq.rigs.adjoint.pendulum",
+    "crane-adjoint": "daq.rigs.adjoint.crane_adjoint",
 }
 
 _loaded: dict[str, Rig] = {}
@@ -53,7 +53,7 @@ def get_rig(kind: str, file: str | Path | None = None) -> Rig:
 
 def parse_shared(raw: Any, file: str | Path | None = None) -> Any:
     """Check only [rig], [bus] and [store] (and that the kind is known); returns the typed shared tables."""
-    from daq.schema import RigConfig
+    from daq.config.schema import RigConfig
 
     _rig_of(raw, file)
     return parse({k: raw[k] for k in ("rig", "bus", "store") if k in raw}, RigConfig, file)

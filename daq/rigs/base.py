@@ -1,7 +1,7 @@
 """What a rig kind declares: its typed config, devices, plan, session reader, analysis and report.
 
 A rig kind is one module that builds a :class:`Rig`; :mod:`daq.rigs` maps ``[rig].kind`` to it. The run
-lifecycle (:mod:`daq.lifecycle`) owns everything around the plan - store, bus, recorder, safe-state
+lifecycle (:mod:`daq.run.lifecycle`) owns everything around the plan - store, bus, recorder, safe-state
 guard, two-level Ctrl-C, operator commands, simulator start/stop, outcome and error mapping - so a rig
 only says *what* its devices and steps are (the split of Bluesky's plans and RunEngine).
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from daq.schema import RigConfig
+from daq.config.schema import RigConfig
 
 SafeAction = Callable[[], Awaitable[object]]
 

@@ -1,0 +1,454 @@
+"""ZeroMQ publish/subscribe of frames and events.
+
+Two delivery modes:
+
+* lossless (default, for recording): the publisher is an XPUB with ``XPUB_NODROP``; when a
+  subscriber's queue is full the send raises ``zmq.Again`` and :meth:`BusPublisher.publish`
+  waits and retries, so a slow subscriber slows the producer down instead of losing data.
+  The wait is bounded (``send_timeout``, default 5 s): past it publish raises :class:`BusStalled`
+  so that a consumer that stopped reading can never freeze a run without limit.
+* lossy (for live views): a plain PUB / SUB with a small high-water mark; when a reader falls
+  behind, messages are dropped and :meth:`BusSubscriber.recv_latest` returns the newest one.
+
+A lossless publisher can also bind a *tap* endpoint (``tap_endpoint``): a lossy PUB carrying a
+copy of every message for external subscribers (``hil tap``, dashboards). A tap subscriber that
+is slow or stopped reading loses messages (it sees the gaps in the sequence numbers) and never
+blocks the publisher, so the run's own consumers on the lossless endpoint (recorder, setpoint
+corrector, online identifier) never depend on it. Give the lossless endpoint to the run's own
+consumers only (an ``inproc://`` endpoint keeps other processes out entirely).
+
+Binding beyond loopback needs CURVE keys (:mod:`daq.bus.keys`); subscribers then pass ``keys``.
+
+Subscribers count malformed messages per kind (logging each kind once), drop them and keep
+running, and detect gaps in the per-stream sequence numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import zmq
+import zmq.asyncio
+
+from daq.bus.frames import Frame, FrameError, Message, decode, encode
+from daq.bus.keys import CurveKeys, check_bind, release_server, secure_client, secure_server
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:0"
+#: Longest a lossless publish waits for its consumers before raising BusStalled, s.
+DEFAULT_SEND_TIMEOUT = 5.0
+#: Queue length per tap subscriber; beyond it a tap subscriber loses messages.
+DEFAULT_TAP_HWM = 1000
+#: Payloads at least this large are handed to ZeroMQ without a copy.
+ZERO_COPY_THRESHOLD = 64 * 1024
+#: Messages handled in a row before a hot loop yields to the event loop.
+_YIELD_EVERY = 64
+#: Plain-int flags: pyzmq's enum flags cost an Enum operation per part on the hot path.
+_NOBLOCK = int(zmq.NOBLOCK)
+_NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
+_POLLIN = int(zmq.POLLIN)
+
+
+class BusTimeout(TimeoutError):
+    """Nothing arrived (or could be sent) within the timeout."""
+
+
+class BusStalled(BusTimeout):
+    """A lossless publish could not hand a message to its subscribers within ``send_timeout``:
+    a consumer stopped reading. The message was not sent; the run should stop safely."""
+
+
+def bind_endpoint(sock: zmq.Socket, endpoint: str) -> str:
+    """Bind ``sock``; port 0 or ``*`` picks a free port. Returns the real endpoint."""
+    if endpoint.startswith("tcp://") and (endpoint.endswith(":0") or endpoint.endswith(":*")):
+        endpoint = endpoint.rsplit(":", 1)[0] + ":*"
+    try:
+        sock.bind(endpoint)
+    except zmq.ZMQError as exc:
+        raise OSError(f"cannot bind {endpoint}: {exc}") from None
+    return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+def _context(ctx: zmq.asyncio.Context | None) -> zmq.asyncio.Context:
+    return ctx if ctx is not None else zmq.asyncio.Context.instance()
+
+
+def _set_done(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _loop_time(loop: asyncio.AbstractEventLoop, deadline: float) -> float:
+    """A time.monotonic() deadline on the loop's clock."""
+    return loop.time() + (deadline - time.monotonic())
+
+
+class BusPublisher:
+    """Binds an endpoint (and optionally a lossy tap endpoint) and publishes frames and events."""
+
+    def __init__(
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        lossless: bool = True,
+        ctx: zmq.asyncio.Context | None = None,
+        hwm: int | None = None,
+        send_timeout: float | None = DEFAULT_SEND_TIMEOUT,
+        tap_endpoint: str | None = None,
+        tap_hwm: int = DEFAULT_TAP_HWM,
+        keys: CurveKeys | None = None,
+    ):
+        """``hwm``: queue length per subscriber (default 1000 lossless, 16 lossy).
+        ``send_timeout``: in lossless mode, raise :class:`BusStalled` after blocking this long
+        (None: wait without limit). ``tap_endpoint``: also bind a lossy copy of the bus there
+        (``tap_hwm`` messages queued per tap subscriber). ``keys``: CURVE server keys, required
+        for endpoints beyond loopback (then create the publisher inside a running event loop)."""
+        check_bind(endpoint, keys, "data bus")
+        if tap_endpoint is not None:
+            check_bind(tap_endpoint, keys, "data bus tap")
+        self.lossless = lossless
+        self.send_timeout = send_timeout
+        self._ctx = _context(ctx)
+        self._domains: list[str] = []
+        self._tap: zmq.Socket | None = None
+        self._sock = self._ctx.socket(zmq.XPUB if lossless else zmq.PUB)
+        try:
+            self._sock.setsockopt(zmq.LINGER, 0)
+            self._sock.setsockopt(zmq.SNDHWM, hwm if hwm is not None else (1000 if lossless else 16))
+            if lossless:
+                self._sock.setsockopt(zmq.XPUB_NODROP, 1)
+                self._sock.setsockopt(zmq.XPUB_VERBOSE, 1)
+            self._secure(self._sock, endpoint, keys)
+            # Non-blocking sends go through a plain (sync) shadow of the same socket: cheaper than a future.
+            self._sync = zmq.Socket.shadow(self._sock.underlying)
+            self.endpoint = bind_endpoint(self._sock, endpoint)
+            self.tap_endpoint: str | None = None
+            if tap_endpoint is not None:
+                tap = self._ctx.socket(zmq.PUB)
+                tap.setsockopt(zmq.LINGER, 0)
+                tap.setsockopt(zmq.SNDHWM, tap_hwm)
+                self._tap = zmq.Socket.shadow(tap.underlying)
+                self._tap_owner = tap
+                self._secure(tap, tap_endpoint, keys)
+                self.tap_endpoint = bind_endpoint(tap, tap_endpoint)
+        except BaseException:
+            self.close()
+            raise
+        self._seq: dict[str, int] = {}
+        self._sent = 0
+        self.subscriptions = 0
+        self.blocked_s = 0.0
+        self.stalls = 0
+
+    def _secure(self, sock: zmq.Socket, endpoint: str, keys: CurveKeys | None) -> None:
+        if keys is not None and not endpoint.startswith("inproc://"):
+            self._domains.append(secure_server(sock, self._ctx, keys))
+
+    def next_seq(self, stream: str) -> int:
+        """Next sequence number for ``stream`` (0, 1, 2, ... per stream)."""
+        n = self._seq.get(stream, 0)
+        self._seq[stream] = n + 1
+        return n
+
+    async def publish(self, msg: Message) -> None:
+        """Publish one frame or event (lossless mode waits while subscribers are full)."""
+        await self.send_parts(encode(msg))
+
+    async def send_parts(self, parts: list) -> None:
+        """Send already encoded parts (used by replay and benchmarks)."""
+        copy = len(parts[-1]) < ZERO_COPY_THRESHOLD
+        self._sent += 1
+        try:
+            self._send_nowait(parts, copy)
+        except zmq.Again:
+            if self.lossless:
+                await self._send_blocked(parts, copy)
+            # lossy: a full queue means "drop"
+        else:
+            if self._sent % _YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+        if self._tap is not None:
+            self._send_tap(parts, copy)
+
+    def _send_tap(self, parts: list, copy: bool) -> None:
+        """The lossy copy for external subscribers: a plain PUB never blocks (drops at its HWM)."""
+        send = self._tap.send
+        try:
+            for part in parts[:-1]:
+                send(part, _NOBLOCK_MORE)
+            send(parts[-1], _NOBLOCK, copy=copy)
+        except zmq.Again:  # not raised by PUB in practice; never let the tap hold anything up
+            pass
+
+    def _send_nowait(self, parts: list, copy: bool) -> None:
+        """Send part by part with int flags (cheaper than send_multipart). Only the first part can
+        raise zmq.Again: ZeroMQ checks the high-water mark per whole message."""
+        send = self._sync.send
+        for part in parts[:-1]:
+            send(part, _NOBLOCK_MORE)
+        send(parts[-1], _NOBLOCK, copy=copy)
+
+    async def _send_blocked(self, parts: list, copy: bool) -> None:
+        """Back-pressure: retry a refused send until it goes through (or send_timeout)."""
+        start = time.monotonic()
+        tries = 0
+        while True:
+            tries += 1
+            await asyncio.sleep(0 if tries < 8 else 0.0005)
+            # A non-blocking send reads ZeroMQ's commands (e.g. "the subscriber's pipe has room
+            # again") at most every ~1 ms; reading ZMQ_EVENTS processes them now.
+            self._sync.get(zmq.EVENTS)
+            try:
+                self._send_nowait(parts, copy)
+                break
+            except zmq.Again:
+                if self.send_timeout is not None and time.monotonic() - start > self.send_timeout:
+                    self.blocked_s += time.monotonic() - start
+                    self.stalls += 1
+                    topic = bytes(parts[0])[:80].decode("utf-8", "replace")
+                    raise BusStalled(
+                        f"bus stalled: a subscriber of {self.endpoint} did not take a message ({topic}) "
+                        f"for {self.send_timeout} s; it stopped reading"
+                    ) from None
+        self.blocked_s += time.monotonic() - start
+
+    async def wait_for_subscribers(self, n: int = 1, timeout: float = 5.0) -> int:
+        """Lossless mode: wait until ``n`` subscription messages arrived (avoids the slow joiner).
+
+        Returns the number seen so far; raises BusTimeout if fewer than ``n`` came in time.
+        """
+        if not self.lossless:
+            raise RuntimeError("wait_for_subscribers needs a lossless (XPUB) publisher")
+        deadline = time.monotonic() + timeout
+        while self.subscriptions < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BusTimeout(f"{self.subscriptions} of {n} subscribers after {timeout} s")
+            if await self._sock.poll(int(remaining * 1000) + 1, zmq.POLLIN):
+                msg = self._sync.recv(zmq.NOBLOCK)
+                if msg[:1] == b"\x01":
+                    self.subscriptions += 1
+        return self.subscriptions
+
+    def close(self) -> None:
+        sock = getattr(self, "_sock", None)
+        if sock is not None and not sock.closed:
+            sock.close(linger=0)
+        tap = getattr(self, "_tap_owner", None)
+        if tap is not None and not tap.closed:
+            tap.close(linger=0)
+        for domain in self._domains:
+            release_server(self._ctx, domain)
+        self._domains = []
+
+    async def __aenter__(self) -> BusPublisher:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.close()
+
+
+@dataclass
+class BusStats:
+    """What a subscriber saw: good messages, malformed ones per kind, and sequence gaps."""
+
+    received: int = 0
+    malformed: dict[str, int] = field(default_factory=dict)
+    gaps: dict[str, int] = field(default_factory=dict)  # stream -> messages missing
+    gap_count: int = 0  # number of separate gaps
+    restarts: dict[str, int] = field(default_factory=dict)  # stream -> sequence went back
+    last_gaps: deque = field(default_factory=lambda: deque(maxlen=100))  # (stream, expected, got)
+
+    @property
+    def missing(self) -> int:
+        return sum(self.gaps.values())
+
+    @property
+    def n_malformed(self) -> int:
+        return sum(self.malformed.values())
+
+    def as_dict(self) -> dict:
+        return {
+            "received": self.received,
+            "malformed": dict(self.malformed),
+            "gaps": dict(self.gaps),
+            "gap_count": self.gap_count,
+            "restarts": dict(self.restarts),
+        }
+
+
+class BusSubscriber:
+    """Connects to a publisher and yields decoded frames and events."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        topics: tuple[str, ...] | list[str] = ("",),
+        ctx: zmq.asyncio.Context | None = None,
+        lossy: bool = False,
+        hwm: int | None = None,
+        max_payload: int | None = None,
+        keys: CurveKeys | None = None,
+    ):
+        """``topics``: prefixes such as ``"data/press."`` or ``"event/"``; ``""`` means all.
+        ``lossy``: small receive queue for live views (see :meth:`recv_latest`).
+        ``keys``: connect as a CURVE client (needed for a publisher bound beyond loopback)."""
+        self.endpoint = endpoint
+        self.lossy = lossy
+        self.max_payload = max_payload
+        self._ctx = _context(ctx)
+        self._sock = self._ctx.socket(zmq.SUB)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.RCVHWM, hwm if hwm is not None else (4 if lossy else 1000))
+        for t in topics:
+            self._sock.setsockopt(zmq.SUBSCRIBE, t.encode("utf-8") if isinstance(t, str) else t)
+        self._sync = zmq.Socket.shadow(self._sock.underlying)
+        self._fd = self._sync.getsockopt(zmq.FD)
+        try:
+            if keys is not None and not endpoint.startswith("inproc://"):
+                secure_client(self._sock, keys)
+            self._sock.connect(endpoint)
+        except zmq.ZMQError as exc:
+            self._sock.close(linger=0)
+            raise OSError(f"cannot connect to {endpoint}: {exc}") from None
+        self.stats = BusStats()
+        self._next: dict[str, int] = {}
+        self._logged: set[str] = set()
+        self._n = 0  # messages taken off the socket
+        self._yielded = 0  # self._n at the last yield to the event loop
+
+    async def recv(self, timeout: float | None = None) -> Message:
+        """Next well-formed message; raises BusTimeout if none arrives within ``timeout`` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                parts = self._recv_nowait()
+            except zmq.Again:
+                await self._wait_readable(deadline)
+                continue
+            self._n += 1
+            if self._n - self._yielded >= _YIELD_EVERY:
+                self._yielded = self._n
+                await asyncio.sleep(0)
+            msg = self._decode(parts)
+            if msg is not None:
+                return msg
+
+    async def recv_latest(self, timeout: float | None = None) -> Message:
+        """Wait for a message, then drain the queue and return the newest one (live views)."""
+        msg = await self.recv(timeout)
+        while True:
+            try:
+                parts = self._recv_nowait()
+            except zmq.Again:
+                return msg
+            self._n += 1
+            newer = self._decode(parts)
+            if newer is not None:
+                msg = newer
+
+    def _recv_nowait(self) -> list:
+        """One message as ``[topic, header, payload]`` without blocking (zmq.Again if none).
+
+        Receives zmq.Frames (their ``more`` flag spares a getsockopt per part); the payload is
+        handed on without a copy, read-only below the zero-copy threshold as bytes used to be.
+        """
+        recv = self._sync.recv
+        frame = recv(_NOBLOCK, copy=False)
+        frames = [frame]
+        while frame.more:  # the rest of a multipart message is already there
+            frame = recv(_NOBLOCK, copy=False)
+            frames.append(frame)
+        if len(frames) != 3:
+            return [f.bytes for f in frames]  # malformed: decode counts it
+        payload = frame.buffer
+        if len(payload) < ZERO_COPY_THRESHOLD:
+            payload = payload.toreadonly()
+        return [frames[0].bytes, frames[1].bytes, payload]
+
+    async def _wait_readable(self, deadline: float | None) -> None:
+        """Wait until the socket has a message, or raise BusTimeout at ``deadline``.
+
+        Cheaper than a zmq.asyncio poll per wait. ZeroMQ's FD is edge-triggered: register the
+        reader first, then check ZMQ_EVENTS, and check again after every wake-up.
+        """
+        loop = asyncio.get_running_loop()
+        fd = self._fd
+        events = self._sync.get
+        while True:
+            fut = loop.create_future()
+            loop.add_reader(fd, _set_done, fut)
+            timer = None if deadline is None else loop.call_at(_loop_time(loop, deadline), _set_done, fut)
+            try:
+                if events(zmq.EVENTS) & _POLLIN:
+                    return
+                await fut
+            finally:
+                loop.remove_reader(fd)
+                if timer is not None:
+                    timer.cancel()
+            if events(zmq.EVENTS) & _POLLIN:
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise BusTimeout(f"no message from {self.endpoint} within the timeout")
+
+    def _decode(self, parts: list) -> Message | None:
+        try:
+            msg = decode(parts, max_payload=self.max_payload)
+        except FrameError as exc:
+            self._malformed(exc.kind, exc)
+            return None
+        except Exception as exc:  # a decoder bug must not kill a subscriber (or the recorder)
+            self._malformed("unexpected", exc)
+            return None
+        self.stats.received += 1
+        expected = self._next.get(msg.stream)
+        if expected != msg.seq and expected is not None:
+            self._seq_jump(msg, expected)
+        self._next[msg.stream] = msg.seq + 1
+        return msg
+
+    def _malformed(self, kind: str, exc: Exception) -> None:
+        self.stats.malformed[kind] = self.stats.malformed.get(kind, 0) + 1
+        if kind not in self._logged:
+            self._logged.add(kind)
+            log.warning(
+                "dropping malformed message from %s (%s); further ones of this kind are only counted",
+                self.endpoint,
+                exc,
+                exc_info=kind == "unexpected",
+            )
+
+    def _seq_jump(self, msg: Frame | Message, expected: int) -> None:
+        """Sequence jumps (off the hot path): seq > expected is a gap, seq < expected a producer restart."""
+        key, st = msg.stream, self.stats
+        if msg.seq > expected:
+            missing = msg.seq - expected
+            st.gaps[key] = st.gaps.get(key, 0) + missing
+            st.gap_count += 1
+            st.last_gaps.append((key, expected, msg.seq))
+            if st.gap_count <= 10 or not self.lossy:
+                log.log(
+                    logging.DEBUG if self.lossy else logging.WARNING,
+                    "gap on %s: expected seq %d, got %d (%d missing)",
+                    key,
+                    expected,
+                    msg.seq,
+                    missing,
+                )
+        else:
+            st.restarts[key] = st.restarts.get(key, 0) + 1
+
+    def close(self) -> None:
+        if not self._sock.closed:
+            self._sock.close(linger=0)
+
+    async def __aenter__(self) -> BusSubscriber:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.close()

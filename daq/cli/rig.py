@@ -1,0 +1,283 @@
+"""The rig-level commands: ``hil run``, ``analyze``, ``check``, ``rigs``, ``sim``, ``ctl``.
+
+They know no rig kind: everything kind-specific comes from the registry (:mod:`daq.rigs`). Output
+rule: with ``--json`` stdout carries only JSON; progress and logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from daq.cli.main import CliState, main, pass_state
+
+
+def _echo_json(obj) -> None:
+    click.echo(json.dumps(obj, indent=2, default=_json_default))
+
+
+def _json_default(obj):
+    import numpy as np
+
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return str(obj)
+
+
+def _load(config_path: str):
+    from daq.config.load import load_config
+    from daq.rigs import parse_config
+
+    raw = load_config(config_path)
+    rig, cfg = parse_config(raw, config_path)
+    return raw, rig, cfg
+
+
+@main.command()
+@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
+@click.option("--analyze", "then_analyze", is_flag=True, help="Analyse the session right after recording it.")
+@click.option("--plots", "plots_dir", default=None, metavar="DIR", help="With --analyze: write plots here.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome (and analysis) as JSON on stdout.")
+@pass_state
+def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | None, no_progress: bool,
+        as_json: bool) -> None:
+    """Run the experiment of a rig config and record one session.
+
+    A config with [rig] simulated = true starts its simulated rig on loopback first. Ctrl-C once
+    finishes the current step and stops; twice stops at once. Both leave the rig safe. Operators can
+    also stop or pause the run from another terminal with `hil ctl`.
+    """
+    from daq.config.load import store_path_for
+    from daq.run.lifecycle import run as run_rig
+
+    raw, rig, _ = _load(config_path)
+    store_path = store_path_for(state.store_option, raw)
+    result = asyncio.run(run_rig(raw, store_path, file=config_path, show_progress=not no_progress))
+    analysis = report = None
+    files: list[Path] = []
+    if then_analyze and result.status == "complete" and rig.analyze is not None:
+        from daq.rigs.analysis import analyze_session
+        from daq.store.session_store import SessionStore
+
+        with SessionStore(store_path) as store:
+            _, analysis, report, files = analyze_session(store, result.session_id, plots_dir=plots_dir,
+                                                         progress=_progress_printer())
+    if as_json:
+        _echo_json({"run": result.to_dict(), "analysis": report.to_dict(analysis) if analysis else None,
+                    "plots": [str(f) for f in files]})
+    else:
+        click.echo(f"session {result.session_id} {result.status}"
+                   + (f" ({result.reason})" if result.reason else "") + f"  store {store_path}")
+        if analysis is not None:
+            click.echo(report.text(analysis))
+            if files:
+                click.echo(f"plots written to {plots_dir}")
+    if not result.safe:
+        click.secho("WARNING: the rig's safe state was NOT confirmed: " + "; ".join(result.safe_errors)
+                    + "\nCheck the machine before anyone approaches it.", err=True, fg="red", bold=True)
+        sys.exit(2)
+    if result.status != "complete":
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("session")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
+@click.option("--plots", "plots_dir", default=None, metavar="DIR", help="Write plots (PNG) here.")
+@pass_state
+def analyze(state: CliState, session: str, as_json: bool, plots_dir: str | None) -> None:
+    """Analyse a recorded session (id, unique prefix or "latest") with its rig kind's analysis."""
+    from daq.rigs.analysis import analyze_session
+
+    with state.open_store() as store:
+        info, result, report, files = analyze_session(store, session, plots_dir=plots_dir,
+                                                      progress=_progress_printer())
+    if as_json:
+        _echo_json({"session": info.id, "kind": info.kind, **report.to_dict(result),
+                    "plots": [str(f) for f in files]})
+    else:
+        click.echo(f"session {info.id} ({info.kind}, {info.status})")
+        click.echo(report.text(result))
+        if files:
+            click.echo(f"plots written to {plots_dir}")
+
+
+@main.command()
+@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the checked config as JSON.")
+def check(config_path: str, as_json: bool) -> None:
+    """Check a rig config whole (types, ranges, unknown keys, relations) without running anything."""
+    from daq.config.load import to_dict
+
+    _, rig, cfg = _load(config_path)
+    if as_json:
+        _echo_json({"ok": True, "kind": rig.kind, "config": to_dict(cfg)})
+    else:
+        click.echo(f"{config_path}: ok ({rig.kind}{', simulated' if cfg.rig.simulated else ''})")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def rigs(as_json: bool) -> None:
+    """List the rig kinds this installation knows."""
+    from daq.rigs import get_rig, kinds
+
+    table = [{"kind": k, "summary": get_rig(k).summary, "simulator": get_rig(k).simulator is not None,
+              "analysis": get_rig(k).analyze is not None} for k in kinds()]
+    if as_json:
+        _echo_json(table)
+        return
+    for row in table:
+        sim = "simulated+real" if row["simulator"] else "real only"
+        click.echo(f"{row['kind']:<14}{sim:<16}{row['summary']}")
+
+
+@main.command()
+@click.argument("kind")
+@click.argument("config_path", metavar="[CONFIG]", required=False, default=None,
+                type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the device table as JSON (one object).")
+def sim(kind: str, config_path: str | None, as_json: bool) -> None:
+    """Serve a rig kind's simulated devices on loopback until Ctrl-C (CONFIG: configs/<KIND>-sim.toml)."""
+    from daq.config.load import ConfigError
+    from daq.rigs import get_rig
+
+    rig = get_rig(kind)
+    config_path = config_path or f"configs/{kind}-sim.toml"
+    raw, cfg_rig, _ = _load(config_path)
+    if cfg_rig.kind != rig.kind:
+        raise ConfigError(f"is a {cfg_rig.kind!r} config, not a {rig.kind!r} one", config_path, "[rig].kind")
+    if rig.simulator is None:
+        raise ConfigError(f"rig kind {rig.kind!r} has no simulator", config_path, "[rig].kind")
+    try:
+        asyncio.run(_serve(rig, raw, config_path, as_json))
+    except KeyboardInterrupt:
+        click.echo("stopped", err=True)
+
+
+async def _serve(rig, raw: dict, config_path: str, as_json: bool) -> None:
+    simulated = rig.simulator(raw)
+    await simulated.start()
+    try:
+        table = rig.describe_simulator(simulated) if rig.describe_simulator else \
+            describe_devices(rig.simulated_devices(simulated, raw), config_path)
+        if as_json:
+            click.echo(json.dumps({"kind": rig.kind, "config": config_path, "devices": table}), nl=True)
+        else:
+            click.echo(f"{rig.kind} simulator from {config_path}; Ctrl-C to stop", err=True)
+            for row in table:
+                click.echo("  ".join(f"{k}={v}" for k, v in row.items()))
+        sys.stdout.flush()
+        await asyncio.Event().wait()
+    finally:
+        await simulated.stop()
+
+
+def describe_devices(device_cfg: dict, config_path: str) -> list[dict]:
+    """Per device: protocol, address, unit id, and where its register map is written down."""
+    rows = []
+
+    def add(name: str, d: dict, table: str) -> None:
+        proto = d.get("protocol", "?")
+        address = d.get("url") or f"{d.get('host', '127.0.0.1')}:{d.get('port')}"
+        row = {"device": name, "protocol": proto, "address": address}
+        if proto.startswith("modbus"):
+            row["unit_id"] = d.get("device_id", 1)
+            row["register_map"] = f"{config_path} [{table}.registers]"
+        elif proto == "serial":
+            row["commands"] = (f"{d.get('query', 'MEAS?')} / {d.get('id_query', 'ID?')} "
+                               f"({config_path} [{table}])")
+        rows.append(row)
+
+    for name, d in device_cfg.items():
+        if name == "sensors":
+            for sname, sd in d.items():
+                add(sname, sd, f"devices.sensors.{sname}")
+        elif isinstance(d, dict):
+            add(name, d, f"devices.{name}")
+    return rows
+
+
+@main.command()
+@click.argument("action", type=click.Choice(["status", "pause", "resume", "stop", "abort"]))
+@click.option("--session", default=None, help="Which running session (default: the only one running).")
+@click.option("--endpoint", default=None,
+              help="Command endpoint of the run (default: from the store's runs/).")
+@click.option("--timeout", type=float, default=3.0, show_default=True, help="Seconds to wait for the reply.")
+@click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON.")
+@pass_state
+def ctl(state: CliState, action: str, session: str | None, endpoint: str | None, timeout: float,
+        as_json: bool) -> None:
+    """Talk to a running `hil run`: status, pause, resume, stop (after the current step), abort (now)."""
+    from daq.run.commands import CommandClient
+
+    if endpoint is None:
+        endpoint = _find_run(state.store_path, session)
+    reply = asyncio.run(_request(CommandClient, endpoint, action, timeout))
+    if as_json:
+        _echo_json(reply)
+    else:
+        click.echo(f"{reply.get('kind', '?')} session {reply.get('session', '?')}: {reply.get('state', '?')}"
+                   + (f"  {json.dumps(reply.get('summary'))}" if reply.get("summary") else ""))
+
+
+async def _request(client_type, endpoint: str, action: str, timeout: float) -> dict:
+    client = client_type(endpoint)
+    try:
+        return await client.request(action, timeout=timeout)
+    finally:
+        client.close()
+
+
+def _find_run(store_path: Path, session: str | None) -> str:
+    from daq.run.lifecycle import runs_dir
+
+    folder = runs_dir(store_path)
+    runs = []
+    for f in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            runs.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            continue
+    if session:
+        runs = [r for r in runs if str(r.get("session", "")).startswith(session)]
+    if not runs:
+        raise click.ClickException(f"no running session found in {folder} (give --endpoint)")
+    if len(runs) > 1:
+        raise click.ClickException("several runs: " + ", ".join(r["session"] for r in runs)
+                                   + " (give --session)")
+    return str(runs[0]["command"])
+
+
+def _progress_printer():
+    """Progress of long analyses on stderr: a bar on a terminal, plain lines otherwise."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    console = Console(stderr=True)
+    state: dict = {"last": -1}
+
+    def update(done: int, total: int, label: str = "") -> None:
+        label = str(label) if label else "analysis"
+        if not console.is_terminal:
+            step = max(1, total // 20)
+            if done == total or done - state["last"] >= step:
+                state["last"] = done
+                click.echo(f"{done}/{total} {label}", err=True)
+            return
+        if "bar" not in state:
+            state["bar"] = Progress(console=console, transient=True)
+            state["task"] = state["bar"].add_task("analysis", total=total)
+            state["bar"].start()
+        state["bar"].update(state["task"], completed=done, description=label)
+        if done >= total:
+            state["bar"].stop()
+
+    return update

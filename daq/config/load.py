@@ -1,0 +1,262 @@
+"""Rig configs: TOML files with SI units, checked whole against a typed schema before anything runs.
+
+A config is read (:func:`read_toml`), then converted by :func:`parse` into the rig kind's schema: a tree
+of ``msgspec.Struct`` tables (see :mod:`daq.config.schema` and each rig module). The walk checks every table
+for unknown keys (with a suggestion), missing required keys, types and ranges, then each table's own
+``check()`` (relations inside a table) and at last the rig's checks across tables. Every problem is one
+:class:`ConfigError` naming the file and the full key path, e.g.
+``press-sim.toml: [plan].n_sample: unknown key (did you mean n_samples?)``.
+
+Why msgspec: its Structs are plain typed classes with range constraints (``Meta(gt=0)``) and it converts
+a TOML dict in one call; it is small and fast, and its error messages carry the location, which we
+turn into TOML key paths. The walk here adds what msgspec lacks: dict keys in paths and suggestions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Any, get_args, get_origin
+
+import msgspec
+
+ENV_STORE = "HIL_STORE"
+
+
+class ConfigError(ValueError):
+    """A config problem: which file, which key path, what is wrong (one line)."""
+
+    def __init__(self, message: str, file: str | Path | None = None, key: str | None = None):
+        self.file = str(file) if file is not None else None
+        self.key = key
+        self.what = message
+        where = ": ".join(p for p in (self.file, key) if p)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class Invalid(ValueError):
+    """Raised by a table's ``check()``: ``key`` is the field (relative to the table) that is wrong."""
+
+    def __init__(self, key: str | None, message: str, table: bool = False):
+        super().__init__(message)
+        self.key = key
+        self.message = message
+        self.table = table
+
+
+# ----------------------------------------------------------------------------------------- key paths
+
+
+def key_path(path: list[str], is_table: bool) -> str:
+    """``["plan", "q_max"]`` -> ``[plan].q_max``; a table itself -> ``[devices.sensors]``."""
+    if not path:
+        return "(top level)"
+    if is_table:
+        return f"[{'.'.join(path)}]"
+    if len(path) == 1:
+        return path[0]
+    return f"[{'.'.join(path[:-1])}].{path[-1]}"
+
+
+def suggestion(word: str, choices: list[str]) -> str:
+    """`` (did you mean x?)`` for the closest choice, else the list of choices."""
+    return _suggest(word, choices)
+
+
+def _suggest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else f" (known: {', '.join(sorted(choices))})"
+
+
+def _unwrap(tp: Any) -> tuple[Any, bool]:
+    """Strip ``X | None`` and ``Annotated``; returns (type, optional)."""
+    optional = False
+    while True:
+        origin = get_origin(tp)
+        if origin is Annotated:
+            tp = get_args(tp)[0]
+            continue
+        if origin in (typing.Union, types.UnionType):
+            args = [a for a in get_args(tp) if a is not type(None)]
+            if len(args) == 1 and len(get_args(tp)) == 2:
+                optional = True
+                tp = args[0]
+                continue
+        return tp, optional
+
+
+def _is_struct(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, msgspec.Struct)
+
+
+def _is_table_type(tp: Any) -> bool:
+    base, _ = _unwrap(tp)
+    return _is_struct(base) or (isinstance(base, type) and dataclasses.is_dataclass(base)) or \
+        get_origin(base) is dict
+
+
+def _leaf_message(exc: msgspec.ValidationError) -> str:
+    text = str(exc)
+    m = re.match(r"^(.*) - at `\$(.*)`$", text)
+    msg, where = m.groups() if m else (text, "")
+    msg = msg.replace("`", "").replace(" | null", "")
+    msg = re.sub(r"^Expected (\w+)", lambda g: f"must be {_TYPE_WORDS.get(g.group(1), g.group(1))}", msg)
+    return f"{msg} (at {where})" if where else msg
+
+
+_TYPE_WORDS = {"float": "a number", "int": "an integer", "str": "a string", "bool": "a boolean (true/false)",
+               "array": "a list", "object": "a table"}
+
+
+def parse(raw: Any, schema: Any, file: str | Path | None = None, path: list[str] | None = None) -> Any:
+    """Convert ``raw`` (TOML data) into ``schema``; raises ConfigError with the key path on any problem."""
+    return _walk(raw, schema, list(path or []), file)
+
+
+def _walk(raw: Any, tp: Any, path: list[str], file) -> Any:
+    base, optional = _unwrap(tp)
+    if raw is None and optional:
+        return None
+    if _is_struct(base):
+        return _walk_struct(raw, base, path, file)
+    if isinstance(base, type) and dataclasses.is_dataclass(base):
+        return _walk_dataclass(raw, base, path, file)
+    if get_origin(base) is dict:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"must be a table, got {type(raw).__name__} {raw!r}", file,
+                              key_path(path, True))
+        _, value_type = get_args(base)
+        return {str(k): _walk(v, value_type, [*path, str(k)], file) for k, v in raw.items()}
+    try:
+        return msgspec.convert(raw, tp, strict=False) if _lenient(tp) else msgspec.convert(raw, tp)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(_leaf_message(exc), file, key_path(path, False)) from None
+
+
+def _lenient(tp: Any) -> bool:
+    """float fields accept TOML integers (``q_max = 20000``); nothing else is coerced."""
+    base, _ = _unwrap(tp)
+    return base is float
+
+
+def _check_keys(raw: Any, names: list[str], path: list[str], file) -> None:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"must be a table, got {type(raw).__name__} {raw!r}", file, key_path(path, True))
+    for key in raw:
+        if key not in names:
+            is_table = isinstance(raw[key], dict)
+            what = "unknown table" if is_table else "unknown key"
+            raise ConfigError(what + _suggest(str(key), names), file, key_path([*path, str(key)], is_table))
+
+
+def _run_check(obj: Any, path: list[str], file) -> None:
+    check = getattr(obj, "check", None)
+    if check is None:
+        return
+    try:
+        check()
+    except Invalid as exc:
+        sub = [*path, *exc.key.split(".")] if exc.key else path
+        raise ConfigError(exc.message, file, key_path(sub, exc.key is None or exc.table)) from None
+
+
+def _walk_struct(raw: Any, tp: type[msgspec.Struct], path: list[str], file) -> Any:
+    fields = msgspec.structs.fields(tp)
+    _check_keys(raw, [f.encode_name for f in fields], path, file)
+    kwargs = {}
+    for f in fields:
+        if f.encode_name in raw:
+            kwargs[f.name] = _walk(raw[f.encode_name], f.type, [*path, f.encode_name], file)
+        elif f.required:
+            what = "missing required table" if _is_table_type(f.type) else "missing required key"
+            raise ConfigError(what, file, key_path([*path, f.encode_name], _is_table_type(f.type)))
+    obj = tp(**kwargs)
+    _run_check(obj, path, file)
+    return obj
+
+
+def _walk_dataclass(raw: Any, tp: type, path: list[str], file) -> Any:
+    hints = typing.get_type_hints(tp, include_extras=True)
+    fields = [f for f in dataclasses.fields(tp) if f.init]
+    _check_keys(raw, [f.name for f in fields], path, file)
+    kwargs = {f.name: _walk(raw[f.name], hints[f.name], [*path, f.name], file)
+              for f in fields if f.name in raw}
+    try:
+        obj = tp(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc), file, key_path(path, True)) from None
+    _run_check(obj, path, file)
+    return obj
+
+
+def to_dict(obj: Any) -> Any:
+    """A typed table back to plain TOML-like data (for drivers, simulators and session snapshots)."""
+    return msgspec.to_builtins(obj)
+
+
+# ----------------------------------------------------------------------------------------- reading
+
+
+def read_toml(path: str | Path) -> dict:
+    """Read a TOML file; ConfigError (one line) for a missing, unreadable or malformed file."""
+    path = Path(path)
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError("file not found", path) from None
+    except IsADirectoryError:
+        raise ConfigError("is a directory, not a config file", path) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", path) from None
+    try:
+        return tomllib.loads(text.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text", path) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", path) from None
+
+
+def load_config(path: str | Path, whole: bool = True) -> dict:
+    """Read a rig config and check it whole against its rig kind's schema; returns the TOML data.
+
+    ``whole=False`` checks only the shared tables (the global ``--config`` of commands that need
+    just the store or the bus). A relative ``[store].path`` is made absolute against the config file's
+    folder, so the sessions of a
+    config land in the same store whatever the current directory.
+    """
+    from daq.rigs import parse_config, parse_shared
+
+    raw = read_toml(path)
+    if whole:
+        parse_config(raw, path)
+    else:  # only what every command needs: [rig], [bus], [store]
+        parse_shared(raw, path)
+    raw.setdefault("store", {})
+    store_path = raw["store"].get("path")
+    if store_path and not Path(store_path).is_absolute():
+        raw["store"]["path"] = str((Path(path).resolve().parent / store_path).resolve())
+    return raw
+
+
+def default_store_path() -> Path:
+    """Where sessions go when nothing else says: ``$XDG_DATA_HOME/hil/hil.sqlite`` (~/.local/share/...)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "hil" / "hil.sqlite"
+
+
+def store_path_for(option: str | None, config: dict | None) -> Path:
+    """The one rule for the store: --store, else $HIL_STORE, else the config's [store].path (relative
+    paths are relative to the config file's folder), else :func:`default_store_path`."""
+    if option:
+        return Path(option)
+    if os.environ.get(ENV_STORE):
+        return Path(os.environ[ENV_STORE])
+    if config is not None and (config.get("store") or {}).get("path"):
+        return Path(config["store"]["path"])
+    return default_store_path()

@@ -1,0 +1,1 @@
+"""The adjoint rigs (oscillator, pendulum, crane-adjoint): designed inputs, sequential design."""

@@ -1,0 +1,45 @@
+"""Offline analysis of a stored session, by its rig kind: session -> arrays -> analysis -> report.
+
+The session's own config snapshot is checked against the rig's schema again, so an analysis runs with
+exactly the settings the run was recorded with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from daq.config.load import ConfigError, parse
+from daq.rigs import get_rig
+from daq.store.session_store import SessionStore, StoreError
+
+
+class AnalysisError(StoreError):
+    """A session that cannot be analysed (wrong kind, too little data); one clear message."""
+
+
+def analyze_session(store: SessionStore, session: str, *, plots_dir: str | Path | None = None,
+                    progress: Callable[[int, int, str], None] | None = None):
+    """Analyse ``session`` (id, unique prefix or "latest"); returns (info, result, report, plot files)."""
+    info = store.get_session(session)
+    try:
+        rig = get_rig(info.kind)
+    except ConfigError:
+        raise AnalysisError(f"session {info.id}: no analysis for rig kind {info.kind!r}") from None
+    if rig.arrays is None or rig.analyze is None:
+        raise AnalysisError(f"session {info.id}: rig kind {info.kind!r} has no analysis")
+    try:
+        cfg = parse(info.config, rig.schema, f"session {info.id} config")
+    except ConfigError as exc:
+        raise AnalysisError(str(exc)) from None
+    arrays = rig.arrays(store, info.id)
+    try:
+        result = rig.analyze(arrays, cfg, progress)
+    except AnalysisError as exc:
+        raise AnalysisError(f"session {info.id}: {exc}") from None
+    files: list[Path] = []
+    if plots_dir is not None and rig.report is not None and rig.report.plots is not None:
+        folder = Path(plots_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        files = list(rig.report.plots(result, arrays, folder))
+    return info, result, rig.report, files

@@ -1,0 +1,1 @@
+"""The crane rig: a stacker-crane axis driven over OPC UA, multisine runs, model selection."""

@@ -1,0 +1,1 @@
+"""The machine-tool rig: modal tests over SCPI, modal extraction, GSA identification, UFF."""

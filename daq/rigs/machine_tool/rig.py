@@ -1,0 +1,529 @@
+"""The machine-tool rig (seed paper 003): a modal test at several feed-axis positions, then the
+sensitivity-guided (GSA) identification of the structure's stiffness and damping parameters.
+
+Device: one modal-test front end (SCPI over TCP: axis, shaker, acquisition). Per position the plan
+moves the axis, then per excitation DOF runs a periodic multisine and records ``mt.force`` (N) and
+``mt.accel`` (m/s^2, one channel per response DOF); events on ``mt.plan``: ``position_start`` /
+``position_end`` {position, role} and ``run_start`` / ``run_end`` {position, role, input, dt, n, period}.
+Analysis: H1 FRFs with coherence per position -> EMA (LSCF/LSFD) modal data -> GSA identification.
+Sessions imported from UFF 58 files (`hil import uff`) carry the FRFs directly on ``mt.frf``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+from msgspec import Meta
+from msgspec import field as sfield
+
+from daq.config.load import Invalid
+from daq.config.schema import Count, Port, Positive, RigConfig, Table
+from daq.rigs.base import Report, Rig
+
+FORCE_STREAM = "mt.force"
+ACCEL_STREAM = "mt.accel"
+FRF_STREAM = "mt.frf"
+PLAN_STREAM = "mt.plan"
+ROLES = ("identification", "validation")
+ACCEL_UNIT = "m/s^2"
+FRF_UNIT = "m/s^2/N"  # accelerance
+FRAME_SAMPLES = 4096
+
+
+# ----------------------------------------------------------------------------------------- config
+
+
+class MTSimulator(Table, kw_only=True):
+    truth: dict[str, float] = sfield(default_factory=dict)
+    variant: Literal["ideal", "disturbed"] = "ideal"
+    noise: dict[str, float] = sfield(default_factory=dict)  # accel (m/s^2 rms), force (N rms)
+    seed: int = 0
+    axis_speed: Positive = 0.5
+
+    def check(self) -> None:
+        from simulators.machine_tool_sim import FrontEndSettings
+
+        try:
+            FrontEndSettings.from_config({"truth": dict(self.truth), "noise": dict(self.noise)})
+        except (TypeError, ValueError) as exc:
+            raise Invalid("truth", str(exc), table=True) from None
+        if set(self.noise) - {"accel", "force"} or any(v < 0 for v in self.noise.values()):
+            raise Invalid("noise", "keys accel and force (>= 0) only")
+
+
+class FrontEndDevice(Table, kw_only=True):
+    host: str = "127.0.0.1"
+    port: Port
+    timeout: Positive = 5.0
+    measure_timeout: Positive = 120.0
+
+
+class MTDevices(Table, kw_only=True):
+    frontend: FrontEndDevice
+
+
+class MTPlan(Table, kw_only=True):
+    positions: list[Annotated[float, Meta(ge=0)]]  # m, identification positions
+    validation: list[Annotated[float, Meta(ge=0)]] = sfield(default_factory=list)  # m, held back
+    inputs: list[str] = sfield(default_factory=lambda: ["T1x", "T1y", "T1z"])  # excitation DOFs
+
+    def check(self) -> None:
+        from simulators.physics.machine_tool import MachineTool, MachineToolConstants
+
+        if not self.positions:
+            raise Invalid("positions", "needs at least one identification position")
+        travel = MachineToolConstants().travel
+        for key in ("positions", "validation"):
+            for p in getattr(self, key):
+                if p > travel:
+                    raise Invalid(key, f"{p} m is beyond the axis travel ({travel} m)")
+        labels = MachineTool().obs_labels
+        for i in self.inputs:
+            if i not in labels:
+                raise Invalid("inputs", f"{i!r} is not a measured DOF ({', '.join(labels)})")
+        if not self.inputs:
+            raise Invalid("inputs", "needs at least one excitation DOF")
+
+
+class MTExcitation(Table, kw_only=True):
+    f_min: Positive = 10.0  # Hz, multisine band
+    f_max: Positive = 240.0
+    dt: Annotated[float, Meta(gt=0, le=0.01)] = 1.0 / 1024
+    period: Annotated[int, Meta(ge=64, le=2**18)] = 2048  # samples per period (resolution 1/(period dt))
+    periods: Count = 2  # recorded periods (H1 averages)
+    settle: Annotated[int, Meta(ge=0, le=20)] = 1  # periods discarded for the transient
+    amplitude: Positive = 20.0  # N rms
+    seed: int = 0
+
+    def check(self) -> None:
+        if not self.f_min < self.f_max:
+            raise Invalid("f_max", f"needs f_min < f_max, got {self.f_min} and {self.f_max} Hz")
+        if self.f_max >= 0.4 / self.dt:
+            raise Invalid("f_max", f"{self.f_max} Hz is not below 0.8 x Nyquist ({0.4 / self.dt:g} Hz)")
+
+
+class MTAnalysis(Table, kw_only=True):
+    n_modes: Annotated[int, Meta(ge=1, le=30)] = 8
+    f_min: Positive = 20.0  # Hz, band of the modal extraction and the FRAC/CSF
+    f_max: Positive = 220.0
+    sobol_n: Count = 32
+    n_opt: Count = 4
+    maxiter: Count = 40
+    refine: bool = True
+    seed: int = 0
+    scheduler: str | None = None  # None: local pool; "local": Dask LocalCluster; "tcp://...": a cluster
+    workers: Count | None = None
+
+    def check(self) -> None:
+        if not self.f_min < self.f_max:
+            raise Invalid("f_max", f"needs f_min < f_max, got {self.f_min} and {self.f_max} Hz")
+
+
+class MachineToolConfig(RigConfig, kw_only=True):
+    simulator: MTSimulator | None = None
+    devices: MTDevices | None = None
+    plan: MTPlan
+    excitation: MTExcitation = sfield(default_factory=MTExcitation)
+    analysis: MTAnalysis = sfield(default_factory=MTAnalysis)
+
+    def check(self) -> None:
+        a, e = self.analysis, self.excitation
+        if a.f_min < e.f_min or a.f_max > e.f_max:
+            raise Invalid(
+                "analysis.f_max" if a.f_max > e.f_max else "analysis.f_min",
+                f"analysis band {a.f_min}-{a.f_max} Hz is outside the excitation band {e.f_min}-{e.f_max} Hz",
+            )
+
+
+# ----------------------------------------------------------------------------------------- devices
+
+
+@dataclass
+class MTDevicesOpen:
+    frontend: object
+    safe_actions: list = field(default_factory=list)
+
+    async def identities(self) -> dict[str, dict]:
+        return {"frontend": await self.frontend.identity()}
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.frontend.close()
+
+
+async def open_devices(cfg: MachineToolConfig, device_cfg: dict) -> MTDevicesOpen:
+    from drivers.modal_frontend import ModalFrontEnd
+
+    fe = ModalFrontEnd(dict(device_cfg["frontend"]))
+
+    async def source_off() -> bool:
+        return await fe.safe_state()
+
+    await fe.connect()
+    return MTDevicesOpen(fe, [("shaker output off", source_off)])
+
+
+def simulator(raw: dict):
+    from simulators.machine_tool_sim import MachineToolFrontEndSim
+
+    return MachineToolFrontEndSim(raw)
+
+
+def simulated_devices(sim, raw: dict) -> dict:
+    devices = {k: dict(v) for k, v in (raw.get("devices") or {}).items()}
+    devices.setdefault("frontend", {}).update(sim.device_config()["frontend"])
+    return devices
+
+
+# ----------------------------------------------------------------------------------------- plan
+
+
+def _steps(cfg: MachineToolConfig) -> list[tuple[float, str]]:
+    return [(p, "identification") for p in cfg.plan.positions] + [
+        (p, "validation") for p in cfg.plan.validation
+    ]
+
+
+async def plan(ctx) -> None:
+    """Per position: move the axis, per input DOF one periodic multisine measurement, publish it."""
+
+    cfg: MachineToolConfig = ctx.config
+    fe = ctx.devices.frontend
+    e = cfg.excitation
+    ctx.summary.update(positions=0, runs=0)
+    t_end = 0.0
+    for position, role in _steps(cfg):
+        await ctx.checkpoint(f"before position {position} m")
+        await fe.move_to(position)
+        await ctx.event(PLAN_STREAM, "position_start", position=position, role=role)
+        for k, dof in enumerate(cfg.plan.inputs):
+            await ctx.checkpoint(f"before exciting {dof} at {position} m")
+            await fe.configure(
+                dof=dof,
+                amplitude=e.amplitude,
+                f_start=e.f_min,
+                f_stop=e.f_max,
+                period=e.period,
+                seed=e.seed + k,
+                dt=e.dt,
+                periods=e.periods,
+                settle=e.settle,
+            )
+            force, accel, labels = await fe.measure()
+            n = int(force.size)
+            t0 = max(time.time(), t_end)
+            await ctx.event(
+                PLAN_STREAM,
+                "run_start",
+                position=position,
+                role=role,
+                input=dof,
+                dt=e.dt,
+                n=n,
+                period=e.period,
+                t0=t0,
+            )
+            await ctx.publish_blocks(FORCE_STREAM, force[:, None], t0, e.dt, ["force"], ["N"], FRAME_SAMPLES)
+            await ctx.publish_blocks(ACCEL_STREAM, accel, t0, e.dt, list(labels), [ACCEL_UNIT] * len(labels),
+                                     FRAME_SAMPLES)
+            t_end = t0 + n * e.dt
+            await ctx.event(PLAN_STREAM, "run_end", position=position, role=role, input=dof, n=n)
+            ctx.summary["runs"] += 1
+            ctx.advance(1, f"{role} {1000 * position:.0f} mm, {dof} ({n} samples)")
+        await ctx.event(PLAN_STREAM, "position_end", position=position, role=role)
+        ctx.summary["positions"] += 1
+
+
+# ----------------------------------------------------------------------------------------- arrays
+
+
+@dataclass
+class MTArrays:
+    """Per position (in plan order): role, measured accelerance FRFs and coherence."""
+
+    positions: list[float]
+    roles: list[str]
+    inputs: list[str]
+    labels: list[str]
+    freq: np.ndarray  # Hz
+    H: list[np.ndarray]  # (n_inputs, n_resp, n_freq) accelerance, m/s^2/N
+    coherence: list[np.ndarray | None]
+    truth: dict | None = None
+
+
+def mt_arrays(store, session_id: str) -> MTArrays:
+    """FRFs per position: H1 from the recorded streams, or the stored FRFs of an imported session."""
+    from daq.rigs.analysis import AnalysisError
+
+    info = store.get_session(session_id)
+    cfg = info.config or {}
+    sim = cfg.get("simulator") if (cfg.get("rig") or {}).get("simulated") else None
+    truth = dict(sim.get("truth") or {}) if sim is not None else None
+    if store.events(info.id, kind="frf_start"):
+        out = _frf_arrays(store, info.id)
+    else:
+        out = _h1_arrays(store, info.id)
+    if not out.positions:
+        raise AnalysisError("no completed position in the session")
+    out.truth = truth
+    return out
+
+
+def _group(store, sid: str, start_kind: str) -> tuple[dict, list]:
+    ends = {e.body["position"] for e in store.events(sid, kind="position_end")}
+    runs: dict[float, list] = {}
+    order: list = []
+    for ev in store.events(sid, kind=start_kind):
+        b = ev.body
+        if b["position"] not in runs:
+            order.append((b["position"], b["role"]))
+        runs.setdefault(b["position"], []).append(b)
+    return runs, [(p, r) for p, r in order if p in ends]
+
+
+def _h1_arrays(store, sid: str) -> MTArrays:
+    from identification.frf_estimation import h1_estimate
+
+    runs, order = _group(store, sid, "run_start")
+    positions, roles, H, coh = [], [], [], []
+    inputs: list[str] = []
+    labels: list[str] = []
+    freq = np.zeros(0)
+    offsets: dict[float, int] = {}
+    offset = 0
+    for p, rr in runs.items():
+        offsets[p] = offset
+        offset += sum(int(b["n"]) for b in rr)
+    for p, role in order:
+        Hs, Cs, off = [], [], offsets[p]
+        for b in runs[p]:
+            n = int(b["n"])
+            f = store.read_range(sid, FORCE_STREAM, off, off + n)
+            a = store.read_range(sid, ACCEL_STREAM, off, off + n)
+            off += n
+            labels = list(a.channels)
+            est = h1_estimate(
+                f.data[:, 0], a.data, float(b["dt"]), nperseg=int(b["period"]), noverlap=0, window="boxcar"
+            )
+            freq = est.freq
+            Hs.append(est.H)
+            Cs.append(est.coherence)
+        inputs = [b["input"] for b in runs[p]]
+        positions.append(float(p))
+        roles.append(role)
+        H.append(np.array(Hs))
+        coh.append(np.array(Cs))
+    return MTArrays(positions, roles, inputs, labels, freq, H, coh)
+
+
+def _frf_arrays(store, sid: str) -> MTArrays:
+    runs, order = _group(store, sid, "frf_start")
+    data = store.read_stream(sid, FRF_STREAM)
+    ch = list(data.channels)
+    labels = [c[:-3] for c in ch if c.endswith(".re")]
+    re_idx = [ch.index(f"{lb}.re") for lb in labels]
+    im_idx = [ch.index(f"{lb}.im") for lb in labels]
+    coh_idx = [ch.index(f"{lb}.coh") for lb in labels] if f"{labels[0]}.coh" in ch else None
+    offsets, offset = {}, 0
+    for p, rr in runs.items():
+        offsets[p] = offset
+        offset += sum(int(b["n"]) for b in rr)
+    positions, roles, H, coh, inputs, freq = [], [], [], [], [], np.zeros(0)
+    for p, role in order:
+        Hs, Cs, off = [], [], offsets[p]
+        for b in runs[p]:
+            rows = data.data[off : off + int(b["n"])]
+            off += int(b["n"])
+            freq = rows[:, ch.index("freq")]
+            Hs.append((rows[:, re_idx] + 1j * rows[:, im_idx]).T)
+            if coh_idx is not None:
+                Cs.append(rows[:, coh_idx].T)
+        inputs = [b["input"] for b in runs[p]]
+        positions.append(float(p))
+        roles.append(role)
+        H.append(np.array(Hs))
+        coh.append(np.array(Cs) if Cs else None)
+    return MTArrays(positions, roles, inputs, labels, freq, H, coh)
+
+
+# ----------------------------------------------------------------------------------------- analysis
+
+
+@dataclass
+class MTAnalysisResult:
+    arrays: MTArrays
+    fits: list  # ModalFit per position
+    gsa: object  # GSAIdentificationResult
+    band: tuple[float, float]
+
+    def text(self) -> str:
+        lines = ["modal extraction (LSCF poles + LSFD residues), per position:"]
+        for p, role, fit in zip(self.arrays.positions, self.arrays.roles, self.fits, strict=True):
+            lines.append(
+                f"  {1000 * p:5.0f} mm {role:<14} f [Hz] "
+                + " ".join(f"{f:6.1f}" for f in fit.freq)
+                + f"   fit error {100 * fit.fit_error:.2f} %"
+            )
+        lines.append(self.gsa.format_tables())
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        d = self.gsa.to_dict()
+        d["modal_extraction"] = [
+            {
+                "position": p,
+                "role": r,
+                "freq": fit.freq.tolist(),
+                "xi": fit.xi.tolist(),
+                "fit_error": fit.fit_error,
+            }
+            for p, r, fit in zip(self.arrays.positions, self.arrays.roles, self.fits, strict=True)
+        ]
+        d["band"] = list(self.band)
+        return d
+
+
+def analyze(arrays: MTArrays, cfg: MachineToolConfig, progress=None, executor=None) -> MTAnalysisResult:
+    """EMA per position, then the GSA identification through the executor (progress on ``progress``)."""
+    from threadpoolctl import threadpool_limits
+
+    from daq.rigs.analysis import AnalysisError
+    from daq.run.executor import make_executor
+    from identification.gsa_identification import ModalReference, identify
+    from identification.modal_extraction import extract_modes
+    from simulators.physics.machine_tool import (
+        DAMPING_NAMES,
+        STIFFNESS_NAMES,
+        MachineTool,
+        as_vector,
+        param_bounds,
+    )
+
+    a = cfg.analysis
+    model = MachineTool()
+    if arrays.labels != model.obs_labels:
+        raise AnalysisError(f"response channels {arrays.labels} are not the model's measured DOFs")
+    n_pos = len(arrays.positions)
+    total = n_pos + 4
+    step = [0]
+
+    def say(msg: str) -> None:
+        step[0] += 1
+        if progress is not None:
+            progress(min(step[0], total), total, msg)
+
+    band = (arrays.freq >= a.f_min) & (arrays.freq <= a.f_max)
+    freq = arrays.freq[band]
+    w2 = (2 * np.pi * freq) ** 2
+    refs: dict[str, dict] = {
+        r: {"positions": [], "lam": [], "shapes": [], "xi": [], "frf": []} for r in ROLES
+    }
+    fits = []
+    for p, role, H in zip(arrays.positions, arrays.roles, arrays.H, strict=True):
+        say(f"modal extraction at {1000 * p:.0f} mm")
+        try:  # poles and residues fitted over the whole excited band; BLAS single-threaded (small matrices)
+            with threadpool_limits(limits=1, user_api="blas"):
+                fit = extract_modes(arrays.freq, H, a.n_modes, a.f_min, a.f_max, kind="accelerance",
+                                    fit_band=(cfg.excitation.f_min, cfg.excitation.f_max))
+        except ValueError as exc:
+            raise AnalysisError(f"modal extraction at {p} m: {exc}") from None
+        fits.append(fit)
+        r = refs[role]
+        r["positions"].append(p)
+        r["lam"].append(fit.lam)
+        r["shapes"].append(fit.shapes)
+        r["xi"].append(fit.xi)
+        r["frf"].append(-H[..., band] / w2)  # receptance, as the model's FRFs
+
+    def reference(role: str) -> ModalReference | None:
+        r = refs[role]
+        if not r["positions"]:
+            return None
+        return ModalReference(
+            positions=r["positions"],
+            lam=r["lam"],
+            shapes=r["shapes"],
+            xi=r["xi"],
+            freq=freq,
+            inputs=list(arrays.inputs),
+            frf=r["frf"],
+        )
+
+    ref = reference("identification")
+    if ref is None:
+        raise AnalysisError("no identification position recorded")
+    lo, hi = param_bounds()
+    truth = as_vector(arrays.truth) if arrays.truth is not None else None
+    own = executor is None
+    ex = make_executor(a.scheduler, a.workers) if own else executor
+    try:
+        gsa = identify(
+            model,
+            ref,
+            STIFFNESS_NAMES,
+            DAMPING_NAMES,
+            lo,
+            hi,
+            validation=reference("validation"),
+            sobol_n=a.sobol_n,
+            n_opt=a.n_opt,
+            maxiter=a.maxiter,
+            refine=a.refine,
+            seed=a.seed,
+            executor=ex,
+            truth=truth,
+            progress=say,
+        )
+    finally:
+        if own:
+            ex.close()
+    if progress is not None:
+        progress(total, total, "done")
+    return MTAnalysisResult(arrays=arrays, fits=fits, gsa=gsa, band=(a.f_min, a.f_max))
+
+
+def _plots(result: MTAnalysisResult, arrays, folder: Path) -> list[Path]:
+    from daq.rigs.machine_tool.plots import write_plots
+
+    return write_plots(result, folder)
+
+
+def _describe(sim) -> list[dict]:
+    return [
+        {
+            "device": "frontend",
+            "protocol": "SCPI over TCP",
+            "address": f"{sim.settings.host}:{sim.port}",
+            "commands": "AXIS:POS, SOUR:*, ACQ:*, INIT, *OPC?, FETC:FORC?, FETC:ACC?",
+        }
+    ]
+
+
+RIG = Rig(
+    kind="machine-tool",
+    summary="machine-tool structure: modal tests at several axis positions through a SCPI front end; EMA and "
+    "sensitivity-guided (GSA) identification of 27 stiffness and damping parameters",
+    schema=MachineToolConfig,
+    open_devices=open_devices,
+    plan=plan,
+    simulator=simulator,
+    simulated_devices=simulated_devices,
+    progress_total=lambda cfg: len(_steps(cfg)) * len(cfg.plan.inputs),
+    arrays=mt_arrays,
+    analyze=analyze,
+    report=Report(text=lambda r: r.text(), to_dict=lambda r: r.to_dict(), plots=_plots),
+    describe_simulator=_describe,
+    streams={
+        FORCE_STREAM: "excitation force [N]",
+        ACCEL_STREAM: "accelerations [m/s^2], one per response DOF",
+        FRF_STREAM: "imported FRFs: freq [Hz], <dof>.re/.im [m/s^2/N] (and .coh)",
+        PLAN_STREAM: "events",
+    },
+)
+
+__all__ = ["RIG", "MachineToolConfig", "MTArrays", "mt_arrays", "analyze"]

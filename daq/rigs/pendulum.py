@@ -1,6 +1,0 @@
-"""The cart pendulum rig kind (seed paper 002, sec. 4.2): see :mod:`daq.rigs.adjoint_rig`."""
-
-from daq.rigs.adjoint_rig import make_rig
-
-RIG = make_rig("pendulum", "cart pendulum: adjoint-designed force through an OPC UA drive, angle measured; "
-                           "least-squares fit of s_p and d_p")

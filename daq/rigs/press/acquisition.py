@@ -1,0 +1,108 @@
+"""Force acquisition of the press: poll the force source and publish ``press.force`` frames.
+
+Runs as a companion of the press plan: a failure (device fault bit, lost connection, repeated bad
+readings) ends the plan through the lifecycle. :meth:`ForceAcquisition.finish` ends it between two
+polls, so no request is left in flight when the devices close (a cancelled Modbus read would answer
+into a closed client and log "received pdu without a corresponding request").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import numpy as np
+
+from daq.bus.frames import Frame
+from daq.bus.pubsub import BusPublisher
+
+log = logging.getLogger(__name__)
+
+FORCE_STREAM = "press.force"
+
+
+class DeviceFault(Exception):
+    """The force source reported a fault or stopped answering during the plan."""
+
+
+class ForceAcquisition:
+    """Polls the force source at ``rate`` Hz and publishes blocks of (command, force, pressure).
+
+    A poll may fail once or twice on a busy line; ``max_failures`` failures in a row end the plan.
+    """
+
+    def __init__(self, source, publisher: BusPublisher, session_id: str, rate: float = 200.0,
+                 block: int = 10, max_failures: int = 3):
+        self.source = source
+        self.publisher = publisher
+        self.session_id = session_id
+        self.period = 1.0 / rate
+        self.block = block
+        self.command = 0.0
+        self.max_failures = max_failures
+        self._finish = asyncio.Event()
+        self._finished = asyncio.Event()
+
+    async def run(self) -> None:
+        rows: list[tuple[float, float, float]] = []
+        stamps: list[float] = []
+        next_t = time.monotonic()
+        failures = 0
+        try:
+            await self._loop(rows, stamps, next_t, failures)
+        finally:
+            self._finished.set()
+
+    async def finish(self, timeout: float = 2.0) -> None:
+        """Stop after the poll in flight (no request is left hanging); publishes what was read."""
+        self._finish.set()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._finished.wait()
+        except TimeoutError:
+            log.warning("force acquisition did not finish within %.1f s", timeout)
+
+    async def _loop(self, rows, stamps, next_t, failures) -> None:
+        while not self._finish.is_set():
+            try:
+                force = await self.source.read_force()
+                pressure = await self.source.read_pressure()
+                failures = 0
+            except Exception as exc:  # noqa: BLE001 - repeated failures of the source end the plan
+                failures += 1
+                if failures >= self.max_failures:
+                    raise DeviceFault(f"force source lost: {exc}") from exc
+                log.warning("force source poll failed (%d/%d): %s", failures, self.max_failures, exc)
+                next_t = time.monotonic() + self.period
+                continue
+            stamps.append(time.time())
+            rows.append((self.command, force, pressure))
+            if len(rows) >= self.block:
+                await self._publish(rows, stamps)
+                rows, stamps = [], []
+                await self._check_status()
+            next_t += self.period
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, next_t - time.monotonic())):
+                    await self._finish.wait()
+        if rows:
+            await self._publish(rows, stamps)
+
+    async def _check_status(self) -> None:
+        try:
+            await self.source.heartbeat()
+            status = await self.source.read_status()
+        except Exception as exc:  # noqa: BLE001
+            raise DeviceFault(f"force source lost: {exc}") from exc
+        fault = getattr(status, "fault_code", 0)
+        if fault or getattr(status, "fault", False):
+            raise DeviceFault(f"force source fault code {fault}: {getattr(status, 'fault_text', '')}".strip())
+
+    async def _publish(self, rows, stamps) -> None:
+        await self.publisher.publish(Frame(
+            stream=FORCE_STREAM, seq=self.publisher.next_seq(FORCE_STREAM), t0=stamps[0], dt=None,
+            channels=["force_cmd", "force", "pressure"], units=["N", "N", "Pa"],
+            data=np.asarray(rows, dtype=np.float64), timestamps=np.asarray(stamps),
+            session_id=self.session_id))

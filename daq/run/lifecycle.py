@@ -1,0 +1,458 @@
+"""The one run lifecycle of every rig kind.
+
+``run(config)`` checks the config whole, starts the simulated rig when ``[rig].simulated`` says so,
+opens the devices, creates the session, records the bus, serves operator commands, and runs the rig's
+plan inside the safe-state guard with two-level Ctrl-C. Whatever ends the plan - its normal end, an
+exception, Ctrl-C, an operator stop, a device fault, a failed recorder, a stalled bus - the devices get
+their safe-state actions, the session gets its status and reason, and the result says whether the safe
+state was *confirmed*.
+
+The rig's plan sees only a :class:`RunContext`: its devices, its typed config, ``event``/``publish``,
+``subscribe``, ``spawn`` (a companion task whose failure ends the plan, e.g. acquisition) and
+``checkpoint`` (where an operator stop or pause takes effect).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from daq.bus.frames import Event, Frame
+from daq.bus.pubsub import BusPublisher, BusSubscriber
+from daq.config.load import ConfigError, store_path_for
+from daq.rigs import parse_config
+from daq.rigs.base import Devices, Rig
+from daq.run.recorder import Recorder
+from daq.run.safety import OperatorStop, PlanAborted, SafeStateGuard
+from daq.store.session_store import SessionStore
+
+log = logging.getLogger(__name__)
+
+TASK_STOP_TIMEOUT = 10.0  # s a cancelled plan or companion task gets to finish
+RECORDER_DRAIN_S = 0.2    # s of quiet bus the recorder waits for before it stops
+
+
+@dataclass
+class RunResult:
+    """How a run ended. ``safe`` is True only when every safe-state action was confirmed."""
+
+    session_id: str
+    kind: str
+    status: str
+    reason: str | None
+    safe: bool
+    safe_errors: list[str] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+    store: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class RunContext:
+    """What a plan may use: devices, config, the bus, companions, checkpoints and progress."""
+
+    def __init__(self, rig: Rig, config: Any, raw: dict, publisher: BusPublisher,
+                 progress: Callable[[int, str | None], None] | None = None):
+        self.rig = rig
+        self.config = config
+        self.raw = raw
+        self.publisher = publisher
+        self.devices: Any = None
+        self.recorder: Recorder | None = None  # for status and for tests that break it on purpose
+        self.session_id = ""
+        self.summary: dict = {}          # counters the plan reports (setpoints, runs, ...)
+        self.state = "starting"          # running | paused | stopping
+        self.stop_requested = False
+        self._resume = asyncio.Event()
+        self._resume.set()
+        self._progress = progress
+        self._companions: list[asyncio.Task] = []
+        self._subscribers: list[BusSubscriber] = []
+        self._wake = asyncio.Event()
+        self._plan_task: asyncio.Future | None = None
+        self.prepared: dict = {}         # what the rig's prepare() made for its plan (designs, ...)
+
+    # -- bus ------------------------------------------------------------------------------------------
+    async def event(self, stream: str, kind: str, **body) -> None:
+        await self.publisher.publish(Event(stream=stream, kind=kind, seq=self.publisher.next_seq(stream),
+                                           t=time.time(), body=body, session_id=self.session_id))
+
+    async def publish(self, frame: Frame) -> None:
+        frame.session_id = self.session_id
+        await self.publisher.publish(frame)
+
+    def next_seq(self, stream: str) -> int:
+        return self.publisher.next_seq(stream)
+
+    async def publish_blocks(self, stream: str, data: np.ndarray, t0: float, dt: float, channels: list[str],
+                             units: list[str], block: int = 5000) -> None:
+        """A recorded trace (n, channels) sampled at ``dt`` from ``t0``, as frames of ``block`` samples."""
+        for k in range(0, data.shape[0], block):
+            chunk = np.ascontiguousarray(data[k:k + block])
+            seq = self.next_seq(stream)
+            await self.publish(Frame(stream, seq, t0 + k * dt, dt, list(channels), list(units), chunk))
+
+    async def subscribe(self, *topics: str) -> BusSubscriber:
+        """A subscriber of the run's bus (closed by the lifecycle), connected before this returns."""
+        sub = BusSubscriber(self.publisher.endpoint, topics=topics or ("",))
+        self._subscribers.append(sub)
+        await self.publisher.wait_for_subscribers(1 + len(self._subscribers))
+        return sub
+
+    # -- tasks ----------------------------------------------------------------------------------------
+    def spawn(self, coro: Coroutine, name: str) -> asyncio.Task:
+        """Run ``coro`` beside the plan; if it fails (or is cancelled) before the plan ends, the plan is
+        aborted with its error as the reason. Returning normally means its job is done."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._companions.append(task)
+        self._wake.set()
+        return task
+
+    # -- operator -------------------------------------------------------------------------------------
+    async def checkpoint(self, where: str = "") -> None:
+        """Where a plan may stop or pause: raises PlanAborted after a stop request, waits while paused."""
+        if self.stop_requested:
+            raise PlanAborted(f"stopped by the operator{' ' + where if where else ''}")
+        if not self._resume.is_set():
+            log.warning("paused%s", f" {where}" if where else "")
+            await self._resume.wait()
+            if self.stop_requested:
+                raise PlanAborted(f"stopped by the operator{' ' + where if where else ''}")
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+        self.state = "stopping"
+        self._resume.set()
+
+    def abort(self) -> None:
+        """Stop now: cancel the running plan (it still ends through the safe state)."""
+        self.request_stop()
+        if self._plan_task is not None and not self._plan_task.done():
+            self._plan_task.cancel()
+
+    def pause(self) -> None:
+        if self.state == "running":
+            self.state = "paused"
+            self._resume.clear()
+
+    def resume(self) -> None:
+        if self.state == "paused":
+            self.state = "running"
+            self._resume.set()
+
+    def advance(self, n: int = 1, description: str | None = None) -> None:
+        """Move the progress bar by ``n`` plan steps."""
+        if self._progress is not None:
+            self._progress(n, description)
+
+
+async def run(config: dict, store_path: str | Path | None = None, *, file: str | Path | None = None,
+              simulated_rig: Any = None, show_progress: bool = True, handle_sigint: bool = True,
+              on_session: Callable[[str], None] | None = None,
+              on_context: Callable[[RunContext], None] | None = None) -> RunResult:
+    """Run the plan of ``config``'s rig once and record one session; see the module docstring.
+
+    ``simulated_rig``: an already started simulated rig (tests use it to kill devices mid-plan).
+    Problems before the session exists (config, unreachable devices) are raised; once a session
+    exists the run always returns a result whose status and reason say how it ended.
+    """
+    rig, cfg = parse_config(config, file)  # checked whole: nothing is opened for a broken config
+    if cfg.rig.simulated and rig.simulator is None and simulated_rig is None:
+        raise ConfigError(f"rig kind {rig.kind!r} has no simulator", file, "[rig].simulated")
+    if not cfg.rig.simulated and simulated_rig is None and "devices" not in config:
+        raise ConfigError("missing required table (a real rig needs its devices)", file, "[devices]")
+    store_path = Path(store_path) if store_path else store_path_for(None, config)
+    store_path.parent.mkdir(parents=True, exist_ok=True)
+
+    own_sim = None
+    if simulated_rig is None and cfg.rig.simulated:
+        own_sim = simulated_rig = rig.simulator(config)
+        await own_sim.start()
+    try:
+        device_cfg = (rig.simulated_devices(simulated_rig, config) if simulated_rig is not None
+                      else dict(config["devices"]))
+        return await _run_session(rig, cfg, config, device_cfg, store_path, show_progress, handle_sigint,
+                                  on_session, on_context)
+    finally:
+        if own_sim is not None:
+            await own_sim.stop()
+
+
+async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_path: Path, show_progress: bool,
+                       handle_sigint: bool, on_session, on_context) -> RunResult:
+    store = SessionStore(store_path)
+    keys = _keys(cfg)
+    publisher = BusPublisher(cfg.bus.data, lossless=True, send_timeout=cfg.bus.send_timeout,
+                             tap_endpoint=cfg.bus.tap, keys=keys)
+    rec_sub = BusSubscriber(publisher.endpoint)
+    progress = _Progress(rig.kind, rig.progress_total(cfg)) if show_progress else None
+    ctx = RunContext(rig, cfg, raw, publisher, progress.advance if progress else None)
+    if on_context is not None:
+        on_context(ctx)
+    commands = _CommandChannel(ctx, cfg.bus.command, keys)
+    devices: Devices | None = None
+    recorder: Recorder | None = None
+    guard: SafeStateGuard | None = None
+    session_id = ""
+    status, reason, failure = "aborted", None, None
+    stopper = OperatorStop(on_first=ctx.request_stop)
+    if handle_sigint:
+        stopper.install()  # Ctrl-C is ours until the clean-up is done
+    try:
+        await publisher.wait_for_subscribers(1)
+        devices = await rig.open_devices(cfg, device_cfg)
+        ctx.devices = devices
+        if rig.prepare is not None:
+            await rig.prepare(ctx)
+        snapshot = dict(raw, store={"path": str(store_path)})
+        if "devices" in rig.schema.__struct_fields__:  # the devices as they were reached (simulated ports)
+            snapshot["devices"] = device_cfg
+        session_id = store.create_session(rig.kind, _jsonable(snapshot), devices=await devices.identities())
+        ctx.session_id = session_id
+        if on_session is not None:
+            on_session(session_id)
+        recorder = ctx.recorder = Recorder(store, session_id, rec_sub).start()
+        commands.start(store_path, session_id, publisher)
+        if stopper.requested:  # Ctrl-C during set-up stops before the first step
+            ctx.request_stop()
+        ctx.state = "running"
+        guard = SafeStateGuard(list(devices.safe_actions))
+        try:
+            async with guard:
+                await _run_plan(ctx, rig, recorder, stopper)
+        except BaseException as exc:  # noqa: BLE001 - the guard reached the safe state and kept the reason
+            log.warning("%s plan aborted: %s", rig.kind, guard.reason or exc)
+        status, reason = guard.outcome, guard.reason
+        if not guard.safe:
+            reason = f"{reason + '; ' if reason else ''}SAFE STATE NOT CONFIRMED: {'; '.join(guard.errors)}"
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(2.0):
+                await ctx.event(f"{rig.kind}.plan", "plan_outcome", status=status, reason=reason,
+                                safe=guard.safe,
+                                safe_errors=guard.errors, summary=ctx.summary)
+    except BaseException as exc:  # set-up failed before the plan ran
+        failure = exc
+        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if devices is not None:
+            guard = SafeStateGuard(list(devices.safe_actions))
+            await asyncio.shield(guard.reach_safe_state())
+    finally:
+        if progress is not None:
+            progress.close()
+        await commands.stop()
+        if recorder is not None:
+            await recorder.stop(drain=RECORDER_DRAIN_S)
+            rec_error = _recorder_error(recorder)
+            if rec_error and status == "complete":
+                status, reason = "aborted", f"recorder failed: {rec_error}"
+        if session_id:
+            _finish_session(store, store_path, session_id, status, reason)
+        if devices is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(TASK_STOP_TIMEOUT):
+                    await devices.close()
+        for sub in (*ctx._subscribers, rec_sub):
+            sub.close()
+        publisher.close()
+        try:
+            store.close()
+        except Exception as exc:  # noqa: BLE001 - after a failed commit the last flush fails again
+            log.warning("session store: %s (what was committed stays readable)", exc)
+        stopper.uninstall()
+    if failure is not None:
+        raise failure
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():  # we were cancelled from outside: say so after clean-up
+        raise asyncio.CancelledError
+    return RunResult(session_id, rig.kind, status, reason, guard.safe if guard else False,
+                     list(guard.errors) if guard else [], ctx.summary, str(store_path))
+
+
+def _finish_session(store: SessionStore, store_path: Path, session_id: str, status: str,
+                    reason: str | None) -> None:
+    """Mark the session; after a failed commit (disk full) the writer still holds the rows that did not
+    fit, so a fresh connection marks it instead (an UPDATE of one row needs no new pages)."""
+    try:
+        store.finish(session_id, status, reason)
+        return
+    except Exception as exc:  # noqa: BLE001 - try the second way before giving up
+        log.warning("could not finish session %s on the writer: %s", session_id, exc)
+    try:
+        with SessionStore(store_path, recover=False) as fresh:
+            fresh.finish(session_id, status, reason)
+    except Exception as exc:  # noqa: BLE001
+        log.error("session %s could not be marked %s (%s); it shows as incomplete", session_id, status, exc)
+
+
+def _keys(cfg: Any):
+    """CURVE keys of [bus].keys (required by the bus and command server beyond loopback)."""
+    if not cfg.bus.keys:
+        return None
+    from daq.bus.keys import load_keys
+
+    return load_keys(cfg.bus.keys)
+
+
+def _recorder_error(recorder: Recorder) -> str | None:
+    if recorder.error is not None:
+        return str(recorder.error)
+    task = recorder._task
+    if task is None or not task.done() or task.cancelled() or task.exception() is None:
+        return None
+    exc = task.exception()
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: OperatorStop) -> None:
+    """Run the plan with its companions and the recorder; whichever ends first ends the plan."""
+    plan_task = asyncio.ensure_future(rig.plan(ctx))
+    stopper.target = plan_task
+    ctx._plan_task = plan_task
+    rec_task = recorder.failed  # resolves (with the error) only when the recorder stops on a failure
+    try:
+        while not plan_task.done():
+            ctx._wake.clear()
+            watch = {plan_task, *ctx._companions}
+            if rec_task is not None:
+                watch.add(rec_task)
+            wake = asyncio.ensure_future(ctx._wake.wait())
+            done, _ = await asyncio.wait({*watch, wake}, return_when=asyncio.FIRST_COMPLETED)
+            wake.cancel()
+            if plan_task in done:
+                break
+            ended = [t for t in done if t is not wake]
+            for t in list(ended):  # a companion that returned normally has finished its job
+                if t is not rec_task and not t.cancelled() and t.exception() is None:
+                    ctx._companions.remove(t)
+                    ended.remove(t)
+            if ended:
+                reason = _why_ended(ended[0], rec_task)
+                plan_task.cancel()
+                await asyncio.wait({plan_task}, timeout=TASK_STOP_TIMEOUT)
+                raise PlanAborted(reason)
+        await plan_task
+    finally:
+        stopper.target = None
+        await stop_tasks(plan_task, *ctx._companions)
+
+
+def _why_ended(task: asyncio.Future, rec_task: asyncio.Future | None) -> str:
+    if task is rec_task:
+        return f"recorder failed: {task.result() if not task.cancelled() else 'cancelled'}"
+    who = task.get_name()
+    if task.cancelled():
+        return f"{who} was cancelled"
+    exc = task.exception()
+    if exc is None:
+        return f"{who} stopped unexpectedly"
+    text = str(exc) or type(exc).__name__
+    return f"{who} failed: {text}" if who == "recorder" else text
+
+
+async def stop_tasks(*tasks: asyncio.Future) -> None:
+    """Cancel and await ``tasks``, never longer than ``TASK_STOP_TIMEOUT`` (a stop must not hang)."""
+    pending = [t for t in tasks if not t.done()]
+    for t in pending:
+        t.cancel()
+    if pending:
+        _, still = await asyncio.wait(pending, timeout=TASK_STOP_TIMEOUT)
+        for t in still:
+            log.error("task %r did not stop within %.0f s of its cancellation", t, TASK_STOP_TIMEOUT)
+    for t in tasks:
+        if t.done() and not t.cancelled():
+            t.exception()  # retrieved: the caller reports the failure that mattered
+
+
+def _jsonable(obj: Any) -> Any:
+    """Config snapshot as JSON-safe data (TOML dates and the like become strings)."""
+    return json.loads(json.dumps(obj, default=str))
+
+
+# ----------------------------------------------------------------------------------------- operator
+
+
+def runs_dir(store_path: Path) -> Path:
+    """Where running sessions announce their command endpoint (for `hil ctl`)."""
+    return store_path.parent / "runs"
+
+
+class _CommandChannel:
+    """Operator commands of a running plan: status, pause, resume, stop (after the step), abort (now)."""
+
+    def __init__(self, ctx: RunContext, endpoint: str, keys=None):
+        self.ctx = ctx
+        self.endpoint = endpoint
+        self.keys = keys
+        self.server = None
+        self.announce: Path | None = None
+
+    def start(self, store_path: Path, session_id: str, publisher: BusPublisher) -> None:
+        from daq.run.commands import CommandServer
+
+        ctx = self.ctx
+        handlers: dict[str, Callable[..., Any]] = {
+            "status": self._status,
+            "pause": lambda: (ctx.pause(), self._status())[1],
+            "resume": lambda: (ctx.resume(), self._status())[1],
+            "stop": lambda: (ctx.request_stop(), self._status())[1],
+            "abort": self._abort,
+        }
+        self.server = CommandServer(self.endpoint, handlers, keys=self.keys).start()
+        folder = runs_dir(store_path)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.announce = folder / f"{session_id}.json"
+        self.announce.write_text(json.dumps({"session": session_id, "kind": ctx.rig.kind,
+                                             "command": self.server.endpoint, "data": publisher.endpoint,
+                                             "tap": publisher.tap_endpoint,
+                                             "pid": os.getpid(), "started": time.time()}))
+
+    def _status(self) -> dict:
+        ctx = self.ctx
+        return {"session": ctx.session_id, "kind": ctx.rig.kind, "state": ctx.state, "summary": ctx.summary}
+
+    def _abort(self) -> dict:
+        self.ctx.abort()
+        return self._status()
+
+    async def stop(self) -> None:
+        if self.announce is not None:
+            with contextlib.suppress(OSError):
+                self.announce.unlink()
+        if self.server is not None:
+            await self.server.stop()
+            self.server.close()
+
+
+# ----------------------------------------------------------------------------------------- progress
+
+
+class _Progress:
+    """A rich progress bar on stderr (stdout stays clean for --json)."""
+
+    def __init__(self, kind: str, total: int | None):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+        self._task = self._bar.add_task(f"{kind} plan", total=total)
+        self._bar.start()
+
+    def advance(self, n: int = 1, description: str | None = None) -> None:
+        kw = {"description": description} if description else {}
+        self._bar.update(self._task, advance=n, **kw)
+
+    def close(self) -> None:
+        self._bar.stop()
+

@@ -1,0 +1,1 @@
+"""The session store: SQLite sessions, streams, frames and events; writer and reader."""
