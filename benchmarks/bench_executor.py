@@ -17,7 +17,7 @@ import numpy as np
 
 from daq.run.executor import LocalExecutor, make_executor
 from identification.gsa_identification import identify, reference_from_model
-from simulators.physics.machine_tool import (
+from identification.machine_tool_model import (
     DAMPING_NAMES,
     STIFFNESS_NAMES,
     MachineTool,

@@ -43,7 +43,7 @@ def generate(path: Path, minutes: float) -> str:
     """Write the session once (reused when the store already holds it); returns its id."""
     sys.path.insert(0, str(ROOT))
     from daq.bus.frames import Frame
-    from daq.store.session_store import SessionStore
+    from daq.store.read_write import SessionStore
 
     n_frames = int(round(minutes * 60 * RATE / ROWS))
     sid = f"bench{int(minutes * 100):07d}"
@@ -79,7 +79,7 @@ import json, resource, sys, time
 import h5py  # imported before the clock starts, as in the h5py run
 sys.path.insert(0, {root!r})
 from daq.export.session_export import export
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 t = time.perf_counter()
 with SessionStore({store!r}, create=False) as store:
     r = export(store, {sid!r}, {fmt!r}, {out!r}, mat_version={mat!r}, force=True)
@@ -91,7 +91,7 @@ print(json.dumps({{"s": took, "rss_mb": rss, "bytes": r.bytes, "mat_version": r.
 CHILD_READ = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 t = time.perf_counter()
 with SessionStore({store!r}, create=False) as store:
     n = sum(len(c) for c in store.iter_stream({sid!r}, {stream!r}, 1 << 16))
@@ -148,7 +148,7 @@ import asyncio, json, resource, sys, time
 sys.path.insert(0, {root!r})
 from daq.bus.pubsub import BusPublisher
 from daq.run.replay import replay_session
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 async def main():
     pub = BusPublisher()
     try:
@@ -180,7 +180,7 @@ def remove(path: Path) -> None:
 def window_reads(store_path: Path, sid: str, minutes: float) -> tuple[float, float]:
     """Median ms to read 1 s via the index, and via a plain SQL scan of the frame start times."""
     sys.path.insert(0, str(ROOT))
-    from daq.store.session_store import SessionStore
+    from daq.store.read_write import SessionStore
 
     rng = np.random.default_rng(3)
     starts = 1.7e9 + rng.uniform(0, minutes * 60 - 1, 20)

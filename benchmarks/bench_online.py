@@ -29,11 +29,11 @@ def main() -> None:
     ap.add_argument("--steps-up", type=int, default=3)
     args = ap.parse_args()
 
-    from daq.config.load import load_config
+    from daq.rigs.config import load_config
     from daq.rigs.press.online import verdict_options
     from daq.rigs.press.session import press_arrays
     from daq.run.lifecycle import run
-    from daq.store.session_store import SessionStore
+    from daq.store.read_write import SessionStore
     from identification.online_press import estimate_stiffness, model_verdict
 
     cfg = copy.deepcopy(load_config("configs/press-sim.toml"))

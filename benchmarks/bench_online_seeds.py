@@ -63,7 +63,7 @@ def _run_seed(cfg: dict, store_path: Path) -> dict:
     from daq.rigs.analysis import analyze_session
     from daq.rigs.press.rig import RIG
     from daq.run.lifecycle import run
-    from daq.store.session_store import SessionStore
+    from daq.store.read_write import SessionStore
 
     aborted = []
     for _ in range(ATTEMPTS):  # a starved loaded machine can lose a device (the run aborts safely): rerun
@@ -170,7 +170,7 @@ def main() -> None:
     ap.add_argument("--plant-truth", type=int, default=0, metavar="N", help="N plant-truth seeds only")
     args = ap.parse_args()
 
-    from daq.config.load import load_config
+    from daq.rigs.config import load_config
 
     base = copy.deepcopy(load_config("configs/press-sim.toml"))
     for key, value in (("n_samples", args.n_samples), ("n_series", args.n_series),

@@ -36,8 +36,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daq.config.load import load_config  # noqa: E402
 from daq.rigs.adjoint.rig import lagged_mean  # noqa: E402
+from daq.rigs.config import load_config  # noqa: E402
 from identification.adjoint_design import optimize_input, simulate_output  # noqa: E402
 from identification.adjoint_plants import design_problem, reference_inputs  # noqa: E402
 from identification.sequential_design import (  # noqa: E402
@@ -145,7 +145,7 @@ def latency(plant: str, n_runs: int) -> dict:
     from daq.rigs import parse_config
     from daq.rigs.adjoint.rig import problem_of
     from daq.run.lifecycle import run
-    from daq.store.session_store import SessionStore
+    from daq.store.read_write import SessionStore
     from identification.adjoint_design import fit_parameters
 
     cfg = load_config(ROOT / "configs" / f"{plant}-sim.toml")

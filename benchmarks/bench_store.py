@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from daq.bus.frames import Frame
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 
 N_CH = 8
 CASES = [(100, 4000), (1000, 1000), (10000, 200)]  # rows per block, blocks

@@ -1,4 +1,9 @@
-"""Typed device errors: every failure names the device and its address, so a log line is actionable.
+"""The root of the project's errors and the device branch: every failure names the device and its address,
+so a log line is actionable.
+
+:class:`HilError` is the one base of every error this project raises on purpose (the CLI maps the tree to
+exit codes and one-line messages); it lives here, in the lowest layer, because drivers import nothing of
+the service. The service's branches (config, protocol, store, plan) are in :mod:`daq.errors`.
 
 Every driver (Modbus, serial, OPC UA) raises only subclasses of :class:`DeviceError`; the text is never
 empty (a timeout says how long it waited).
@@ -7,7 +12,11 @@ empty (a timeout says how long it waited).
 from __future__ import annotations
 
 
-class DeviceError(Exception):
+class HilError(Exception):
+    """Base class of every error the project raises on purpose (one clear message, no traceback)."""
+
+
+class DeviceError(HilError):
     """Base class of all driver errors (carries the device name and address)."""
 
     def __init__(self, device: str, address: str, message: str) -> None:
@@ -42,7 +51,8 @@ class LimitError(DeviceError):
 
 
 class DeviceFault(DeviceError):
-    """The device reports a fault (status fault bit or a fault code)."""
+    """The device reports a fault (status fault bit or a fault code); also raised by the service when a
+    device's stream reports one (``daq.rigs.press.acquisition``)."""
 
     def __init__(self, device: str, address: str, message: str, fault_code: int = 0) -> None:
         self.fault_code = fault_code
@@ -54,5 +64,5 @@ class SafeStateError(DeviceError):
     confirmed; the message says which step failed and why."""
 
 
-class RegisterMapError(ValueError):
+class RegisterMapError(HilError, ValueError):
     """A register map in a config is invalid (unknown type, bad word order, missing key)."""

@@ -33,6 +33,8 @@ from identification.adjoint_design import (
     StateLimit,
     simulate_output,
 )
+from identification.drive_simulation import DEFAULT_FRICTION_EPS, prepare_input, simulate
+from identification.model_selection import fit_structure, parse_name
 from identification.ode_models import PENDULUM_PARAMS, CartPendulumModel, crane_model, oscillator_model
 from identification.sequential_design import Record, fit_runs
 
@@ -233,8 +235,6 @@ def fit_records(plant: str, values: dict, params: list[str], nuisance: dict[str,
 
 
 def _fit_crane(names, n_design, point, b_design, b0, u, dt, y, sigma, skip, decimate, eps) -> RecordFit:
-    from identification.drive_simulation import DEFAULT_FRICTION_EPS, prepare_input, simulate
-    from identification.model_selection import fit_structure, parse_name
 
     s = parse_name(CRANE_STRUCTURE)
     eps = DEFAULT_FRICTION_EPS if eps is None else float(eps)

@@ -22,7 +22,7 @@ the MACXP the model's eigenvalue carries the reference damping ratio, so damping
 no influence on it (the MACXP weighs eigenvalues, and a damping mismatch would otherwise lower it).
 The final tables use the full complex modal analysis of the identified model.
 
-The model is duck-typed (``simulators.physics.machine_tool.MachineTool`` fits):
+The model is duck-typed (``identification.machine_tool_model.MachineTool`` fits):
 ``real_modes_batch(kmat, s, n)``, ``observation(s)``, ``damping_parts(s)``,
 ``complex_modes(p, s, n)``, ``frf(p, s, freq, input)``. Every batch of model evaluations goes
 through ``executor`` (any ``map(fn, items) -> list``; default: the builtin, in this process).

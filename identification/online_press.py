@@ -28,6 +28,7 @@ import numpy as np
 
 from identification.ellipsoid import confidence_ellipsoid
 from identification.least_squares import fit_state_model
+from identification.press_analysis import analyze_press
 from identification.press_models import P_NAMES, PressConstants, PressLinkageModel
 
 UNIT = "N/m"
@@ -183,7 +184,6 @@ def model_verdict(
     test on the last two; with two series: train on the first). Slow for a loop (about 1 s for 10 x 29
     setpoints): run it off the event loop.
     """
-    from identification.press_analysis import analyze_press
 
     z = np.asarray(z, float)
     if z.ndim != 3 or z.shape[0] < 2:

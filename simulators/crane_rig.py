@@ -12,7 +12,11 @@ Basic256Sha256 SignAndEncrypt endpoint (trusted client certificates + user/passw
 from __future__ import annotations
 
 import asyncio
+import copy
+import tomllib
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from asyncua import Server
 
@@ -74,11 +78,17 @@ class CraneRig:
         await self.stop()
 
 
-async def serve_crane(config_path: str | Path, port: int | None = None) -> None:
-    """Serve the simulated crane rig of ``config_path`` until cancelled; prints the endpoints."""
-    from daq.config.load import load_config
+async def serve_crane(config: str | Path | Mapping[str, Any], port: int | None = None) -> None:
+    """Serve the simulated crane rig of ``config`` until cancelled; prints the endpoints.
 
-    config = load_config(config_path)
+    ``config``: the rig config as data, or a TOML file read as it is (``hil sim crane`` checks a config
+    against the rig's schema before it starts the simulator; the simulator itself only reads its tables).
+    """
+    if isinstance(config, Mapping):
+        config = copy.deepcopy(dict(config))
+    else:
+        with open(config, "rb") as fh:
+            config = tomllib.load(fh)
     if port is not None:
         config.setdefault("simulator", {}).setdefault("drive", {})["port"] = port
     rig = CraneRig(config)

@@ -17,8 +17,9 @@ of the force and all accelerometers at ``dt``. Commands (case-insensitive, one p
 samples x channels). Errors go to the SCPI error queue (``SYST:ERR?``); a query that fails answers
 ``ERR <code>,"<text>"`` at once so a client never waits for a reply that will not come.
 
-The physics: :func:`simulators.physics.machine_tool.simulate_modal_test` of the model with the
-configured truth (``variant = "disturbed"`` changes the non-identified constants), noise added.
+The physics: :func:`simulators.physics.machine_tool.simulate_modal_test` of the simulated structure
+with the configured truth (``variant = "disturbed"`` changes the constants the identification does not
+estimate), noise added.
 """
 
 from __future__ import annotations
@@ -29,7 +30,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulators.physics.machine_tool import MachineTool, MachineToolConstants, as_vector
+from simulators.physics.machine_tool import (
+    MachineToolTruth,
+    TruthConstants,
+    simulate_modal_test,
+    truth_values,
+)
 
 IDN = "hil-lab,MT-MODAL-FRONTEND-SIM,0,1.0"
 
@@ -59,7 +65,7 @@ class FrontEndSettings:
         s.force_noise = float(noise.get("force", s.force_noise))
         if s.variant not in ("ideal", "disturbed"):
             raise ValueError(f"variant must be 'ideal' or 'disturbed', got {s.variant!r}")
-        as_vector(s.truth)  # unknown parameter names raise here
+        truth_values(s.truth)  # unknown parameter names raise here
         if any(v <= 0 for v in s.truth.values()):
             raise ValueError("truth values must be > 0")
         return s
@@ -76,15 +82,16 @@ class ModalFrontEnd:
 
     def __init__(self, settings: FrontEndSettings):
         self.s = settings
-        consts = MachineToolConstants()
-        self.model = MachineTool(consts.disturbed() if settings.variant == "disturbed" else consts)
-        self.params = as_vector(settings.truth)
+        consts = TruthConstants()
+        if settings.variant == "disturbed":
+            consts = consts.disturbed()
+        self.truth = MachineToolTruth(settings.truth, consts)
         self.rng = np.random.default_rng(settings.seed)
         self.reset()
 
     def reset(self) -> None:
         self.position = 0.0
-        self.dof = self.model.obs_labels[0]
+        self.dof = self.truth.obs_labels[0]
         self.amplitude = 10.0
         self.f_start, self.f_stop = 10.0, 200.0
         self.period = 1024
@@ -117,28 +124,11 @@ class ModalFrontEnd:
             raise ScpiError(-221, "settings conflict: source output is OFF")
         one = self.excitation()
         u = np.tile(one, self.settle + self.periods)
-        out = simulate_at(
-            self.model,
-            self.params,
-            self.position,
-            u,
-            self.dt,
-            self.dof,
-            self.rng,
-            self.s.accel_noise,
-            self.s.force_noise,
-        )
+        out = simulate_modal_test(self.truth, self.position, u, self.dt, self.dof, self.rng,
+                                  accel_noise=self.s.accel_noise, force_noise=self.s.force_noise, substeps=8)
         skip = self.settle * self.period
         self.force = out["force"][skip:]
         self.accel = out["accel"][skip:]
-
-
-def simulate_at(model, params, s, u, dt, dof, rng, accel_noise, force_noise) -> dict:
-    from simulators.physics.machine_tool import simulate_modal_test
-
-    return simulate_modal_test(
-        model, params, s, u, dt, dof, rng, accel_noise=accel_noise, force_noise=force_noise, substeps=8
-    )
 
 
 def _block(arr: np.ndarray) -> bytes:
@@ -242,7 +232,7 @@ class MachineToolFrontEndSim:
         if self._task is not None and not self._task.done() and not head.endswith("?"):
             raise ScpiError(-213, "init ignored: measurement in progress")
         if head == "AXIS:POS":
-            target = num(0.0, self.dev.model.c.travel)
+            target = num(0.0, self.dev.truth.c.travel)
             await asyncio.sleep(abs(target - d.position) / self.settings.axis_speed)
             d.position = target
             d.force = d.accel = None
@@ -250,7 +240,7 @@ class MachineToolFrontEndSim:
         if head == "AXIS:POS?":
             return f"{d.position:.9g}\n".encode()
         if head == "SOUR:DOF":
-            if arg not in d.model.obs_labels:
+            if arg not in d.truth.obs_labels:
                 raise ScpiError(-224, f"illegal parameter value: {arg!r}")
             d.dof = arg
             return None
@@ -282,7 +272,7 @@ class MachineToolFrontEndSim:
         if head == "ACQ:STAT?":
             return b"BUSY\n" if self._task is not None and not self._task.done() else b"IDLE\n"
         if head == "SENS:CHAN?":
-            return (",".join(d.model.obs_labels) + "\n").encode()
+            return (",".join(d.truth.obs_labels) + "\n").encode()
         if head in ("FETC:FORC?", "FETC:ACC?"):
             data = d.force if head == "FETC:FORC?" else d.accel
             if data is None:

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from daq.cli.main import main
-from daq.config.load import load_config
-from daq.store.session_store import SessionStore
+from daq.rigs.config import load_config
+from daq.store.read_write import SessionStore
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_rig_kit import _to_toml  # noqa: E402

@@ -15,7 +15,7 @@ import zmq.asyncio
 from daq.bus.frames import Event, Frame, decode
 from daq.bus.pubsub import BusPublisher, BusStalled, BusSubscriber, BusTimeout
 from daq.run.recorder import Recorder
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 
 N_FRAMES = 400
 ROWS = 1024  # 1024 x 8 float64 = 64 kB per frame, 26 MB in all: far more than socket buffers hold

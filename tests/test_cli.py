@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from daq.bus.frames import Frame
 from daq.bus.pubsub import BusPublisher
 from daq.cli.main import main
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 
 
 @pytest.fixture

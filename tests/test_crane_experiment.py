@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from daq.config.load import load_config
+from daq.rigs.config import load_config
 from daq.rigs.crane.rig import crane_arrays
 from daq.run.lifecycle import run
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 from simulators.crane_rig import CraneRig
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

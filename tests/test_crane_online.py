@@ -15,12 +15,13 @@ import pytest
 import scipy.stats
 
 from daq.bus.pubsub import BusPublisher, BusSubscriber
-from daq.config.load import ConfigError, load_config, parse
+from daq.config.load import ConfigError, parse
+from daq.rigs.config import load_config
 from daq.rigs.crane.online import ONLINE_STREAM, TOPICS, CraneOnlineIdentifier, settings_from_config
 from daq.rigs.crane.rig import CraneConfig, crane_arrays
 from daq.run.lifecycle import run
 from daq.run.replay import replay_session
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 from identification.crane_analysis import fit_runs
 from tests.fit_starts import CRANE_BOUNDS
 

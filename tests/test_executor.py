@@ -8,15 +8,15 @@ from daq.run.executor import DaskExecutor, LocalExecutor, SerialExecutor, make_e
 from identification.drive_models import parse_name
 from identification.drive_simulation import prepare_input, simulate
 from identification.gsa_identification import identify, reference_from_model
-from identification.model_selection import select_model
-from identification.multisine import design_multisine
-from simulators.physics.machine_tool import (
+from identification.machine_tool_model import (
     DAMPING_NAMES,
     STIFFNESS_NAMES,
     MachineTool,
     as_vector,
     param_bounds,
 )
+from identification.model_selection import select_model
+from identification.multisine import design_multisine
 from tests.fit_starts import CRANE_BOUNDS, alternating
 
 

@@ -12,7 +12,7 @@ import scipy.io
 
 from daq.bus.frames import Event, Frame
 from daq.export.session_export import ExportError, export_session
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import daq.export.session_export as export_mod
 from daq.bus.frames import Event, Frame
 from daq.export.session_export import ExportError, export, mat_variable_sizes
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 
 BIG = 10**9  # one chunk: the whole-array path
 
@@ -274,7 +274,7 @@ def test_default_output_folder_is_git_ignored(session, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = export(store, sid, "hdf5").path
     assert path == Path("exports") / f"session-{sid}.h5" and path.is_file()
-    root = Path(export_mod.__file__).resolve().parents[1]
+    root = Path(export_mod.__file__).resolve().parents[2]
     r = subprocess.run(["git", "check-ignore", "-q", "exports/session-x.h5"], cwd=root, check=False)
     assert r.returncode == 0
 

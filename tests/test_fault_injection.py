@@ -17,10 +17,10 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from daq.config.load import load_config
+from daq.rigs.config import load_config
 from daq.run.commands import CommandClient
 from daq.run.lifecycle import RunContext, run, runs_dir
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 from simulators.press_rig import PressRig
 from tests.polling import finished, wait_until
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from identification.gsa_identification import fraction_within, identify, reference_from_model, sobol_indices
-from simulators.physics.machine_tool import (
+from identification.machine_tool_model import (
     DAMPING_NAMES,
     STIFFNESS_NAMES,
     MachineTool,

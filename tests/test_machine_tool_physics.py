@@ -1,10 +1,13 @@
-"""Machine-tool structure model: matrices, position dependence, modes, FRFs, time-domain modal test + H1."""
+"""Machine-tool identification model (matrices, position dependence, modes, FRFs) and the simulator's truth
+(the same structure today; its time-domain modal test + H1 follow the model's FRFs)."""
+
+import dataclasses
 
 import numpy as np
 import pytest
 
 from identification.frf_estimation import h1_estimate
-from simulators.physics.machine_tool import (
+from identification.machine_tool_model import (
     DAMPING_NAMES,
     NOMINAL,
     PARAM_NAMES,
@@ -13,8 +16,8 @@ from simulators.physics.machine_tool import (
     MachineToolConstants,
     as_vector,
     param_bounds,
-    simulate_modal_test,
 )
+from simulators.physics import machine_tool as sim
 
 
 def test_parameters_and_bounds():
@@ -91,12 +94,33 @@ def test_receptance_static_limit_and_accelerance():
     np.testing.assert_allclose(Ha, -(2 * np.pi * freq) ** 2 * Hr)
 
 
+@pytest.mark.parametrize("disturbed", [False, True])
+def test_simulated_truth_is_the_model_structure(disturbed, rng):
+    """The simulator assembles its truth on its own, element by element; with the same constants and
+    values it gives the model's matrices and sensors (so estimates can be compared with the truth)."""
+    p = as_vector(None) * rng.uniform(0.8, 1.2, len(PARAM_NAMES))
+    assert sim.PARAM_NAMES == PARAM_NAMES and sim.NOMINAL == NOMINAL
+    consts, tconsts = MachineToolConstants(), sim.TruthConstants()
+    assert dataclasses.asdict(consts) == dataclasses.asdict(tconsts)
+    if disturbed:
+        consts, tconsts = consts.disturbed(), tconsts.disturbed()
+    m = MachineTool(consts)
+    truth = sim.MachineToolTruth(dict(zip(PARAM_NAMES, p, strict=True)), tconsts)
+    assert truth.obs_labels == m.obs_labels
+    np.testing.assert_array_equal(truth.O, m.observation(0.0))
+    for s in (0.0, 0.3, consts.travel):
+        for a, b in zip(m.matrices(p, s), truth.matrices(s), strict=True):
+            np.testing.assert_allclose(b, a, rtol=0, atol=1e-13 * np.abs(a).max())
+    with pytest.raises(ValueError, match="unknown"):
+        sim.MachineToolTruth({"nope": 1.0})
+
+
 def test_time_domain_modal_test_and_h1_match_the_model(rng):
     m = MachineTool()
     dt = 1.0 / 2048
     n = 2 ** 15
     force = rng.normal(0.0, 100.0, n)  # N, white random excitation at the table
-    out = simulate_modal_test(m, None, 0.25, force, dt, "T1x", rng, accel_noise=1e-3)
+    out = sim.simulate_modal_test(sim.MachineToolTruth(), 0.25, force, dt, "T1x", rng, accel_noise=1e-3)
     assert out["accel"].shape == (n, len(m.obs_labels))
     est = h1_estimate(out["force"], out["accel"], dt, nperseg=2048, f_max=400.0)
     band = (est.freq > 20) & (est.freq < 350)

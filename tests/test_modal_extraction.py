@@ -13,11 +13,12 @@ from threadpoolctl import threadpool_limits
 from daq.config.load import parse, read_toml
 from daq.rigs.machine_tool.rig import MachineToolConfig, analyze, mt_arrays
 from daq.run.lifecycle import run
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 from identification.gsa_identification import fraction_within
+from identification.machine_tool_model import complex_modes_of
 from identification.modal_extraction import extract_modes, lscf_poles, lsfd, stable_poles, synthesize
 from identification.modal_metrics import macxp_matrix
-from simulators.physics.machine_tool import MachineTool, MachineToolConstants, as_vector
+from simulators.physics.machine_tool import MachineToolTruth
 
 # a synthetic structure: a close pair (41.0 / 42.5 Hz), a heavily damped top mode, one mode just above
 # the reported band (inside the excited band) and one above the excited band
@@ -150,10 +151,9 @@ async def test_simulated_session_meets_a_reduced_target(tmp_path):
         arrays = mt_arrays(store, result.session_id)
     cfg = parse(raw, MachineToolConfig)
     out = analyze(arrays, cfg)
-    truth = MachineTool(MachineToolConstants())
-    params = as_vector(raw["simulator"]["truth"])
+    truth = MachineToolTruth(raw["simulator"]["truth"])
     for p, fit in zip(arrays.positions, out.fits, strict=True):
-        cm = truth.complex_modes(params, p, 12)
+        cm = complex_modes_of(*truth.matrices(p), truth.O, 12)
         mx = macxp_matrix(cm.shapes, cm.lam, fit.shapes, fit.lam)
         assert mx.max(axis=0).min() >= 0.99, (p, mx.max(axis=0))
         assert len(set(mx.argmax(axis=0))) == fit.lam.size  # no mode found twice, none spurious

@@ -15,12 +15,12 @@ import pytest
 
 from daq.bus.frames import Event
 from daq.bus.pubsub import BusPublisher, BusSubscriber
-from daq.config.load import load_config
+from daq.rigs.config import load_config
 from daq.rigs.press.online import ONLINE_STREAM, PLAN_TOPIC, OnlineIdentifier, StopRule, verdict_options
 from daq.rigs.press.session import press_arrays
 from daq.run.lifecycle import run
 from daq.run.replay import replay_session
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 from identification.online_press import estimate_stiffness, model_verdict, verdict_settled
 
 N_SERIES = 5

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from daq.bus.pubsub import BusPublisher, BusSubscriber
-from daq.config.load import load_config
+from daq.rigs.config import load_config
 from daq.rigs.press.acquisition import ForceAcquisition
 from daq.rigs.press.session import press_arrays
 from daq.rigs.press.setpoint_correction import CorrectionSettings, SetpointCorrector
 from daq.run.lifecycle import run
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 from drivers.force_source import ForceSource
 from simulators.press_rig import PressRig
 from tests.polling import finished, wait_until

@@ -12,7 +12,7 @@ import numpy as np
 from daq.bus.frames import Frame
 from daq.bus.pubsub import BusPublisher, BusSubscriber
 from daq.run.recorder import Recorder, RecorderError
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 from tests.polling import wait_until
 
 

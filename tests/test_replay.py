@@ -11,7 +11,7 @@ from daq.bus.pubsub import BusPublisher, BusSubscriber
 from daq.run.demo import same_message
 from daq.run.recorder import Recorder
 from daq.run.replay import replay_session
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 
 
 async def record(store: SessionStore, kind: str, produce) -> str:

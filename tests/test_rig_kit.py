@@ -19,7 +19,7 @@ from daq.config.load import ConfigError, Invalid, parse, read_toml
 from daq.config.schema import Count, Positive, RigConfig, Table
 from daq.rigs.base import Report, Rig
 from daq.run.lifecycle import run
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 from tests.polling import wait_until
 
 PRESS = read_toml("configs/press-sim.toml")

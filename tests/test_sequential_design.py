@@ -17,13 +17,14 @@ import numpy as np
 import pytest
 
 from daq.bus.pubsub import BusPublisher, BusSubscriber
-from daq.config.load import ConfigError, load_config
+from daq.config.load import ConfigError
 from daq.rigs import parse_config
 from daq.rigs.adjoint.online import from_snapshot, topics
 from daq.rigs.adjoint.rig import lagged_mean
+from daq.rigs.config import load_config
 from daq.run.lifecycle import run
 from daq.run.replay import replay_session
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 from identification.adjoint_design import simulate_output
 from identification.adjoint_plants import design_problem, reference_inputs
 from identification.sequential_design import Record, fit_runs, stop_reason

@@ -14,7 +14,8 @@ import pytest
 
 from daq.bus.frames import Event, Frame
 from daq.bus.pubsub import BusPublisher
-from daq.store.session_store import SessionStore, StoreError, UnknownSession
+from daq.store.errors import StoreError, UnknownSession
+from daq.store.read_write import SessionStore
 from tests.polling import poll_until
 
 
@@ -163,7 +164,7 @@ CHILD = """
 import asyncio, sys
 from daq.bus.pubsub import BusSubscriber
 from daq.run.recorder import Recorder
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 
 async def main():
     store = SessionStore(sys.argv[1])
@@ -232,7 +233,8 @@ async def test_recorder_killed_with_sigkill_leaves_committed_frames_and_incomple
 
 
 def test_latest_selects_the_newest_session(tmp_path):
-    from daq.store.session_store import SessionStore, UnknownSession
+    from daq.store.errors import UnknownSession
+    from daq.store.read_write import SessionStore
 
     with SessionStore(tmp_path / "s.sqlite") as store:
         with pytest.raises(UnknownSession):

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from daq.bus.frames import Event, Frame
-from daq.store.session_store import SessionStore, StoreError
+from daq.store.errors import StoreError
+from daq.store.read_write import SessionStore
 
 
 def write_session(store: SessionStore, rng) -> tuple[str, dict[str, list[Frame]]]:

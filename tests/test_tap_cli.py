@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from daq.bus.frames import Event, Frame
 from daq.bus.keys import create_keys
 from daq.bus.pubsub import BusPublisher
-from daq.cli.main import _tap_source, _tap_topics, main
+from daq.cli.bus import _tap_source, _tap_topics
+from daq.cli.main import main
 
 
 def run(*args):

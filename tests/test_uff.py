@@ -17,7 +17,7 @@ from daq.rigs.analysis import analyze_session
 from daq.rigs.machine_tool.rig import mt_arrays
 from daq.rigs.machine_tool.uff import Mapping, UffError, load_mapping, model_labels, read_file
 from daq.run.lifecycle import run
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 from tests.test_machine_tool_rig import small_config
 from tests.test_rig_kit import _to_toml
 

@@ -18,13 +18,15 @@ UTF-8 text (e.g. lone UTF-16 surrogates) and event bodies nested deeper than :da
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import msgspec
 import numpy as np
-import orjson
+
+from daq.bus import header_json
+from daq.errors import ProtocolError
 
 SCHEMA_VERSION = 1
 
@@ -76,7 +78,7 @@ ERROR_KINDS = (
 )
 
 
-class FrameError(ValueError):
+class FrameError(ProtocolError, ValueError):
     """A message that cannot be encoded or decoded; ``kind`` is one of :data:`ERROR_KINDS`."""
 
     def __init__(self, kind: str, message: str):
@@ -293,19 +295,11 @@ def event_header(event: Event) -> dict:
 
 
 def _dumps(obj: dict) -> bytes:
+    """Compact header JSON, byte for byte the wire format (see :mod:`daq.bus.header_json`)."""
     try:
-        return json.dumps(obj, separators=(",", ":"), allow_nan=True, default=_json_default).encode("utf-8")
-    except (TypeError, ValueError) as exc:
+        return header_json.dumps(obj)
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
         raise FrameError("json", f"header is not JSON-serialisable: {exc}") from None
-
-
-def _json_default(obj: Any) -> Any:
-    """Let numpy scalars and arrays appear in event bodies."""
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
 
 def topic_of(msg: Message) -> bytes:
@@ -348,11 +342,8 @@ def _encode_layout(frame: Frame) -> _EncodeLayout:
     return layout
 
 
-def _jstr(s: str) -> str:
-    try:
-        return orjson.dumps(s).decode()  # ~10x faster than json.dumps
-    except orjson.JSONEncodeError:  # e.g. lone surrogates
-        return json.dumps(s)
+def _jstr(s: str) -> str:  # UTF-8 text; callers have refused lone surrogates (_check_text)
+    return header_json.ENCODER.encode(s).decode()
 
 
 def _jfloat(x: float, what: str) -> str:
@@ -429,27 +420,13 @@ def _str_list(h: dict, key: str, n: int) -> list[str]:
     return value
 
 
-def _loads_std(raw: bytes) -> Any:
-    """orjson rejects the NaN/Infinity literals that json.dumps may write into event bodies, so
-    headers orjson refuses go through the standard parser."""
-    return json.loads(raw.decode("utf-8"))
-
-
 def parse_header(raw: bytes) -> dict:
-    """Parse and version-check a JSON header.
-
-    orjson is ~4x faster than json on our small headers (parsing is a main per-message cost at 8 kB).
-    """
+    """Parse and version-check a JSON header (msgspec: parsing is a main per-message cost at 8 kB)."""
     if len(raw) > MAX_HEADER_BYTES:
         raise FrameError("oversized", f"header of {len(raw)} bytes exceeds {MAX_HEADER_BYTES}")
-    if type(raw) is not bytes:
-        raw = bytes(raw)
     try:
-        try:
-            h = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            h = _loads_std(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
+        h = header_json.loads(raw if type(raw) is bytes else bytes(raw))
+    except (UnicodeDecodeError, msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise FrameError("json", f"header is not UTF-8 JSON: {exc}") from None
     except RecursionError:
         raise FrameError("nesting", "header JSON is nested too deeply") from None

@@ -31,13 +31,15 @@ import zmq
 import zmq.auth
 from zmq.auth.asyncio import AsyncioAuthenticator
 
+import daq.errors
+
 ENV_KEYS = "HIL_KEYS"
 SERVER = "server"
 CLIENT = "client"
 AUTHORIZED = "authorized"
 
 
-class KeysError(OSError):
+class KeysError(daq.errors.ConfigError, OSError):
     """Keys missing, unreadable or readable by other users."""
 
 

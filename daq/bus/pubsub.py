@@ -36,6 +36,7 @@ import zmq.asyncio
 
 from daq.bus.frames import Frame, FrameError, Message, decode, encode
 from daq.bus.keys import CurveKeys, check_bind, release_server, secure_client, secure_server
+from daq.errors import ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ _NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 _POLLIN = int(zmq.POLLIN)
 
 
-class BusTimeout(TimeoutError):
+class BusTimeout(ProtocolError, TimeoutError):
     """Nothing arrived (or could be sent) within the timeout."""
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import click
 import numpy as np
 
-from daq.cli.main import main
+from daq.config.load import ConfigError
 
 
-@main.group()
+@click.group()
 def design() -> None:
     """Design excitation signals for a rig config."""
 
@@ -26,10 +26,9 @@ def design() -> None:
 def adjoint(config_path: str, out_dir: str | None, as_json: bool) -> None:
     """Optimise the input by the adjoint method and write trajectory.csv, convergence.png, signal.png and
     information.png."""
-    from daq.config.load import ConfigError, load_config
-    from daq.rigs import parse_config
-    from daq.rigs.adjoint.plots import plot_design
-    from daq.rigs.adjoint.rig import (
+    from daq.rigs import parse_config  # lazy: the registry loads every rig kind
+    from daq.rigs.adjoint.plots import plot_design  # lazy: matplotlib
+    from daq.rigs.adjoint.rig import (  # lazy: the adjoint rig and scipy
         INPUTS,
         OUTPUTS,
         PLANT_OF,
@@ -38,8 +37,9 @@ def adjoint(config_path: str, out_dir: str | None, as_json: bool) -> None:
         run_design,
         write_trajectory,
     )
-    from identification.adjoint_design import evaluate
-    from identification.adjoint_plants import reference_inputs
+    from daq.rigs.config import load_config  # lazy: the registry loads every rig kind
+    from identification.adjoint_design import evaluate  # lazy: scipy
+    from identification.adjoint_plants import reference_inputs  # lazy: scipy
 
     raw = load_config(config_path)
     _, cfg = parse_config(raw, config_path)

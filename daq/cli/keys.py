@@ -15,12 +15,11 @@ from daq.bus.keys import (
     create_keys,
     load_keys,
 )
-from daq.cli.main import HilGroup, register
 
 _DIR_HELP = f"Keys folder (default: ${ENV_KEYS} or ~/.config/hil/keys)."
 
 
-@click.group(cls=HilGroup)
+@click.group()
 def keys() -> None:
     """CURVE keys: needed to bind the command channel or the data bus beyond loopback."""
 
@@ -71,5 +70,3 @@ def authorize_cmd(public_key_file: str, directory: str | None) -> None:
     dest = authorize(public_key_file, directory)
     click.echo(f"authorized {dest}")
 
-
-register(keys)

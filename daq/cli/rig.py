@@ -13,33 +13,20 @@ from pathlib import Path
 
 import click
 
-from daq.cli.main import CliState, main, pass_state
-
-
-def _echo_json(obj) -> None:
-    click.echo(json.dumps(obj, indent=2, default=_json_default))
-
-
-def _json_default(obj):
-    import numpy as np
-
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    return str(obj)
+from daq.cli.common import CliState, echo_json, pass_state, progress_printer
+from daq.config.load import ConfigError, store_path_for, to_dict
 
 
 def _load(config_path: str):
-    from daq.config.load import load_config
-    from daq.rigs import parse_config
+    from daq.rigs import parse_config  # lazy: the registry loads every rig kind
+    from daq.rigs.config import load_config  # lazy: as above
 
     raw = load_config(config_path)
     rig, cfg = parse_config(raw, config_path)
     return raw, rig, cfg
 
 
-@main.command()
+@click.command()
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.option("--analyze", "then_analyze", is_flag=True, help="Analyse the session right after recording it.")
 @click.option("--plots", "plots_dir", default=None, metavar="DIR", help="With --analyze: write plots here.")
@@ -54,8 +41,7 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
     finishes the current step and stops; twice stops at once. Both leave the rig safe. Operators can
     also stop or pause the run from another terminal with `hil ctl`.
     """
-    from daq.config.load import store_path_for
-    from daq.run.lifecycle import run as run_rig
+    from daq.run.lifecycle import run as run_rig  # lazy: the whole run machinery and the rigs
 
     raw, rig, _ = _load(config_path)
     store_path = store_path_for(state.store_option, raw)
@@ -63,14 +49,14 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
     analysis = report = None
     files: list[Path] = []
     if then_analyze and result.status == "complete" and rig.analyze is not None:
-        from daq.rigs.analysis import analyze_session
-        from daq.store.session_store import SessionStore
+        from daq.rigs.analysis import analyze_session  # lazy: scipy, matplotlib and the rig kinds
+        from daq.store.read_write import SessionStore  # lazy: with the analysis
 
         with SessionStore(store_path) as store:
             _, analysis, report, files = analyze_session(store, result.session_id, plots_dir=plots_dir,
-                                                         progress=_progress_printer())
+                                                         progress=progress_printer())
     if as_json:
-        _echo_json({"run": result.to_dict(), "analysis": report.to_dict(analysis) if analysis else None,
+        echo_json({"run": result.to_dict(), "analysis": report.to_dict(analysis) if analysis else None,
                     "plots": [str(f) for f in files]})
     else:
         click.echo(f"session {result.session_id} {result.status}"
@@ -87,20 +73,20 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
         sys.exit(1)
 
 
-@main.command()
+@click.command()
 @click.argument("session")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
 @click.option("--plots", "plots_dir", default=None, metavar="DIR", help="Write plots (PNG) here.")
 @pass_state
 def analyze(state: CliState, session: str, as_json: bool, plots_dir: str | None) -> None:
     """Analyse a recorded session (id, unique prefix or "latest") with its rig kind's analysis."""
-    from daq.rigs.analysis import analyze_session
+    from daq.rigs.analysis import analyze_session  # lazy: scipy, matplotlib and the rig kinds
 
     with state.open_store() as store:
         info, result, report, files = analyze_session(store, session, plots_dir=plots_dir,
-                                                      progress=_progress_printer())
+                                                      progress=progress_printer())
     if as_json:
-        _echo_json({"session": info.id, "kind": info.kind, **report.to_dict(result),
+        echo_json({"session": info.id, "kind": info.kind, **report.to_dict(result),
                     "plots": [str(f) for f in files]})
     else:
         click.echo(f"session {info.id} ({info.kind}, {info.status})")
@@ -109,45 +95,42 @@ def analyze(state: CliState, session: str, as_json: bool, plots_dir: str | None)
             click.echo(f"plots written to {plots_dir}")
 
 
-@main.command()
+@click.command()
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the checked config as JSON.")
 def check(config_path: str, as_json: bool) -> None:
     """Check a rig config whole (types, ranges, unknown keys, relations) without running anything."""
-    from daq.config.load import to_dict
-
     _, rig, cfg = _load(config_path)
     if as_json:
-        _echo_json({"ok": True, "kind": rig.kind, "config": to_dict(cfg)})
+        echo_json({"ok": True, "kind": rig.kind, "config": to_dict(cfg)})
     else:
         click.echo(f"{config_path}: ok ({rig.kind}{', simulated' if cfg.rig.simulated else ''})")
 
 
-@main.command()
+@click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def rigs(as_json: bool) -> None:
     """List the rig kinds this installation knows."""
-    from daq.rigs import get_rig, kinds
+    from daq.rigs import get_rig, kinds  # lazy: the registry loads every rig kind
 
     table = [{"kind": k, "summary": get_rig(k).summary, "simulator": get_rig(k).simulator is not None,
               "analysis": get_rig(k).analyze is not None} for k in kinds()]
     if as_json:
-        _echo_json(table)
+        echo_json(table)
         return
     for row in table:
         sim = "simulated+real" if row["simulator"] else "real only"
         click.echo(f"{row['kind']:<14}{sim:<16}{row['summary']}")
 
 
-@main.command()
+@click.command()
 @click.argument("kind")
 @click.argument("config_path", metavar="[CONFIG]", required=False, default=None,
                 type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the device table as JSON (one object).")
 def sim(kind: str, config_path: str | None, as_json: bool) -> None:
     """Serve a rig kind's simulated devices on loopback until Ctrl-C (CONFIG: configs/<KIND>-sim.toml)."""
-    from daq.config.load import ConfigError
-    from daq.rigs import get_rig
+    from daq.rigs import get_rig  # lazy: the registry loads every rig kind
 
     rig = get_rig(kind)
     config_path = config_path or f"configs/{kind}-sim.toml"
@@ -205,7 +188,7 @@ def describe_devices(device_cfg: dict, config_path: str) -> list[dict]:
     return rows
 
 
-@main.command()
+@click.command()
 @click.argument("action", type=click.Choice(["status", "pause", "resume", "stop", "abort"]))
 @click.option("--session", default=None, help="Which running session (default: the only one running).")
 @click.option("--endpoint", default=None,
@@ -216,13 +199,13 @@ def describe_devices(device_cfg: dict, config_path: str) -> list[dict]:
 def ctl(state: CliState, action: str, session: str | None, endpoint: str | None, timeout: float,
         as_json: bool) -> None:
     """Talk to a running `hil run`: status, pause, resume, stop (after the current step), abort (now)."""
-    from daq.run.commands import CommandClient
+    from daq.run.commands import CommandClient  # lazy: zmq sockets only for this command
 
     if endpoint is None:
         endpoint = _find_run(state.store_path, session)
     reply = asyncio.run(_request(CommandClient, endpoint, action, timeout))
     if as_json:
-        _echo_json(reply)
+        echo_json(reply)
     else:
         click.echo(f"{reply.get('kind', '?')} session {reply.get('session', '?')}: {reply.get('state', '?')}"
                    + (f"  {json.dumps(reply.get('summary'))}" if reply.get("summary") else ""))
@@ -237,7 +220,7 @@ async def _request(client_type, endpoint: str, action: str, timeout: float) -> d
 
 
 def _find_run(store_path: Path, session: str | None) -> str:
-    from daq.run.lifecycle import runs_dir
+    from daq.run.lifecycle import runs_dir  # lazy: the run machinery and the rigs
 
     folder = runs_dir(store_path)
     runs = []
@@ -254,30 +237,3 @@ def _find_run(store_path: Path, session: str | None) -> str:
         raise click.ClickException("several runs: " + ", ".join(r["session"] for r in runs)
                                    + " (give --session)")
     return str(runs[0]["command"])
-
-
-def _progress_printer():
-    """Progress of long analyses on stderr: a bar on a terminal, plain lines otherwise."""
-    from rich.console import Console
-    from rich.progress import Progress
-
-    console = Console(stderr=True)
-    state: dict = {"last": -1}
-
-    def update(done: int, total: int, label: str = "") -> None:
-        label = str(label) if label else "analysis"
-        if not console.is_terminal:
-            step = max(1, total // 20)
-            if done == total or done - state["last"] >= step:
-                state["last"] = done
-                click.echo(f"{done}/{total} {label}", err=True)
-            return
-        if "bar" not in state:
-            state["bar"] = Progress(console=console, transient=True)
-            state["task"] = state["bar"].add_task("analysis", total=total)
-            state["bar"].start()
-        state["bar"].update(state["task"], completed=done, description=label)
-        if done >= total:
-            state["bar"].stop()
-
-    return update

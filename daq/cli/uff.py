@@ -10,10 +10,12 @@ import json
 
 import click
 
-from daq.cli.main import CliState, HilGroup, pass_state, register
+from daq.cli.common import CliState, pass_state
+from daq.config.load import store_path_for
+from daq.store.read_write import SessionStore
 
 
-@click.group("import", cls=HilGroup)
+@click.group("import")
 def import_group() -> None:
     """Turn data measured elsewhere into a session (UFF 58 FRFs from a modal-analysis system)."""
 
@@ -37,9 +39,8 @@ def uff(state: CliState, files: tuple[str, ...], config_path: str | None, map_fi
     (as `hil export --format uff` writes them) or from the --map file; response and reference DOFs from
     the node/direction fields.
     """
-    from daq.config.load import load_config, store_path_for
-    from daq.rigs.machine_tool.uff import import_uff, prepare_import
-    from daq.store.session_store import SessionStore
+    from daq.rigs.config import load_config  # lazy: the registry loads every rig kind
+    from daq.rigs.machine_tool.uff import import_uff, prepare_import  # lazy: pyuff and the machine-tool rig
 
     config = load_config(config_path, whole=False) if config_path else None
     path = store_path_for(state.store_option, config if config is not None else state.config)
@@ -62,5 +63,3 @@ def uff(state: CliState, files: tuple[str, ...], config_path: str | None, map_fi
                f"coherence {'yes' if result.coherence else 'no'}")
     click.echo(f"took      {result.seconds:.2f} s")
 
-
-register(import_group)

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import click
 
-from daq.cli.main import CliState, pass_state, register
+from daq.bus.keys import is_local, load_keys
+from daq.bus.pubsub import BusSubscriber, BusTimeout
+from daq.cli.common import CliState, pass_state
 
 
 def _running_endpoint(state: CliState) -> str:
     """The data endpoint of the newest running session announced under ``<store folder>/runs``."""
-    from daq.run.lifecycle import runs_dir
+    from daq.run.lifecycle import runs_dir  # lazy: the run machinery and the rigs
 
     found = sorted(runs_dir(Path(state.store_path)).glob("*.json"), key=lambda p: p.stat().st_mtime)
     for p in reversed(found):
@@ -93,8 +95,6 @@ def _row(body: dict, columns: list[str]) -> list[str]:
 
 async def _watch(endpoint: str, count: int, timeout: float | None, as_json: bool, keys=None) -> int:
     """Show (or print as JSON lines) the events of every ``*.online`` stream; returns how many."""
-    from daq.bus.pubsub import BusSubscriber, BusTimeout
-
     sub = BusSubscriber(endpoint, topics=("event/",), keys=keys)
     tables: dict[str, tuple] = {}
     n = 0
@@ -124,7 +124,7 @@ ONLINE_SUFFIX = ".online"
 
 def _show(tables: dict, stream: str, body: dict, replay: bool = False) -> None:
     """Add the estimate to its stream's table and redraw every table."""
-    from rich.console import Console
+    from rich.console import Console  # lazy: rich is slow to import
     from rich.table import Table
     from rich.text import Text  # plain text: brackets in names or verdicts are not rich markup
 
@@ -156,8 +156,6 @@ def _show(tables: dict, stream: str, body: dict, replay: bool = False) -> None:
 def watch(state: CliState, endpoint: str | None, count: int, timeout: float | None, keys_dir: str | None,
           as_json: bool) -> None:
     """Show the online estimates (values, std, ellipse, verdict) of a live run or a replayed session."""
-    from daq.bus.keys import is_local, load_keys
-
     endpoint = endpoint or _running_endpoint(state)
     keys = load_keys(keys_dir) if keys_dir or not is_local(endpoint) else None
     try:
@@ -167,5 +165,3 @@ def watch(state: CliState, endpoint: str | None, count: int, timeout: float | No
     if n == 0:
         click.echo(f"no estimate from {endpoint}", err=True)
 
-
-register(watch)

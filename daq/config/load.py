@@ -7,6 +7,9 @@ for unknown keys (with a suggestion), missing required keys, types and ranges, t
 :class:`ConfigError` naming the file and the full key path, e.g.
 ``press-sim.toml: [plan].n_sample: unknown key (did you mean n_samples?)``.
 
+Reading a config file whole against its rig kind's schema is :func:`daq.rigs.config.load_config`: the rig
+kinds live in the registry (:mod:`daq.rigs`), and this module imports nothing of them.
+
 Why msgspec: its Structs are plain typed classes with range constraints (``Meta(gt=0)``) and it converts
 a TOML dict in one call; it is small and fast, and its error messages carry the location, which we
 turn into TOML key paths. The walk here adds what msgspec lacks: dict keys in paths and suggestions.
@@ -26,10 +29,12 @@ from typing import Annotated, Any, get_args, get_origin
 
 import msgspec
 
+import daq.errors
+
 ENV_STORE = "HIL_STORE"
 
 
-class ConfigError(ValueError):
+class ConfigError(daq.errors.ConfigError, ValueError):
     """A config problem: which file, which key path, what is wrong (one line)."""
 
     def __init__(self, message: str, file: str | Path | None = None, key: str | None = None):
@@ -40,7 +45,7 @@ class ConfigError(ValueError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
-class Invalid(ValueError):
+class Invalid(daq.errors.ConfigError, ValueError):
     """Raised by a table's ``check()``: ``key`` is the field (relative to the table) that is wrong."""
 
     def __init__(self, key: str | None, message: str, table: bool = False):
@@ -220,28 +225,6 @@ def read_toml(path: str | Path) -> dict:
         raise ConfigError("not UTF-8 text", path) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"invalid TOML: {exc}", path) from None
-
-
-def load_config(path: str | Path, whole: bool = True) -> dict:
-    """Read a rig config and check it whole against its rig kind's schema; returns the TOML data.
-
-    ``whole=False`` checks only the shared tables (the global ``--config`` of commands that need
-    just the store or the bus). A relative ``[store].path`` is made absolute against the config file's
-    folder, so the sessions of a
-    config land in the same store whatever the current directory.
-    """
-    from daq.rigs import parse_config, parse_shared
-
-    raw = read_toml(path)
-    if whole:
-        parse_config(raw, path)
-    else:  # only what every command needs: [rig], [bus], [store]
-        parse_shared(raw, path)
-    raw.setdefault("store", {})
-    store_path = raw["store"].get("path")
-    if store_path and not Path(store_path).is_absolute():
-        raw["store"]["path"] = str((Path(path).resolve().parent / store_path).resolve())
-    return raw
 
 
 def default_store_path() -> Path:

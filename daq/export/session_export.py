@@ -32,149 +32,36 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from daq.bus.frames import Event
+from daq.export.csv_files import _to_csv
+from daq.export.layout import (
+    _SUFFIX,
+    CHUNK_SAMPLES,
+    CSV_CHUNK_SAMPLES,
+    DEFAULT_DIR,
+    FORMATS,
+    LABELLED_STREAMS,
+    MAT_V5_MAX_BYTES,
+    MAT_VERSIONS,
+    READ_AHEAD,
+    ExportError,
+    ExportResult,
+    Progress,
+    StreamPlan,
+    check_count,
+    session_metadata,
+    time_base,
+    time_base_text,
+)
 from daq.export.mat_files import MatV5Writer, MatV73Writer
-from daq.store.session_store import SessionInfo, SessionStore, StreamData, StreamInfo
-
-FORMATS = ("hdf5", "mat", "csv")
-MAT_VERSIONS = ("auto", "5", "7.3")
-_SUFFIX = {"hdf5": ".h5", "mat": ".mat", "csv": "_csv"}
-#: Folder of exports when no output path is given (relative to the current directory; git-ignored).
-DEFAULT_DIR = Path("exports")
-#: Samples per chunk read from the store and written out (small chunks stay in the allocator's
-#: reused memory; big ones cost page faults and cache misses for nothing).
-CHUNK_SAMPLES = 1 << 16
-#: CSV rows are built as Python strings (~70 bytes each per value): smaller chunks bound that.
-CSV_CHUNK_SAMPLES = 1 << 13
-#: Chunks read ahead by a background thread while the previous ones are written (SQLite and file
-#: writes release the GIL, so reading and writing overlap).
-READ_AHEAD = 2
-#: Largest MAT v5 variable, bytes (MATLAB needs v7.3 for variables of 2 GB and more).
-MAT_V5_MAX_BYTES = 2**31 - 1
-#: Times after this are unix times (1973-03-03); earlier ones are relative to some start.
-_UNIX_AFTER_S = 1e8
-#: Streams whose rows get extra label columns from events: stream -> (event stream, kind, {column: body key}).
-LABELLED_STREAMS = {"press.sensors": ("press.plan", "measurement", {"series": "series", "setpoint": "index"})}
-
-Progress = Callable[[int, int], None]  # (samples written, samples in total)
-
-
-class ExportError(Exception):
-    """An export could not be written (one clear message)."""
-
-
-@dataclass
-class StreamPlan:
-    """One frame stream to export: its layout, sample count in the slice and label columns."""
-
-    name: str
-    info: StreamInfo
-    n: int
-    labels: dict[str, np.ndarray] = field(default_factory=dict)  # column -> value per frame
-    frame_starts: np.ndarray | None = None  # s0 of the labelled frames
-
-    def label_columns(self, chunk: StreamData) -> dict[str, np.ndarray]:
-        """Label columns (int64, one value per sample) of a chunk."""
-        if not self.labels:
-            return {}
-        frame = np.searchsorted(self.frame_starts, chunk.sample_index(), side="right") - 1
-        return {col: values[frame] for col, values in self.labels.items()}
-
-
-@dataclass
-class ExportResult:
-    path: Path
-    format: str
-    mat_version: str | None
-    streams: dict[str, int]  # samples written per frame stream
-    events: int
-    time_base: str
-    t_start: float | None
-    t_stop: float | None
-    seconds: float = 0.0
-    bytes: int = 0
-
-    def as_dict(self) -> dict:
-        return {
-            "path": str(self.path),
-            "format": self.format,
-            "mat_version": self.mat_version,
-            "streams": self.streams,
-            "events": self.events,
-            "time_base": self.time_base,
-            "t_start": self.t_start,
-            "t_stop": self.t_stop,
-            "seconds": round(self.seconds, 3),
-            "bytes": self.bytes,
-        }
-
-
-def time_origin(info: SessionInfo) -> float | None:
-    """Earliest sample or event time of a session (s, its own time base); None when empty."""
-    firsts = [s.t_first for s in info.streams.values() if s.t_first is not None]
-    return min(firsts) if firsts else None
-
-
-def time_base(info: SessionInfo) -> str:
-    """``"unix"`` when the session's times are unix times (live data), else ``"relative"``."""
-    origin = time_origin(info)
-    return "unix" if origin is not None and origin > _UNIX_AFTER_S else "relative"
-
-
-def time_base_text(base: str) -> str:
-    if base == "unix":
-        return "unix time: seconds since 1970-01-01T00:00:00Z"
-    return "relative time: seconds from an arbitrary origin (not a calendar time)"
-
-
-def session_metadata(info: SessionInfo) -> dict:
-    """JSON-friendly summary of a session (no sample data)."""
-    return {
-        "id": info.id,
-        "kind": info.kind,
-        "status": info.status,
-        "reason": info.reason,
-        "started": info.started,
-        "ended": info.ended,
-        "software_version": info.software_version,
-        "time_base": time_base(info),
-        "time_origin": time_origin(info),
-        "config": info.config,
-        "devices": info.devices,
-        "streams": {
-            name: {
-                "type": s.type,
-                "channels": s.channels,
-                "units": s.units,
-                "dtype": s.dtype,
-                "dt": s.dt,
-                "rate_hz": s.rate,
-                "n_messages": s.n_messages,
-                "n_samples": s.n_samples,
-                "t_first": s.t_first,
-                "t_last": s.t_last,
-                **(
-                    {
-                        "spacing_s": s.timing.spacing_s,
-                        "sample_rate_hz": s.timing.rate_hz,
-                        "samples_per_frame": s.timing.samples_per_frame,
-                        "frame_period_s": s.timing.frame_period_s,
-                        "bursty": s.timing.bursty,
-                    }
-                    if s.timing is not None
-                    else {}
-                ),
-            }
-            for name, s in info.streams.items()
-        },
-        "stats": info.stats,
-    }
+from daq.store.read_write import SessionStore
+from daq.store.records import SessionInfo
 
 
 def default_path(info: SessionInfo, fmt: str) -> Path:
@@ -420,7 +307,7 @@ def _to_hdf5(info, plans, events, out: Path, chunks, result: ExportResult, compr
                 for c, ds in labels.items():
                     ds[k : k + m] = extra[c]
                 k += m
-            _check_count(plan, k)
+            check_count(plan, k)
         evg = f.create_group("events")
         for name, evs in _by_stream(events).items():
             g = evg.create_group(name)
@@ -432,12 +319,6 @@ def _to_hdf5(info, plans, events, out: Path, chunks, result: ExportResult, compr
             )
 
 
-def _check_count(plan: StreamPlan, written: int) -> None:
-    if written != plan.n:
-        raise ExportError(
-            f"stream {plan.name!r} changed during the export ({written} samples written, {plan.n} expected); "
-            "export a finished session"
-        )
 
 
 def _by_stream(events: list[Event]) -> dict[str, list[Event]]:
@@ -558,67 +439,17 @@ def _to_mat(writer_cls, info, plans, events, out: Path, chunks, result, compress
                 for col, values in extra.items():
                     w.write_rows(f"{i}/{col}", k, values.reshape(-1, 1))
                 k += len(chunk)
-            _check_count(plan, k)
+            check_count(plan, k)
 
 
-# ----------------------------------------------------------------------------- CSV
 
 
-def csv_file_name(stream: str) -> str:
-    return re.sub(r"[^\w.\-]", "_", stream) + ".csv"
 
 
-def _csv_lines(t: np.ndarray, columns: list[np.ndarray]) -> str:
-    """Rows ``t,c1,c2,...`` with Python's shortest round-trip repr of every value, built from the
-    C-level repr of lists (~10x faster than formatting value by value)."""
-    parts = [repr(t.tolist())[1:-1].split(", ")]
-    for col in columns:
-        block = col.astype(np.int64) if col.dtype == np.bool_ else col
-        if block.ndim == 1:
-            parts.append(repr(block.tolist())[1:-1].split(", "))
-        elif block.shape[1]:
-            parts.append(repr(block.tolist())[2:-2].replace(", ", ",").split("],["))
-    return "\n".join(map(",".join, zip(*parts, strict=True))) + "\n"
 
 
-def _to_csv(info, plans, events, out: Path, chunks, result) -> None:
-    base = result.time_base
-    for plan in plans:
-        si = plan.info
-        header = [f"t [s, {base}]"] + [f"{c} [{u}]" for c, u in zip(si.channels, si.units, strict=True)]
-        header += [f"{c} [1]" for c in plan.labels]
-        target = out / csv_file_name(plan.name)
-        part = target.with_name(target.name + ".part")
-        try:
-            with open(part, "w", newline="") as f:
-                f.write(",".join(_csv_field(h) for h in header) + "\n")
-                k = 0
-                for chunk, extra in chunks(plan):
-                    if len(chunk):
-                        f.write(_csv_lines(chunk.t, [chunk.data, *(extra[c] for c in plan.labels)]))
-                    k += len(chunk)
-                _check_count(plan, k)
-            os.replace(part, target)
-        finally:
-            if part.exists():
-                part.unlink()
-    import csv
-
-    with open(out / "events.csv", "w", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(["stream", "kind", "seq", f"t [s, {base}]", "body"])
-        for ev in events:
-            w.writerow([ev.stream, ev.kind, ev.seq, repr(ev.t), json.dumps(ev.body)])
-    meta = session_metadata(info)
-    meta["time_base_description"] = time_base_text(base)
-    meta["export"] = {"t_start": result.t_start, "t_stop": result.t_stop, "streams": result.streams}
-    (out / "session.json").write_text(json.dumps(meta, indent=2, default=str))
 
 
-def _csv_field(text: str) -> str:
-    if any(ch in text for ch in ',"\n\r'):
-        return '"' + text.replace('"', '""') + '"'
-    return text
 
 
 __all__ = [

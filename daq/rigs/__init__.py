@@ -1,7 +1,9 @@
 """The rig registry: ``[rig].kind`` -> its :class:`~daq.rigs.base.Rig`.
 
-A new rig kind is one module exposing ``RIG`` plus one line in :data:`KINDS`; tests and plug-ins may
-also :func:`register` a rig at run time.
+A new rig kind is one package ``daq/rigs/<kind>/`` whose ``rig`` module exposes ``RIG`` plus one line in
+:data:`KINDS` (docs/adding-a-rig.md); tests and plug-ins may also :func:`register` a rig at run time.
+Modules here that are no kind (:mod:`~daq.rigs.base`, :mod:`~daq.rigs.drive`, :mod:`~daq.rigs.excitation`,
+:mod:`~daq.rigs.analysis`) hold what kinds share; a kind's package imports them, never another kind.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from daq.config.load import ConfigError, key_path, parse
+from daq.config.schema import RigConfig
 from daq.rigs.base import Rig
 
 #: kind -> module that defines ``RIG`` (imported on first use: a rig's imports stay off other runs)
@@ -53,8 +56,6 @@ def get_rig(kind: str, file: str | Path | None = None) -> Rig:
 
 def parse_shared(raw: Any, file: str | Path | None = None) -> Any:
     """Check only [rig], [bus] and [store] (and that the kind is known); returns the typed shared tables."""
-    from daq.config.schema import RigConfig
-
     _rig_of(raw, file)
     return parse({k: raw[k] for k in ("rig", "bus", "store") if k in raw}, RigConfig, file)
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from daq.config.load import ConfigError, parse
 from daq.rigs import get_rig
-from daq.store.session_store import SessionStore, StoreError
+from daq.store.errors import StoreError
+from daq.store.read_write import SessionStore
 
 
 class AnalysisError(StoreError):

@@ -39,6 +39,7 @@ import zmq.asyncio
 
 from daq.bus.keys import CurveKeys, check_bind, release_server, secure_client, secure_server
 from daq.bus.pubsub import bind_endpoint
+from daq.errors import ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ MAX_REQUEST_BYTES = 1024 * 1024
 MAX_ARG_NESTING = 32
 
 
-class CommandError(Exception):
+class CommandError(ProtocolError):
     """The server answered with an error (unknown command, bad arguments, handler failure)."""
 
 
@@ -59,7 +60,7 @@ class CommandRefused(CommandError):
     """
 
 
-class CommandTimeout(TimeoutError):
+class CommandTimeout(ProtocolError, TimeoutError):
     """No reply arrived within the timeout."""
 
 

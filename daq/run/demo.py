@@ -16,7 +16,7 @@ from daq.bus.frames import Event, Frame
 from daq.bus.pubsub import BusPublisher, BusSubscriber
 from daq.run.recorder import Recorder
 from daq.run.replay import replay_session
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 
 CHANNELS = ["x", "v", "f"]
 UNITS = ["m", "m/s", "N"]

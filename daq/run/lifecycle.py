@@ -28,13 +28,15 @@ from typing import Any
 import numpy as np
 
 from daq.bus.frames import Event, Frame
+from daq.bus.keys import load_keys
 from daq.bus.pubsub import BusPublisher, BusSubscriber
 from daq.config.load import ConfigError, store_path_for
 from daq.rigs import parse_config
 from daq.rigs.base import Devices, Rig
+from daq.run.commands import CommandServer
 from daq.run.recorder import Recorder
 from daq.run.safety import OperatorStop, PlanAborted, SafeStateGuard
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 
 log = logging.getLogger(__name__)
 
@@ -299,7 +301,6 @@ def _keys(cfg: Any):
     """CURVE keys of [bus].keys (required by the bus and command server beyond loopback)."""
     if not cfg.bus.keys:
         return None
-    from daq.bus.keys import load_keys
 
     return load_keys(cfg.bus.keys)
 
@@ -398,7 +399,6 @@ class _CommandChannel:
         self.announce: Path | None = None
 
     def start(self, store_path: Path, session_id: str, publisher: BusPublisher) -> None:
-        from daq.run.commands import CommandServer
 
         ctx = self.ctx
         handlers: dict[str, Callable[..., Any]] = {

@@ -16,14 +16,17 @@ from collections.abc import Callable
 
 import zmq
 
+import daq.errors
 from daq.bus.frames import Event, FrameError, event_header
 from daq.bus.pubsub import BusSubscriber, BusTimeout
-from daq.store.session_store import FLUSH_INTERVAL_S, SessionStore, StoreError
+from daq.store.errors import StoreError
+from daq.store.read_write import SessionStore
+from daq.store.writer import FLUSH_INTERVAL_S
 
 log = logging.getLogger(__name__)
 
 
-class RecorderError(RuntimeError):
+class RecorderError(daq.errors.StoreError, RuntimeError):
     """The recorder stopped because the store could not commit; ``__cause__`` is the store's error."""
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from daq.bus.frames import Event, Frame
 from daq.bus.pubsub import BusPublisher
-from daq.store.session_store import SessionStore
+from daq.store.read_write import SessionStore
 
 #: Messages between two progress reports.
 PROGRESS_EVERY = 256

@@ -16,12 +16,14 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from daq.errors import PlanError
+
 log = logging.getLogger(__name__)
 
 SafeAction = Callable[[], Awaitable[object]]
 
 
-class PlanAborted(Exception):
+class PlanAborted(PlanError):
     """A plan stopped before its end; ``reason`` says why (it ends up in the session)."""
 
     def __init__(self, reason: str):

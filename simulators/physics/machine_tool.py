@@ -1,55 +1,46 @@
-"""Position-flexible lumped-parameter model of a one-axis machine tool (seed paper 003, section 3.1).
+"""Simulated structure of a one-axis machine tool (seed paper 003, section 3.1): the simulator's truth.
 
-What it is, in SI units, axes x lateral, y vertical (up), z along the feed axis:
+This is the plant behind the simulated modal-test front end (:mod:`simulators.machine_tool_sim`), not a
+candidate model: the identification has its own model (``identification.machine_tool_model``). Today the
+truth has the same structure and the same known constants as that model (the identification can reach
+it exactly); ``TruthConstants.disturbed()`` (the front end's ``variant = "disturbed"``) makes the
+simulated machine differ from the model in what the identification does not estimate.
 
-* a bed of two rigid segments (front, back; 6 DOF each) joined by a known elastic joint (the bed's
-  own bending/torsion flexibility), standing on three mounting elements ME1 (front centre) and
-  ME2/ME3 (back corners), each with stiffness and viscous damping in x, y and z;
-* a workpiece table (rigid, 6 DOF) on a linear guide with four shoes, each shoe a spring in x and
-  y and a rotational spring about x and y between the table and the rail point below it; the rail
-  point is interpolated between the two bed segments, so the coupling moves with the table;
-* a ball-screw drive along z: screw axial (fixed bearing FB to the front bed) and rotation, a
-  coupling CPL to the motor rotor, the motor held by the position loop/brake (a known torsional
-  spring to the bed); the nut on the table is a spring BSD in series with the screw shaft between
-  bearing and nut (``EA / L``, L grows with the axis position).
+Bodies and DOFs (SI units; x lateral, y up, z along the feed axis), 21 in all: a bed of two rigid
+segments (front, back; 6 DOF each), a rigid table (6 DOF), the screw's axial motion and angle, the
+motor angle. Elements, each a spring and/or viscous damper on a relative motion ``g . q``:
 
-Axis position ``s`` (m, 0 ... ``travel``) moves the table: the guide-shoe rail points and the
-screw length change, so K and C depend on ``s``; M is constant in these coordinates (each body's
-DOFs sit at its centre of mass). The 27 unknowns mirror the paper's list: 16 stiffness
-(ME k x/y/z, FB kz, CPL krz, BSD kz, LGS kx/ky/krx/kry shared by the four shoes) and 11 damping
-(ME c x/y/z, CPL crz, BSD crz) parameters; everything else (masses, inertias, geometry, bed
-joint, servo stiffness, guide and material damping) is a known constant, and
-:meth:`MachineToolConstants.disturbed` changes some of those to emulate modelling error.
+* the bed joint between the segments (6 springs, stiffness-proportional material damping);
+* mounting elements ME1..ME3 to the ground (x, y, z spring and damper each);
+* four guide shoes between the table and the rail point below it (interpolated between the bed
+  segments, so the coupling moves with the table): springs LGS x, y, about x and y, known dampers x, y;
+* fixed bearing FB (screw axial vs front bed), coupling CPL (motor vs screw angle), screw rotation
+  vs bed (damper BSD_crz), the motor held by the position loop (servo spring and damper);
+* the nut BSD_kz (table axial vs screw axial + lead x angle) in series with the screw shaft between
+  bearing and nut (``EA / L``, L grows with the axis position ``s``).
 
-Modal analysis: :meth:`MachineTool.real_modes` (undamped, generalised symmetric eigenproblem,
-what the stiffness identification needs), :meth:`MachineTool.complex_modes` (state-space
-eigenproblem with the full damping matrix: eigenvalues, complex shapes, modal damping) and
-:meth:`MachineTool.frf` (receptance, mobility or accelerance at the measured nodes).
-:func:`simulate_modal_test` produces a time-domain modal test (force at a node, noisy
-accelerations at the measured nodes) at one axis position.
+The truth is assembled element by element at each position (no parameter sensitivities needed here).
+:func:`simulate_modal_test` produces a time-domain modal test: a force at one measured DOF, noisy
+accelerations at all measured DOFs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 import scipy.signal
 
-__all__ = [
-    "STIFFNESS_NAMES", "DAMPING_NAMES", "PARAM_NAMES", "NOMINAL", "param_bounds", "as_vector", "as_dict",
-    "MachineToolConstants", "MachineTool", "ComplexModes", "simulate_modal_test", "DEFAULT_NODES",
-]
+__all__ = ["PARAM_NAMES", "NOMINAL", "NODES", "TruthConstants", "MachineToolTruth", "simulate_modal_test"]
 
 STIFFNESS_NAMES = [f"ME{i}_k{d}" for i in (1, 2, 3) for d in "xyz"] + [
     "FB_kz", "CPL_krz", "BSD_kz", "LGS_kx", "LGS_ky", "LGS_krx", "LGS_kry"]
 DAMPING_NAMES = [f"ME{i}_c{d}" for i in (1, 2, 3) for d in "xyz"] + ["CPL_crz", "BSD_crz"]
 PARAM_NAMES = STIFFNESS_NAMES + DAMPING_NAMES
 
-# N/m, N*m/rad (k); N*s/m, N*m*s/rad (c)
+#: Default truth (``[simulator.truth]`` overrides any of them): N/m, N*m/rad (k); N*s/m, N*m*s/rad (c).
 NOMINAL: dict[str, float] = {
     "ME1_kx": 1.2e8, "ME1_ky": 4.0e8, "ME1_kz": 1.0e8,
     "ME2_kx": 0.9e8, "ME2_ky": 3.2e8, "ME2_kz": 0.8e8,
@@ -63,42 +54,24 @@ NOMINAL: dict[str, float] = {
 }
 
 
-def param_bounds(names: Sequence[str] = PARAM_NAMES, nominal: Mapping[str, float] | None = None
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """The paper's search box: [0.7, 1.3] x nominal for stiffness, [1/3, 3] x nominal for damping."""
-    nominal = NOMINAL if nominal is None else nominal
-    lo, hi = [], []
-    for n in names:
-        v = float(nominal[n])
-        a, b = (0.7, 1.3) if n in STIFFNESS_NAMES else (1.0 / 3.0, 3.0)
-        lo.append(a * v)
-        hi.append(b * v)
-    return np.array(lo), np.array(hi)
-
-
-def as_vector(params: Mapping[str, float] | np.ndarray | None) -> np.ndarray:
-    """Parameters in :data:`PARAM_NAMES` order (missing names: nominal)."""
+def truth_values(params: Mapping[str, float] | np.ndarray | None) -> dict[str, float]:
+    """All 27 truth values by name (missing names: :data:`NOMINAL`); unknown names raise ValueError."""
     if params is None:
-        return np.array([NOMINAL[n] for n in PARAM_NAMES])
+        return dict(NOMINAL)
     if isinstance(params, Mapping):
         unknown = set(params) - set(PARAM_NAMES)
         if unknown:
             raise ValueError(f"unknown machine-tool parameter(s) {sorted(unknown)}")
-        return np.array([float(params.get(n, NOMINAL[n])) for n in PARAM_NAMES])
+        return {n: float(params.get(n, NOMINAL[n])) for n in PARAM_NAMES}
     v = np.asarray(params, dtype=float)
     if v.shape != (len(PARAM_NAMES),):
         raise ValueError(f"parameter vector must have {len(PARAM_NAMES)} entries")
-    return v
+    return {n: float(x) for n, x in zip(PARAM_NAMES, v, strict=True)}
 
 
-def as_dict(vec: np.ndarray) -> dict[str, float]:
-    return {n: float(v) for n, v in zip(PARAM_NAMES, vec, strict=True)}
-
-
-# ------------------------------------------------------------------------------------- constants
 @dataclass(frozen=True)
-class MachineToolConstants:
-    """Everything the identification does not estimate (SI units)."""
+class TruthConstants:
+    """The simulated machine's masses, inertias, geometry and known elements (SI units)."""
 
     bed_mass: tuple[float, float] = (1500.0, 1300.0)  # front, back segment, kg
     bed_size: tuple[float, float, float] = (1.0, 0.6, 0.8)  # x, y, z extent of one segment, m
@@ -113,7 +86,7 @@ class MachineToolConstants:
     servo_c: float = 0.5  # N*m*s/rad
     joint_k: tuple[float, ...] = (6e9, 4e9, 8e9, 4.0e8, 3.0e8, 2.5e8)  # bed joint x,y,z,rx,ry,rz
     joint_y: float = 0.3  # height of the bed joint, m
-    guide_c: tuple[float, float] = (3.0e3, 4.0e3)  # known damping per shoe, x and y, N*s/m
+    guide_c: tuple[float, float] = (3.0e3, 4.0e3)  # damping per shoe, x and y, N*s/m
     material_beta: float = 2.0e-5  # s, stiffness-proportional damping of the bed joint
     travel: float = 0.6  # m
     table_z0: float = 0.5  # table centre z at s = 0, m
@@ -124,12 +97,8 @@ class MachineToolConstants:
     fb_z: float = 0.1  # fixed bearing position, m
     me_points: tuple[tuple[float, float, float], ...] = ((0.0, 0.0, 0.1), (-0.45, 0.0, 1.5), (0.45, 0.0, 1.5))
 
-    def disturbed(self, factor: float = 1.0) -> MachineToolConstants:
-        """A similar machine whose non-identified constants differ (modelling error).
-
-        Masses, inertias, bed-joint stiffness and screw constants change by a few per cent (scaled
-        by ``factor``); the stiffness and damping parameters keep their meaning.
-        """
+    def disturbed(self, factor: float = 1.0) -> TruthConstants:
+        """The same machine with masses, inertias, bed joint and screw a few per cent (x ``factor``) off."""
         f = float(factor)
 
         def sc(x, r):
@@ -148,8 +117,8 @@ class MachineToolConstants:
         )
 
 
-# measured points: name -> (body, offset from the body's reference point, directions)
-DEFAULT_NODES: tuple[tuple[str, str, tuple[float, float, float], str], ...] = (
+#: Accelerometer points: name -> (body, offset from the body's centre of mass, directions).
+NODES: tuple[tuple[str, str, tuple[float, float, float], str], ...] = (
     ("T1", "table", (-0.25, 0.08, -0.25), "xyz"),
     ("T2", "table", (0.25, 0.08, 0.25), "xyz"),
     ("T3", "table", (0.25, 0.08, -0.25), "xyz"),
@@ -168,16 +137,12 @@ _US, _TS, _TM = 18, 19, 20
 _AXIS = {"x": 0, "y": 1, "z": 2}
 
 
-def _skew(r: np.ndarray) -> np.ndarray:
-    return np.array([[0.0, -r[2], r[1]], [r[2], 0.0, -r[0]], [-r[1], r[0], 0.0]])
-
-
 def _point(body: str, r: np.ndarray) -> np.ndarray:
     """3 x N_DOF map from the DOFs to the translation of a point at offset r on a rigid body."""
     T = np.zeros((3, N_DOF))
     i = _BODY[body]
     T[:, i:i + 3] = np.eye(3)
-    T[:, i + 3:i + 6] = -_skew(r)
+    T[:, i + 3:i + 6] = -np.array([[0.0, -r[2], r[1]], [r[2], 0.0, -r[0]], [-r[1], r[0], 0.0]])
     return T
 
 
@@ -188,250 +153,111 @@ def _rot(body: str) -> np.ndarray:
     return T
 
 
-def _box_inertia(m: float, size: Sequence[float]) -> np.ndarray:
-    a, b, c = size
-    return np.array([m * (b * b + c * c), m * (a * a + c * c), m * (a * a + b * b)]) / 12.0
+def _unit(*pairs: tuple[int, float]) -> np.ndarray:
+    g = np.zeros(N_DOF)
+    for i, v in pairs:
+        g[i] += v
+    return g
 
 
-@dataclass
-class ComplexModes:
-    """Complex modal analysis at one position (modes sorted by frequency, positive-imaginary roots)."""
+class MachineToolTruth:
+    """The simulated structure with its parameter values: M, K, C at any axis position, the sensors."""
 
-    lam: np.ndarray  # complex eigenvalues, rad/s
-    freq: np.ndarray  # undamped natural frequencies |lam| / 2 pi, Hz
-    xi: np.ndarray  # modal damping ratios -Re(lam)/|lam|
-    shapes: np.ndarray  # complex displacement shapes at the measured DOFs (n_obs, n_modes)
-    shapes_full: np.ndarray = field(repr=False)  # (N_DOF, n_modes)
-
-
-class MachineTool:
-    """The model at any axis position: matrices, modes, FRFs. Picklable (plain arrays inside)."""
-
-    def __init__(self, constants: MachineToolConstants | None = None,
-                 nodes: Sequence[tuple[str, str, tuple[float, float, float], str]] = DEFAULT_NODES):
-        self.c = constants or MachineToolConstants()
+    def __init__(self, params: Mapping[str, float] | np.ndarray | None = None,
+                 constants: TruthConstants | None = None,
+                 nodes: Sequence[tuple[str, str, tuple[float, float, float], str]] = NODES):
+        self.p = truth_values(params)
+        self.c = constants or TruthConstants()
         self.nodes = tuple(nodes)
         self.obs_labels = [f"{n}{d}" for n, _, _, dirs in self.nodes for d in dirs]
-        self._cache: dict[float, tuple] = {}
-        self._obs: np.ndarray | None = None
         self.M = self._mass()
-        self._n_k = len(STIFFNESS_NAMES)
-
-    # ------------------------------------------------------------------ geometry
-    def centres(self, s: float) -> dict[str, np.ndarray]:
-        c = self.c
-        lz = c.bed_size[2]
-        hy = c.bed_size[1] / 2
-        return {"front": np.array([0.0, hy, lz / 2]), "back": np.array([0.0, hy, 1.5 * lz]),
-                "table": np.array([0.0, c.table_cg_y, c.table_z0 + s]),
-                "screw": np.array([0.0, c.screw_y, c.fb_z])}
-
-    def _bed_point(self, P: np.ndarray, cen: dict) -> np.ndarray:
-        """Translation of the bed at global point P, interpolated between the two segments along z."""
-        zf, zb = cen["front"][2], cen["back"][2]
-        w = float(np.clip((P[2] - zf) / (zb - zf), 0.0, 1.0))
-        return (1 - w) * _point("front", P - cen["front"]) + w * _point("back", P - cen["back"])
-
-    def _bed_rot(self, z: float, cen: dict) -> np.ndarray:
-        zf, zb = cen["front"][2], cen["back"][2]
-        w = float(np.clip((z - zf) / (zb - zf), 0.0, 1.0))
-        return (1 - w) * _rot("front") + w * _rot("back")
+        self.O = self._observation()
 
     def _mass(self) -> np.ndarray:
         c = self.c
         m = np.zeros(N_DOF)
-        for k, body in enumerate(("front", "back")):
+        for body, mass, size in (("front", c.bed_mass[0], c.bed_size), ("back", c.bed_mass[1], c.bed_size),
+                                 ("table", c.table_mass, c.table_size)):
+            a, b, d = size
             i = _BODY[body]
-            m[i:i + 3] = c.bed_mass[k]
-            m[i + 3:i + 6] = _box_inertia(c.bed_mass[k], c.bed_size)
-        i = _BODY["table"]
-        m[i:i + 3] = c.table_mass
-        m[i + 3:i + 6] = _box_inertia(c.table_mass, c.table_size)
+            m[i:i + 3] = mass
+            m[i + 3:i + 6] = np.array([b * b + d * d, a * a + d * d, a * a + b * b]) * mass / 12.0
         m[_US], m[_TS], m[_TM] = c.screw_mass, c.screw_inertia, c.motor_inertia
         return np.diag(m)
 
-    def observation(self, s: float) -> np.ndarray:
-        """(n_obs, N_DOF) map from DOFs to the measured translations (rows: :attr:`obs_labels`)."""
-        del s  # offsets are relative to the bodies, so the map does not move with the axis
-        if self._obs is None:
-            self._obs = self._build_observation()
-        return self._obs
-
-    def _build_observation(self) -> np.ndarray:
+    def _observation(self) -> np.ndarray:
+        """(n_obs, N_DOF): DOFs -> measured translations (offsets move with the bodies, not with s)."""
         rows = []
         for _, body, off, dirs in self.nodes:
             if body == "screw":
-                for d in dirs:
-                    r = np.zeros(N_DOF)
-                    if d == "z":
-                        r[_US] = 1.0
-                    rows.append(r)
-                continue
-            T = _point(body, np.asarray(off, dtype=float))
-            rows += [T[_AXIS[d]] for d in dirs]
+                rows += [_unit((_US, 1.0)) if d == "z" else np.zeros(N_DOF) for d in dirs]
+            else:
+                T = _point(body, np.asarray(off, dtype=float))
+                rows += [T[_AXIS[d]] for d in dirs]
         return np.array(rows)
 
-    # ------------------------------------------------------------------ assembly
-    def _units(self, s: float) -> tuple:
-        """Per-position pieces: K0, C0 and, per parameter, (kind, vector(s)) of its unit contribution."""
-        key = round(float(s), 12)
-        if key in self._cache:
-            return self._cache[key]
-        c = self.c
-        cen = self.centres(s)
-        K0 = np.zeros((N_DOF, N_DOF))
-        C0 = np.zeros((N_DOF, N_DOF))
-        # bed joint (known): relative motion of the two segments at the joint point
-        J = np.array([0.0, c.joint_y, c.bed_size[2]])
-        Gt = _point("back", J - cen["back"]) - _point("front", J - cen["front"])
-        Gr = _rot("back") - _rot("front")
-        G = np.vstack([Gt, Gr])
-        Kj = G.T @ np.diag(c.joint_k) @ G
-        K0 += Kj
-        C0 += c.material_beta * Kj
+    def matrices(self, s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """M, K, C at axis position ``s`` (m), assembled element by element."""
+        c, p = self.c, self.p
+        K = np.zeros((N_DOF, N_DOF))
+        C = np.zeros((N_DOF, N_DOF))
+
+        def element(g: np.ndarray, k: float = 0.0, d: float = 0.0) -> None:
+            gg = np.outer(g, g)
+            K[:] += k * gg
+            C[:] += d * gg
+
+        lz, hy = c.bed_size[2], c.bed_size[1] / 2
+        cen = {"front": np.array([0.0, hy, lz / 2]), "back": np.array([0.0, hy, 1.5 * lz]),
+               "table": np.array([0.0, c.table_cg_y, c.table_z0 + s])}
+        zf, zb = cen["front"][2], cen["back"][2]
+
+        def bed_at(P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """Translation and rotation of the bed at P, interpolated between the segments along z."""
+            w = float(np.clip((P[2] - zf) / (zb - zf), 0.0, 1.0))
+            t = (1 - w) * _point("front", P - cen["front"]) + w * _point("back", P - cen["back"])
+            return t, (1 - w) * _rot("front") + w * _rot("back")
+
+        # bed joint: relative motion of the two segments at the joint point
+        J = np.array([0.0, c.joint_y, lz])
+        G = np.vstack([_point("back", J - cen["back"]) - _point("front", J - cen["front"]),
+                       _rot("back") - _rot("front")])
+        for g, k in zip(G, c.joint_k, strict=True):
+            element(g, k, c.material_beta * k)
         # motor held by the position loop (relative to the front bed's rotation about z)
-        gm = np.zeros(N_DOF)
-        gm[_TM] = 1.0
-        gm -= _rot("front")[2]
-        K0 += c.servo_k * np.outer(gm, gm)
-        C0 += c.servo_c * np.outer(gm, gm)
-        # guide shoes: known damping in x, y
-        shoes = []
+        element(_unit((_TM, 1.0)) - _rot("front")[2], c.servo_k, c.servo_c)
+        # mounting elements: the ground is fixed, so the relative motion is the bed point's
+        for i, P in enumerate(c.me_points, start=1):
+            P = np.asarray(P, dtype=float)
+            body = "front" if P[2] < lz else "back"
+            T = _point(body, P - cen[body])
+            for d in "xyz":
+                element(T[_AXIS[d]], p[f"ME{i}_k{d}"], p[f"ME{i}_c{d}"])
+        # guide shoes: table vs the rail point below
         for sx in (-1, 1):
             for sz in (-1, 1):
                 off = np.array([sx * c.shoe_half[0], c.rail_y - c.table_cg_y, sz * c.shoe_half[1]])
-                P = cen["table"] + off
-                Gs = _point("table", P - cen["table"]) - self._bed_point(P, cen)
-                Rs = _rot("table") - self._bed_rot(P[2], cen)
-                shoes.append((Gs, Rs))
-                C0 += c.guide_c[0] * np.outer(Gs[0], Gs[0]) + c.guide_c[1] * np.outer(Gs[1], Gs[1])
-        units: dict[str, list[np.ndarray]] = {}
-        for i, P in enumerate(c.me_points, start=1):
-            P = np.asarray(P, dtype=float)
-            body = "front" if P[2] < c.bed_size[2] else "back"
-            T = _point(body, P - cen[body])  # ground is fixed: relative motion = bed point motion
-            for d in "xyz":
-                units[f"ME{i}_k{d}"] = [T[_AXIS[d]]]
-                units[f"ME{i}_c{d}"] = [T[_AXIS[d]]]
+                t, r = bed_at(cen["table"] + off)
+                Gs, Rs = _point("table", off) - t, _rot("table") - r
+                element(Gs[0], p["LGS_kx"], c.guide_c[0])
+                element(Gs[1], p["LGS_ky"], c.guide_c[1])
+                element(Rs[0], p["LGS_krx"])
+                element(Rs[1], p["LGS_kry"])
         # fixed bearing: screw axial vs front bed at the bearing
-        B = cen["screw"]
-        g = np.zeros(N_DOF)
-        g[_US] = 1.0
-        g -= _point("front", B - cen["front"])[2]
-        units["FB_kz"] = [g]
-        # coupling: motor angle vs screw angle
-        g = np.zeros(N_DOF)
-        g[_TM], g[_TS] = 1.0, -1.0
-        units["CPL_krz"] = [g]
-        units["CPL_crz"] = [g]
-        # screw rotation vs bed (bearing and nut friction, linearised)
-        g = np.zeros(N_DOF)
-        g[_TS] = 1.0
-        g -= _rot("front")[2]
-        units["BSD_crz"] = [g]
-        # nut: table axial at the nut vs screw axial + lead * angle
+        B = np.array([0.0, c.screw_y, c.fb_z])
+        element(_unit((_US, 1.0)) - _point("front", B - cen["front"])[2], p["FB_kz"])
+        # coupling: motor angle vs screw angle; screw rotation vs bed (bearing and nut friction, linearised)
+        element(_unit((_TM, 1.0), (_TS, -1.0)), p["CPL_krz"], p["CPL_crz"])
+        element(_unit((_TS, 1.0)) - _rot("front")[2], 0.0, p["BSD_crz"])
+        # nut: table axial at the nut vs screw axial + lead * angle, in series with the shaft
         N = np.array([0.0, c.screw_y, cen["table"][2]])
-        g = _point("table", N - cen["table"])[2].copy()
-        g[_US] -= 1.0
-        g[_TS] -= c.lead / (2 * np.pi)
-        units["BSD_kz"] = [g]
-        shaft_len = max(N[2] - c.fb_z, 1e-3)
-        units["LGS_kx"] = [Gs[0] for Gs, _ in shoes]
-        units["LGS_ky"] = [Gs[1] for Gs, _ in shoes]
-        units["LGS_krx"] = [Rs[0] for _, Rs in shoes]
-        units["LGS_kry"] = [Rs[1] for _, Rs in shoes]
-        # stack: unit matrices U_n = sum_g g g^T, as (n_par, N, N)
-        Uk = np.array([sum(np.outer(g, g) for g in units[n]) for n in STIFFNESS_NAMES])
-        Uc = np.array([sum(np.outer(g, g) for g in units[n]) for n in DAMPING_NAMES])
-        out = (K0, C0, Uk, Uc, c.screw_EA / shaft_len)
-        self._cache[key] = out
-        return out
-
-    def _effective_k(self, kvec: np.ndarray, k_shaft: float) -> np.ndarray:
-        """Stiffness parameters as they act: the nut is in series with the shaft between bearing and nut."""
-        k = np.array(kvec, dtype=float)
-        j = STIFFNESS_NAMES.index("BSD_kz")
-        k[..., j] = 1.0 / (1.0 / k[..., j] + 1.0 / k_shaft)
-        return k
-
-    def matrices(self, params, s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """M, K, C at axis position ``s`` (m) for the parameters (dict or :data:`PARAM_NAMES` vector)."""
-        p = as_vector(params)
-        K0, C0, Uk, Uc, ks = self._units(s)
-        kv = self._effective_k(p[:self._n_k], ks)
-        K = K0 + np.tensordot(kv, Uk, axes=1)
-        C = C0 + np.tensordot(p[self._n_k:], Uc, axes=1)
+        g = _point("table", N - cen["table"])[2] - _unit((_US, 1.0), (_TS, c.lead / (2 * np.pi)))
+        k_shaft = c.screw_EA / max(N[2] - c.fb_z, 1e-3)
+        element(g, 1.0 / (1.0 / p["BSD_kz"] + 1.0 / k_shaft))
         return self.M, K, C
 
-    def damping_parts(self, s: float) -> tuple[np.ndarray, np.ndarray]:
-        """Known damping matrix C0 and the unit matrices of the damping parameters (n_c, N, N)."""
-        _, C0, _, Uc, _ = self._units(s)
-        return C0, Uc
 
-    # ------------------------------------------------------------------ modal analysis
-    def real_modes(self, params, s: float, n_modes: int | None = None
-                   ) -> tuple[np.ndarray, np.ndarray]:
-        """Undamped modes: angular frequencies (rad/s) and mass-normalised shapes (N_DOF, n)."""
-        M, K, _ = self.matrices(params, s)
-        n = N_DOF if n_modes is None else int(n_modes)
-        w2, V = scipy.linalg.eigh(K, M, subset_by_index=[0, n - 1])
-        return np.sqrt(np.maximum(w2, 0.0)), V
-
-    def real_modes_batch(self, kmat: np.ndarray, s: float, n_modes: int) -> tuple[np.ndarray, np.ndarray]:
-        """Undamped modes for many stiffness vectors (rows in :data:`STIFFNESS_NAMES` order) at once."""
-        K0, _, Uk, _, ks = self._units(s)
-        kv = self._effective_k(np.atleast_2d(kmat), ks)
-        Ks = K0 + np.einsum("bp,pij->bij", kv, Uk)
-        msq = 1.0 / np.sqrt(np.diag(self.M))
-        A = Ks * msq[None, :, None] * msq[None, None, :]  # M^-1/2 K M^-1/2 (M diagonal)
-        w2, Q = np.linalg.eigh(A)
-        w2, Q = w2[:, :n_modes], Q[:, :, :n_modes]
-        return np.sqrt(np.maximum(w2, 0.0)), Q * msq[None, :, None]
-
-    def complex_modes(self, params, s: float, n_modes: int | None = None) -> ComplexModes:
-        """State-space eigenproblem with the full (non-proportional) damping matrix."""
-        M, K, C = self.matrices(params, s)
-        Minv = np.diag(1.0 / np.diag(M))
-        A = np.block([[np.zeros((N_DOF, N_DOF)), np.eye(N_DOF)], [-Minv @ K, -Minv @ C]])
-        lam, V = np.linalg.eig(A)
-        keep = lam.imag > 0
-        lam, V = lam[keep], V[:N_DOF, keep]
-        order = np.argsort(np.abs(lam))
-        lam, V = lam[order], V[:, order]
-        if n_modes is not None:
-            lam, V = lam[:n_modes], V[:, :n_modes]
-        # normalise each shape: largest component real and 1 (phase and scale are arbitrary)
-        piv = V[np.argmax(np.abs(V), axis=0), np.arange(V.shape[1])]
-        V = V / piv
-        O = self.observation(s)
-        w = np.abs(lam)
-        return ComplexModes(lam=lam, freq=w / (2 * np.pi), xi=-lam.real / w, shapes=O @ V, shapes_full=V)
-
-    def frf(self, params, s: float, freq: np.ndarray, input_dof: int | str,
-            kind: str = "receptance") -> np.ndarray:
-        """FRFs (n_obs, n_freq) from a force at the measured DOF ``input_dof`` (index or label).
-
-        ``kind``: "receptance" (m/N), "mobility" (m/s/N) or "accelerance" (m/s^2/N).
-        """
-        M, K, C = self.matrices(params, s)
-        O = self.observation(s)
-        j = self.obs_labels.index(input_dof) if isinstance(input_dof, str) else int(input_dof)
-        b = O[j]
-        w = 2 * np.pi * np.asarray(freq, dtype=float)
-        Z = K[None] - (w ** 2)[:, None, None] * M[None] + 1j * w[:, None, None] * C[None]
-        X = np.linalg.solve(Z, np.broadcast_to(b, (w.size, N_DOF))[..., None])[..., 0]
-        H = (O @ X.T)
-        if kind == "mobility":
-            H = H * (1j * w)
-        elif kind == "accelerance":
-            H = H * (-(w ** 2))
-        elif kind != "receptance":
-            raise ValueError("kind must be receptance, mobility or accelerance")
-        return H
-
-
-# ------------------------------------------------------------------------------ time-domain test
-def simulate_modal_test(model: MachineTool, params, s: float, force: np.ndarray, dt: float,
+def simulate_modal_test(truth: MachineToolTruth, s: float, force: np.ndarray, dt: float,
                         input_dof: int | str, rng: np.random.Generator, accel_noise: float = 0.0,
                         force_noise: float = 0.0, substeps: int = 16) -> dict:
     """A modal test at axis position ``s``: a force history at one measured DOF, accelerations at all.
@@ -444,9 +270,9 @@ def simulate_modal_test(model: MachineTool, params, s: float, force: np.ndarray,
     ``force_noise`` std added), ``accel`` (n, n_obs) in m/s^2 with ``accel_noise`` std added, and
     ``labels`` of the acceleration channels.
     """
-    M, K, C = model.matrices(params, s)
-    O = model.observation(s)
-    j = model.obs_labels.index(input_dof) if isinstance(input_dof, str) else int(input_dof)
+    M, K, C = truth.matrices(s)
+    O = truth.O
+    j = truth.obs_labels.index(input_dof) if isinstance(input_dof, str) else int(input_dof)
     b = O[j]
     f_in = np.asarray(force, dtype=float).ravel()
     sub = max(1, int(substeps))
@@ -475,4 +301,4 @@ def simulate_modal_test(model: MachineTool, params, s: float, force: np.ndarray,
     t = np.arange(u.size) * dt
     acc = y + (rng.normal(0.0, accel_noise, y.shape) if accel_noise > 0 else 0.0)
     f_meas = u + (rng.normal(0.0, force_noise, u.shape) if force_noise > 0 else 0.0)
-    return {"t": t, "force": f_meas, "accel": acc, "labels": list(model.obs_labels)}
+    return {"t": t, "force": f_meas, "accel": acc, "labels": list(truth.obs_labels)}

@@ -26,6 +26,11 @@ import numpy as np
 from daq.bus.frames import Event, Frame
 from daq.online.estimates import Emit, OnlineEstimates
 from daq.online.estimates import publisher_emit as _publisher_emit
+from daq.rigs import parse_config
+from daq.rigs.adjoint.config import OUTPUTS, AdjointRigConfig
+from daq.rigs.adjoint.design import fisher_std, lagged_mean, nominal_values, problem_of
+from daq.rigs.base import RunContext
+from daq.rigs.drive import DriveRigDevices, ReceivedTrajectory, TrajectoryReceiver, start_online
 
 #: SI units of the parameters the drive rigs identify (for the event body and `hil watch`).
 PARAM_UNITS = {"m1": "kg", "m2": "kg", "c1": "N/m", "c2": "N/m", "d1": "N*s/m", "d2": "N*s/m",
@@ -74,50 +79,40 @@ class DriveIdentifier(OnlineEstimates):
         self.names = self.all_names[:self.n_design]
         self.runs: list = []               # identification.sequential_design.Record, in run order
         self.attempted = 0                 # runs whose fit was attempted (estimate or failure published)
-        self._open: dict | None = None     # the trajectory being collected
+        self._receiver = TrajectoryReceiver(self.plan_stream, self.trace_stream)
         self._b: np.ndarray | None = None  # warm start
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{kind}-identifier")
 
     # -- feeding ------------------------------------------------------------------------------------
     async def handle(self, msg: Frame | Event) -> None:
         """Take one message; refit (and emit) when it ends a trajectory."""
-        if isinstance(msg, Frame):
-            if msg.stream == self.trace_stream and self._open is not None:
-                self._open["blocks"].append((list(msg.channels), np.asarray(msg.data, float)))
+        tr = self._receiver.take(msg)
+        if tr is None:
             return
-        if msg.stream != self.plan_stream:
+        run = tr.start.get("run", len(self.runs))
+        try:
+            self.runs.append(self._record(tr))
+        except ValueError as exc:
+            self.attempted += 1
+            await self._publish("estimate_failed", {"used": len(self.runs), "run": run, "error": str(exc)})
             return
-        if msg.kind == "trajectory_start":
-            self._open = {"n": int(msg.body["n"]), "dt": float(msg.body["dt"]), "blocks": [],
-                          "run": msg.body.get("run", len(self.runs))}
-        elif msg.kind == "trajectory_end" and self._open is not None:
-            current, self._open = self._open, None
-            try:
-                self.runs.append(self._record(current))
-            except ValueError as exc:
-                self.attempted += 1
-                await self._publish("estimate_failed", {"used": len(self.runs), "run": current["run"],
-                                                        "error": str(exc)})
-                return
-            await self._refit(msg, current["run"])
+        await self._refit(tr.end, run)
 
-    def _record(self, run: dict):
-        from daq.rigs.adjoint.rig import lagged_mean
-        from identification.sequential_design import Record
+    def _record(self, tr: ReceivedTrajectory):
+        from identification.sequential_design import Record  # lazy: scipy
 
-        if not run["blocks"]:
+        if not tr.channels:
             raise ValueError("trajectory without trace frames")
-        channels = run["blocks"][0][0]
-        data = np.concatenate([d for _, d in run["blocks"]])
-        if data.shape[0] != run["n"]:
-            raise ValueError(f"trajectory has {data.shape[0]} samples, expected {run['n']}")
+        channels, data = tr.channels, tr.data
+        if data.shape[0] != tr.n:
+            raise ValueError(f"trajectory has {data.shape[0]} samples, expected {tr.n}")
         cmd_name = next((c for c in channels if c.endswith("_cmd")), channels[0])  # force_cmd, torque_cmd
         cmd, out = data[:, channels.index(cmd_name)], data[:, channels.index(self.output)]
-        skip = int(round(self.skip_s / run["dt"]))
-        return Record(lagged_mean(cmd, self.input_lag, run["dt"]), out, run["dt"], skip)
+        skip = int(round(self.skip_s / tr.dt))
+        return Record(lagged_mean(cmd, self.input_lag, tr.dt), out, tr.dt, skip)
 
     async def _refit(self, trigger: Event, run: int) -> None:
-        from identification.sequential_design import fit_runs
+        from identification.sequential_design import fit_runs  # lazy: scipy
 
         runs = list(self.runs)
         first = self._b is None
@@ -146,7 +141,7 @@ class DriveIdentifier(OnlineEstimates):
         if len(set(units)) == 1:
             body["unit"] = units[0]
         if self.target is not None:
-            from identification.sequential_design import stop_reason
+            from identification.sequential_design import stop_reason  # lazy: scipy
 
             why = stop_reason(self.names, body["rel_std"], self.target, len(runs), max_runs=10**9)
             if why is not None:
@@ -170,16 +165,14 @@ class DriveIdentifier(OnlineEstimates):
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def from_config(cfg, emit: Emit, target: float | None = None) -> DriveIdentifier:
-    """The identifier of an oscillator/pendulum rig config (``daq.rigs.adjoint.rig.AdjointRigConfig``)."""
-    from daq.rigs.adjoint.rig import OUTPUTS, nominal_values, problem_of
-
+def from_config(cfg: AdjointRigConfig, emit: Emit, target: float | None = None) -> DriveIdentifier:
+    """The identifier of an adjoint rig config (:class:`~daq.rigs.adjoint.config.AdjointRigConfig`)."""
     pb = problem_of(cfg)
     model, params = pb.model, list(pb.model.param_names)
     b0 = pb.b * cfg.fit.start
     nuisance = {n: float(v) for n, v in (getattr(cfg.fit, "nuisance", None) or {}).items() if n not in params}
     if nuisance:  # the analysis model: the design's parameters, then the nuisances at their start values
-        from identification.adjoint_plants import analysis_model
+        from identification.adjoint_plants import analysis_model  # lazy: scipy
 
         point = {**nominal_values(cfg), **nuisance}
         if getattr(cfg.fit, "friction_speed_eps", None) is not None:
@@ -194,8 +187,6 @@ def from_config(cfg, emit: Emit, target: float | None = None) -> DriveIdentifier
 
 def from_snapshot(config: dict, emit: Emit) -> DriveIdentifier:
     """The identifier of a recorded session (its config snapshot), e.g. for a replay."""
-    from daq.rigs import parse_config
-
     _, cfg = parse_config(config)
     seq = getattr(cfg, "sequential", None)
     return from_config(cfg, emit, target=seq.target_rel_std if seq is not None and seq.enabled else None)
@@ -209,24 +200,23 @@ def publisher_emit(publisher, kind: str, session_id: str | None = None) -> Emit:
 # ----------------------------------------------------------------------------------------- plan side
 
 
-async def start(ctx) -> DriveIdentifier:
+Context = RunContext[AdjointRigConfig, DriveRigDevices]
+
+
+async def start(ctx: Context) -> DriveIdentifier:
     """Spawn the identifier on the run's bus, subscribed before the first trajectory."""
     cfg = ctx.config
-    online = streams(cfg.rig.kind)[2]
-
-    async def emit(kind: str, body: dict) -> None:
-        await ctx.event(online, kind, **body)
-
-    ident = from_config(cfg, emit, target=cfg.sequential.target_rel_std)
-    ctx.spawn(ident.run(await ctx.subscribe(*topics(cfg.rig.kind))), f"{cfg.rig.kind} online identifier")
-    return ident
+    kind = cfg.rig.kind
+    return await start_online(ctx, streams(kind)[2], topics(kind),
+                              lambda emit: from_config(cfg, emit, target=cfg.sequential.target_rel_std),
+                              f"{kind} online identifier")
 
 
-async def decide(ctx, ident: DriveIdentifier, n_runs: int,
+async def decide(ctx: Context, ident: DriveIdentifier, n_runs: int,
                  elapsed_s: float) -> tuple[str | None, dict | None]:
     """After run ``n_runs``: wait for its estimate and apply the stopping rule; a stop is recorded as a
     ``plan_stop`` event and in the session summary. Returns (reason or None, estimate or None)."""
-    from identification.sequential_design import stop_reason
+    from identification.sequential_design import stop_reason  # lazy: scipy
 
     s = ctx.config.sequential
     est = await ident.wait_for(n_runs, s.wait_timeout)
@@ -244,13 +234,14 @@ async def decide(ctx, ident: DriveIdentifier, n_runs: int,
     return reason, est
 
 
-def redesigned_signal(cfg, values: dict[str, float], u_prev: np.ndarray, run: int) -> tuple[np.ndarray, dict]:
+def redesigned_signal(cfg: AdjointRigConfig, values: dict[str, float], u_prev: np.ndarray,
+                      run: int) -> tuple[np.ndarray, dict]:
     """The adjoint input re-solved at ``values`` (warm start from ``u_prev``), with the info the
-    trajectory events carry (as ``daq.rigs.adjoint.rig.signal_of``). Blocking: call it off the loop."""
-    from daq.rigs.adjoint.rig import _std, nominal_values
-    from identification.adjoint_design import evaluate
-    from identification.adjoint_plants import design_problem, reference_inputs
-    from identification.sequential_design import redesign
+    trajectory events carry (as :func:`daq.rigs.adjoint.design.signal_of`). Blocking: call it off the
+    loop."""
+    from identification.adjoint_design import evaluate  # lazy: scipy
+    from identification.adjoint_plants import design_problem, reference_inputs  # lazy: scipy
+    from identification.sequential_design import redesign  # lazy: scipy
 
     a = cfg.adjoint
     pb = design_problem(a.plant, {**nominal_values(cfg), **values}, a.spec())
@@ -265,7 +256,7 @@ def redesigned_signal(cfg, values: dict[str, float], u_prev: np.ndarray, run: in
             "iterations": res.iterations, "design_success": res.success,
             "design_s": time.perf_counter() - t0, "parameters": list(pb.model.param_names),
             "design_point": pb.b.tolist(), "fisher": ev.fisher.tolist(),
-            "predicted_std": _std(ev.fisher).tolist(),
+            "predicted_std": fisher_std(ev.fisher).tolist(),
             "end_residuals": {names[c.index]: float(r) for c, r in zip(pb.end_conditions, ev.end_residuals,
                                                                         strict=True)},
             "input_dt": pb.dt, "peak_force": float(np.abs(force).max())}

@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 
 from daq.plots import save_figure
+from daq.rigs.adjoint.config import INPUTS, OUTPUTS
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # lazy: matplotlib only when a plot is drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -65,8 +66,6 @@ def plot_design(result, references: dict[str, np.ndarray], stds: dict[str, np.nd
 
 def plot_analysis(result, rec, folder: str | Path) -> list[Path]:
     """fit.png: the recorded force, the measured output and the fitted model's output with the residual."""
-    from daq.rigs.adjoint.rig import INPUTS, OUTPUTS
-
     plt = _plt()
     out, unit = OUTPUTS[result.plant]
     what, in_unit = INPUTS[result.plant]

@@ -19,44 +19,31 @@ import asyncio
 import concurrent.futures as cf
 import multiprocessing
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from daq.bus.frames import Event, Frame
 from daq.bus.pubsub import BusSubscriber
+from daq.config.load import parse
 from daq.online.estimates import Emit, OnlineEstimates
+from daq.rigs.crane.config import (
+    ONLINE_STREAM,
+    PLAN_STREAM,
+    TRACE_STREAM,
+    CraneConfig,
+    OnlineFitSettings,
+    online_settings,
+)
+from daq.rigs.drive import TrajectoryReceiver
 
-PLAN_STREAM = "crane.plan"
-TRACE_STREAM = "crane.trace"
-ONLINE_STREAM = "crane.online"
+__all__ = ["ONLINE_STREAM", "TOPICS", "CraneOnlineIdentifier", "OnlineFitSettings", "settings_from_config"]
+
 TOPICS = ("event/" + PLAN_STREAM, "data/" + TRACE_STREAM)
-
-
-
-@dataclass
-class OnlineFitSettings:
-    """What is fitted and how (the ``[online]`` table with the ``[model_selection]`` defaults)."""
-
-    model: str = "3m+visc+coul+dt"
-    bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
-    n_starts: int = 3        # cold start of the first trajectory's fit
-    seed: int = 0
-    max_nfev: int = 100
-    decimate: int = 5
-    skip: int = 0
-    friction_eps: float = 0.05  # rad/s
-    alpha: float = 0.05      # level of the ellipsoid axes
-    worker: str = "process"  # or "thread"
-
-    def fit_kwargs(self) -> dict:
-        return dict(bounds=dict(self.bounds), n_starts=self.n_starts, seed=self.seed, max_nfev=self.max_nfev,
-                    decimate=self.decimate, skip=self.skip, friction_eps=self.friction_eps, alpha=self.alpha)
 
 
 def _fit(model: str, runs: list, start: dict | None, kwargs: dict):
     """The refit (module level: runs in the worker process)."""
-    from identification.crane_analysis import fit_runs
+    from identification.crane_analysis import fit_runs  # lazy: scipy
 
     return fit_runs(model, runs, start=start, **kwargs)
 
@@ -69,7 +56,7 @@ def _init_worker() -> None:
 
 def _warm_up() -> None:
     """Import the fit's modules in the worker before the first trajectory ends."""
-    import identification.crane_analysis  # noqa: F401
+    import identification.crane_analysis  # noqa: F401  # lazy: scipy
 
 
 class CraneOnlineIdentifier(OnlineEstimates):
@@ -82,7 +69,7 @@ class CraneOnlineIdentifier(OnlineEstimates):
         self.runs: list[tuple[np.ndarray, np.ndarray, float]] = []  # (torque_cmd, speed, dt) per trajectory
         self.roles: list[str] = []
         self.handled = 0                # trajectories answered with an estimate or a failure
-        self._open: dict | None = None  # the trajectory being received
+        self._receiver = TrajectoryReceiver(PLAN_STREAM, TRACE_STREAM)
         self._start: dict[str, float] | None = None
         if settings.worker == "thread":
             self._pool: cf.Executor = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="crane-online")
@@ -93,30 +80,20 @@ class CraneOnlineIdentifier(OnlineEstimates):
     # -- feeding ------------------------------------------------------------------------------------
     async def handle(self, msg: Frame | Event) -> None:
         """Take one message; refit (and emit) when it ends a trajectory."""
-        if isinstance(msg, Frame):
-            if msg.stream == TRACE_STREAM and self._open is not None:
-                ch = msg.channels
-                d = np.asarray(msg.data)
-                self._open["u"].append(d[:, ch.index("torque_cmd")].astype(float))
-                self._open["y"].append(d[:, ch.index("speed")].astype(float))
+        tr = self._receiver.take(msg)
+        if tr is None:
             return
-        if msg.stream != PLAN_STREAM:
+        role = str(tr.start["role"])
+        if tr.data.shape[0] != tr.n:
+            await self._publish("estimate_failed", {
+                "used": len(self.runs), "role": role,
+                "error": f"{role}: received {tr.data.shape[0]} samples, expected {tr.n}"})
             return
-        b = msg.body
-        if msg.kind == "trajectory_start":
-            self._open = {"role": str(b["role"]), "n": int(b["n"]), "dt": float(b["dt"]), "u": [], "y": []}
-        elif msg.kind == "trajectory_end" and self._open is not None:
-            tr, self._open = self._open, None
-            u = np.concatenate(tr["u"]) if tr["u"] else np.zeros(0)
-            y = np.concatenate(tr["y"]) if tr["y"] else np.zeros(0)
-            if u.size != tr["n"]:
-                await self._publish("estimate_failed", {
-                    "used": len(self.runs), "role": tr["role"],
-                    "error": f"{tr['role']}: received {u.size} samples, expected {tr['n']}"})
-                return
-            self.runs.append((u, y, tr["dt"]))
-            self.roles.append(tr["role"])
-            await self._refit(msg)
+        u = tr.data[:, tr.channels.index("torque_cmd")].copy()
+        y = tr.data[:, tr.channels.index("speed")].copy()
+        self.runs.append((u, y, tr.dt))
+        self.roles.append(role)
+        await self._refit(tr.end)
 
     async def _refit(self, trigger: Event) -> None:
         s = self.settings
@@ -164,7 +141,4 @@ class CraneOnlineIdentifier(OnlineEstimates):
 
 def settings_from_config(config: dict) -> OnlineFitSettings:
     """Fit settings from a crane config snapshot (``[online]`` over ``[model_selection]``), for replays."""
-    from daq.config.load import parse
-    from daq.rigs.crane.rig import CraneConfig, online_settings
-
     return online_settings(parse(config, CraneConfig, "crane config"))

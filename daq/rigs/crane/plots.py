@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from identification.drive_models import PARAM_UNITS
 from identification.model_selection import SelectionResult
 
 __all__ = ["write_plots", "plot_profiles"]
@@ -87,8 +88,6 @@ def plot_profiles(prof, path: str | Path, title: str = "") -> Path:
     profile-interval ends, and the Fisher matrix's quadratic approximation ``((p - p_opt) / se)^2``
     (it crosses the threshold at the Fisher interval's ends)."""
     from matplotlib.ticker import MaxNLocator
-
-    from identification.drive_models import PARAM_UNITS
 
     plt = _plt()
     n = len(prof.names)

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from daq.plots import save_figure
+from identification.machine_tool_model import MachineTool
 
 __all__ = ["write_plots"]
 
@@ -22,8 +23,6 @@ def _plt():
 
 def write_plots(result, directory: str | Path) -> list[Path]:
     """``result``: daq.rigs.machine_tool.rig.MTAnalysisResult; returns the files written."""
-    from simulators.physics.machine_tool import MachineTool
-
     plt = _plt()
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)

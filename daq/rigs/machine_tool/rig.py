@@ -20,10 +20,25 @@ from typing import Annotated, Literal
 import numpy as np
 from msgspec import Meta
 from msgspec import field as sfield
+from threadpoolctl import threadpool_limits
 
 from daq.config.load import Invalid
 from daq.config.schema import Count, Port, Positive, RigConfig, Table
+from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import Report, Rig
+from daq.rigs.machine_tool.plots import write_plots
+from daq.run.executor import make_executor
+from drivers.modal_frontend import ModalFrontEnd
+from identification.frf_estimation import h1_estimate
+from identification.machine_tool_model import (
+    DAMPING_NAMES,
+    STIFFNESS_NAMES,
+    MachineTool,
+    MachineToolConstants,
+    as_vector,
+    param_bounds,
+)
+from identification.modal_extraction import extract_modes
 
 FORCE_STREAM = "mt.force"
 ACCEL_STREAM = "mt.accel"
@@ -46,12 +61,12 @@ class MTSimulator(Table, kw_only=True):
     axis_speed: Positive = 0.5
 
     def check(self) -> None:
-        from simulators.machine_tool_sim import FrontEndSettings
-
-        try:
-            FrontEndSettings.from_config({"truth": dict(self.truth), "noise": dict(self.noise)})
-        except (TypeError, ValueError) as exc:
+        try:  # the analysis compares the estimate with the truth by the model's parameter names
+            as_vector(dict(self.truth))
+        except ValueError as exc:
             raise Invalid("truth", str(exc), table=True) from None
+        if any(v <= 0 for v in self.truth.values()):
+            raise Invalid("truth", "truth values must be > 0", table=True)
         if set(self.noise) - {"accel", "force"} or any(v < 0 for v in self.noise.values()):
             raise Invalid("noise", "keys accel and force (>= 0) only")
 
@@ -73,8 +88,6 @@ class MTPlan(Table, kw_only=True):
     inputs: list[str] = sfield(default_factory=lambda: ["T1x", "T1y", "T1z"])  # excitation DOFs
 
     def check(self) -> None:
-        from simulators.physics.machine_tool import MachineTool, MachineToolConstants
-
         if not self.positions:
             raise Invalid("positions", "needs at least one identification position")
         travel = MachineToolConstants().travel
@@ -157,8 +170,6 @@ class MTDevicesOpen:
 
 
 async def open_devices(cfg: MachineToolConfig, device_cfg: dict) -> MTDevicesOpen:
-    from drivers.modal_frontend import ModalFrontEnd
-
     fe = ModalFrontEnd(dict(device_cfg["frontend"]))
 
     async def source_off() -> bool:
@@ -169,7 +180,7 @@ async def open_devices(cfg: MachineToolConfig, device_cfg: dict) -> MTDevicesOpe
 
 
 def simulator(raw: dict):
-    from simulators.machine_tool_sim import MachineToolFrontEndSim
+    from simulators.machine_tool_sim import MachineToolFrontEndSim  # lazy: only a simulated run serves it
 
     return MachineToolFrontEndSim(raw)
 
@@ -258,8 +269,6 @@ class MTArrays:
 
 def mt_arrays(store, session_id: str) -> MTArrays:
     """FRFs per position: H1 from the recorded streams, or the stored FRFs of an imported session."""
-    from daq.rigs.analysis import AnalysisError
-
     info = store.get_session(session_id)
     cfg = info.config or {}
     sim = cfg.get("simulator") if (cfg.get("rig") or {}).get("simulated") else None
@@ -287,8 +296,6 @@ def _group(store, sid: str, start_kind: str) -> tuple[dict, list]:
 
 
 def _h1_arrays(store, sid: str) -> MTArrays:
-    from identification.frf_estimation import h1_estimate
-
     runs, order = _group(store, sid, "run_start")
     positions, roles, H, coh = [], [], [], []
     inputs: list[str] = []
@@ -390,19 +397,7 @@ class MTAnalysisResult:
 
 def analyze(arrays: MTArrays, cfg: MachineToolConfig, progress=None, executor=None) -> MTAnalysisResult:
     """EMA per position, then the GSA identification through the executor (progress on ``progress``)."""
-    from threadpoolctl import threadpool_limits
-
-    from daq.rigs.analysis import AnalysisError
-    from daq.run.executor import make_executor
-    from identification.gsa_identification import ModalReference, identify
-    from identification.modal_extraction import extract_modes
-    from simulators.physics.machine_tool import (
-        DAMPING_NAMES,
-        STIFFNESS_NAMES,
-        MachineTool,
-        as_vector,
-        param_bounds,
-    )
+    from identification.gsa_identification import ModalReference, identify  # lazy: SALib is heavy
 
     a = cfg.analysis
     model = MachineTool()
@@ -488,8 +483,6 @@ def analyze(arrays: MTArrays, cfg: MachineToolConfig, progress=None, executor=No
 
 
 def _plots(result: MTAnalysisResult, arrays, folder: Path) -> list[Path]:
-    from daq.rigs.machine_tool.plots import write_plots
-
     return write_plots(result, folder)
 
 

@@ -1,4 +1,5 @@
-"""Machine-tool FRFs as Universal File Format dataset 58: read files into a session, write a session's FRFs.
+"""Machine-tool FRFs as Universal File Format dataset 58: read files into a session
+(writing: :mod:`daq.rigs.machine_tool.uff_export`).
 
 Modal-analysis systems exchange measured FRFs as UFF dataset 58 ("function at nodal DOF"); pyuff reads and
 writes the records. This module maps them to and from the machine-tool session layout that
@@ -42,16 +43,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
-import os
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
+from daq.bus.frames import Event, Frame
+from daq.config.load import parse, read_toml
 from daq.export.session_export import ExportError
+from daq.rigs.machine_tool.rig import FRF_STREAM, PLAN_STREAM, MachineToolConfig, MTArrays
+from identification.machine_tool_model import MachineTool
 
 FUNC_FRF = 4
 FUNC_COHERENCE = 6
@@ -97,8 +100,6 @@ def split_label(label: str) -> tuple[str, str]:
 
 def model_labels() -> list[str]:
     """The machine-tool model's measured DOFs, in its order."""
-    from simulators.physics.machine_tool import MachineTool
-
     return list(MachineTool().obs_labels)
 
 
@@ -127,8 +128,6 @@ def load_mapping(path: str | Path | None, labels: list[str]) -> Mapping:
     mapping = Mapping.default(labels)
     if path is None:
         return mapping
-    from daq.config.load import read_toml
-
     raw = read_toml(path)
     unknown = set(raw) - {"nodes", "files"}
     if unknown:
@@ -341,7 +340,7 @@ def _function(ds: dict, where: str, fname: str, index: int, mapping: Mapping,
 
 def read_file(path: str | Path, mapping: Mapping, labels: list[str]) -> UffFile:
     """Every dataset 58 of one file, mapped and in SI; UffError naming file and dataset otherwise."""
-    import pyuff
+    import pyuff  # lazy: only reading or writing UFF files needs it
 
     path = Path(path)
     if not path.is_file():
@@ -376,8 +375,6 @@ def read_file(path: str | Path, mapping: Mapping, labels: list[str]) -> UffFile:
 
 def assemble(functions: list[UffFunction], labels: list[str]):
     """Group FRFs by position (order of first appearance) into :class:`MTArrays`; checks the grid."""
-    from daq.rigs.machine_tool.rig import MTArrays
-
     frfs = [f for f in functions if f.kind == "frf"]
     if not frfs:
         raise UffError("no FRF (function type 4) in the files")
@@ -448,9 +445,6 @@ class ImportResult:
 def session_config(arrays, base: dict | None) -> dict:
     """The imported session's config: ``base`` (a machine-tool config, or none) with the plan the files
     describe, no simulator and no devices; checked against the rig's schema (ConfigError otherwise)."""
-    from daq.config.load import parse
-    from daq.rigs.machine_tool.rig import MachineToolConfig
-
     cfg = {k: v for k, v in (base or {}).items() if k not in ("simulator", "devices")}
     rig = dict(cfg.get("rig") or {"kind": "machine-tool", "name": "uff-import"})
     if rig.get("kind") != "machine-tool":
@@ -474,9 +468,6 @@ def session_config(arrays, base: dict | None) -> dict:
 
 def write_session(store, arrays, config: dict, files: list[UffFile]) -> str:
     """Create a complete machine-tool session from checked arrays; all messages in one commit."""
-    from daq.bus.frames import Event, Frame
-    from daq.rigs.machine_tool.rig import FRF_STREAM, PLAN_STREAM
-
     coh = all(c is not None for c in arrays.coherence)
     channels = ["freq"] + [f"{lb}.{part}" for lb in arrays.labels for part in ("re", "im")]
     units = ["Hz"] + [FRF_UNIT] * (2 * len(arrays.labels))
@@ -571,136 +562,3 @@ def import_uff(store, paths: list[str | Path], *, config: dict | None = None,
         all(c is not None for c in arrays.coherence),
         time.perf_counter() - began + (prep.seconds if prepared is not None else 0.0),
     )
-
-
-# ----------------------------------------------------------------------------------------- writing
-
-
-def _uff_dataset(func: int, k: int, id_lines: list[str], rsp: str, ref: str, nodes: dict[str, int],
-                 freq: np.ndarray, data: np.ndarray, binary: bool) -> dict:
-    rn, rd = split_label(rsp)
-    fn, fd = split_label(ref)
-    dirs = {v: k for k, v in _DIRECTIONS.items()}
-    frf = func == FUNC_FRF
-    return {
-        "type": 58, "binary": int(binary), **{f"id{j + 1}": line for j, line in enumerate(id_lines)},
-        "func_type": func, "func_id": k, "ver_num": 0, "load_case_id": 0,
-        "rsp_ent_name": rn, "rsp_node": nodes[rn], "rsp_dir": dirs[rd],
-        "ref_ent_name": fn, "ref_node": nodes[fn], "ref_dir": dirs[fd],
-        "abscissa_spacing": 1 if _even(freq) else 0, "z_axis_value": 0.0,
-        "abscissa_spec_data_type": SPEC_FREQUENCY, "abscissa_axis_lab": "Frequency",
-        "abscissa_axis_units_lab": "Hz",
-        "ordinate_spec_data_type": SPEC_ACCELERATION if frf else 0,
-        "ordinate_axis_lab": "Acceleration" if frf else "Coherence",
-        "ordinate_axis_units_lab": "m/s^2" if frf else "NONE",
-        "orddenom_spec_data_type": SPEC_FORCE if frf else 0,
-        "orddenom_axis_lab": "Force" if frf else "NONE",
-        "orddenom_axis_units_lab": "N" if frf else "NONE",
-        "z_axis_spec_data_type": 0,
-        "x": np.asarray(freq, dtype=float), "data": data,
-    }
-
-
-def _even(freq: np.ndarray) -> bool:
-    d = np.diff(freq)
-    return bool(d.size and np.allclose(d, d[0], rtol=1e-9, atol=0))
-
-
-@dataclass
-class UffExportResult:
-    paths: list[Path]
-    datasets: int
-    frfs: int
-    coherence: bool
-    seconds: float
-
-    def as_dict(self) -> dict:
-        return {"paths": [str(p) for p in self.paths], "datasets": self.datasets, "frfs": self.frfs,
-                "coherence": self.coherence, "seconds": round(self.seconds, 3)}
-
-
-def default_output(session_id: str) -> Path:
-    return Path("exports") / f"session-{session_id}_uff"
-
-
-def export_uff(store, session: str, out: str | Path | None = None, *, force: bool = False,
-               binary: bool = False) -> UffExportResult:
-    """Write a machine-tool session's FRFs (H1 from the streams or the imported ones) as UFF 58.
-
-    ``binary``: dataset 58b (the values as IEEE doubles, exact) instead of ASCII (12 significant digits).
-    ``out`` ending in .uff/.unv: one file with every position; otherwise a folder with one file per
-    position (``position_<mm>mm_<role>.uff``). An existing output is replaced only with ``force``.
-    """
-    from daq.rigs.machine_tool.rig import mt_arrays
-
-    began = time.perf_counter()
-    info = store.get_session(session)
-    if info.kind != "machine-tool":
-        raise UffError(f"session {info.id} is a {info.kind} session; UFF export writes machine-tool FRFs")
-    arrays = mt_arrays(store, info.id)
-    with_coh = all(c is not None for c in arrays.coherence)
-    for p, H in zip(arrays.positions, arrays.H, strict=True):
-        if not np.all(np.isfinite(H)):
-            raise UffError(f"session {info.id}: FRFs at {p} m have non-finite values; UFF cannot carry them")
-    nodes = default_node_numbers(model_labels())
-    stamp = datetime.fromtimestamp(info.started, UTC).strftime("%d-%b-%y %H:%M:%S")
-    per_position: list[list[dict]] = []
-    k = 0
-    for p, role, H, C in zip(arrays.positions, arrays.roles, arrays.H, arrays.coherence, strict=True):
-        sets = []
-        for i, ref in enumerate(arrays.inputs):
-            for j, rsp in enumerate(arrays.labels):
-                ids = [f"FRF {rsp}/{ref} accelerance", f"hil-lab session {info.id}", stamp,
-                       f"position={float(p)!r} m role={role}", "NONE"]
-                k += 1
-                sets.append(_uff_dataset(FUNC_FRF, k, ids, rsp, ref, nodes, arrays.freq,
-                                         np.asarray(H[i, j], dtype=complex), binary))
-                if with_coh:
-                    ids = [f"Coherence {rsp}/{ref}", *ids[1:]]
-                    k += 1
-                    sets.append(_uff_dataset(FUNC_COHERENCE, k, ids, rsp, ref, nodes, arrays.freq,
-                                             np.asarray(C[i, j], dtype=float), binary))
-        per_position.append(sets)
-    out = Path(out) if out is not None else default_output(info.id)
-    if out.suffix.lower() in UFF_SUFFIXES:
-        targets = [(out, [s for sets in per_position for s in sets])]
-    else:
-        targets = [(out / f"position_{1000 * p:06.1f}mm_{role}.uff", sets)
-                   for p, role, sets in zip(arrays.positions, arrays.roles, per_position, strict=True)]
-    for path, _ in targets:
-        if path.exists() and not force:
-            raise UffError(f"{path} already exists (use --force to overwrite it)")
-    for path, sets in targets:
-        _write(path, sets)
-    return UffExportResult([p for p, _ in targets], k, k // (2 if with_coh else 1), with_coh,
-                           time.perf_counter() - began)
-
-
-def _write(path: Path, sets: list[dict]) -> None:
-    """Write datasets under a temporary name, then rename (never a half file)."""
-    import pyuff
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UffError(f"cannot create {path.parent}: {exc.strerror or exc}") from None
-    part = path.with_name(path.name + ".part")
-    one = path.with_name(path.name + ".one")
-    try:
-        # pyuff re-reads the whole file after every dataset it appends (quadratic in the count): write
-        # each dataset to a small file of its own and concatenate.
-        with open(part, "wb") as fh:
-            for ds in sets:
-                if one.exists():
-                    one.unlink()
-                pyuff.UFF(str(one)).write_sets([ds], mode="add")  # (pyuff's "overwrite" loses binary headers)
-                fh.write(one.read_bytes())
-        os.replace(part, path)
-    except OSError as exc:
-        raise UffError(f"cannot write {path}: {exc.strerror or exc}") from None
-    except Exception as exc:  # pyuff raises bare Exceptions
-        raise UffError(f"cannot write {path}: {exc}") from None
-    finally:
-        for tmp in (part, one):
-            if tmp.exists():
-                tmp.unlink()

@@ -17,14 +17,16 @@ import numpy as np
 
 from daq.bus.frames import Frame
 from daq.bus.pubsub import BusPublisher
+from drivers.errors import DeviceFault
 
 log = logging.getLogger(__name__)
 
 FORCE_STREAM = "press.force"
 
 
-class DeviceFault(Exception):
-    """The force source reported a fault or stopped answering during the plan."""
+def _where(source) -> tuple[str, str]:
+    """(device, address) of the force source for :class:`DeviceFault`."""
+    return str(getattr(source, "name", "force source")), str(getattr(source, "address", "?"))
 
 
 class ForceAcquisition:
@@ -73,7 +75,7 @@ class ForceAcquisition:
             except Exception as exc:  # noqa: BLE001 - repeated failures of the source end the plan
                 failures += 1
                 if failures >= self.max_failures:
-                    raise DeviceFault(f"force source lost: {exc}") from exc
+                    raise DeviceFault(*_where(self.source), f"force source lost: {exc}") from exc
                 log.warning("force source poll failed (%d/%d): %s", failures, self.max_failures, exc)
                 next_t = time.monotonic() + self.period
                 continue
@@ -95,10 +97,11 @@ class ForceAcquisition:
             await self.source.heartbeat()
             status = await self.source.read_status()
         except Exception as exc:  # noqa: BLE001
-            raise DeviceFault(f"force source lost: {exc}") from exc
+            raise DeviceFault(*_where(self.source), f"force source lost: {exc}") from exc
         fault = getattr(status, "fault_code", 0)
         if fault or getattr(status, "fault", False):
-            raise DeviceFault(f"force source fault code {fault}: {getattr(status, 'fault_text', '')}".strip())
+            raise DeviceFault(*_where(self.source), f"force source fault code {fault}: "
+                              f"{getattr(status, 'fault_text', '')}".strip(), int(fault or 0))
 
     async def _publish(self, rows, stamps) -> None:
         await self.publisher.publish(Frame(

@@ -31,9 +31,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import identification.online_press  # noqa: F401
+import identification.press_analysis  # noqa: F401
 from daq.bus.frames import Event
 from daq.online.estimates import Emit, OnlineEstimates
 from daq.online.estimates import publisher_emit as _publisher_emit
+from identification.online_press import estimate_stiffness, model_verdict, verdict_settled
 
 PLAN_STREAM = "press.plan"
 ONLINE_STREAM = "press.online"
@@ -67,7 +70,6 @@ class StopRule:
 
     def reason(self, est: dict, patterns: list[tuple[str, ...] | None]) -> str | None:
         """The stop reason after the series of ``est`` (None: go on)."""
-        from identification.online_press import verdict_settled
 
         n = int(est["series_used"])
         if n < self.min_series:
@@ -182,7 +184,6 @@ class OnlineIdentifier(OnlineEstimates):
         return z, q
 
     async def _refit(self, trigger: Event) -> None:
-        from identification.online_press import estimate_stiffness, model_verdict
 
         z, q = self.arrays()
         sig = np.array([self.sigmas.get(n, np.nan) for n in self.sensors]) / np.sqrt(self.n_samples or 1)
@@ -298,9 +299,8 @@ def _timed(fn, *args, **kwargs):
 
 
 def _warm_up() -> None:
-    """Import the analysis code before the first series needs it."""
-    import identification.online_press  # noqa: F401
-    import identification.press_analysis  # noqa: F401
+    """Called once in a fresh worker: unpickling this function imports this module, and with it the
+    analysis code, before the first series needs it."""
 
 
 def _run_length(patterns: list) -> int:

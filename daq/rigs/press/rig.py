@@ -19,11 +19,20 @@ import numpy as np
 from msgspec import Meta
 from msgspec import field as sfield
 
+from daq.bus.frames import Frame
 from daq.config.load import Invalid
 from daq.config.schema import Count, ModbusLink, NonNegative, Positive, Range, Register, RigConfig, Table
+from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import Report, Rig
 from daq.rigs.press.acquisition import FORCE_STREAM, ForceAcquisition
+from daq.rigs.press.online import ONLINE_STREAM, PLAN_TOPIC, OnlineIdentifier, StopRule, verdict_options
+from daq.rigs.press.session import press_arrays
 from daq.rigs.press.setpoint_correction import CorrectionResult, CorrectionSettings, SetpointCorrector
+from drivers.displacement import open_sensor
+from drivers.force_source import ForceSource
+from identification.press_analysis import analyze_press
+from simulators.physics.press import PressTruth
+from simulators.press_rig import PressRig
 
 SENSOR_STREAM = "press.sensors"
 PLAN_STREAM = "press.plan"
@@ -113,7 +122,6 @@ class PressSimulator(Table, kw_only=True):
     sensors: dict[str, SensorNoise] = sfield(default_factory=dict)
 
     def check(self) -> None:
-        from simulators.physics.press import PressTruth
 
         try:
             PressTruth.from_config(dict(self.truth))
@@ -163,7 +171,8 @@ class AnalysisTable(Table, kw_only=True):
 
 
 class OnlineTable(Table, kw_only=True):
-    """Online identification (daq/rigs/press/online.py) and the stopping rule on its estimate; off by default."""
+    """Online identification (daq/rigs/press/online.py) and the stopping rule on its estimate; off by
+    default."""
 
     enabled: bool = False
     target_rel_std: Annotated[float, Meta(gt=0, lt=1)] = 0.002   # stop when every rel. std is below
@@ -236,8 +245,6 @@ class PressRigDevices:
 
 
 async def open_devices(cfg: PressConfig, device_cfg: dict) -> PressRigDevices:
-    from drivers.displacement import open_sensor
-    from drivers.force_source import ForceSource
 
     source = ForceSource(device_cfg["force_source"], name="force_source")
     sensors = {name: open_sensor(name, c) for name, c in device_cfg["sensors"].items()}
@@ -252,7 +259,6 @@ async def open_devices(cfg: PressConfig, device_cfg: dict) -> PressRigDevices:
 
 
 def simulator(raw: dict):
-    from simulators.press_rig import PressRig
 
     return PressRig(raw)
 
@@ -315,7 +321,6 @@ async def _start_online(ctx):
     cfg: PressConfig = ctx.config
     if not cfg.online.enabled:
         return None
-    from daq.rigs.press.online import ONLINE_STREAM, PLAN_TOPIC, OnlineIdentifier, StopRule, verdict_options
 
     async def emit(kind: str, body: dict) -> None:
         await ctx.event(ONLINE_STREAM, kind, **body)
@@ -389,7 +394,6 @@ async def _report_setpoint(ctx, i: int, j: int, r: CorrectionResult) -> None:
 
 async def _measure(ctx, corrector: SetpointCorrector, i: int, j: int, q: float) -> None:
     """Read a block from every sensor while the load cell keeps streaming; record both."""
-    from daq.bus.frames import Frame
 
     sensors = ctx.devices.sensors
     names = list(sensors)
@@ -411,14 +415,11 @@ async def _measure(ctx, corrector: SetpointCorrector, i: int, j: int, q: float) 
 
 
 def arrays(store, session_id: str):
-    from daq.rigs.press.session import press_arrays
 
     return press_arrays(store, session_id)
 
 
 def analyze(arr, cfg: PressConfig, progress=None):
-    from daq.rigs.analysis import AnalysisError
-    from identification.press_analysis import analyze_press
 
     n_series = arr.z.shape[0]
     if n_series < 3:
@@ -433,7 +434,7 @@ def analyze(arr, cfg: PressConfig, progress=None):
 
 
 def _plots(result, arr, folder: Path) -> list[Path]:
-    from daq.rigs.press.plots import write_plots
+    from daq.rigs.press.plots import write_plots  # lazy: matplotlib, only when plots are asked for
 
     return write_plots(result, arr.z, arr.q, folder)
 

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daq.store.session_store import SessionStore, StoreError
+from daq.store.errors import StoreError
+from daq.store.read_write import SessionStore
+from identification.press_analysis import corrected_displacements
 
 
 class NotAPressSession(StoreError):
@@ -31,7 +33,6 @@ class PressArrays:
 
     def corrected(self) -> np.ndarray:
         """The paper's post-hoc correction z_ijk * q_d_j / q_ij (refers every value to its desired force)."""
-        from identification.press_analysis import corrected_displacements
 
         return corrected_displacements(self.z, self.q, self.q_desired)
 

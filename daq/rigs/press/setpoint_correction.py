@@ -20,6 +20,7 @@ import numpy as np
 
 from daq.bus.frames import Frame
 from daq.bus.pubsub import BusSubscriber, BusTimeout
+from daq.errors import ProtocolError
 
 
 @dataclass
@@ -45,7 +46,7 @@ class CorrectionSettings:
         return cls(**{"min_command": min_command, "max_command": max_command, **known})
 
 
-class ForceStreamStalled(TimeoutError):
+class ForceStreamStalled(ProtocolError, TimeoutError):
     """The measured-force stream paused for longer than the configured limit."""
 
 

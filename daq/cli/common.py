@@ -1,0 +1,166 @@
+"""What the command modules share: the resolved global options (:class:`CliState`, handed to commands
+through click's context object), JSON output, progress on stderr and the one mapping of the project's
+error tree to exit codes and one-line messages. Imports nothing of ``daq.cli``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from daq.config.load import store_path_for
+from daq.store.read_write import SessionStore
+from drivers.errors import HilError
+
+# ----------------------------------------------------------------------------- errors -> exit codes
+
+#: Exit codes by error family, first match wins. Every error of the project's tree (drivers.errors,
+#: daq.errors: device, config, protocol, store, plan) is a user mistake or an unreachable peer: one
+#: ``Error: ...`` line and exit code 1, never a traceback; so are files the OS refuses. (Exit code 2 is
+#: click's usage error and `hil run`'s "safe state not confirmed".)
+EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (HilError, 1),
+    (OSError, 1),
+)
+
+
+def exit_code(exc: BaseException) -> int | None:
+    """The exit code for ``exc``, or None for an unexpected error (a bug: it keeps its traceback)."""
+    for family, code in EXIT_CODES:
+        if isinstance(exc, family):
+            return code
+    return None
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc`` as one line of text (the message's whitespace collapsed)."""
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
+class OneLineError(click.ClickException):
+    """A project error on its way out of the CLI: ``Error: <one line>`` and its exit code."""
+
+    def __init__(self, exc: BaseException, code: int) -> None:
+        super().__init__(one_line(exc))
+        self.exit_code = code
+
+
+# ----------------------------------------------------------------------------- global options
+
+
+@dataclass
+class CliState:
+    """What the global options resolved to; commands get it from ``ctx.obj`` (:data:`pass_state`)."""
+
+    store_option: str | None
+    config_path: str | None
+    _config: dict | None = field(default=None, repr=False)
+
+    @property
+    def config(self) -> dict | None:
+        """The ``--config`` file, loaded and validated on first use (None without --config)."""
+        if self._config is None and self.config_path is not None:
+            from daq.rigs.config import load_config  # lazy: the registry loads every rig kind
+
+            self._config = load_config(self.config_path, whole=False)
+        return self._config
+
+    @property
+    def store_path(self) -> Path:
+        """The one rule (daq.config.load.store_path_for): --store, $HIL_STORE, the --config's [store].path
+        (relative to the config's folder), else the user data directory."""
+        return store_path_for(self.store_option, self.config)
+
+    def open_store(self, create: bool = False) -> SessionStore:
+        return SessionStore(self.store_path, create=create)
+
+
+pass_state = click.make_pass_decorator(CliState)
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def json_default(obj):
+    """numpy scalars and arrays as Python values, anything else as its text."""
+    import numpy as np  # lazy: only when a result holds a value JSON cannot take as it is
+
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return str(obj)
+
+
+def echo_json(obj) -> None:
+    click.echo(json.dumps(obj, indent=2, default=json_default))
+
+
+#: Progress is shown for exports/replays of at least this many samples / messages.
+PROGRESS_MIN_ITEMS = 2_000_000
+
+
+class StderrProgress:
+    """A ``progress(done, total)`` callback drawing on stderr: a rich bar on a terminal, a line
+    every 10 % otherwise; silent for small jobs (below ``min_items``). Never writes to stdout."""
+
+    def __init__(self, label: str, min_items: int = PROGRESS_MIN_ITEMS, unit: str = "samples"):
+        self.label, self.min_items, self.unit = label, min_items, unit
+        self._bar = None
+        self._task = None
+        self._next_pct = 10
+
+    def __call__(self, done: int, total: int) -> None:
+        if total < self.min_items:
+            return
+        if sys.stderr.isatty():
+            if self._bar is None:
+                from rich.console import Console  # lazy: rich only for a bar on a terminal
+                from rich.progress import Progress
+
+                self._bar = Progress(console=Console(stderr=True), transient=True)
+                self._bar.start()
+                self._task = self._bar.add_task(self.label, total=total)
+            self._bar.update(self._task, completed=done)
+        elif done * 100 >= self._next_pct * total:
+            pct = 100 * done // total
+            click.echo(f"{self.label}: {pct} % ({done:,} of {total:,} {self.unit})", err=True)
+            self._next_pct = pct // 10 * 10 + 10
+
+    def __enter__(self) -> StderrProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def progress_printer():
+    """Progress of long analyses on stderr: a bar on a terminal, plain lines otherwise."""
+    from rich.console import Console  # lazy: rich is slow to import and only analyses need it
+    from rich.progress import Progress
+
+    console = Console(stderr=True)
+    state: dict = {"last": -1}
+
+    def update(done: int, total: int, label: str = "") -> None:
+        label = str(label) if label else "analysis"
+        if not console.is_terminal:
+            step = max(1, total // 20)
+            if done == total or done - state["last"] >= step:
+                state["last"] = done
+                click.echo(f"{done}/{total} {label}", err=True)
+            return
+        if "bar" not in state:
+            state["bar"] = Progress(console=console, transient=True)
+            state["task"] = state["bar"].add_task("analysis", total=total)
+            state["bar"].start()
+        state["bar"].update(state["task"], completed=done, description=label)
+        if done >= total:
+            state["bar"].stop()
+
+    return update

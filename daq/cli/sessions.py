@@ -1,0 +1,228 @@
+"""``hil sessions``, ``show`` and ``export``: what the store holds, and files of it."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from datetime import datetime
+
+import click
+
+from daq.cli.common import CliState, StderrProgress, echo_json, pass_state
+
+
+def _fmt_time(t: float | None) -> str:
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+
+
+def _fmt_duration(info) -> str:
+    end = (
+        info.ended
+        if info.ended is not None
+        else (info.heartbeat if info.status != "running" else time.time())
+    )
+    if end is None:
+        return "-"
+    return f"{max(0.0, end - info.started):.1f} s"
+
+
+# ----------------------------------------------------------------------------- sessions / show
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@pass_state
+def sessions(state: CliState, as_json: bool) -> None:
+    """List the sessions in the store."""
+    with state.open_store() as store:
+        infos = store.list_sessions()
+    if as_json:
+        echo_json(
+            [
+                {
+                    "id": i.id,
+                    "kind": i.kind,
+                    "status": i.status,
+                    "reason": i.reason,
+                    "started": i.started,
+                    "ended": i.ended,
+                    "streams": sorted(i.streams),
+                }
+                for i in infos
+            ]
+        )
+        return
+    if not infos:
+        click.echo(f"no sessions in {state.store_path}")
+        return
+    click.echo(f"{'ID':<14}{'KIND':<8}{'STATUS':<12}{'STARTED':<21}{'DURATION':>10}  STREAMS")
+    for i in infos:
+        click.echo(
+            f"{i.id:<14}{i.kind:<8}{i.status:<12}{_fmt_time(i.started):<21}{_fmt_duration(i):>10}  "
+            f"{len(i.streams)}"
+        )
+
+
+@click.command()
+@click.argument("session")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@pass_state
+def show(state: CliState, session: str, as_json: bool) -> None:
+    """Show a session's metadata, streams and event counts (SESSION: id or unique prefix)."""
+    from daq.export.session_export import session_metadata  # lazy: h5py and the MAT writers
+
+    with state.open_store() as store:
+        info = store.get_session(session)
+        counts = store.event_counts(info.id)
+        for s in info.streams.values():
+            if s.type == "frame" and s.n_samples:
+                s.timing = store.stream_timing(info.id, s.name)
+    if as_json:
+        meta = session_metadata(info)
+        meta["event_counts"] = [{"stream": s, "kind": k, "n": n} for (s, k), n in counts.items()]
+        echo_json(meta)
+        return
+    click.echo(f"session   {info.id}")
+    click.echo(f"kind      {info.kind}")
+    click.echo(f"status    {info.status}" + (f" ({info.reason})" if info.reason else ""))
+    click.echo(f"started   {_fmt_time(info.started)}")
+    click.echo(f"ended     {_fmt_time(info.ended)}  ({_fmt_duration(info)})")
+    click.echo(f"software  {info.software_version}")
+    for name, dev in (info.devices or {}).items():
+        click.echo(f"device    {name}: {json.dumps(dev)}")
+    click.echo("streams:")
+    for s in info.streams.values():
+        if s.type == "frame":
+            rate = _rate_text(s)
+            chans = ", ".join(f"{c} [{u}]" for c, u in zip(s.channels, s.units, strict=True))
+            click.echo(
+                f"  {s.name}: {s.n_samples} samples in {s.n_messages} frames, {s.dtype}, {rate}; {chans}"
+            )
+    click.echo("events:")
+    if not counts:
+        click.echo("  (none)")
+    for (stream, kind), n in counts.items():
+        click.echo(f"  {stream} {kind}: {n}")
+    if info.stats:
+        click.echo(f"recorder  {json.dumps(info.stats)}")
+
+
+# ----------------------------------------------------------------------------- export
+
+
+@click.command()
+@click.argument("session")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["hdf5", "mat", "csv", "uff"]),
+    required=True,
+    help="Output format (uff: the FRFs of a machine-tool session as UFF dataset 58).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(),
+    default=None,
+    help="Output file (hdf5, mat; uff: .uff/.unv) or directory (csv; uff: a file per position); "
+    "default exports/session-<id>.<ext>.",
+)
+@click.option(
+    "--streams", default=None, metavar="A,B", help="Only these streams (frame or event, comma-separated)."
+)
+@click.option(
+    "--start", type=float, default=None, metavar="T", help="Slice start, s after the session's first sample."
+)
+@click.option(
+    "--stop", type=float, default=None, metavar="T", help="Slice end (exclusive), s after the first sample."
+)
+@click.option(
+    "--mat-version",
+    type=click.Choice(["auto", "5", "7.3"]),
+    default="auto",
+    show_default=True,
+    help="MAT format: auto = v5 while every variable is below 2 GB, else v7.3 (HDF5-based).",
+)
+@click.option("--compress", is_flag=True, help="gzip the HDF5 / MAT v7.3 datasets (slower).")
+@click.option("--binary", is_flag=True, help="uff: dataset 58b (exact doubles) instead of ASCII (12 digits).")
+@click.option("--force", is_flag=True, help="Overwrite an existing output.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (only JSON on stdout).")
+@pass_state
+def export(
+    state: CliState,
+    session: str,
+    fmt: str,
+    output: str | None,
+    streams: str | None,
+    start: float | None,
+    stop: float | None,
+    mat_version: str,
+    compress: bool,
+    binary: bool,
+    force: bool,
+    as_json: bool,
+) -> None:
+    """Export a session (or a slice: --streams, --start, --stop) to HDF5, MATLAB .mat or CSV; or the FRFs
+    of a machine-tool session as UFF dataset 58 (--format uff, with coherence; --binary for 58b).
+
+    Times in the files are the recorded ones (unix time for live sessions; the files say which);
+    --start/--stop count seconds from the session's first sample.
+    """
+    from daq.export.layout import time_origin  # lazy: the export package loads h5py and the MAT writers
+    from daq.export.session_export import export as export_to  # lazy: as above
+
+    for name, value in (("--start", start), ("--stop", stop)):
+        if value is not None and not math.isfinite(value):
+            raise click.BadParameter("must be a finite number of seconds", param_hint=name)
+    if start is not None and stop is not None and stop <= start:
+        raise click.BadParameter(f"must be after --start ({start})", param_hint="--stop")
+    names = [n.strip() for n in streams.split(",") if n.strip()] if streams is not None else None
+    if fmt == "uff":
+        _export_uff(state, session, output, names, start, stop, force, binary, as_json)
+        return
+    with state.open_store() as store:
+        info = store.get_session(session)
+        origin = time_origin(info) or 0.0
+        with StderrProgress(f"export {info.id} ({fmt})") as progress:
+            result = export_to(
+                store,
+                info.id,
+                fmt,
+                output,
+                streams=names,
+                t_start=None if start is None else origin + start,
+                t_stop=None if stop is None else origin + stop,
+                mat_version=mat_version,
+                compress=compress,
+                force=force,
+                progress=progress,
+            )
+    if as_json:
+        echo_json(result.as_dict())
+    else:
+        click.echo(str(result.path))
+
+
+def _export_uff(state: CliState, session: str, output, names, start, stop, force: bool, binary: bool,
+                as_json: bool) -> None:
+    """UFF 58 export of a machine-tool session's FRFs (daq.rigs.machine_tool.uff); no stream or time
+    slices."""
+    from daq.rigs.machine_tool.uff_export import export_uff  # lazy: pyuff and the machine-tool rig
+
+    if names is not None or start is not None or stop is not None:
+        raise click.BadParameter("UFF export writes whole FRFs; --streams, --start and --stop do not apply",
+                                 param_hint="--format uff")
+    with state.open_store() as store:
+        result = export_uff(store, session, output, force=force, binary=binary)
+    if as_json:
+        echo_json(result.as_dict())
+    else:
+        click.echo("\n".join(str(p) for p in result.paths))
+
+
+def _rate_text(s) -> str:
+    """A stream's real sample spacing for `hil show` (bursts described as such)."""
+    if s.timing is not None:
+        return s.timing.describe()
+    return f"{s.rate:.6g} Hz" if s.rate else "irregular"

@@ -1,0 +1,38 @@
+"""The service's branches of the one error tree. The root and the device branch are in
+:mod:`drivers.errors` (the lowest layer: drivers import nothing of ``daq``)::
+
+    HilError                    drivers.errors
+    ├── DeviceError             drivers.errors: a device failed, refused, faulted or timed out
+    ├── ConfigError             a config file or value is wrong; CURVE keys missing or unsafe (daq.bus.keys)
+    ├── ProtocolError           a bus message or command is malformed or unanswered (daq.bus, daq.run)
+    ├── StoreError              the session store, or a request to it, or an export (daq.store, daq.export)
+    └── PlanError               an experiment plan ends early (daq.run.safety.PlanAborted)
+
+These are branches to catch (``except daq.errors.StoreError`` catches every store and export error);
+modules raise their concrete subclasses (``daq.config.load.ConfigError`` carries the file and key, and
+``daq.store.errors.StoreError`` is the store's own). Concrete errors keep a builtin base too where callers
+catch one (``ValueError``, ``TimeoutError``, ``KeyError``, ``OSError``). The CLI maps the branches to exit
+codes and one-line messages in one place (:func:`daq.cli.common.exit_code`).
+"""
+
+from __future__ import annotations
+
+from drivers.errors import DeviceError, HilError
+
+__all__ = ["ConfigError", "DeviceError", "HilError", "PlanError", "ProtocolError", "StoreError"]
+
+
+class ConfigError(HilError):
+    """Branch: a config file or value is wrong."""
+
+
+class ProtocolError(HilError):
+    """Branch: a bus message or command that cannot be encoded, decoded or answered in time."""
+
+
+class StoreError(HilError):
+    """Branch: a problem with the session store or a request to it, or with an export of a session."""
+
+
+class PlanError(HilError):
+    """Branch: an experiment plan could not run to its end."""

@@ -1,0 +1,158 @@
+"""The crane rig's settings: its config struct (``[simulator]``, ``[devices]``, ``[excitation]``,
+``[model_selection]``, ``[online]``), its streams, and the online fit's settings derived from them.
+
+Both :mod:`daq.rigs.crane.rig` and :mod:`daq.rigs.crane.online` import it; it imports neither.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from msgspec import Meta
+from msgspec import field as sfield
+
+from daq.config.load import Invalid
+from daq.config.schema import Count, NonNegative, Positive, Range, RigConfig, Table
+from daq.rigs.drive import DriveDevicesTable
+from daq.rigs.excitation import ROLES, ExcitationTable
+from identification.drive_models import DEFAULT_BOUNDS, all_structures, parse_name
+
+TRACE_STREAM = "crane.trace"
+PLAN_STREAM = "crane.plan"
+ONLINE_STREAM = "crane.online"
+CHANNELS = ["torque_cmd", "torque", "speed"]
+UNITS = ["N*m", "N*m", "rad/s"]
+
+
+# ----------------------------------------------------------------------------------------- config
+
+
+class CraneSimulator(Table, kw_only=True):
+    truth: dict[str, float] = sfield(default_factory=dict)
+    drive: dict[str, Any] = sfield(default_factory=dict)
+
+    def check(self) -> None:
+        from simulators.crane_drive import DriveSettings  # lazy: asyncua and scipy
+        from simulators.physics.crane import CraneTruth  # lazy: scipy
+
+        for key, build in (("truth", CraneTruth.from_config), ("drive", DriveSettings.from_config)):
+            try:
+                build(dict(getattr(self, key)))
+            except (TypeError, ValueError) as exc:
+                raise Invalid(key, re.sub(r"^(\[[^\]]*\]|crane truth):?\s*", "", str(exc)),
+                              table=True) from None
+
+
+class ModelSelectionTable(Table, kw_only=True):
+    max_masses: Annotated[int, Meta(ge=1, le=3)] = 3
+    candidates: list[str] | None = None
+    n_starts: Count = 3
+    seed: int = 0
+    max_nfev: Count = 60
+    decimate: Count = 5
+    skip: Annotated[int, Meta(ge=0)] = 0
+    friction_eps: Positive = 0.05
+    min_pii_ratio: Annotated[float, Meta(ge=0, le=1)] = 0.01
+    max_condition_index: Positive = 30.0
+    min_validation_fit: Annotated[float, Meta(le=1)] = 0.8
+    parsimony_tol: NonNegative = 0.01
+    profile_points: Count = 9
+    n_jobs: Count = 2
+    scheduler: str | None = None  # None: local process pool of n_jobs; "local": Dask LocalCluster; "tcp://..."
+    bounds: dict[str, Range] = sfield(default_factory=dict)
+
+    def check(self) -> None:
+        for name, (lo, hi) in self.bounds.items():
+            if name not in DEFAULT_BOUNDS:
+                raise Invalid(f"bounds.{name}",
+                              f"unknown parameter (known: {', '.join(sorted(DEFAULT_BOUNDS))})")
+            if not lo < hi:
+                raise Invalid(f"bounds.{name}", f"needs lo < hi, got [{lo}, {hi}]")
+        for c in self.candidates or []:
+            try:
+                parse_name(c)
+            except (KeyError, ValueError) as exc:
+                raise Invalid("candidates", f"{c!r}: {exc}") from None
+
+    def options(self) -> dict:
+        """Keyword arguments of identification.model_selection.select_model."""
+        bounds = {**DEFAULT_BOUNDS, **{k: (float(v[0]), float(v[1])) for k, v in self.bounds.items()}}
+        candidates = ([parse_name(c) for c in self.candidates] if self.candidates
+                      else all_structures(self.max_masses))
+        keys = ("n_starts", "seed", "max_nfev", "decimate", "skip", "friction_eps", "min_pii_ratio",
+                "max_condition_index", "min_validation_fit", "parsimony_tol", "profile_points", "n_jobs")
+        return dict(bounds=bounds, candidates=candidates, **{k: getattr(self, k) for k in keys})
+
+
+class OnlineTable(Table, kw_only=True):
+    """Online identification (daq/rigs/crane/online.py): refit one model after every trajectory; off by
+    default."""
+
+    enabled: bool = False
+    model: str = "3m+visc+coul+dt"  # one structure of the kit (the shipped truth's expected choice)
+    n_starts: Count = 3             # start points of the first (cold) fit; later fits are warm-started
+    seed: int = 0
+    max_nfev: Count = 100           # Jacobian evaluations per fit
+    decimate: Count | None = None   # default: [model_selection].decimate
+    alpha: Annotated[float, Meta(gt=0, lt=1)] = 0.05   # level of the confidence-ellipsoid axes
+    worker: Literal["process", "thread"] = "process"
+    wait_timeout: Positive = 120.0  # s the plan waits for the last trajectory's estimate before it ends
+
+    def check(self) -> None:
+        try:
+            parse_name(self.model)
+        except (KeyError, ValueError) as exc:
+            raise Invalid("model", str(exc)) from None
+
+
+class CraneConfig(RigConfig, kw_only=True):
+    simulator: CraneSimulator | None = None
+    devices: DriveDevicesTable | None = None
+    excitation: ExcitationTable
+    model_selection: ModelSelectionTable = sfield(default_factory=ModelSelectionTable)
+    online: OnlineTable = sfield(default_factory=OnlineTable)
+
+    def check(self) -> None:
+        if self.devices is None:
+            raise Invalid("devices", "missing required table", table=True)
+        drive = self.devices.drive
+        for role in ROLES:
+            r = self.excitation.role(role)
+            n = round(r["duration"] / r["dt"])
+            if n > drive.max_samples:
+                raise Invalid(f"excitation.{role}" if getattr(self.excitation, role).duration else
+                              "excitation.duration", f"{n} samples exceed [devices.drive].max_samples "
+                                                     f"({drive.max_samples})")
+
+
+# ----------------------------------------------------------------------------------------- online fit
+
+
+@dataclass
+class OnlineFitSettings:
+    """What is fitted and how (the ``[online]`` table with the ``[model_selection]`` defaults)."""
+
+    model: str = "3m+visc+coul+dt"
+    bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
+    n_starts: int = 3        # cold start of the first trajectory's fit
+    seed: int = 0
+    max_nfev: int = 100
+    decimate: int = 5
+    skip: int = 0
+    friction_eps: float = 0.05  # rad/s
+    alpha: float = 0.05      # level of the ellipsoid axes
+    worker: str = "process"  # or "thread"
+
+    def fit_kwargs(self) -> dict:
+        return dict(bounds=dict(self.bounds), n_starts=self.n_starts, seed=self.seed, max_nfev=self.max_nfev,
+                    decimate=self.decimate, skip=self.skip, friction_eps=self.friction_eps, alpha=self.alpha)
+
+
+def online_settings(cfg: CraneConfig) -> OnlineFitSettings:
+    """The online fit's settings: ``[online]`` over the ``[model_selection]`` bounds and model step."""
+    o, ms = cfg.online, cfg.model_selection.options()
+    return OnlineFitSettings(model=o.model, bounds=ms["bounds"], n_starts=o.n_starts, seed=o.seed,
+                             max_nfev=o.max_nfev, decimate=o.decimate or ms["decimate"], skip=ms["skip"],
+                             friction_eps=ms["friction_eps"], alpha=o.alpha, worker=o.worker)

@@ -1,0 +1,316 @@
+"""What every rig behind the OPC UA servo drive shares (crane, oscillator, pendulum, crane-adjoint).
+
+Config: ``[devices.drive]`` (:class:`DriveDevice`). Devices: one :class:`~drivers.servo_drive.ServoDrive`
+whose safe state is "stopped and disabled". A run of such a rig is one or more *trajectories*: a sampled
+input uploaded to the drive, played from its buffer, and its trace read back (:func:`run_trajectory`),
+then published as ``trajectory_start`` - trace frames - ``trajectory_end`` (:func:`record_trajectory`).
+The same bracket is read back twice: from the bus by the online identifiers
+(:class:`TrajectoryReceiver`) and from the store by the analyses (:func:`read_trajectories`).
+:func:`start_online` starts an online identifier beside a plan.
+
+This is no rig kind: the rig packages import it, it imports none of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+
+import numpy as np
+from msgspec import field as sfield
+
+from daq.bus.frames import Event, Frame
+from daq.config.load import Invalid, suggestion
+from daq.config.schema import Count, NonNegative, Positive, Table
+from daq.online.estimates import Emit
+
+if TYPE_CHECKING:  # annotations only: the driver pulls in asyncua, loaded when devices open
+    from daq.bus.pubsub import BusSubscriber
+    from daq.rigs.base import RawConfig, RunContext
+    from daq.store.reader import SessionReader
+    from drivers.servo_drive import ServoDrive
+
+FRAME_SAMPLES = 5000                              #: samples per published trace frame
+TRACE_CHANNELS = ("torque_cmd", "torque", "speed")  #: the drive's trace, in the order it is published
+
+
+# ----------------------------------------------------------------------------------------- config
+
+
+class DriveSecurity(Table, kw_only=True):
+    mode: Literal["none", "Basic256Sha256_SignAndEncrypt"] = "none"
+    certificate: str | None = None
+    private_key: str | None = None
+    server_certificate: str | None = None
+    server_trust_dir: str | None = None
+    user: str | None = None
+    password: str | None = None
+    password_env: str | None = None
+    application_uri: str | None = None
+
+    def check(self) -> None:
+        if self.mode != "none":
+            for key in ("certificate", "private_key"):
+                if not getattr(self, key):
+                    raise Invalid(key, f"required with mode = {self.mode!r}")
+            if not (self.server_certificate or self.server_trust_dir):
+                raise Invalid("server_certificate", "a secure endpoint needs the server's certificate pinned "
+                                                    "(server_certificate) or trusted (server_trust_dir)")
+
+
+class DriveDevice(Table, kw_only=True):
+    """``[devices.drive]``: for the oscillator and the pendulum ``torque_limit`` is the force limit in N."""
+
+    url: str
+    name: str = "crane-drive"
+    namespace: str = "urn:hil-lab:crane-drive"
+    torque_limit: Positive = 20.0     # N*m, checked by the driver before upload
+    speed_limit: Positive = 150.0     # rad/s
+    max_samples: Count = 100_000
+    timeout: Positive = 4.0
+    connect_timeout: Positive = 10.0
+    heartbeat_interval: Positive = 0.2
+    run_timeout_margin: NonNegative = 5.0
+    security: DriveSecurity = sfield(default_factory=DriveSecurity)
+    nodes: dict[str, str] = sfield(default_factory=dict)
+
+    def check(self) -> None:
+        from drivers.servo_drive import NODE_DEFAULTS  # lazy: asyncua
+
+        if not self.url.startswith("opc.tcp://"):
+            raise Invalid("url", f"must start with opc.tcp://, got {self.url!r}")
+        for name in self.nodes:
+            if name not in NODE_DEFAULTS:
+                raise Invalid(f"nodes.{name}", "unknown node" + suggestion(name, list(NODE_DEFAULTS)))
+
+
+class DriveDevicesTable(Table, kw_only=True):
+    """``[devices]`` of a drive rig: the one drive."""
+
+    drive: DriveDevice
+
+
+# ----------------------------------------------------------------------------------------- devices
+
+
+@dataclass
+class DriveRigDevices:
+    """The connected drive; its safe state (stop, disable, ``enabled`` read back) runs on every exit."""
+
+    drive: ServoDrive
+    safe_actions: list = field(default_factory=list)
+
+    async def identities(self) -> dict[str, dict]:
+        return {"drive": await self.drive.device_identity()}
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.drive.close()
+
+
+async def open_devices(cfg: object, device_cfg: Mapping[str, Any]) -> DriveRigDevices:
+    """Connect the drive of ``[devices.drive]``; closed again when the connection fails."""
+    from drivers.servo_drive import ServoDrive  # lazy: asyncua
+
+    drive = ServoDrive(dict(device_cfg["drive"]))
+    # stop, disable and read `enabled` back: raises when the drive did not confirm
+    devices = DriveRigDevices(drive, [("stop and disable drive", drive.safe_state)])
+    try:
+        await drive.connect()
+    except BaseException:
+        await devices.close()
+        raise
+    return devices
+
+
+def simulator(raw: RawConfig):
+    """The simulated drive (with the plant of ``[simulator]``) for ``[rig].simulated = true``."""
+    from simulators.crane_rig import CraneRig  # lazy: asyncua server and plant models
+
+    return CraneRig(raw)
+
+
+def simulated_devices(sim, raw: RawConfig) -> dict[str, dict]:
+    """The [devices] tables with the drive's url pointed at the started simulator."""
+    devices = {k: dict(v) for k, v in (raw.get("devices") or {}).items()}
+    drive = devices.setdefault("drive", {})
+    mode = dict(drive.get("security", {})).get("mode", "none")
+    drive["url"] = sim.endpoints["secure" if mode != "none" else "plain"]
+    return devices
+
+
+def describe_simulator(sim, note: str = "") -> list[dict]:
+    """The `hil sim` table of a simulated drive: one row per endpoint; ``note`` ends the nodes column."""
+    s = sim.settings
+    return [{"device": "drive", "protocol": "opc.tcp", "address": url, "security": kind,
+             "nodes": f"namespace {s.namespace}, object {s.axis}{note}"}
+            for kind, url in sim.endpoints.items()]
+
+
+# ----------------------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class TraceStreams:
+    """Where a drive rig publishes its trajectories: the plan stream with the bracketing events, the
+    trace stream with the frames, and the names and units the trace's columns carry there."""
+
+    plan: str
+    trace: str
+    channels: Sequence[str]
+    units: Sequence[str]
+
+
+async def run_trajectory(drive: ServoDrive, dt: float, samples: np.ndarray, *, not_before: float = 0.0,
+                         label: str = "") -> tuple[float, dict[str, Any]]:
+    """Upload ``samples`` (held for ``dt`` s each), enable, start, wait, read the trace back, disable.
+
+    Returns (t0, trace): ``t0`` the start's wall-clock time, never before ``not_before``; the trace has
+    ``dt`` and one array per :data:`TRACE_CHANNELS`. RuntimeError (``label`` first) when the trace does
+    not hold the trajectory's length at its own cycle."""
+    await drive.load_trajectory(dt, samples)
+    await drive.enable()
+    t0 = max(time.time(), not_before)
+    await drive.start()
+    await drive.wait_done()
+    trace = await drive.read_trace()
+    await drive.disable()
+    n = int(trace["speed"].size)
+    expected = int(round(samples.size * dt / trace["dt"]))
+    if n != expected:
+        raise RuntimeError(f"{label}trace has {n} samples, expected {expected}")
+    return t0, trace
+
+
+async def record_trajectory(ctx: RunContext[Any, DriveRigDevices], streams: TraceStreams, dt: float,
+                            samples: np.ndarray, info: Mapping[str, Any], *, role: str, before: str,
+                            recorded: str, not_before: float = 0.0, label: str = "") -> float:
+    """One trajectory of a plan: checkpoint ``before``, :func:`run_trajectory`, then publish the trace
+    between ``trajectory_start`` (with ``role`` and ``info``) and ``trajectory_end``; counts it in
+    ``ctx.summary["runs"]`` and moves the progress bar (``recorded`` + the sample count).
+
+    Returns the end of the published trace's time base (a next trajectory starts no earlier if asked)."""
+    await ctx.checkpoint(before)
+    t0, trace = await run_trajectory(ctx.devices.drive, dt, samples, not_before=not_before, label=label)
+    tdt = trace["dt"]
+    n = int(trace["speed"].size)
+    await ctx.event(streams.plan, "trajectory_start", role=role, dt=tdt, n=n, t0=t0, **info)
+    data = np.column_stack([trace[c] for c in TRACE_CHANNELS])
+    await ctx.publish_blocks(streams.trace, data, t0, tdt, list(streams.channels), list(streams.units),
+                             FRAME_SAMPLES)
+    await ctx.event(streams.plan, "trajectory_end", role=role, dt=tdt, n=n, t0=t0)
+    ctx.summary["runs"] += 1
+    ctx.advance(1, f"{recorded} ({n} samples)")
+    return t0 + n * tdt
+
+
+class OnlineIdentifier(Protocol):
+    async def run(self, sub: BusSubscriber, idle_timeout: float | None = None) -> None: ...
+
+
+I = TypeVar("I", bound=OnlineIdentifier)  # noqa: E741
+
+
+async def start_online(ctx: RunContext[Any, Any], online_stream: str, topics: Sequence[str],
+                       build: Callable[[Emit], I], name: str) -> I:
+    """Build an online identifier whose estimates go out as events on ``online_stream``, and run it
+    beside the plan (``name``) on a subscriber of ``topics`` connected before this returns."""
+
+    async def emit(kind: str, body: dict) -> None:
+        await ctx.event(online_stream, kind, **body)
+
+    ident = build(emit)
+    ctx.spawn(ident.run(await ctx.subscribe(*topics)), name)
+    return ident
+
+
+# ----------------------------------------------------------------------------------------- read-back
+
+
+@dataclass
+class ReceivedTrajectory:
+    """A trajectory as it came over the bus: its start event's body, the columns of its frames, the
+    frames' rows one after the other (``data`` may hold fewer or more rows than ``n``) and its end event."""
+
+    start: dict
+    channels: list[str]
+    data: np.ndarray
+    end: Event
+
+    @property
+    def n(self) -> int:
+        return int(self.start["n"])
+
+    @property
+    def dt(self) -> float:
+        return float(self.start["dt"])
+
+
+class TrajectoryReceiver:
+    """Collects the trace frames between ``trajectory_start`` and ``trajectory_end`` from a bus (live or
+    a replay); :meth:`take` returns each trajectory when its end event arrives."""
+
+    def __init__(self, plan_stream: str, trace_stream: str):
+        self.plan_stream, self.trace_stream = plan_stream, trace_stream
+        self._open: tuple[dict, list[tuple[list[str], np.ndarray]]] | None = None
+
+    def take(self, msg: Frame | Event) -> ReceivedTrajectory | None:
+        if isinstance(msg, Frame):
+            if msg.stream == self.trace_stream and self._open is not None:
+                self._open[1].append((list(msg.channels), np.asarray(msg.data, float)))
+            return None
+        if msg.stream != self.plan_stream:
+            return None
+        if msg.kind == "trajectory_start":
+            self._open = (dict(msg.body), [])
+        elif msg.kind == "trajectory_end" and self._open is not None:
+            (start, blocks), self._open = self._open, None
+            if not blocks:
+                return ReceivedTrajectory(start, [], np.zeros((0, 0)), msg)
+            return ReceivedTrajectory(start, blocks[0][0], np.concatenate([d for _, d in blocks]), msg)
+        return None
+
+
+@dataclass
+class StoredTrajectory:
+    """A completed trajectory of a session: its place among the trajectories started (``index``), its
+    start event's body and its rows of the trace stream (as float)."""
+
+    index: int
+    start: dict
+    rows: np.ndarray
+
+    @property
+    def dt(self) -> float:
+        return float(self.start["dt"])
+
+
+def read_trajectories(store: SessionReader, session_id: str, plan_stream: str, trace_stream: str,
+                      name: Callable[[int, dict], str]) -> tuple[list[StoredTrajectory], int]:
+    """The completed trajectories of a session, in order, and how many were started.
+
+    Each ``trajectory_start`` .. ``trajectory_end`` pair on ``plan_stream`` owns the next ``n`` samples
+    of ``trace_stream`` (one started but cut off before its end event still takes its ``n``, and is
+    left out); only those ranges are read. ValueError (naming the trajectory by ``name(index, start
+    body)``) when the store holds fewer samples than a completed trajectory claims."""
+    marks = [e for e in store.events(session_id, stream=plan_stream)
+             if e.kind in ("trajectory_start", "trajectory_end")]
+    out: list[StoredTrajectory] = []
+    offset, started = 0, 0
+    for i, ev in enumerate(marks):
+        if ev.kind != "trajectory_start":
+            continue
+        index, started = started, started + 1
+        n = int(ev.body["n"])
+        start, offset = offset, offset + n
+        if not (i + 1 < len(marks) and marks[i + 1].kind == "trajectory_end"):
+            continue
+        rows = store.read_range(session_id, trace_stream, start, start + n).data
+        if rows.shape[0] != n:
+            raise ValueError(f"session {session_id}: {name(index, ev.body)} has {rows.shape[0]} stored "
+                             f"samples, expected {n}")
+        out.append(StoredTrajectory(index, dict(ev.body), rows.astype(float)))
+    return out, started
