@@ -5,6 +5,8 @@ error tree to exit codes and one-line messages. Imports nothing of ``daq.cli``."
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +49,28 @@ class OneLineError(click.ClickException):
     def __init__(self, exc: BaseException, code: int) -> None:
         super().__init__(one_line(exc))
         self.exit_code = code
+
+
+def quiet_broken_pipe() -> click.exceptions.Exit:
+    """What to raise when stdout's reader went away (``hil show X | head``): no message, no traceback.
+    stdout is pointed at devnull first so that flushing it at exit cannot fail again (the recipe of
+    the Python docs, signal module, "Note on SIGPIPE"); exit code 1 as Python's own on EPIPE."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real stdout (tests' captured output)
+        pass
+    return click.exceptions.Exit(1)
+
+
+def positive_seconds(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Option callback: a finite number of seconds above zero (``float`` alone lets inf and nan through,
+    and an infinite timeout waits forever). A one-line error, exit code 1."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        name = param.opts[0] if param.opts else param.name
+        raise click.ClickException(f"{name} must be a finite number of seconds above 0, got {value:g}")
+    return value
 
 
 # ----------------------------------------------------------------------------- global options

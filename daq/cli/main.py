@@ -11,22 +11,28 @@ and exit code 1 (:func:`daq.cli.common.exit_code`), never a traceback.
 from __future__ import annotations
 
 import logging
+import sys
 
 import click
 
 from daq.cli import bus, design, keys, rig, sessions, uff, watch
-from daq.cli.common import CliState, OneLineError, exit_code
+from daq.cli.common import CliState, OneLineError, exit_code, quiet_broken_pipe
 from daq.config.load import ENV_STORE, default_store_path
 
 
 class HilGroup(click.Group):
-    """A click group that reports the project's errors as one line instead of a traceback."""
+    """A click group that reports the project's errors as one line instead of a traceback, and ends
+    quietly when the reader of stdout went away (a pipe into ``head``)."""
 
     def invoke(self, ctx: click.Context):
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's flush at exit
+            return result
         except click.ClickException:
             raise
+        except BrokenPipeError:
+            raise quiet_broken_pipe() from None
         except Exception as exc:
             code = exit_code(exc)
             if code is None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from daq.cli.common import CliState, echo_json, pass_state, progress_printer
+from daq.cli.common import CliState, echo_json, pass_state, positive_seconds, progress_printer
 from daq.config.load import ConfigError, store_path_for, to_dict
 
 
@@ -38,11 +38,14 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
     """Run the experiment of a rig config and record one session.
 
     A config with [rig] simulated = true starts its simulated rig on loopback first. Ctrl-C once
-    finishes the current step and stops; twice stops at once. Both leave the rig safe. Operators can
-    also stop or pause the run from another terminal with `hil ctl`.
+    finishes the current step and stops; twice stops at once, and so do SIGTERM (a service manager,
+    `docker stop`) and SIGHUP (the terminal closed). All leave the rig safe. Operators can also stop or
+    pause the run from another terminal with `hil ctl`.
     """
     from daq.run.lifecycle import run as run_rig  # lazy: the whole run machinery and the rigs
 
+    if plots_dir is not None and not then_analyze:
+        raise click.ClickException("--plots needs --analyze (plots come from the analysis)")
     raw, rig, _ = _load(config_path)
     store_path = store_path_for(state.store_option, raw)
     result = asyncio.run(run_rig(raw, store_path, file=config_path, show_progress=not no_progress))
@@ -193,7 +196,8 @@ def describe_devices(device_cfg: dict, config_path: str) -> list[dict]:
 @click.option("--session", default=None, help="Which running session (default: the only one running).")
 @click.option("--endpoint", default=None,
               help="Command endpoint of the run (default: from the store's runs/).")
-@click.option("--timeout", type=float, default=3.0, show_default=True, help="Seconds to wait for the reply.")
+@click.option("--timeout", type=float, default=3.0, show_default=True, callback=positive_seconds,
+              help="Seconds to wait for the reply.")
 @click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON.")
 @pass_state
 def ctl(state: CliState, action: str, session: str | None, endpoint: str | None, timeout: float,
@@ -220,20 +224,14 @@ async def _request(client_type, endpoint: str, action: str, timeout: float) -> d
 
 
 def _find_run(store_path: Path, session: str | None) -> str:
-    from daq.run.lifecycle import runs_dir  # lazy: the run machinery and the rigs
+    from daq.run.lifecycle import live_runs, runs_dir  # lazy: the run machinery and the rigs
 
-    folder = runs_dir(store_path)
-    runs = []
-    for f in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            runs.append(json.loads(f.read_text()))
-        except (OSError, ValueError):
-            continue
+    runs = live_runs(store_path)  # announcements of killed runs are removed here
     if session:
         runs = [r for r in runs if str(r.get("session", "")).startswith(session)]
     if not runs:
-        raise click.ClickException(f"no running session found in {folder} (give --endpoint)")
+        raise click.ClickException(f"no running session found in {runs_dir(store_path)} (give --endpoint)")
     if len(runs) > 1:
-        raise click.ClickException("several runs: " + ", ".join(r["session"] for r in runs)
+        raise click.ClickException("several runs: " + ", ".join(str(r.get("session")) for r in runs)
                                    + " (give --session)")
     return str(runs[0]["command"])

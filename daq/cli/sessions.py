@@ -6,6 +6,7 @@ import json
 import math
 import time
 from datetime import datetime
+from pathlib import Path
 
 import click
 
@@ -56,12 +57,15 @@ def sessions(state: CliState, as_json: bool) -> None:
     if not infos:
         click.echo(f"no sessions in {state.store_path}")
         return
-    click.echo(f"{'ID':<14}{'KIND':<8}{'STATUS':<12}{'STARTED':<21}{'DURATION':>10}  STREAMS")
-    for i in infos:
-        click.echo(
-            f"{i.id:<14}{i.kind:<8}{i.status:<12}{_fmt_time(i.started):<21}{_fmt_duration(i):>10}  "
-            f"{len(i.streams)}"
-        )
+    header = ("ID", "KIND", "STATUS", "STARTED", "DURATION", "STREAMS")
+    rows = [
+        (i.id, i.kind, i.status, _fmt_time(i.started), _fmt_duration(i), str(len(i.streams))) for i in infos
+    ]
+    widths = [max(len(r[k]) for r in (header, *rows)) for k in range(len(header))]
+    for row in (header, *rows):  # columns as wide as their content, two spaces apart; DURATION to the right
+        pairs = enumerate(zip(row, widths, strict=True))
+        cells = [c.rjust(w) if k == 4 else c.ljust(w) for k, (c, w) in pairs]
+        click.echo("  ".join(cells).rstrip())
 
 
 @click.command()
@@ -177,6 +181,7 @@ def export(
             raise click.BadParameter("must be a finite number of seconds", param_hint=name)
     if start is not None and stop is not None and stop <= start:
         raise click.BadParameter(f"must be after --start ({start})", param_hint="--stop")
+    _check_output_suffix(fmt, output)
     names = [n.strip() for n in streams.split(",") if n.strip()] if streams is not None else None
     if fmt == "uff":
         _export_uff(state, session, output, names, start, stop, force, binary, as_json)
@@ -184,6 +189,7 @@ def export(
     with state.open_store() as store:
         info = store.get_session(session)
         origin = time_origin(info) or 0.0
+        _check_slice_in_span(info, origin, start, stop)
         with StderrProgress(f"export {info.id} ({fmt})") as progress:
             result = export_to(
                 store,
@@ -202,6 +208,45 @@ def export(
         echo_json(result.as_dict())
     else:
         click.echo(str(result.path))
+
+
+#: File name suffixes each file format may be written to (csv writes a folder).
+_FORMAT_SUFFIXES = {"hdf5": (".h5", ".hdf5"), "mat": (".mat",)}
+#: Suffixes of files, refused as csv folder names.
+_FILE_SUFFIXES = (".h5", ".hdf5", ".mat", ".uff", ".unv", ".csv")
+
+
+def _check_output_suffix(fmt: str, output: str | None) -> None:
+    """Refuse an -o whose suffix names another format (MAT data in a .h5 file, a csv folder x.mat)."""
+    if output is None or fmt == "uff":  # uff: .uff/.unv is one file, any other name a folder
+        return
+    suffix = Path(output).suffix.lower()
+    if fmt == "csv":
+        if suffix in _FILE_SUFFIXES:
+            raise click.ClickException(
+                f"-o {output}: csv exports write a folder (a .csv file per stream); give a folder name "
+                f"without {suffix}"
+            )
+        return
+    allowed = _FORMAT_SUFFIXES[fmt]
+    if suffix not in allowed:
+        raise click.ClickException(
+            f"-o {output}: a {fmt} export needs a file name ending in {' or '.join(allowed)}"
+        )
+
+
+def _check_slice_in_span(info, origin: float, start: float | None, stop: float | None) -> None:
+    """Refuse a --start after the session's last sample or event, or a --stop at or before its first:
+    the export would be empty."""
+    lasts = [s.t_last for s in info.streams.values() if s.t_last is not None]
+    if not lasts:
+        return  # an empty session: nothing to slice
+    last = max(lasts)
+    where = f"session {info.id} spans 0 to {last - origin:.6g} s after its first sample"
+    if start is not None and origin + start > last:
+        raise click.ClickException(f"--start {start:g} s is after the session's end ({where})")
+    if stop is not None and stop <= 0:
+        raise click.ClickException(f"--stop {stop:g} s is at or before the session's start ({where})")
 
 
 def _export_uff(state: CliState, session: str, output, names, start, stop, force: bool, binary: bool,

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 
 import numpy as np
 
-from daq.export.layout import check_count, session_metadata, time_base_text
+from daq.export.layout import check_count, session_metadata, strict_json, time_base_text
 
 
 def csv_file_name(stream: str) -> str:
@@ -56,11 +55,11 @@ def _to_csv(info, plans, events, out: Path, chunks, result) -> None:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["stream", "kind", "seq", f"t [s, {base}]", "body"])
         for ev in events:
-            w.writerow([ev.stream, ev.kind, ev.seq, repr(ev.t), json.dumps(ev.body)])
+            w.writerow([ev.stream, ev.kind, ev.seq, repr(ev.t), strict_json(ev.body)])
     meta = session_metadata(info)
     meta["time_base_description"] = time_base_text(base)
     meta["export"] = {"t_start": result.t_start, "t_stop": result.t_stop, "streams": result.streams}
-    (out / "session.json").write_text(json.dumps(meta, indent=2, default=str))
+    (out / "session.json").write_text(strict_json(meta, indent=2, default=str))
 
 
 def _csv_field(text: str) -> str:

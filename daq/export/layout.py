@@ -3,6 +3,8 @@ session's time base and metadata."""
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,6 +147,30 @@ def session_metadata(info: SessionInfo) -> dict:
         },
         "stats": info.stats,
     }
+
+
+def strict_json(obj, **options) -> str:
+    """``json.dumps`` of ``obj`` as standard JSON that strict parsers accept: non-finite floats (NaN,
+    inf, which event bodies and device info may hold) become null, numpy scalars and arrays plain
+    values; ``options`` are json.dumps's (``default=str`` for what is still not JSON)."""
+    return json.dumps(_finite_only(obj), allow_nan=False, **options)
+
+
+def _finite_only(obj, depth: int = 0):
+    if isinstance(obj, float | np.floating):
+        x = float(obj)
+        return x if math.isfinite(x) else None
+    if depth > 200:  # deeper than any body the bus lets through; json.dumps says what is wrong
+        return obj
+    if isinstance(obj, dict):
+        return {k: _finite_only(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite_only(v, depth + 1) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _finite_only(obj.tolist(), depth + 1)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
 
 
 def check_count(plan: StreamPlan, written: int) -> None:

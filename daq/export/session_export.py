@@ -26,7 +26,6 @@ Times are exported as stored: unix time (s) for live sessions; :func:`time_base`
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import re
@@ -56,6 +55,7 @@ from daq.export.layout import (
     StreamPlan,
     check_count,
     session_metadata,
+    strict_json,
     time_base,
     time_base_text,
 )
@@ -268,9 +268,9 @@ def _to_hdf5(info, plans, events, out: Path, chunks, result: ExportResult, compr
         f.attrs["time_base_description"] = time_base_text(result.time_base)
         f.attrs["t_start"] = np.nan if result.t_start is None else result.t_start
         f.attrs["t_stop"] = np.nan if result.t_stop is None else result.t_stop
-        f.attrs["config_json"] = json.dumps(info.config)
-        f.attrs["devices_json"] = json.dumps(info.devices)
-        f.attrs["metadata_json"] = json.dumps(meta, default=str)
+        f.attrs["config_json"] = strict_json(info.config)
+        f.attrs["devices_json"] = strict_json(info.devices)
+        f.attrs["metadata_json"] = strict_json(meta, default=str)
         streams = f.create_group("streams")
         for plan in plans:
             si = plan.info
@@ -315,7 +315,7 @@ def _to_hdf5(info, plans, events, out: Path, chunks, result: ExportResult, compr
             g.create_dataset("seq", data=np.array([e.seq for e in evs], dtype=np.int64))
             g.create_dataset("kind", data=np.array([e.kind for e in evs], dtype=object), dtype=str_dt)
             g.create_dataset(
-                "body", data=np.array([json.dumps(e.body) for e in evs], dtype=object), dtype=str_dt
+                "body", data=np.array([strict_json(e.body) for e in evs], dtype=object), dtype=str_dt
             )
 
 
@@ -383,7 +383,7 @@ def _mat_variables(info: SessionInfo, plans: list[StreamPlan], events: list[Even
             "t": np.array([e.t for e in group], dtype=np.float64).reshape(-1, 1),
             "seq": np.array([e.seq for e in group], dtype=np.int64).reshape(-1, 1),
             "kind": [e.kind for e in group],
-            "body": [json.dumps(e.body) for e in group],
+            "body": [strict_json(e.body) for e in group],
         }
     session = {
         "id": info.id,
@@ -395,8 +395,8 @@ def _mat_variables(info: SessionInfo, plans: list[StreamPlan], events: list[Even
         "software_version": info.software_version,
         "time_base": time_base(info),
         "time_base_description": time_base_text(time_base(info)),
-        "config_json": json.dumps(info.config),
-        "devices_json": json.dumps(info.devices),
+        "config_json": strict_json(info.config),
+        "devices_json": strict_json(info.devices),
     }
     return {"session": session, "streams": streams, "events": evs}
 

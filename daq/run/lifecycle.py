@@ -3,9 +3,10 @@
 ``run(config)`` checks the config whole, starts the simulated rig when ``[rig].simulated`` says so,
 opens the devices, creates the session, records the bus, serves operator commands, and runs the rig's
 plan inside the safe-state guard with two-level Ctrl-C. Whatever ends the plan - its normal end, an
-exception, Ctrl-C, an operator stop, a device fault, a failed recorder, a stalled bus - the devices get
-their safe-state actions, the session gets its status and reason, and the result says whether the safe
-state was *confirmed*.
+exception, Ctrl-C, SIGTERM or SIGHUP (both stop at once, like a second Ctrl-C), an operator stop, a
+device fault, a failed recorder, a stalled bus - the devices get their safe-state actions, the session
+gets its status and reason and a ``plan_outcome`` event (recorded straight into the store when the bus
+cannot carry it), and the result says whether the safe state was *confirmed*.
 
 The rig's plan sees only a :class:`RunContext`: its devices, its typed config, ``event``/``publish``,
 ``subscribe``, ``spawn`` (a companion task whose failure ends the plan, e.g. acquisition) and
@@ -161,11 +162,14 @@ class RunContext:
 
 async def run(config: dict, store_path: str | Path | None = None, *, file: str | Path | None = None,
               simulated_rig: Any = None, show_progress: bool = True, handle_sigint: bool = True,
-              on_session: Callable[[str], None] | None = None,
+              handle_term: bool | None = None, on_session: Callable[[str], None] | None = None,
               on_context: Callable[[RunContext], None] | None = None) -> RunResult:
     """Run the plan of ``config``'s rig once and record one session; see the module docstring.
 
     ``simulated_rig``: an already started simulated rig (tests use it to kill devices mid-plan).
+    ``handle_sigint``: two-level Ctrl-C; ``handle_term`` (default: as ``handle_sigint``): SIGTERM and
+    SIGHUP stop at once through the safe state, the session's reason names the signal. The handlers
+    are installed for the run only and the previous ones restored afterwards.
     Problems before the session exists (config, unreachable devices) are raised; once a session
     exists the run always returns a result whose status and reason say how it ended.
     """
@@ -184,15 +188,16 @@ async def run(config: dict, store_path: str | Path | None = None, *, file: str |
     try:
         device_cfg = (rig.simulated_devices(simulated_rig, config) if simulated_rig is not None
                       else dict(config["devices"]))
+        handle_term = handle_sigint if handle_term is None else handle_term
         return await _run_session(rig, cfg, config, device_cfg, store_path, show_progress, handle_sigint,
-                                  on_session, on_context)
+                                  handle_term, on_session, on_context)
     finally:
         if own_sim is not None:
             await own_sim.stop()
 
 
 async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_path: Path, show_progress: bool,
-                       handle_sigint: bool, on_session, on_context) -> RunResult:
+                       handle_sigint: bool, handle_term: bool, on_session, on_context) -> RunResult:
     store = SessionStore(store_path)
     keys = _keys(cfg)
     publisher = BusPublisher(cfg.bus.data, lossless=True, send_timeout=cfg.bus.send_timeout,
@@ -208,9 +213,10 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
     guard: SafeStateGuard | None = None
     session_id = ""
     status, reason, failure = "aborted", None, None
+    outcome: Event | None = None  # a plan_outcome the bus could not carry
     stopper = OperatorStop(on_first=ctx.request_stop)
-    if handle_sigint:
-        stopper.install()  # Ctrl-C is ours until the clean-up is done
+    if handle_sigint or handle_term:
+        stopper.install(sigint=handle_sigint, terminate=handle_term)  # ours until the clean-up is done
     try:
         await publisher.wait_for_subscribers(1)
         devices = await rig.open_devices(cfg, device_cfg)
@@ -236,13 +242,20 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
         except BaseException as exc:  # noqa: BLE001 - the guard reached the safe state and kept the reason
             log.warning("%s plan aborted: %s", rig.kind, guard.reason or exc)
         status, reason = guard.outcome, guard.reason
+        if stopper.terminated and status == "aborted":  # SIGTERM/SIGHUP stopped the plan: say which
+            reason = stopper.terminated
         if not guard.safe:
             reason = f"{reason + '; ' if reason else ''}SAFE STATE NOT CONFIRMED: {'; '.join(guard.errors)}"
-        with contextlib.suppress(Exception):
+        outcome = Event(f"{rig.kind}.plan", "plan_outcome", publisher.next_seq(f"{rig.kind}.plan"),
+                        time.time(), body={"status": status, "reason": reason, "safe": guard.safe,
+                                           "safe_errors": guard.errors, "summary": ctx.summary},
+                        session_id=session_id)
+        try:
             async with asyncio.timeout(2.0):
-                await ctx.event(f"{rig.kind}.plan", "plan_outcome", status=status, reason=reason,
-                                safe=guard.safe,
-                                safe_errors=guard.errors, summary=ctx.summary)
+                await publisher.publish(outcome)
+            outcome = None  # on the bus: the recorder stores it
+        except Exception as exc:  # noqa: BLE001 - a stalled bus: the store gets it directly below
+            log.warning("plan outcome not published (%s); recording it directly", exc or type(exc).__name__)
     except BaseException as exc:  # set-up failed before the plan ran
         failure = exc
         reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -258,6 +271,12 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
             rec_error = _recorder_error(recorder)
             if rec_error and status == "complete":
                 status, reason = "aborted", f"recorder failed: {rec_error}"
+        if outcome is not None and session_id:  # the recorder has stopped: the store is ours alone
+            try:
+                store.append(session_id, outcome)
+                store.flush()
+            except Exception as exc:  # noqa: BLE001 - e.g. the disk that failed the recorder
+                log.error("plan outcome of session %s not recorded: %s", session_id, exc)
         if session_id:
             _finish_session(store, store_path, session_id, status, reason)
         if devices is not None:
@@ -345,6 +364,7 @@ async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: Oper
         await plan_task
     finally:
         stopper.target = None
+        stopper.plan_over = True
         await stop_tasks(plan_task, *ctx._companions)
 
 
@@ -386,6 +406,44 @@ def _jsonable(obj: Any) -> Any:
 def runs_dir(store_path: Path) -> Path:
     """Where running sessions announce their command endpoint (for `hil ctl`)."""
     return store_path.parent / "runs"
+
+
+def live_runs(store_path: Path) -> list[dict]:
+    """The announcements of the sessions running on this store (oldest file name first).
+
+    An announcement whose process is gone (``pid`` recorded in it, no such process: a run killed by
+    SIGKILL or a power cut never removes its own) is stale: it is deleted and not returned. Unreadable
+    files and announcements without a pid are returned/kept as they are (nothing proves them stale).
+    """
+    folder = runs_dir(Path(store_path))
+    runs = []
+    for f in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            entry = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(entry, dict):
+            continue
+        if not _process_alive(entry.get("pid")):
+            log.warning("removing the stale run announcement %s (process %s is gone)", f, entry.get("pid"))
+            with contextlib.suppress(OSError):
+                f.unlink()
+            continue
+        runs.append(entry)
+    return runs
+
+
+def _process_alive(pid: Any) -> bool:
+    """False only when ``pid`` is a process id and no such process exists."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):  # someone else's process (alive), or we cannot tell
+        return True
+    return True
 
 
 class _CommandChannel:

@@ -5,7 +5,8 @@ device fault, lost connection) the guard runs the rig's safe-state actions (forc
 disabled) and remembers why the plan ended, so the session can be marked with that reason.
 
 :class:`OperatorStop` turns Ctrl-C into two levels: the first asks the plan to finish the current
-step and stop cleanly, the second cancels the plan at once (still through the guard).
+step and stop cleanly, the second cancels the plan at once (still through the guard). SIGTERM (a
+service manager or ``docker stop``) and SIGHUP (the terminal went away) act like the second Ctrl-C.
 """
 
 from __future__ import annotations
@@ -97,27 +98,53 @@ class OperatorStop:
     """Two-level Ctrl-C: the first press requests a clean stop after the current step, the second
     cancels ``target`` (the running plan task). Presses while no plan runs (set-up, safe state,
     clean-up) are only logged, so Ctrl-C never interrupts the way to the safe state.
+
+    With ``terminate=True`` SIGTERM and SIGHUP stop at once, like the second press: the stop is
+    requested (so a plan still being set up stops before its first step) and ``target`` is cancelled;
+    :attr:`terminated` keeps the name of the signal that stopped the plan (the session's reason; a
+    signal after :attr:`plan_over` was set only hurries the clean-up). The handlers that were there
+    before :meth:`install` are put back by :meth:`uninstall`.
     """
+
+    TERMINATE = ("SIGTERM", "SIGHUP")
 
     def __init__(self, target: asyncio.Future | None = None, on_first: Callable[[], object] | None = None):
         self.requested = False
+        self.terminated: str | None = None
+        self.plan_over = False  # set by the owner once the plan has ended (a signal no longer stops it)
         self.target = target
         self._on_first = on_first
-        self._installed = False
+        self._installed: dict[int, object] = {}  # signal -> the handler it had before
 
-    def install(self) -> OperatorStop:
+    def install(self, sigint: bool = True, terminate: bool = False) -> OperatorStop:
+        wanted: list[tuple[int, Callable[[], None]]] = []
+        if sigint:
+            wanted.append((signal.SIGINT, self._on_sigint))
+        if terminate:
+            for name in self.TERMINATE:
+                sig = getattr(signal, name, None)
+                if sig is not None:
+                    wanted.append((sig, lambda name=name: self._on_terminate(name)))
         loop = asyncio.get_running_loop()
-        try:
-            loop.add_signal_handler(signal.SIGINT, self._on_sigint)
-            self._installed = True
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
-            self._installed = False
+        for sig, callback in wanted:
+            try:
+                previous = signal.getsignal(sig)
+                loop.add_signal_handler(sig, callback)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals
+                continue
+            self._installed[sig] = previous
         return self
 
     def uninstall(self) -> None:
-        if self._installed:
-            asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
-            self._installed = False
+        loop = asyncio.get_running_loop()
+        for sig, previous in self._installed.items():
+            try:
+                loop.remove_signal_handler(sig)
+                if previous is not None:
+                    signal.signal(sig, previous)
+            except (NotImplementedError, RuntimeError, ValueError, TypeError) as exc:
+                log.warning("could not restore the handler of signal %s: %s", sig, exc)
+        self._installed = {}
 
     def _on_sigint(self) -> None:
         if not self.requested:
@@ -130,3 +157,17 @@ class OperatorStop:
             self.target.cancel()
         else:
             log.warning("already stopping: bringing the rig to the safe state, please wait")
+
+    def _on_terminate(self, name: str) -> None:
+        running = self.target is not None and not self.target.done()
+        if self.terminated is None and (running or not self.plan_over):
+            self.terminated = name
+        first = not self.requested
+        self.requested = True
+        if first and self._on_first is not None:
+            self._on_first()
+        if running:
+            log.warning("%s: stopping now", name)
+            self.target.cancel()
+        else:
+            log.warning("%s: stopping; bringing the rig to the safe state, please wait", name)
