@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +26,7 @@ class Import:
     lazy: bool  # the line says why it is imported lazily
 
 
+@cache
 def modules() -> dict[str, Path]:
     found = {}
     for pkg in PACKAGES:
@@ -35,7 +37,8 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def imports() -> list[Import]:
+@cache
+def imports() -> tuple[Import, ...]:
     mods = modules()
     found = []
     for name, path in mods.items():
@@ -70,7 +73,7 @@ def imports() -> list[Import]:
                     seen.add(t)
                     lazy = "lazy" in lines[node.lineno - 1].lower()
                     found.append(Import(name, t, node.lineno, id(node) in local_nodes, lazy))
-    return found
+    return tuple(found)
 
 
 def room(module: str) -> str:
