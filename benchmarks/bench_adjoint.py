@@ -27,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daq.rigs.adjoint.rig import lagged_mean  # noqa: E402
+from daq.rigs.adjoint.design import lagged_mean  # noqa: E402
 from identification.adjoint_design import (  # noqa: E402
     DesignProblem,
     evaluate,

@@ -36,7 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daq.rigs.adjoint.rig import lagged_mean  # noqa: E402
+from daq.rigs.adjoint.design import lagged_mean  # noqa: E402
 from daq.rigs.config import load_config  # noqa: E402
 from identification.adjoint_design import optimize_input, simulate_output  # noqa: E402
 from identification.adjoint_plants import design_problem, reference_inputs  # noqa: E402
@@ -143,7 +143,7 @@ def latency(plant: str, n_runs: int) -> dict:
     import tempfile
 
     from daq.rigs import parse_config
-    from daq.rigs.adjoint.rig import problem_of
+    from daq.rigs.adjoint.design import problem_of
     from daq.run.lifecycle import run
     from daq.store.read_write import SessionStore
     from identification.adjoint_design import fit_parameters

@@ -192,7 +192,7 @@ def test_fit_records_pools_runs_and_one_record_is_the_single_run_fit():
     """The pendulum with its cart-friction nuisances: ``fit_record`` is the plain Levenberg-Marquardt fit
     of the analysis model (the single-run analysis unchanged); ``fit_records`` over two noise seeds of the
     same input shrinks the predicted std by exactly sqrt(2) and the residual-based one by about that."""
-    from daq.rigs.adjoint.rig import lagged_mean
+    from daq.rigs.adjoint.design import lagged_mean
     from identification.adjoint_design import fit_parameters
     from identification.adjoint_plants import analysis_model, design_problem, fit_record, fit_records
     from identification.sequential_design import Record

@@ -19,8 +19,8 @@ import pytest
 from daq.bus.pubsub import BusPublisher, BusSubscriber
 from daq.config.load import ConfigError
 from daq.rigs import parse_config
+from daq.rigs.adjoint.design import lagged_mean
 from daq.rigs.adjoint.online import from_snapshot, topics
-from daq.rigs.adjoint.rig import lagged_mean
 from daq.rigs.config import load_config
 from daq.run.lifecycle import run
 from daq.run.replay import replay_session

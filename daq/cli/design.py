@@ -27,16 +27,9 @@ def adjoint(config_path: str, out_dir: str | None, as_json: bool) -> None:
     """Optimise the input by the adjoint method and write trajectory.csv, convergence.png, signal.png and
     information.png."""
     from daq.rigs import parse_config  # lazy: the registry loads every rig kind
+    from daq.rigs.adjoint.config import INPUTS, OUTPUTS, PLANT_OF, AdjointRigConfig  # lazy: the rig kind
+    from daq.rigs.adjoint.design import problem_of, run_design, write_trajectory  # lazy: scipy
     from daq.rigs.adjoint.plots import plot_design  # lazy: matplotlib
-    from daq.rigs.adjoint.rig import (  # lazy: the adjoint rig and scipy
-        INPUTS,
-        OUTPUTS,
-        PLANT_OF,
-        AdjointRigConfig,
-        problem_of,
-        run_design,
-        write_trajectory,
-    )
     from daq.rigs.config import load_config  # lazy: the registry loads every rig kind
     from identification.adjoint_design import evaluate  # lazy: scipy
     from identification.adjoint_plants import reference_inputs  # lazy: scipy

@@ -34,19 +34,15 @@ from daq.rigs.adjoint.design import (
     lagged_mean,
     nominal_values,
     problem_of,
-    run_design,
     signal_of,
     simulator_truth,
-    write_trajectory,
 )
 from daq.rigs.adjoint.plots import plot_analysis
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, Report, Rig, RunContext
 from daq.store.reader import SessionReader
 
-# run_design and write_trajectory are re-exported for `hil design adjoint` (daq/cli/design.py)
-__all__ = ["INPUTS", "OUTPUTS", "PLANT_OF", "AdjointAnalysis", "AdjointRigConfig", "Record", "Runs",
-           "lagged_mean", "make_arrays", "make_rig", "problem_of", "run_design", "write_trajectory"]
+__all__ = ["AdjointAnalysis", "Record", "Runs", "make_arrays", "make_rig"]
 
 Context = RunContext[AdjointRigConfig, drive.DriveRigDevices]
 
