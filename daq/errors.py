@@ -4,7 +4,8 @@
     HilError                    drivers.errors
     ├── DeviceError             drivers.errors: a device failed, refused, faulted or timed out
     ├── ConfigError             a config file or value is wrong; CURVE keys missing or unsafe (daq.bus.keys)
-    ├── ProtocolError           a bus message or command is malformed or unanswered (daq.bus, daq.run)
+    ├── ProtocolError           a bus message, command or JSON text is malformed, or a command is unanswered
+    │                           (daq.bus, daq.run, daq.json_codec)
     ├── StoreError              the session store, or a request to it, or an export (daq.store, daq.export)
     └── PlanError               an experiment plan ends early (daq.run.safety.PlanAborted)
 

@@ -72,6 +72,7 @@ __all__ = [
     "evaluate",
     "cost_and_gradient",
     "optimize_input",
+    "projected_gradient_norm",
     "simulate_output",
     "fit_parameters",
 ]
@@ -118,6 +119,7 @@ class DesignProblem:
     state_limits: Sequence[StateLimit] = ()
     limit_weight: float = 1e3
     info_scale: float | None = None  # A/E values are divided by this (set from the start input if None)
+    prior_fisher: np.ndarray | None = None  # information already held (earlier runs), added to the new run's
 
     def __post_init__(self):
         self.b = np.asarray(self.b, dtype=float).ravel()
@@ -204,8 +206,8 @@ class Evaluation:
     info_cost: float  # criterion part (divided by info_scale for A/E)
     end_cost: float
     limit_cost: float
-    info: np.ndarray  # scaled information matrix D F D
-    fisher: np.ndarray  # Fisher matrix in physical units of b
+    info: np.ndarray  # scaled information matrix D (F + prior_fisher) D
+    fisher: np.ndarray  # Fisher matrix of this input alone, in physical units of b
     end_residuals: np.ndarray  # x_i(t_f) - target_i, state units
     max_excess: float  # largest |x_i|/limit_i - 1 over the trajectory (<= 0: limits held)
     grad_u: np.ndarray | None = None
@@ -229,7 +231,8 @@ def evaluate(problem: DesignProblem, u: np.ndarray, mu: np.ndarray | None = None
     wq[0] = 0.0  # sensitivities vanish at t = 0 anyway; right Riemann sum
     fisher = np.einsum("n,nyi,y,nyj->ij", wq, Y, rinv, Y)
     d = pb.scales
-    info = fisher * np.outer(d, d)
+    held = fisher if pb.prior_fisher is None else fisher + np.asarray(pb.prior_fisher, float)
+    info = held * np.outer(d, d)
     crit, G = criterion_value(info, pb.criterion, pb.e_power)
     div = 1.0 if pb.criterion == "D" or not pb.info_scale else float(pb.info_scale)
     info_cost = crit / div
@@ -304,8 +307,21 @@ class DesignResult:
     time: float  # s, wall clock of the optimisation
     method: str
     message: str
-    success: bool
+    success: bool  # the constraints hold (end conditions within end_tol, state limits)
     multipliers: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    converged: bool = False  # success and a projected gradient norm within grad_tol
+    grad_norm: float = math.inf  # projected gradient norm of the last inner problem (see optimize_input)
+    grad_tol: float = 0.05
+    constraint_residual: float = 0.0  # max of the scaled end residuals and the state-limit excess
+    constraint_tol: float = 1e-3
+    reason: str = ""  # why not converged ("" when converged)
+
+    @property
+    def status(self) -> str:
+        """``converged, |g|=..., max constraint residual=...`` or ``not converged: <reason>, ...``."""
+        tail = f"|g|={self.grad_norm:.3g} (tol {self.grad_tol:g}), max constraint residual=" \
+               f"{self.constraint_residual:.3g} (tol {self.constraint_tol:g})"
+        return f"converged, {tail}" if self.converged else f"not converged: {self.reason}, {tail}"
 
     @property
     def t(self) -> np.ndarray:
@@ -319,7 +335,10 @@ class DesignResult:
                 "fisher": self.fisher.tolist(), "info_cost": self.info_cost,
                 "end_residuals": self.end_residuals, "max_state_excess": self.max_state_excess,
                 "iterations": self.iterations, "n_evaluations": self.n_evaluations, "time": self.time,
-                "method": self.method, "message": self.message, "success": self.success}
+                "method": self.method, "message": self.message, "success": self.success,
+                "converged": self.converged, "grad_norm": self.grad_norm, "grad_tol": self.grad_tol,
+                "constraint_residual": self.constraint_residual, "constraint_tol": self.constraint_tol,
+                "reason": self.reason, "status": self.status}
 
 
 def _std(fisher: np.ndarray) -> np.ndarray:
@@ -383,22 +402,42 @@ def _gradient_descent(fun: _Counter, w: np.ndarray, max_iter: int, tol: float,
 
 
 def optimize_input(problem: DesignProblem, u0: np.ndarray, method: str = "lbfgs", max_iter: int = 500,
-                   tol: float = 1e-10, rounds: int = 6, end_tol: float = 1e-3) -> DesignResult:
+                   tol: float = 1e-10, rounds: int = 6, end_tol: float = 1e-3,
+                   grad_tol: float = 0.05) -> DesignResult:
     """Optimise the input from the start input ``u0`` (N, n_u) or (N,).
 
     ``rounds`` augmented-Lagrangian rounds (each an inner solve of at most ``max_iter``
     iterations) stop early once every scaled end residual ``|e_i| <= end_tol``; ``tol`` is the
     relative cost change that ends an inner solve. A and E costs are divided by their value at
     ``u0`` unless ``problem.info_scale`` is set.
+
+    Convergence (``DesignResult.converged``) is judged on the result, not on the optimiser's stop: the
+    constraints hold (scaled end residuals <= ``end_tol``, state limits exceeded by <= 1e-3) and the
+    projected gradient norm of the last inner problem (criterion plus the augmented-Lagrangian terms at
+    its multipliers, i.e. the Lagrangian's) is <= ``grad_tol``. The norm is taken on the input scaled
+    to its range, ``x = (u - mid)/half`` in [-1, 1]: ``max_k |clip(x_k - g_k, -1, 1) - x_k|`` with
+    ``g = dJ/dx`` - the largest move (a fraction of the input range) a projected-gradient step of unit
+    length still asks of any sample; a sample at its bound with the gradient pushing outwards asks none.
+    The arctan map approaches the bounds only asymptotically, so a sample 1e-3 of the range short of its
+    bound counts 1e-3. Iteration limits and the optimiser's own stop do not decide: they are reported.
     """
     if method not in ("lbfgs", "gradient"):
         raise ValueError("method must be 'lbfgs' or 'gradient'")
     with single_thread_blas():  # tiny matrices: BLAS threads only contend (measured 8 ms per L-BFGS-B step)
-        return _optimize(problem, u0, method, max_iter, tol, rounds, end_tol)
+        return _optimize(problem, u0, method, max_iter, tol, rounds, end_tol, grad_tol)
+
+
+def projected_gradient_norm(problem: DesignProblem, u: np.ndarray, grad_u: np.ndarray) -> float:
+    """``max_k |clip(x_k - g_k, -1, 1) - x_k|`` on the input scaled to its bounds (:func:`optimize_input`)."""
+    lo, hi = problem.bounds()
+    half = 0.5 * (hi - lo)
+    x = (np.asarray(u, float).reshape(lo.shape) - 0.5 * (hi + lo)) / half
+    g = np.asarray(grad_u, float).reshape(lo.shape) * half
+    return float(np.max(np.abs(np.clip(x - g, -1.0, 1.0) - x)))
 
 
 def _optimize(problem: DesignProblem, u0: np.ndarray, method: str, max_iter: int, tol: float, rounds: int,
-              end_tol: float) -> DesignResult:
+              end_tol: float, grad_tol: float = 0.05) -> DesignResult:
     pb = problem
     lo, hi = pb.bounds()
     u0 = np.asarray(u0, dtype=float).reshape(lo.shape)
@@ -416,8 +455,10 @@ def _optimize(problem: DesignProblem, u0: np.ndarray, method: str, max_iter: int
     msg = ""
     t0 = time.perf_counter()
     n_rounds = max(1, rounds if ends else 1)
+    mu_inner = mu.copy()
     for _ in range(n_rounds):
-        fun = _Counter(pb, mu.copy())
+        mu_inner = mu.copy()
+        fun = _Counter(pb, mu_inner.copy())
         if method == "lbfgs":
             def cb(wk, fun=fun):
                 hist.append(fun.last[1])
@@ -440,7 +481,13 @@ def _optimize(problem: DesignProblem, u0: np.ndarray, method: str, max_iter: int
         mu = mu + pb.end_weight * e
     elapsed = time.perf_counter() - t0
     u, _ = to_bounded(w.reshape(lo.shape), lo, hi)
-    ev = evaluate(pb, u, mu, gradient=False)
+    try:  # the last inner problem's gradient at the result (one more solve)
+        ev = evaluate(pb, u, mu_inner, gradient=True)
+        n_eval += 1
+        g_norm = projected_gradient_norm(pb, u, ev.grad_u)
+    except FloatingPointError:
+        ev = evaluate(pb, u, mu_inner, gradient=False)
+        g_norm = math.inf
     names = list(pb.model.state_names)
     end_res = {names[c.index]: float(r) for c, r in zip(ends, ev.end_residuals, strict=True)}
     scaled = [abs(r) / c.scale for c, r in zip(ends, ev.end_residuals, strict=True)]
@@ -449,12 +496,24 @@ def _optimize(problem: DesignProblem, u0: np.ndarray, method: str, max_iter: int
     success = bool(ok_end and ok_lim and math.isfinite(ev.info_cost))
     if not ok_end:
         msg += f"; end conditions not met (max scaled residual {max(scaled):.3g} > {end_tol})"
+    excess = max(0.0, ev.max_excess) if pb.state_limits else 0.0
+    residual = max([*scaled, excess], default=0.0)  # end: scaled residual; limits: excess over the limit
+    why = []
+    if not math.isfinite(ev.info_cost):
+        why.append("singular information matrix")
+    if g_norm > grad_tol:
+        why.append(f"projected gradient above tolerance ({msg.split(';')[0]})")
+    if not ok_end:
+        why.append("end conditions not met")
+    if not ok_lim:
+        why.append(f"state limits exceeded by {ev.max_excess:.3g} (> 1e-3 of the limit)")
     return DesignResult(u=u, dt=pb.dt, bounds=(lo[0].copy(), hi[0].copy()), criterion=pb.criterion,
                         param_names=tuple(pb.model.param_names), b=pb.b.copy(), fisher=ev.fisher,
                         std=_std(ev.fisher), info_cost=ev.info_cost, cost_history=hist, info_history=ihist,
                         end_residuals=end_res, max_state_excess=float(ev.max_excess), iterations=iters,
                         n_evaluations=n_eval, time=elapsed, method=method, message=msg, success=success,
-                        multipliers=mu)
+                        multipliers=mu, converged=success and not why, grad_norm=g_norm, grad_tol=grad_tol,
+                        constraint_residual=residual, constraint_tol=end_tol, reason="; ".join(why))
 
 
 # ------------------------------------------------------------------------------- fitting helpers

@@ -1,7 +1,8 @@
 """The three input-design problems of issue 9, built from plain dicts (e.g. an ``[adjoint]`` table).
 
-``design_problem(plant, truth, spec)`` turns the plant's physical values (``[simulator.truth]``)
-and the design description (``[adjoint]``) into a :class:`DesignProblem`; ``start_input`` and
+``design_problem(plant, values, spec)`` turns the plant's physical values at the design point (a rig's
+``[adjoint.nominal]`` or an earlier estimate, :data:`DESIGN_VALUES`) and the design description
+(``[adjoint]``) into a :class:`DesignProblem`; ``start_input`` and
 ``reference_inputs`` give the paper's start signal F0 and comparison signals. No file access:
 the caller loads the config.
 
@@ -38,10 +39,19 @@ from identification.model_selection import fit_structure, parse_name
 from identification.ode_models import PENDULUM_PARAMS, CartPendulumModel, crane_model, oscillator_model
 from identification.sequential_design import Record, fit_runs
 
-__all__ = ["DEFAULT_SPECS", "design_problem", "start_input", "reference_inputs", "PLANTS", "RecordFit",
-           "analysis_model", "fit_record", "fit_records", "CRANE_STRUCTURE"]
+__all__ = ["DEFAULT_SPECS", "DESIGN_VALUES", "design_problem", "start_input", "reference_inputs", "PLANTS",
+           "RecordFit", "analysis_model", "fit_record", "fit_records", "CRANE_STRUCTURE"]
 
 PLANTS = ("oscillator", "pendulum", "crane")
+
+#: The physical values a design point must give for each plant's design model (every parameter the model
+#: holds fixed or frees; the pendulum's ``g`` defaults to 9.81 m/s^2). The model classes fall back on the
+#: paper's example values for a key left out; a rig's design point must not (it would be a silent guess).
+DESIGN_VALUES: dict[str, tuple[str, ...]] = {
+    "oscillator": ("m1", "m2", "c1", "c2", "d1", "d2"),
+    "pendulum": ("m_c", "m_p", "J_p", "s_p", "d_p", "d_c"),
+    "crane": ("J1", "J2", "k12", "d12", "J3", "k23", "d23", "viscous"),
+}
 
 #: Design descriptions used when ``spec`` leaves a key out (the values of configs/<plant>-sim.toml).
 #: Crane ``sigma``: the drive's speed from 2^20-count encoder differences at 10 kHz has a quantisation
@@ -82,7 +92,8 @@ def _model(plant: str, truth: dict, params: list[str]):
 
 
 def design_problem(plant: str, truth: dict, spec: dict | None = None) -> DesignProblem:
-    """Design problem for ``plant`` at the parameter values in ``truth`` (the design point)."""
+    """Design problem for ``plant`` at the parameter values in ``truth`` (the design point; a value left out
+    falls back on the model's example value - a rig gives all of :data:`DESIGN_VALUES`)."""
     s = {**DEFAULT_SPECS[plant], **(spec or {})} if plant in DEFAULT_SPECS else None
     if s is None:
         raise ValueError(f"unknown plant {plant!r}; known: {PLANTS}")
@@ -238,6 +249,10 @@ def _fit_crane(names, n_design, point, b_design, b0, u, dt, y, sigma, skip, deci
 
     s = parse_name(CRANE_STRUCTURE)
     eps = DEFAULT_FRICTION_EPS if eps is None else float(eps)
+    missing = [k for k in s.param_names if k not in names and k not in point]
+    if missing:
+        raise ValueError(f"crane fit: no value for {', '.join(missing)} (held fixed): give it in the design "
+                         f"point ([adjoint.nominal]) or fit it ([fit.nuisance])")
     fixed = {k: float(point[k]) for k in s.param_names if k not in names}
     start = {**fixed, **dict(zip(names, b0.tolist(), strict=True))}
     fit = fit_structure(s, u, y, dt, fixed=fixed, start=start, n_starts=1, decimate=decimate, skip=skip,

@@ -19,25 +19,52 @@ def second_order_term(r: np.ndarray, weights: np.ndarray, r_pp: np.ndarray) -> n
     return np.einsum("i,ilm->lm", np.asarray(r) * np.asarray(weights), r_pp)
 
 
+#: smallest singular value of the column-scaled Jacobian, relative to the largest, below which the
+#: information matrix counts as singular (condition number of J^T J above 1e14): not identifiable
+RCOND = 1e-7
+
+
 def covariance_matrix(
     J: np.ndarray,
     weights: np.ndarray | None = None,
     S: np.ndarray | None = None,
+    rcond: float = RCOND,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Return (C, H) for the scaled residual Jacobian J (n, n_p); S=None gives Gauss-Newton.
 
-    Raises numpy.linalg.LinAlgError if H is singular (too few informative sensors).
+    Computed in column-scaled coordinates (each parameter's information scaled to 1) as C = B B^T with
+    B = H^-1 J^T Omega, so C is positive semi-definite by construction: forming J^T J first leaves a
+    rounding-level negative eigenvalue in an unidentifiable direction, which H^-1 then amplifies into a
+    negative variance. Raises numpy.linalg.LinAlgError, with the reason, if a parameter has no
+    information, the column-scaled Jacobian is rank-deficient (s_min / s_max < ``rcond``: the parameters
+    are not identifiable from these data) or H is numerically singular.
     """
     J = np.asarray(J, dtype=float)
+    n_p = J.shape[1]
     w = np.ones(J.shape[0]) if weights is None else np.asarray(weights, dtype=float)
     JW = J * w[:, None]
     H = J.T @ JW
     if S is not None:
         H = H + S
     H = 0.5 * (H + H.T)
-    M = JW.T @ JW  # J^T Omega^2 J
-    Hinv = np.linalg.inv(H)
-    C = Hinv @ M @ Hinv.T
+    if n_p == 0:
+        return np.zeros((0, 0)), H
+    d = np.sqrt(np.abs(np.einsum("ij,ij->j", J, JW)))  # information of each parameter alone
+    if not np.all(np.isfinite(d)) or np.any(d == 0):
+        raise np.linalg.LinAlgError(
+            f"parameter(s) {np.flatnonzero(~(d > 0)).tolist()} do not affect the used outputs: "
+            "not identifiable")
+    sv = np.linalg.svd(J * np.sqrt(np.abs(w))[:, None] / d, compute_uv=False)
+    if sv[-1] < rcond * sv[0]:
+        raise np.linalg.LinAlgError(
+            f"information matrix numerically singular (scaled s_min/s_max = {sv[-1] / sv[0]:.1e} < "
+            f"{rcond:g}): the parameters are not identifiable from these data")
+    Hs = H / np.outer(d, d)
+    if np.linalg.cond(Hs) > 1.0 / rcond**2:
+        raise np.linalg.LinAlgError("H = J^T J + S numerically singular: the second-order covariance is "
+                                    "undefined")
+    B = np.linalg.solve(Hs, (JW / d).T) / d[:, None]  # H^-1 J^T Omega, back in the parameters' units
+    C = B @ B.T
     return 0.5 * (C + C.T), H
 
 

@@ -131,6 +131,12 @@ class FitResult:
     n_obs: int
     dof: int
     second_order: bool
+    covariance_note: str = ""  # why the covariance is NaN (not identifiable from these data); "" if defined
+
+    @property
+    def identifiable(self) -> bool:
+        """False when the covariance could not be formed (a rank-deficient or singular information)."""
+        return not self.covariance_note
 
     @property
     def s2(self) -> float:
@@ -139,7 +145,9 @@ class FitResult:
 
     @property
     def std_errors(self) -> np.ndarray:
-        return np.sqrt(np.diag(self.covariance))
+        """sqrt of the covariance diagonal; NaN where it is undefined (see ``covariance_note``)."""
+        v = np.diag(self.covariance)
+        return np.sqrt(np.where(v >= 0, v, np.nan))
 
 
 def _finish(p, r, J, r_pp, opt, second_order, residual_variance) -> FitResult:
@@ -147,12 +155,14 @@ def _finish(p, r, J, r_pp, opt, second_order, residual_variance) -> FitResult:
     S = np.zeros((n_p, n_p))
     if second_order and r_pp is not None:
         S = second_order_term(r, np.ones(n), r_pp)
+    note = ""
     try:
         C, H = covariance_matrix(J, None, S if second_order else None)
         C_gn, _ = covariance_matrix(J)
-    except np.linalg.LinAlgError:
-        C = C_gn = np.full((n_p, n_p), np.inf)
+    except np.linalg.LinAlgError as exc:  # said, not hidden in garbage numbers (or negative variances)
+        C = C_gn = np.full((n_p, n_p), np.nan)
         H = J.T @ J + S
+        note = str(exc)
     cost = 0.5 * float(r @ r)
     dof = n - n_p
     if residual_variance:
@@ -161,7 +171,7 @@ def _finish(p, r, J, r_pp, opt, second_order, residual_variance) -> FitResult:
     return FitResult(
         p=p, residuals=r, J=J, H=H, S=S, covariance=C, covariance_gn=C_gn, cost=cost,
         success=bool(opt.success), status=int(opt.status), message=str(opt.message), nfev=int(opt.nfev),
-        n_obs=n, dof=dof, second_order=second_order,
+        n_obs=n, dof=dof, second_order=second_order, covariance_note=note,
     )
 
 

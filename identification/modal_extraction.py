@@ -38,6 +38,15 @@ Method: LSCF poles + stabilisation diagram + LSFD residues (the usual frequency-
    column over the responses is proportional to the mode shape; per mode the reference that
    drives it hardest gives its shape.
 
+5. **Uncertainty of each pole.** The frequency and damping ratio of every reported mode get a standard
+   deviation from the linearised fit of step 3 (:func:`pole_covariance`): the Jacobian of the
+   variable-projection residual (residues and residual terms projected out, so their uncertainty is
+   in it) in (relative frequency, log damping), with each FRF's own noise variance from its LSFD
+   residual, as a sandwich ``(J^T J)^-1 J^T Sigma J (J^T J)^-1``. It counts the FRF noise only: a
+   modal model that is not the structure's (non-viscous damping, leakage or bias of the FRF estimate,
+   a mode merged with a neighbour) moves the damping beyond it, so an interval missing the truth on a
+   simulated rig is a bias, not bad luck.
+
 Limits: viscous (complex) modes, which the machine-tool model produces; modes that no reference
 excites, or two modes closer than the frequency resolution, cannot be separated; a noise pole as
 stable as the physical ones (very noisy data) can still be taken for a mode (check
@@ -52,7 +61,8 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
-__all__ = ["ModalFit", "lscf_poles", "lsfd", "extract_modes", "synthesize", "stable_poles", "refine_poles"]
+__all__ = ["ModalFit", "lscf_poles", "lsfd", "extract_modes", "synthesize", "stable_poles", "refine_poles",
+           "pole_covariance"]
 
 _POWER = {"receptance": 0, "mobility": 1, "accelerance": 2}
 
@@ -75,6 +85,20 @@ class ModalFit:
     lam_out: np.ndarray | None = None  # stable poles outside the band but inside the fitted band
     residues_out: np.ndarray | None = None  # (n_ref, n_resp, n_out) their residues
     fit_band: tuple[float, float] | None = None  # Hz, the band the poles and residues were fitted in
+    freq_std: np.ndarray | None = None  # Hz, std of each natural frequency (FRF noise, linearised fit)
+    xi_std: np.ndarray | None = None  # std of each damping ratio (same)
+
+    def intervals(self, level: float = 0.95) -> dict[str, np.ndarray]:
+        """Normal ``level`` intervals (n_modes, 2) of ``freq`` and ``xi`` (the damping in log scale, so it
+        stays positive); NaN where no std is known."""
+        from scipy.stats import norm  # lazy: only with intervals
+
+        z = float(norm.isf((1 - level) / 2))
+        fs = np.full(self.freq.size, np.nan) if self.freq_std is None else self.freq_std
+        xs = np.full(self.xi.size, np.nan) if self.xi_std is None else self.xi_std
+        rel = xs / self.xi
+        return {"freq": np.stack([self.freq - z * fs, self.freq + z * fs], axis=1),
+                "xi": np.stack([self.xi * np.exp(-z * rel), self.xi * np.exp(z * rel)], axis=1)}
 
 
 def _to_kind(freq: np.ndarray, H: np.ndarray, src: str, dst: str) -> np.ndarray:
@@ -307,6 +331,59 @@ def refine_poles(
     return poles(sol.x)
 
 
+def pole_covariance(freq: np.ndarray, H: np.ndarray, lam: np.ndarray, fixed: np.ndarray, kind: str,
+                    rel_step: float = 1e-6) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Standard deviations of the natural frequencies (Hz) and damping ratios of the poles ``lam``
+    fitted to ``H`` (n_frf, n_freq) with the ``fixed`` poles, and the covariance of (relative
+    frequency, log damping) per pole (2 n, 2 n).
+
+    Linearised variable projection: ``r(x) = H - LSFD fit`` with the residues eliminated, ``J = dr/dx``
+    by central differences. The noise variance of each FRF is its residual RMS^2 scaled by
+    n_lines / (n_lines - its linear unknowns - its share of the poles' unknowns); the covariance is the
+    sandwich ``(J^T J)^-1 J^T diag(s^2) J (J^T J)^-1``, the rows of one FRF sharing its variance.
+    """
+    lam = np.asarray(lam, dtype=complex)
+    n = lam.size
+    H = np.atleast_2d(np.asarray(H, dtype=complex))
+    w0, xi0 = np.abs(lam), -lam.real / np.abs(lam)
+
+    def poles(x):
+        w = w0 * x[:n]
+        xi = np.exp(x[n:])
+        return -xi * w + 1j * w * np.sqrt(1 - xi**2)
+
+    def resid(x):
+        d = lsfd(freq, H, np.concatenate([poles(x), fixed]), kind=kind)[3] - H
+        return d
+
+    x0 = np.concatenate([np.ones(n), np.log(xi0)])
+    r0 = resid(x0)
+    cols = []
+    for k in range(2 * n):
+        e = np.zeros(2 * n)
+        e[k] = rel_step
+        d = (resid(x0 + e) - resid(x0 - e)) / (2 * rel_step)
+        cols.append(np.concatenate([d.real.ravel(), d.imag.ravel()]))
+    J = np.stack(cols, axis=1)
+    n_frf, n_f = r0.shape
+    n_lin = 2 * (n + np.asarray(fixed).size) + 3  # real unknowns of one FRF's LSFD fit
+    dof = max(2 * n_f - n_lin - 2 * n / n_frf, 1.0)
+    s2 = np.sum(np.abs(r0) ** 2, axis=1) / dof  # per FRF, real and imaginary part together
+    var_rows = np.concatenate([np.repeat(s2, n_f), np.repeat(s2, n_f)])
+    d = np.linalg.norm(J, axis=0)
+    d = np.where(d > 0, d, 1.0)
+    try:
+        A = np.linalg.inv((J / d).T @ (J / d)) / np.outer(d, d)
+    except np.linalg.LinAlgError:
+        nan = np.full(n, np.nan)
+        return nan, nan, np.full((2 * n, 2 * n), np.nan)
+    meat = (J * var_rows[:, None]).T @ J
+    C = A @ meat @ A
+    C = 0.5 * (C + C.T)
+    v = np.clip(np.diag(C), 0.0, None)
+    return w0 / (2 * np.pi) * np.sqrt(v[:n]), xi0 * np.sqrt(v[n:]), C
+
+
 def synthesize(fit: ModalFit, freq: np.ndarray, kind: str = "receptance") -> np.ndarray:
     """FRFs (n_ref, n_resp, n_freq) of the identified modal model (with out-of-band poles and residuals)."""
     jw = 2j * np.pi * np.asarray(freq, dtype=float)
@@ -389,6 +466,7 @@ def extract_modes(
         lam = refine_poles(f, Hk, lam, lam_out, fit_kind)
     res, lower, upper, Hfit = lsfd(f, Hk, np.concatenate([lam, lam_out]), kind=fit_kind)
     err = float(np.linalg.norm(Hfit - Hk) / np.linalg.norm(Hk))
+    f_std, xi_std, _ = pole_covariance(f, Hk[use], lam, lam_out, fit_kind)
     res = res.reshape(n_ref, n_resp, -1)
     res, res_out = res[..., : lam.size], res[..., lam.size :]
     best = np.argmax(np.linalg.norm(res, axis=1), axis=0)  # per mode, the reference driving it hardest
@@ -410,4 +488,6 @@ def extract_modes(
         lam_out=lam_out,
         residues_out=res_out,
         fit_band=(float(f[0]), float(f[-1])),
+        freq_std=f_std,
+        xi_std=xi_std,
     )

@@ -18,6 +18,15 @@ model is adequate": the offline press analysis (:func:`identification.press_anal
 the same training/test series, sensor selection, splits and Bonferroni level) on the series so far,
 condensed to the per-model verdict, alpha_min per split and M3's estimate. ``verdict_settled`` tells
 whether the pattern of rejected models has stopped changing.
+
+Several looks, one family: testing the series so far after every series at ``tol`` each rejects a correct
+model far more often than ``tol`` over the whole run (each look is another chance). Given the planned
+number of series, ``model_verdict(..., n_planned=N, first_look=k0, spending="obrien-fleming")`` tests
+look n at the increment of an alpha-spending function at information fraction n / N
+(:func:`identification.uncertainty_test.look_levels`), so the levels of all looks add up to ``tol``
+and the family-wise false-rejection rate over the looks stays at most ``tol``; the verdict says which
+level it used and that an interim verdict is provisional. Without ``n_planned`` it is the single
+analysis of the offline test (``tol``, as ``hil analyze`` runs it).
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from identification.ellipsoid import confidence_ellipsoid
 from identification.least_squares import fit_state_model
 from identification.press_analysis import analyze_press
 from identification.press_models import P_NAMES, PressConstants, PressLinkageModel
+from identification.uncertainty_test import SPENDING_RULES, look_levels
 
 UNIT = "N/m"
 
@@ -149,6 +159,11 @@ class OnlineVerdict:
     train_series: list[int]
     test_series: list[int]
     p_names: tuple[str, ...] = P_NAMES
+    family_tol: float | None = None  # level of the whole family of looks (None: a single analysis at tol)
+    spending: str = "none"           # alpha-spending rule over the looks
+    look: int = 1                    # this look's number (1-based) of n_looks planned
+    n_looks: int = 1
+    provisional: bool = False        # an interim look (fewer series than planned)
 
     @property
     def rejected(self) -> tuple[str, ...]:
@@ -161,7 +176,10 @@ class OnlineVerdict:
                 "splits": list(self.splits), "parameters": list(self.p_names), "sensors": list(self.sensors),
                 "train_series": list(self.train_series), "test_series": list(self.test_series),
                 "rejected": list(self.rejected), "kept": [m for m in self.models if m not in self.rejected],
-                "models": {m: v.to_dict() for m, v in self.models.items()}}
+                "models": {m: v.to_dict() for m, v in self.models.items()},
+                "family_tol": self.tol if self.family_tol is None else self.family_tol,
+                "spending": self.spending, "look": self.look, "n_looks": self.n_looks,
+                "provisional": self.provisional}
 
 
 def model_verdict(
@@ -177,17 +195,29 @@ def model_verdict(
     n_random_splits: int = 0,
     seed: int = 0,
     constants: PressConstants | dict | None = None,
+    n_planned: int | None = None,
+    first_look: int = 2,
+    spending: str = "obrien-fleming",
 ) -> OnlineVerdict:
     """The offline model-uncertainty test of M1/M2/M3 on the ``z.shape[0] >= 2`` series so far.
 
     Same defaults as the offline analysis (train the friction models on all but the last two series,
     test on the last two; with two series: train on the first). Slow for a loop (about 1 s for 10 x 29
     setpoints): run it off the event loop.
+
+    ``n_planned``: the plan's number of series; then this is one look of the family of looks at
+    ``first_look .. n_planned`` series, tested at ``look_tol(...)`` (the alpha spent at this look)
+    instead of ``tol``. ``OnlineVerdict.tol`` is the level used, ``family_tol`` the family's.
     """
 
     z = np.asarray(z, float)
     if z.ndim != 3 or z.shape[0] < 2:
         raise ValueError(f"the model-uncertainty test needs at least 2 series, got z of shape {z.shape}")
+    n = int(z.shape[0])
+    family_tol, look, n_looks = None, 1, 1
+    if n_planned is not None:
+        family_tol = tol
+        tol, look, n_looks = look_tol(n, n_planned, tol, first_look=first_look, spending=spending)
     res = analyze_press(z, q, q_desired, sigmas, sensor_names=tuple(sensor_names), tol=tol,
                         criterion=criterion, n_sensors=min(n_sensors, z.shape[2]),
                         n_random_splits=n_random_splits, seed=seed, constants=constants)
@@ -201,9 +231,31 @@ def model_verdict(
     first = next(iter(res.models.values())).test
     level = first.tests[0].level if first.tests else tol
     chosen = [n for n, w in zip(res.sensor_names, res.selection.omega, strict=True) if w]
-    return OnlineVerdict(n_series=int(z.shape[0]), tol=tol, level=float(level),
+    return OnlineVerdict(n_series=n, tol=tol, level=float(level),
                          splits=[t.name for t in first.tests], models=models, sensors=chosen,
-                         train_series=res.train_series, test_series=res.test_series)
+                         train_series=res.train_series, test_series=res.test_series, family_tol=family_tol,
+                         spending=spending if n_planned is not None else "none", look=look, n_looks=n_looks,
+                         provisional=n_planned is not None and n < n_planned)
+
+
+def look_tol(n: int, n_planned: int, tol: float = 0.05, *, first_look: int = 2,
+             spending: str = "obrien-fleming") -> tuple[float, int, int]:
+    """(level, look number, number of looks) of the look after ``n`` series, when a verdict is given after
+    every series from ``first_look`` to ``n_planned`` (information fraction: series / planned series).
+
+    A look beyond the plan (a plan run longer than planned) has no alpha left: level 0, never rejects.
+    """
+    if spending not in SPENDING_RULES:
+        raise ValueError(f"spending must be one of {SPENDING_RULES}, got {spending!r}")
+    first = max(1, int(first_look))
+    n_planned = max(int(n_planned), first)
+    looks = np.arange(first, n_planned + 1)
+    levels = look_levels(looks / n_planned, tol, spending)
+    if n < first:
+        raise ValueError(f"look after {n} series is before the first planned look ({first})")
+    if n > n_planned:
+        return 0.0, int(n - first + 1), int(looks.size)
+    return float(levels[n - first]), int(n - first + 1), int(looks.size)
 
 
 def verdict_settled(patterns: list[tuple[str, ...] | None], n: int) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import shapiro
+from scipy.stats import norm, shapiro
 
 from identification.ellipsoid import alpha_min as _alpha_min
 
@@ -163,3 +163,44 @@ def run_uncertainty_test(
                                    p_cal=np.asarray(p_c), C_cal=np.asarray(C_c), p_val=np.asarray(p_v),
                                    C_val=np.asarray(C_v), C_training=C_train))
     return res
+
+
+# ------------------------------------------------------------------------- several looks at growing data
+#: alpha-spending rules for interim looks: "none" spends the full level at every look (no control)
+SPENDING_RULES = ("none", "bonferroni", "obrien-fleming", "pocock")
+
+
+def spent_alpha(t: np.ndarray | float, tol: float, rule: str = "obrien-fleming") -> np.ndarray:
+    """Cumulative alpha spent by information fraction ``t`` in (0, 1] (Lan-DeMets spending functions).
+
+    O'Brien-Fleming type: 2 (1 - Phi(z_{1-tol/2} / sqrt(t))), almost nothing early, nearly all at the end;
+    Pocock type: tol ln(1 + (e - 1) t), about even over the looks. Both spend exactly ``tol`` at t = 1.
+    """
+    t = np.clip(np.asarray(t, float), 0.0, 1.0)
+    if rule == "obrien-fleming":
+        with np.errstate(divide="ignore"):
+            return np.where(t > 0, 2.0 * norm.sf(norm.isf(tol / 2.0) / np.sqrt(np.where(t > 0, t, 1.0))), 0.0)
+    if rule == "pocock":
+        return tol * np.log1p((np.e - 1.0) * t)
+    raise ValueError(f"no spending function for rule {rule!r}")
+
+
+def look_levels(fractions, tol: float = 0.05, rule: str = "obrien-fleming") -> np.ndarray:
+    """Family level of each look (before the split family's own Bonferroni), for looks at information
+    fractions ``fractions`` (increasing, e.g. series so far / planned series).
+
+    ``none``: ``tol`` at every look (the family-wise rate over the looks grows with their number);
+    ``bonferroni``: ``tol / n_looks``; ``obrien-fleming``/``pocock``: the increments of the spending
+    function, alpha(t_k) - alpha(t_{k-1}). The levels of the three controlled rules add up to at most
+    ``tol``, so by Bonferroni's inequality over the looks the probability that a correct model is
+    rejected at any look is at most ``tol`` whatever the correlation between the looks.
+    """
+    f = np.asarray(fractions, float).ravel()
+    if f.size and (np.any(np.diff(f) <= 0) or f[0] <= 0 or f[-1] > 1 + 1e-12):
+        raise ValueError(f"look fractions must increase within (0, 1], got {f.tolist()}")
+    if rule == "none":
+        return np.full(f.size, float(tol))
+    if rule == "bonferroni":
+        return np.full(f.size, float(tol) / max(f.size, 1))
+    cum = spent_alpha(f, tol, rule)
+    return np.diff(np.concatenate([[0.0], cum]))

@@ -27,9 +27,11 @@ from tests.polling import finished, wait_until
 BASE = load_config("configs/press-sim.toml")
 
 
-def short_config(n_series: int = 2) -> dict:
+def short_config(n_series: int = 3, n_steps_up: int = 2) -> dict:
+    """A short simulated press run: 3 series (the fewest a press config may have: the analysis needs them)
+    of a 2-step staircase, 15 setpoints."""
     cfg = copy.deepcopy(BASE)
-    cfg["plan"].update(n_series=n_series, n_steps_up=3, n_samples=4, settle_time=0.02, q_max=12000.0)
+    cfg["plan"].update(n_series=n_series, n_steps_up=n_steps_up, n_samples=4, settle_time=0.02, q_max=12000.0)
     cfg["correction"].update(tolerance=60.0, max_iterations=6)
     return cfg
 
@@ -137,7 +139,7 @@ async def test_force_source_answering_garbage_aborts_safely(tmp_path):
 
 async def test_operator_stop_over_the_command_channel(tmp_path):
     """`hil ctl stop` (the command channel): the step in progress finishes, then the plan stops safely."""
-    cfg = short_config(n_series=3)
+    cfg = short_config(n_series=3, n_steps_up=3)
     store_path = tmp_path / "s.sqlite"
     replies: list[dict] = []
 
@@ -206,7 +208,7 @@ async def test_sensor_killed_aborts_naming_it(tmp_path, victim):
 async def test_store_full_mid_run_aborts_the_plan_safely_and_keeps_what_was_committed(tmp_path):
     """A failed commit (SQLite's page quota as a full disk) stops the plan through the safe state; the
     session is marked aborted with the recorder's reason and what was committed stays readable."""
-    cfg = short_config(n_series=3)
+    cfg = short_config(n_series=3, n_steps_up=3)
     store_path = tmp_path / "s.sqlite"
     seen: list[RunContext] = []
 

@@ -34,20 +34,20 @@ def invoke(*args: str):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
-def test_run_records_a_session_and_analyze_refuses_too_little_data(tmp_path):
-    cfg = short_press_config(tmp_path)
+def test_run_refuses_too_few_series_up_front_and_records_a_short_session(tmp_path):
     store = str(tmp_path / "s.sqlite")
+    res = invoke("--store", store, "run", str(short_press_config(tmp_path, n_series=2)), "--no-progress")
+    assert res.exit_code == 1  # the analysis needs 3 series: refused before any device is touched
+    assert "[plan].n_series" in res.output and "at least 3" in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1 and not Path(store).exists()
+    cfg = short_press_config(tmp_path, n_series=3, n_steps_up=1)
     res = invoke("--store", store, "run", str(cfg), "--no-progress", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
-    assert out["run"]["status"] == "complete" and out["run"]["summary"]["setpoints"] == 2 * 5
+    assert out["run"]["status"] == "complete" and out["run"]["summary"]["setpoints"] == 3 * 3
     sid = out["run"]["session_id"]
     shown = json.loads(invoke("--store", store, "show", sid, "--json").output)
     assert shown["status"] == "complete" and shown["kind"] == "press"
-    res = invoke("--store", store, "analyze", "latest")
-    assert res.exit_code == 1
-    assert "at least 3" in res.output and "Traceback" not in res.output
-    assert len(res.output.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("content, message", [

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import re
 import subprocess
 import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,9 +19,10 @@ from daq.bus.frames import Frame
 from daq.cli.main import main
 from daq.config.load import ConfigError, Invalid, parse, read_toml
 from daq.config.schema import Count, Positive, RigConfig, Table
-from daq.rigs.base import Report, Rig
+from daq.rigs.base import AnalysisError, Rig
 from daq.run.lifecycle import run
 from daq.store.read_write import SessionStore
+from simulators.certs import ensure_pki
 from tests.polling import wait_until
 
 PRESS = read_toml("configs/press-sim.toml")
@@ -75,41 +78,57 @@ class ToyDevices:
         await self.source.close()
 
 
-async def toy_open(cfg: ToyConfig, device_cfg: dict) -> ToyDevices:
-    from drivers.force_source import ForceSource
-
-    source = ForceSource(device_cfg["source"], name="source")
-    await source.connect()
-    return ToyDevices(source)
-
-
-async def toy_plan(ctx) -> None:
-    src = ctx.devices.source
-
-    async def settled() -> bool:
-        return (await src.read_status()).settled
-
-    await src.enable()
-    for k, f in enumerate(ctx.config.plan.forces):
-        await ctx.checkpoint(f"before force {k}")
-        await src.set_force(f)
-        await wait_until(settled, timeout=10.0, period=0.02)  # the source has reached the new force
-        values = [await src.read_force() for _ in range(ctx.config.plan.readings)]
-        await ctx.publish(Frame("toy.force", ctx.next_seq("toy.force"), 0.0 + k, 1 / ctx.config.plan.rate,
-                                ["force"], ["N"], np.asarray(values)[:, None]))
-        await ctx.event("toy.plan", "held", index=k, force=f, mean=float(np.mean(values)))
-        ctx.advance()
-    await src.set_force(0.0)
-
-
 def toy_arrays(store, sid):
     return np.array([e.body["mean"] for e in store.events(sid, kind="held")])
 
 
-TOY = Rig(kind="toy", summary="a force source and nothing else", schema=ToyConfig, open_devices=toy_open,
-          plan=toy_plan, simulator=ToySim, arrays=toy_arrays,
-          analyze=lambda arr, cfg, progress=None: {"mean_force": arr.tolist()},
-          report=Report(text=lambda r: f"means {r['mean_force']}", to_dict=lambda r: r))
+class ToyRig(Rig[ToyConfig, ToyDevices, np.ndarray, dict]):
+    kind = "toy"
+    summary = "a force source and nothing else"
+    schema = ToyConfig
+
+    def simulator(self, raw: dict) -> ToySim:
+        return ToySim(raw)
+
+    async def open_devices(self, cfg: ToyConfig, tables: dict) -> ToyDevices:
+        from drivers.force_source import ForceSource
+
+        source = ForceSource(tables["source"], name="source")
+        await source.connect()
+        return ToyDevices(source)
+
+    async def plan(self, ctx) -> None:
+        src = ctx.devices.source
+
+        async def settled() -> bool:
+            return (await src.read_status()).settled
+
+        await src.enable()
+        for k, f in enumerate(ctx.config.plan.forces):
+            await ctx.checkpoint(f"before force {k}")
+            await src.set_force(f)
+            await wait_until(settled, timeout=10.0, period=0.02)  # the source has reached the new force
+            values = [await src.read_force() for _ in range(ctx.config.plan.readings)]
+            await ctx.publish(Frame("toy.force", ctx.next_seq("toy.force"), 0.0 + k, 1 / ctx.config.plan.rate,
+                                    ["force"], ["N"], np.asarray(values)[:, None]))
+            await ctx.event("toy.plan", "held", index=k, force=f, mean=float(np.mean(values)))
+            ctx.advance()
+        await src.set_force(0.0)
+
+    def arrays(self, reader, session_id: str) -> np.ndarray:
+        return toy_arrays(reader, session_id)
+
+    def analyze(self, arrays: np.ndarray, cfg: ToyConfig, progress=None) -> dict:
+        return {"mean_force": arrays.tolist()}
+
+    def report_text(self, result: dict) -> str:
+        return f"means {result['mean_force']}"
+
+    def report_dict(self, result: dict) -> dict:
+        return result
+
+
+TOY = ToyRig()
 
 TOY_CONFIG = {"rig": {"kind": "toy", "simulated": True}, "plan": {"forces": [3000.0, 6000.0], "readings": 4}}
 
@@ -151,6 +170,58 @@ def test_a_rig_kind_added_in_a_test_runs_from_the_command_line(toy, tmp_path):
     assert out["run"]["status"] == "complete" and len(out["analysis"]["mean_force"]) == 1
 
 
+class CheckedToyRig(ToyRig):
+    """The toy with a rule beyond the schema: a file next to the config."""
+
+    def check(self, cfg: ToyConfig, config_dir) -> None:
+        if not (config_dir / "toy-limits.txt").exists():
+            raise Invalid("plan.forces", f"needs toy-limits.txt in {config_dir}")
+
+
+def test_the_rigs_own_check_runs_before_anything_opens(tmp_path):
+    """`hil check` and `hil run` both run the rig's check with the config file's folder; its Invalid is one
+    error line naming the file and the key, and nothing is opened (no store)."""
+    cfg = tmp_path / "toy.toml"
+    cfg.write_text("[rig]\nkind = 'toy'\nsimulated = true\n[plan]\nforces = [2000.0]\n")
+    store = tmp_path / "s.sqlite"
+    cli = CliRunner()
+    rigs.register(CheckedToyRig())
+    try:
+        for args in (["check", str(cfg)], ["--store", str(store), "run", str(cfg), "--no-progress"]):
+            res = cli.invoke(main, args)
+            assert res.exit_code == 1, res.output
+            assert f"{cfg}: [plan].forces: needs toy-limits.txt in {tmp_path}" in res.output, res.output
+        assert not store.exists()
+        (tmp_path / "toy-limits.txt").write_text("")
+        assert cli.invoke(main, ["check", str(cfg)]).exit_code == 0
+    finally:
+        rigs.unregister("toy")
+
+
+def test_a_kind_says_what_it_offers():
+    """Only kind, summary, schema, open_devices and plan are required; a kind without a simulator or an
+    analysis says so, and its defaults refuse with one clear error."""
+
+    class Bare(Rig[ToyConfig, ToyDevices, None, None]):
+        kind, summary, schema = "bare", "nothing but a plan", ToyConfig
+
+        async def open_devices(self, cfg, tables):
+            raise AssertionError("never opened")
+
+        async def plan(self, ctx) -> None:
+            pass
+
+    bare = Bare()
+    assert (bare.has_simulator, bare.has_analysis, bare.has_plots) == (False, False, False)
+    assert (TOY.has_simulator, TOY.has_analysis, TOY.has_plots) == (True, True, False)
+    with pytest.raises(ConfigError, match="rig kind 'bare' has no simulator"):
+        bare.simulator({})
+    with pytest.raises(AnalysisError, match="rig kind 'bare' has no analysis"):
+        bare.arrays(None, "x")
+    with pytest.raises(TypeError):  # plan and open_devices are abstract
+        type("Half", (Rig,), {"kind": "half"})()
+
+
 def test_toy_config_errors_name_the_key(toy):
     with pytest.raises(ConfigError, match=r"\[plan\]\.forces: needs at least one force"):
         parse({"rig": {"kind": "toy"}, "plan": {"forces": []}}, ToyConfig, None)
@@ -185,7 +256,7 @@ BROKEN = [  # (base config, edit, key path in the message, words in the message)
     (PRESS, _set("correction.max_iterations", 0), "[correction].max_iterations", ">= 1"),
     (PRESS, _set("acquisition.block", 0), "[acquisition].block", ">= 1"),
     (PRESS, _set("simulator.force_source.tick", 0.0), "[simulator.force_source].tick", "> 0"),
-    (PRESS, _set("devices.force_source.f_max", 1e9), "[devices.force_source].f_max", "simulated source"),
+    (PRESS, _set("devices.force_source.f_max", 1e6), "[devices.force_source].f_max", "simulated source"),
     (PRESS, _set("plan.n_series", "ten"), "[plan].n_series", "must be an integer"),
     (PRESS, _set("plan.precondition", "yes"), "[plan].precondition", "must be a boolean"),
     (PRESS, _set("plan.q_max", True), "[plan].q_max", "must be a number"),
@@ -227,10 +298,30 @@ def test_broken_config_is_one_error_line_before_anything_opens(tmp_path, base, e
     assert CliRunner().invoke(main, ["check", str(path)]).exit_code == 1
 
 
-@pytest.mark.parametrize("name", ["press-sim", "press", "crane-sim", "crane", "machine-tool-sim",
-                                  "oscillator-sim", "pendulum-sim"])
+@pytest.mark.parametrize("name", ["press-sim", "press", "crane-sim", "machine-tool-sim", "oscillator-sim",
+                                  "pendulum-sim", "crane-adjoint-sim"])
 def test_shipped_configs_and_templates_validate(name):
     res = CliRunner().invoke(main, ["check", f"configs/{name}.toml"])
+    assert res.exit_code == 0, res.output
+
+
+def test_crane_template_validates_once_its_site_files_exist(tmp_path, monkeypatch):
+    """The real crane's template names this PC's certificate and key and the drive's pinned certificate:
+    `hil check` reads them (a run could not connect without), so it names the first missing one; with
+    the PKI in place (here a generated one beside a copy of the template) and the password's variable
+    set, the template validates."""
+    monkeypatch.delenv("HIL_CRANE_PASSWORD", raising=False)
+    res = CliRunner().invoke(main, ["check", "configs/crane.toml"])
+    assert res.exit_code == 1 and "[devices.drive.security].certificate" in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1 and "Traceback" not in res.output
+    asyncio.run(ensure_pki(tmp_path / "pki" / "crane"))
+    site = tmp_path / "configs"
+    site.mkdir()
+    (site / "crane.toml").write_text(Path("configs/crane.toml").read_text())
+    res = CliRunner().invoke(main, ["check", str(site / "crane.toml")])
+    assert res.exit_code == 1 and "[devices.drive.security].password_env" in res.output, res.output
+    monkeypatch.setenv("HIL_CRANE_PASSWORD", "secret")
+    res = CliRunner().invoke(main, ["check", str(site / "crane.toml")])
     assert res.exit_code == 0, res.output
 
 

@@ -23,7 +23,7 @@ import asyncio
 import os
 import stat
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -64,6 +64,7 @@ class CurveKeys:
     server_secret: bytes | None
     client_public: bytes | None
     client_secret: bytes | None
+    own_clients: frozenset[bytes] = frozenset()  # client keys of this process (see with_own_client)
 
     @property
     def authorized_dir(self) -> Path:
@@ -72,7 +73,7 @@ class CurveKeys:
     def authorized(self) -> set[bytes]:
         """Public keys (Z85) of the clients a server accepts, read from ``authorized/`` now."""
         try:
-            return set(zmq.auth.load_certificates(self.authorized_dir))
+            return set(zmq.auth.load_certificates(self.authorized_dir)) | set(self.own_clients)
         except (OSError, ValueError) as exc:
             raise KeysError(f"cannot read the authorized client keys in {self.authorized_dir}: {exc}") from (
                 None
@@ -221,6 +222,14 @@ def check_bind(endpoint: str, keys: CurveKeys | None, what: str) -> None:
 def keys_for(endpoint: str, directory: str | os.PathLike | None = None) -> CurveKeys | None:
     """The keys an endpoint needs under the rule: loaded when it is beyond loopback, else None."""
     return None if is_local(endpoint) else load_keys(directory)
+
+
+def with_own_client(keys: CurveKeys) -> CurveKeys:
+    """``keys`` with a fresh client pair that only this process knows, authorized by the servers made
+    from the result: how a run's own consumers (recorder, plan subscribers) pass its CURVE endpoints
+    without a client key on disk."""
+    public, secret = zmq.curve_keypair()
+    return replace(keys, client_public=public, client_secret=secret, own_clients=keys.own_clients | {public})
 
 
 def secure_client(sock: zmq.Socket, keys: CurveKeys) -> None:

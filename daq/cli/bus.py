@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import sys
 
 import click
 import numpy as np
+import zmq
 
+from daq import json_codec
 from daq.bus.frames import Frame
-from daq.bus.keys import is_local, load_keys
 from daq.bus.pubsub import BusPublisher, BusSubscriber, BusTimeout
-from daq.cli.common import CliState, StderrProgress, echo_json, pass_state
+from daq.cli.common import (
+    KEYS_HELP,
+    CliState,
+    StderrProgress,
+    checked_keys,
+    client_keys,
+    echo_json,
+    pass_state,
+)
 
 # ----------------------------------------------------------------------------- replay
 
@@ -139,7 +147,7 @@ def _summary_line(s: dict) -> str:
         flag = " [replay]" if s["replay"] else ""
         return f"{s['stream']} #{s['seq']} {s['shape'][0]}x{s['shape'][1]} {s['dtype']}{flag}: mean {means}"
     flag = " [replay]" if s["replay"] else ""
-    return f"{s['stream']} #{s['seq']} event {s['kind']}{flag}: {json.dumps(s['body'], default=str)}"
+    return f"{s['stream']} #{s['seq']} event {s['kind']}{flag}: {json_codec.dumps(s['body'], default=str)}"
 
 
 def _tap_topics(topic: str) -> tuple[str, ...]:
@@ -152,7 +160,8 @@ def _tap_topics(topic: str) -> tuple[str, ...]:
 
 def _tap_source(state: CliState, endpoint: str | None, keys_dir: str | None):
     """(endpoint, keys): --endpoint, else the config's [bus].tap (the lossy copy for outsiders),
-    else its [bus].data; CURVE keys when --keys is given or the endpoint is beyond loopback."""
+    else its [bus].data; CURVE keys of --keys, the config's [bus].keys, else as
+    :func:`daq.cli.common.client_keys` finds them."""
     cfg_keys = None
     if not endpoint:
         cfg = state.config
@@ -164,9 +173,7 @@ def _tap_source(state: CliState, endpoint: str | None, keys_dir: str | None):
         cfg_keys = get("keys")
     if endpoint.endswith(":0"):
         raise click.UsageError(f"endpoint {endpoint} has no port; give the publisher's --endpoint")
-    keys_dir = keys_dir or cfg_keys
-    keys = load_keys(keys_dir) if keys_dir or not is_local(endpoint) else None
-    return endpoint, keys
+    return endpoint, client_keys(endpoint, keys_dir or cfg_keys)
 
 
 @click.command()
@@ -183,7 +190,7 @@ def _tap_source(state: CliState, endpoint: str | None, keys_dir: str | None):
     default=None,
     help="Stop after this many seconds without a message (an error only if nothing came at all).",
 )
-@click.option("--keys", "keys_dir", default=None, metavar="PATH", help="CURVE keys folder (see `hil keys`).")
+@click.option("--keys", "keys_dir", default=None, metavar="DIR", help=KEYS_HELP)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @pass_state
 def tap(
@@ -199,7 +206,7 @@ def tap(
     press.), or a data/... or event/... topic; default everything."""
     endpoint, keys = _tap_source(state, endpoint, keys_dir)
     try:
-        stats = asyncio.run(_tap(endpoint, topic, count, timeout, as_json, keys))
+        stats = asyncio.run(_tap(endpoint, topic, count, timeout, as_json, keys, keys_dir is not None))
     except KeyboardInterrupt:
         return
     if stats.n_malformed or stats.missing:
@@ -207,10 +214,13 @@ def tap(
 
 
 async def _tap(
-    endpoint: str, topic: str, count: int, timeout: float | None, as_json: bool, keys=None
+    endpoint: str, topic: str, count: int, timeout: float | None, as_json: bool, keys=None,
+    explicit: bool = False,
 ):
     """Print messages until ``count``; a ``timeout`` with nothing received at all is an error
-    (BusTimeout), after messages it just ends the tap."""
+    (BusTimeout), after messages it just ends the tap. A publisher that refuses our keys (or their
+    absence) is a one-line error at once (:func:`daq.cli.common.checked_keys`)."""
+    keys = await checked_keys(endpoint, keys, zmq.SUB, explicit)
     sub = BusSubscriber(endpoint, topics=_tap_topics(topic), keys=keys)
     n = 0
     try:
@@ -222,7 +232,7 @@ async def _tap(
                     raise BusTimeout(f"no message from {endpoint} within {timeout} s") from None
                 break
             s = summarize(msg)
-            click.echo(json.dumps(s, default=str) if as_json else _summary_line(s))
+            click.echo(json_codec.dumps(s, default=str) if as_json else _summary_line(s))
             n += 1
         return sub.stats
     finally:

@@ -4,7 +4,6 @@ error tree to exit codes and one-line messages. Imports nothing of ``daq.cli``."
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -13,6 +12,9 @@ from pathlib import Path
 
 import click
 
+from daq import json_codec
+from daq.bus.handshake import CONNECT_TIMEOUT, HandshakeFailed, handshake
+from daq.bus.keys import ENV_KEYS, CurveKeys, default_keys_dir, is_local, load_keys
 from daq.config.load import store_path_for
 from daq.store.read_write import SessionStore
 from drivers.errors import HilError
@@ -73,6 +75,39 @@ def positive_seconds(ctx: click.Context, param: click.Parameter, value: float | 
     return value
 
 
+# ----------------------------------------------------------------------------- CURVE clients
+
+#: The help of every client's ``--keys`` option.
+KEYS_HELP = (f"CURVE keys folder with the server's server.key and a client key pair (default: ${ENV_KEYS}, "
+             "else ~/.config/hil/keys when it exists); needed for a run whose [bus] has keys.")
+
+
+def client_keys(endpoint: str, keys_dir: str | None = None) -> CurveKeys | None:
+    """The keys a client offers ``endpoint``: ``--keys``, else ``$HIL_KEYS`` (required to exist for an
+    endpoint beyond loopback), else the default folder when it exists, else none."""
+    if keys_dir:
+        return load_keys(keys_dir)
+    folder = default_keys_dir()
+    if os.environ.get(ENV_KEYS) and not is_local(endpoint):
+        return load_keys(folder)
+    return load_keys(folder) if folder.is_dir() else None
+
+
+async def checked_keys(endpoint: str, keys: CurveKeys | None, socket_type: int, explicit: bool = False,
+                       timeout: float = CONNECT_TIMEOUT) -> CurveKeys | None:
+    """The keys that get through to ``endpoint`` (a probe handshake, bounded by ``timeout``), else
+    :class:`HandshakeFailed` saying what to pass. Keys the user did not name (``$HIL_KEYS``, the default
+    folder) are dropped for a plain server on loopback; beyond loopback a plain server is refused."""
+    try:
+        await handshake(endpoint, keys, socket_type, timeout)
+        return keys
+    except HandshakeFailed as exc:
+        if not (exc.plain_server and not explicit and is_local(endpoint)):
+            raise
+    await handshake(endpoint, None, socket_type, timeout)
+    return None
+
+
 # ----------------------------------------------------------------------------- global options
 
 
@@ -121,7 +156,7 @@ def json_default(obj):
 
 
 def echo_json(obj) -> None:
-    click.echo(json.dumps(obj, indent=2, default=json_default))
+    click.echo(json_codec.dumps(obj, indent=2, default=json_default))
 
 
 #: Progress is shown for exports/replays of at least this many samples / messages.

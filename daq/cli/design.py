@@ -4,12 +4,13 @@ plots and a summary."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 import numpy as np
 
+from daq import json_codec
+from daq.cli.common import CliState
 from daq.config.load import ConfigError
 
 
@@ -22,16 +23,32 @@ def design() -> None:
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", default=None, metavar="DIR",
               help="Folder for trajectory.csv and the plots (default: the folder of [plan].trajectory).")
+@click.option("--prior", "prior_session", default=None, metavar="SESSION",
+              help="Design at an earlier session's estimate (same rig kind; id, unique prefix or latest): "
+                   "its values over [adjoint.nominal]; its covariance is reported.")
+@click.option("--prior-information", is_flag=True,
+              help="With --prior: add the inverse of the session's covariance to the criterion's Fisher "
+                   "matrix (the information of all runs together). A prior much tighter than one run "
+                   "flattens the criterion; the convergence verdict still applies.")
+@click.option("--strict", is_flag=True, help="Exit with code 1 when the design did not converge.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def adjoint(config_path: str, out_dir: str | None, as_json: bool) -> None:
-    """Optimise the input by the adjoint method and write trajectory.csv, convergence.png, signal.png and
-    information.png."""
+@click.pass_context
+def adjoint(ctx: click.Context, config_path: str, out_dir: str | None, prior_session: str | None,
+            prior_information: bool, strict: bool, as_json: bool) -> None:
+    """Optimise the input by the adjoint method at the design point ([adjoint.nominal], or --prior) and
+    write trajectory.csv, convergence.png, signal.png and information.png."""
     from daq.rigs import parse_config  # lazy: the registry loads every rig kind
     from daq.rigs.adjoint.config import INPUTS, OUTPUTS, PLANT_OF, AdjointRigConfig  # lazy: the rig kind
-    from daq.rigs.adjoint.design import problem_of, run_design, write_trajectory  # lazy: scipy
+    from daq.rigs.adjoint.design import (  # lazy: scipy
+        compare_inputs,
+        design_record_path,
+        problem_of,
+        run_design,
+        worse_than_references,
+        write_trajectory,
+    )
     from daq.rigs.adjoint.plots import plot_design  # lazy: matplotlib
     from daq.rigs.config import load_config  # lazy: the registry loads every rig kind
-    from identification.adjoint_design import evaluate  # lazy: scipy
     from identification.adjoint_plants import reference_inputs  # lazy: scipy
 
     raw = load_config(config_path)
@@ -39,13 +56,18 @@ def adjoint(config_path: str, out_dir: str | None, as_json: bool) -> None:
     if not isinstance(cfg, AdjointRigConfig):
         raise ConfigError(f"rig kind {cfg.rig.kind!r} has no adjoint design (kinds: {', '.join(PLANT_OF)})",
                           config_path, "[rig].kind")
+    prior = _prior(ctx, prior_session, cfg) if prior_session else None
+    values = prior.values if prior else None
+    if prior_information and prior is None:
+        raise click.UsageError("--prior-information needs --prior SESSION")
+    prior_fisher = prior.fisher_for(list(cfg.adjoint.parameters)) if prior and prior_information else None
     folder = Path(out_dir) if out_dir else Path(cfg.plan.trajectory).parent
-    res = run_design(cfg)
-    pb = problem_of(cfg)
+    res = run_design(cfg, values, prior_fisher)
+    pb = problem_of(cfg, values, prior_fisher)
     refs = {k: v[:, 0] for k, v in reference_inputs(pb, cfg.adjoint.start).items()}
-    stds = {"adjoint": res.std}
-    for name, u in refs.items():
-        stds[name] = _std(evaluate(pb, u[:, None], gradient=False).fisher)
+    table = compare_inputs(cfg, pb, res.u[:, 0])
+    stds = {name: np.array(list(row["std"].values())) for name, row in table.items()}
+    worse = worse_than_references(table, cfg.adjoint.criterion)
     what, unit = INPUTS[cfg.adjoint.plant]
     traj = write_trajectory(folder / "trajectory.csv", res.dt, res.u[:, 0], f"{what} [{unit}]")
     files = [traj, *plot_design(res, refs, stds, folder, OUTPUTS[cfg.adjoint.plant][1], f"{what} [{unit}]")]
@@ -55,28 +77,65 @@ def adjoint(config_path: str, out_dir: str | None, as_json: bool) -> None:
                "u_max": cfg.adjoint.u_max,
                "end_scaled": {k: abs(v) / scale[names.index(k)] for k, v in res.end_residuals.items()},
                "end_tol": cfg.adjoint.end_tol,
-               "predicted_std": {name: dict(zip(res.param_names, np.asarray(s).tolist(), strict=True))
-                                 for name, s in stds.items()},
+               "design_point": dict(zip(res.param_names, res.b.tolist(), strict=True)),
+               "prior": prior.to_dict() if prior else None, "prior_information": prior_fisher is not None,
+               "predicted_std": {name: row["std"] for name, row in table.items()},
+               "criterion_value": {name: row["criterion"] for name, row in table.items()},
+               "worse_than_reference": worse,
                "files": [str(f) for f in files]}
+    record = design_record_path(traj)
+    record.write_text(json_codec.dumps({k: v for k, v in summary.items() if k != "files"}, indent=1,
+                                       default=str))
+    summary["files"].append(str(record))
     if as_json:
-        click.echo(json.dumps(summary, indent=2, default=str))
-        return
+        click.echo(json_codec.dumps(summary, indent=2, default=str))
+    else:
+        _print(cfg, res, summary, table, worse, prior, prior_fisher is not None, what, unit, files)
+    if strict and not res.converged:
+        raise click.exceptions.Exit(1)
+
+
+def _prior(ctx: click.Context, session: str, cfg):
+    """The prior of ``--prior SESSION``: its last online estimate, else its offline analysis."""
+    from daq.rigs.adjoint.design import prior_from_analysis, prior_from_estimate  # lazy: scipy
+    from daq.rigs.analysis import analyze_session  # lazy: the registry loads every rig kind
+
+    state = ctx.find_object(CliState)
+    with state.open_store() as store:
+        info = store.get_session(session)
+        if info.kind != cfg.rig.kind:
+            raise ConfigError(f"--prior {session}: session {info.id} is a {info.kind!r} session, the config "
+                              f"a {cfg.rig.kind!r} rig", None, "--prior")
+        ests = [e.body for e in store.events(info.id, kind="estimate")
+                if e.stream == f"{cfg.rig.kind}.online"]
+        if ests:
+            return prior_from_estimate(info.id, info.config, ests[-1])
+        _, result, rig, _ = analyze_session(store, info.id)
+        return prior_from_analysis(info.id, info.config, rig.report_dict(result))
+
+
+def _print(cfg, res, summary, table, worse, prior, prior_info, what, unit, files) -> None:
     click.echo(f"{cfg.adjoint.plant}: criterion {res.criterion}, {res.method}, {res.iterations} iterations "
-               f"({res.n_evaluations} gradient solves, {res.time:.1f} s), "
-               f"{'ok' if res.success else 'NOT MET'}: {res.message}")
+               f"({res.n_evaluations} gradient solves, {res.time:.1f} s), optimiser: {res.message}")
+    click.echo(("ok: " if res.converged else "") + res.status)
+    point = ", ".join(f"{p} {v:.6g}" for p, v in summary["design_point"].items())
+    if prior is None:
+        click.echo(f"design point ([adjoint.nominal]): {point}")
+    else:
+        std = "" if prior.covariance is None else ", ".join(
+            f"{p} {v:.3g}" for p, v in zip(prior.names, np.sqrt(np.diag(prior.covariance)), strict=True))
+        click.echo(f"design point (session {prior.session}, {prior.source}): {point}; "
+                   + (f"its std {std}" if std else "no covariance")
+                   + ("; counted as information already held" if prior_info else ""))
     click.echo(f"peak {what} {summary['peak_force']:.4g} {unit} (|u| <= {cfg.adjoint.u_max:g} {unit}), "
                f"{res.u.shape[0]} samples of {res.dt:g} s")
-    for name, s in stds.items():
-        click.echo(f"predicted std ({name:>7}): " + ", ".join(
-            f"{p} {v:.3g}" for p, v in zip(res.param_names, np.asarray(s), strict=True)))
+    click.echo(f"{'input':>9} {'criterion':>11}  predicted std" + (" (this run alone)" if prior_info else ""))
+    for name, row in table.items():
+        click.echo(f"{name:>9} {row['criterion']:>11.5g}  " + ", ".join(
+            f"{p} {v:.3g}" for p, v in row["std"].items()))
+    for line in worse:
+        click.echo(line)
     worst = max(summary["end_scaled"].values(), default=0.0)
     click.echo("end residuals: " + ", ".join(f"{k} {v:.3g}" for k, v in res.end_residuals.items())
                + f" (scaled max {worst:.3g}, tol {cfg.adjoint.end_tol:g})")
     click.echo(f"written: {', '.join(str(f) for f in files)}")
-
-
-def _std(fisher: np.ndarray) -> np.ndarray:
-    try:
-        return np.sqrt(np.diag(np.linalg.inv(fisher)))
-    except np.linalg.LinAlgError:
-        return np.full(fisher.shape[0], np.inf)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
+from daq import json_codec
 from daq.bus.keys import (
     AUTHORIZED,
     CLIENT,
@@ -51,7 +50,7 @@ def show(directory: str | None, as_json: bool) -> None:
         "authorized": sorted(key.decode() for key in k.authorized()),
     }
     if as_json:
-        click.echo(json.dumps(info, indent=2))
+        click.echo(json_codec.dumps(info, indent=2))
         return
     click.echo(f"keys folder   {info['directory']}")
     secret = "present" if info["server_secret"] else "absent"

@@ -7,13 +7,23 @@ rule: with ``--json`` stdout carries only JSON; progress and logs go to stderr.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from pathlib import Path
 
 import click
+import zmq
 
-from daq.cli.common import CliState, echo_json, pass_state, positive_seconds, progress_printer
+from daq import json_codec
+from daq.cli.common import (
+    KEYS_HELP,
+    CliState,
+    checked_keys,
+    client_keys,
+    echo_json,
+    pass_state,
+    positive_seconds,
+    progress_printer,
+)
 from daq.config.load import ConfigError, store_path_for, to_dict
 
 
@@ -49,23 +59,23 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
     raw, rig, _ = _load(config_path)
     store_path = store_path_for(state.store_option, raw)
     result = asyncio.run(run_rig(raw, store_path, file=config_path, show_progress=not no_progress))
-    analysis = report = None
+    analysis = None
     files: list[Path] = []
-    if then_analyze and result.status == "complete" and rig.analyze is not None:
+    if then_analyze and result.status == "complete" and rig.has_analysis:
         from daq.rigs.analysis import analyze_session  # lazy: scipy, matplotlib and the rig kinds
         from daq.store.read_write import SessionStore  # lazy: with the analysis
 
         with SessionStore(store_path) as store:
-            _, analysis, report, files = analyze_session(store, result.session_id, plots_dir=plots_dir,
-                                                         progress=progress_printer())
+            _, analysis, rig, files = analyze_session(store, result.session_id, plots_dir=plots_dir,
+                                                      progress=progress_printer())
     if as_json:
-        echo_json({"run": result.to_dict(), "analysis": report.to_dict(analysis) if analysis else None,
+        echo_json({"run": result.to_dict(), "analysis": rig.report_dict(analysis) if analysis else None,
                     "plots": [str(f) for f in files]})
     else:
         click.echo(f"session {result.session_id} {result.status}"
                    + (f" ({result.reason})" if result.reason else "") + f"  store {store_path}")
         if analysis is not None:
-            click.echo(report.text(analysis))
+            click.echo(rig.report_text(analysis))
             if files:
                 click.echo(f"plots written to {plots_dir}")
     if not result.safe:
@@ -86,14 +96,14 @@ def analyze(state: CliState, session: str, as_json: bool, plots_dir: str | None)
     from daq.rigs.analysis import analyze_session  # lazy: scipy, matplotlib and the rig kinds
 
     with state.open_store() as store:
-        info, result, report, files = analyze_session(store, session, plots_dir=plots_dir,
-                                                      progress=progress_printer())
+        info, result, rig, files = analyze_session(store, session, plots_dir=plots_dir,
+                                                   progress=progress_printer())
     if as_json:
-        echo_json({"session": info.id, "kind": info.kind, **report.to_dict(result),
+        echo_json({"session": info.id, "kind": info.kind, **rig.report_dict(result),
                     "plots": [str(f) for f in files]})
     else:
         click.echo(f"session {info.id} ({info.kind}, {info.status})")
-        click.echo(report.text(result))
+        click.echo(rig.report_text(result))
         if files:
             click.echo(f"plots written to {plots_dir}")
 
@@ -102,8 +112,12 @@ def analyze(state: CliState, session: str, as_json: bool, plots_dir: str | None)
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the checked config as JSON.")
 def check(config_path: str, as_json: bool) -> None:
-    """Check a rig config whole (types, ranges, unknown keys, relations) without running anything."""
+    """Check a rig config whole (types, ranges, unknown keys, relations, the rig's own rules) without
+    running anything."""
+    from daq.rigs import check_rules  # lazy: the registry loads every rig kind
+
     _, rig, cfg = _load(config_path)
+    check_rules(rig, cfg, config_path)
     if as_json:
         echo_json({"ok": True, "kind": rig.kind, "config": to_dict(cfg)})
     else:
@@ -116,8 +130,8 @@ def rigs(as_json: bool) -> None:
     """List the rig kinds this installation knows."""
     from daq.rigs import get_rig, kinds  # lazy: the registry loads every rig kind
 
-    table = [{"kind": k, "summary": get_rig(k).summary, "simulator": get_rig(k).simulator is not None,
-              "analysis": get_rig(k).analyze is not None} for k in kinds()]
+    table = [{"kind": k, "summary": get_rig(k).summary, "simulator": get_rig(k).has_simulator,
+              "analysis": get_rig(k).has_analysis} for k in kinds()]
     if as_json:
         echo_json(table)
         return
@@ -140,7 +154,7 @@ def sim(kind: str, config_path: str | None, as_json: bool) -> None:
     raw, cfg_rig, _ = _load(config_path)
     if cfg_rig.kind != rig.kind:
         raise ConfigError(f"is a {cfg_rig.kind!r} config, not a {rig.kind!r} one", config_path, "[rig].kind")
-    if rig.simulator is None:
+    if not rig.has_simulator:
         raise ConfigError(f"rig kind {rig.kind!r} has no simulator", config_path, "[rig].kind")
     try:
         asyncio.run(_serve(rig, raw, config_path, as_json))
@@ -152,10 +166,11 @@ async def _serve(rig, raw: dict, config_path: str, as_json: bool) -> None:
     simulated = rig.simulator(raw)
     await simulated.start()
     try:
-        table = rig.describe_simulator(simulated) if rig.describe_simulator else \
-            describe_devices(rig.simulated_devices(simulated, raw), config_path)
+        table = rig.describe_simulator(simulated)
+        if table is None:
+            table = describe_devices(rig.simulated_devices(simulated, raw), config_path)
         if as_json:
-            click.echo(json.dumps({"kind": rig.kind, "config": config_path, "devices": table}), nl=True)
+            click.echo(json_codec.dumps({"kind": rig.kind, "config": config_path, "devices": table}), nl=True)
         else:
             click.echo(f"{rig.kind} simulator from {config_path}; Ctrl-C to stop", err=True)
             for row in table:
@@ -197,26 +212,40 @@ def describe_devices(device_cfg: dict, config_path: str) -> list[dict]:
 @click.option("--endpoint", default=None,
               help="Command endpoint of the run (default: from the store's runs/).")
 @click.option("--timeout", type=float, default=3.0, show_default=True, callback=positive_seconds,
-              help="Seconds to wait for the reply.")
+              help="Seconds to wait for the connection and for the reply.")
+@click.option("--keys", "keys_dir", default=None, metavar="DIR", help=KEYS_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON.")
 @pass_state
 def ctl(state: CliState, action: str, session: str | None, endpoint: str | None, timeout: float,
-        as_json: bool) -> None:
+        keys_dir: str | None, as_json: bool) -> None:
     """Talk to a running `hil run`: status, pause, resume, stop (after the current step), abort (now)."""
     from daq.run.commands import CommandClient  # lazy: zmq sockets only for this command
 
     if endpoint is None:
         endpoint = _find_run(state.store_path, session)
-    reply = asyncio.run(_request(CommandClient, endpoint, action, timeout))
+    keys = client_keys(endpoint, keys_dir)
+    reply = asyncio.run(_request(CommandClient, endpoint, action, timeout, keys, keys_dir is not None))
     if as_json:
         echo_json(reply)
     else:
         click.echo(f"{reply.get('kind', '?')} session {reply.get('session', '?')}: {reply.get('state', '?')}"
-                   + (f"  {json.dumps(reply.get('summary'))}" if reply.get("summary") else ""))
+                   + (f"  {json_codec.dumps(reply.get('summary'))}" if reply.get("summary") else ""))
+        if isinstance(reply.get("progress"), dict):
+            click.echo(progress_line(reply["progress"]))
 
 
-async def _request(client_type, endpoint: str, action: str, timeout: float) -> dict:
-    client = client_type(endpoint)
+def progress_line(progress: dict) -> str:
+    """``3 of 10 steps done (last: series 1 step  3 ...)``: the count the run's progress bar shows (steps
+    finished, counted from 1), with the description of the last finished step as the bar printed it."""
+    done, total, label = progress.get("done", 0), progress.get("total"), progress.get("label")
+    text = f"{done} of {total} steps done" if total else f"{done} steps done"
+    return text + (f" (last: {' '.join(str(label).split())})" if label else "")
+
+
+async def _request(client_type, endpoint: str, action: str, timeout: float, keys=None,
+                   explicit: bool = False) -> dict:
+    keys = await checked_keys(endpoint, keys, zmq.DEALER, explicit, timeout)
+    client = client_type(endpoint, keys=keys)
     try:
         return await client.request(action, timeout=timeout)
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from datetime import datetime
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from daq import json_codec
 from daq.cli.common import CliState, StderrProgress, echo_json, pass_state
 
 
@@ -94,7 +94,7 @@ def show(state: CliState, session: str, as_json: bool) -> None:
     click.echo(f"ended     {_fmt_time(info.ended)}  ({_fmt_duration(info)})")
     click.echo(f"software  {info.software_version}")
     for name, dev in (info.devices or {}).items():
-        click.echo(f"device    {name}: {json.dumps(dev)}")
+        click.echo(f"device    {name}: {json_codec.dumps(dev)}")
     click.echo("streams:")
     for s in info.streams.values():
         if s.type == "frame":
@@ -109,7 +109,7 @@ def show(state: CliState, session: str, as_json: bool) -> None:
     for (stream, kind), n in counts.items():
         click.echo(f"  {stream} {kind}: {n}")
     if info.stats:
-        click.echo(f"recorder  {json.dumps(info.stats)}")
+        click.echo(f"recorder  {json_codec.dumps(info.stats)}")
 
 
 # ----------------------------------------------------------------------------- export

@@ -6,10 +6,9 @@ read and checked before the session is created, so a bad file leaves the store a
 
 from __future__ import annotations
 
-import json
-
 import click
 
+from daq import json_codec
 from daq.cli.common import CliState, pass_state
 from daq.config.load import store_path_for
 from daq.store.read_write import SessionStore
@@ -48,7 +47,7 @@ def uff(state: CliState, files: tuple[str, ...], config_path: str | None, map_fi
     with SessionStore(path, create=True) as store:
         result = import_uff(store, list(files), prepared=prepared)
     if as_json:
-        click.echo(json.dumps(result.as_dict(), indent=2))
+        click.echo(json_codec.dumps(result.as_dict(), indent=2))
         return
     click.echo(f"session   {result.session_id} (machine-tool, imported)")
     click.echo(f"store     {result.store}")

@@ -5,14 +5,14 @@ verdict of a model-uncertainty test when the body has one, and the stop reason w
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import click
+import zmq
 
-from daq.bus.keys import is_local, load_keys
+from daq import json_codec
 from daq.bus.pubsub import BusSubscriber, BusTimeout
-from daq.cli.common import CliState, pass_state
+from daq.cli.common import KEYS_HELP, CliState, checked_keys, client_keys, pass_state
 
 
 def _running_endpoint(state: CliState) -> str:
@@ -23,7 +23,7 @@ def _running_endpoint(state: CliState) -> str:
     found = sorted(runs_dir(Path(state.store_path)).glob("*.json"), key=lambda p: p.stat().st_mtime)
     for p in reversed(found):
         try:
-            return json.loads(p.read_text())["data"]
+            return json_codec.loads(p.read_text())["data"]
         except (OSError, ValueError, KeyError):
             continue
     raise click.UsageError("no running session found; give --endpoint (e.g. the one `hil replay` prints)")
@@ -94,8 +94,10 @@ def _row(body: dict, columns: list[str]) -> list[str]:
     return cells
 
 
-async def _watch(endpoint: str, count: int, timeout: float | None, as_json: bool, keys=None) -> int:
+async def _watch(endpoint: str, count: int, timeout: float | None, as_json: bool, keys=None,
+                 explicit: bool = False) -> int:
     """Show (or print as JSON lines) the events of every ``*.online`` stream; returns how many."""
+    keys = await checked_keys(endpoint, keys, zmq.SUB, explicit)
     sub = BusSubscriber(endpoint, topics=("event/",), keys=keys)
     tables: dict[str, tuple] = {}
     n = 0
@@ -110,7 +112,7 @@ async def _watch(endpoint: str, count: int, timeout: float | None, as_json: bool
             n += 1
             if as_json:
                 head = {"stream": msg.stream, "kind": msg.kind, "t": msg.t, "replay": msg.replay}
-                click.echo(json.dumps({**head, **msg.body}))
+                click.echo(json_codec.dumps({**head, **msg.body}))
             elif msg.kind == "estimate":
                 _show(tables, msg.stream, msg.body, msg.replay)
             else:
@@ -151,16 +153,16 @@ def _show(tables: dict, stream: str, body: dict, replay: bool = False) -> None:
 @click.option("--endpoint", default=None, help="Bus to watch (default: the running session's data endpoint).")
 @click.option("-n", "--count", type=int, default=0, help="Stop after this many events (0: until Ctrl-C).")
 @click.option("--timeout", type=float, default=None, help="Stop after this many seconds without an event.")
-@click.option("--keys", "keys_dir", default=None, metavar="PATH", help="CURVE keys folder (see `hil keys`).")
+@click.option("--keys", "keys_dir", default=None, metavar="DIR", help=KEYS_HELP)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per online event on stdout.")
 @pass_state
 def watch(state: CliState, endpoint: str | None, count: int, timeout: float | None, keys_dir: str | None,
           as_json: bool) -> None:
     """Show the online estimates (values, std, ellipse, verdict) of a live run or a replayed session."""
     endpoint = endpoint or _running_endpoint(state)
-    keys = load_keys(keys_dir) if keys_dir or not is_local(endpoint) else None
+    keys = client_keys(endpoint, keys_dir)
     try:
-        n = asyncio.run(_watch(endpoint, count, timeout, as_json, keys))
+        n = asyncio.run(_watch(endpoint, count, timeout, as_json, keys, keys_dir is not None))
     except KeyboardInterrupt:
         return
     if n == 0:

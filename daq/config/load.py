@@ -115,6 +115,76 @@ def _leaf_message(exc: msgspec.ValidationError) -> str:
     return f"{msg} (at {where})" if where else msg
 
 
+def _leaf_error(raw: Any, tp: Any, exc: msgspec.ValidationError) -> str:
+    """One line for a bad leaf: the value, what is allowed (the whole range, not only the side that
+    failed) and what to do."""
+    m = re.match(r"^(.*) - at `\$(.*)`$", str(exc))
+    msg, where = m.groups() if m else (str(exc), "")
+    value, elem = raw, tp
+    idx = re.fullmatch(r"\[(\d+)\]", where)
+    if idx and isinstance(raw, list) and int(idx.group(1)) < len(raw):
+        value, elem = raw[int(idx.group(1))], _element_type(tp)
+    allowed = allowed_range(elem)
+    if allowed and re.match(r"^Expected `\w+`( of length)? [<>]=?", msg):
+        at = f" (item {where})" if where else ""
+        return f"{_shown(value)}{at} is out of range: must be {allowed}; set a value in that range"
+    if "got" in msg:
+        return f"{_leaf_message(exc)} {_shown(value)}"
+    return f"{_leaf_message(exc)}, got {_shown(value)}"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _element_type(tp: Any) -> Any:
+    base, _ = _unwrap(tp)
+    args = get_args(base)
+    return args[0] if get_origin(base) is list and args else tp
+
+
+def _metas(tp: Any) -> list[msgspec.Meta]:
+    out: list[msgspec.Meta] = []
+    while True:
+        origin = get_origin(tp)
+        if origin is Annotated:
+            out += [a for a in get_args(tp)[1:] if isinstance(a, msgspec.Meta)]
+            tp = get_args(tp)[0]
+        elif origin in (typing.Union, types.UnionType):
+            args = [a for a in get_args(tp) if a is not type(None)]
+            if len(args) != 1:
+                return out
+            tp = args[0]
+        else:
+            return out
+
+
+def allowed_range(tp: Any) -> str:
+    """The constraints of a leaf type in words (``a non-empty string``,
+    ``a list of 2 values``, ``a number > 0 and <= 3600``); "" when it has none."""
+    base, _ = _unwrap(tp)
+    word = _TYPE_WORDS.get(getattr(base, "__name__", ""), "a value")
+    lo = hi = None
+    for meta in _metas(tp):
+        if meta.min_length is not None:
+            if base is str:
+                return "a non-empty string" if meta.min_length == 1 else \
+                    f"a string of at least {meta.min_length} characters"
+            if meta.max_length == meta.min_length:
+                return f"a list of {meta.min_length} values"
+            return f"a list of at least {meta.min_length} values"
+        lo = ("<=", meta.ge) if meta.ge is not None else ("<", meta.gt) if meta.gt is not None else lo
+        hi = ("<=", meta.le) if meta.le is not None else ("<", meta.lt) if meta.lt is not None else hi
+    sides = ([f"{lo[0].replace('<', '>')} {_num(lo[1])}"] if lo else []) + \
+        ([f"{hi[0]} {_num(hi[1])}"] if hi else [])
+    return f"{word} {' and '.join(sides)}" if sides else ""
+
+
+def _num(v: float) -> str:
+    return str(v) if isinstance(v, int) else f"{v:g}"
+
+
 _TYPE_WORDS = {"float": "a number", "int": "an integer", "str": "a string", "bool": "a boolean (true/false)",
                "array": "a list", "object": "a table"}
 
@@ -141,7 +211,7 @@ def _walk(raw: Any, tp: Any, path: list[str], file) -> Any:
     try:
         return msgspec.convert(raw, tp, strict=False) if _lenient(tp) else msgspec.convert(raw, tp)
     except msgspec.ValidationError as exc:
-        raise ConfigError(_leaf_message(exc), file, key_path(path, False)) from None
+        raise ConfigError(_leaf_error(raw, tp, exc), file, key_path(path, False)) from None
 
 
 def _lenient(tp: Any) -> bool:
@@ -198,6 +268,44 @@ def _walk_dataclass(raw: Any, tp: type, path: list[str], file) -> Any:
         raise ConfigError(str(exc), file, key_path(path, True)) from None
     _run_check(obj, path, file)
     return obj
+
+
+def is_path(tp: Any) -> bool:
+    """True for a field that names a file or folder (``daq.config.schema.PathStr``)."""
+    return any((m.extra or {}).get("path") for m in _metas(tp))
+
+
+def resolve_paths(raw: dict, schema: Any, base: str | Path) -> dict:
+    """Make every relative path of a checked config absolute against ``base`` (the config file's folder),
+    in place: the fields typed ``PathStr`` - given ones, and the defaults of the tables the config has -
+    so that drivers, simulators, plans and the session snapshot all see the same absolute file.
+    ``~`` is expanded. Returns ``raw``."""
+    _resolve(raw, schema, Path(base).resolve())
+    return raw
+
+
+def _resolve(raw: Any, tp: Any, base: Path) -> None:
+    struct, _ = _unwrap(tp)
+    if get_origin(struct) is dict and isinstance(raw, dict):
+        for value in raw.values():
+            _resolve(value, get_args(struct)[1], base)
+        return
+    if not (_is_struct(struct) and isinstance(raw, dict)):
+        return
+    for f in msgspec.structs.fields(struct):
+        key = f.encode_name
+        if is_path(f.type):
+            value = raw.get(key, f.default if isinstance(f.default, str) else None)
+            if isinstance(value, str) and value:
+                path = Path(value).expanduser()
+                raw[key] = str(path if path.is_absolute() else (base / path).resolve())
+        elif key in raw:
+            _resolve(raw[key], f.type, base)
+        elif f.default_factory is not msgspec.NODEFAULT and _is_struct(_unwrap(f.type)[0]):
+            sub: dict = {}  # a table left to its defaults: its default paths are relative too
+            _resolve(sub, f.type, base)
+            if sub:
+                raw[key] = sub
 
 
 def to_dict(obj: Any) -> Any:

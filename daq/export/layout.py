@@ -3,8 +3,6 @@ session's time base and metadata."""
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 import daq.errors
+from daq import json_codec
 from daq.store.records import SessionInfo, StreamData, StreamInfo
 
 FORMATS = ("hdf5", "mat", "csv")
@@ -150,27 +149,10 @@ def session_metadata(info: SessionInfo) -> dict:
 
 
 def strict_json(obj, **options) -> str:
-    """``json.dumps`` of ``obj`` as standard JSON that strict parsers accept: non-finite floats (NaN,
-    inf, which event bodies and device info may hold) become null, numpy scalars and arrays plain
-    values; ``options`` are json.dumps's (``default=str`` for what is still not JSON)."""
-    return json.dumps(_finite_only(obj), allow_nan=False, **options)
-
-
-def _finite_only(obj, depth: int = 0):
-    if isinstance(obj, float | np.floating):
-        x = float(obj)
-        return x if math.isfinite(x) else None
-    if depth > 200:  # deeper than any body the bus lets through; json.dumps says what is wrong
-        return obj
-    if isinstance(obj, dict):
-        return {k: _finite_only(v, depth + 1) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite_only(v, depth + 1) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _finite_only(obj.tolist(), depth + 1)
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
+    """``obj`` as standard JSON that strict parsers accept: non-finite floats (NaN, inf, which event
+    bodies and device info may hold) become null, numpy scalars and arrays plain values; ``options``:
+    ``indent``, ``default`` (``default=str`` for what is still not JSON)."""
+    return json_codec.dumps_strict(obj, **options)
 
 
 def check_count(plan: StreamPlan, written: int) -> None:

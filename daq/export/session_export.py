@@ -2,7 +2,9 @@
 
 Every format is written chunk by chunk from :meth:`SessionStore.iter_stream`, so memory stays
 bounded by the chunk size whatever the session's length; a file is written under a temporary
-name and renamed when complete, so a failed export never leaves a half file behind.
+name in the output's folder and renamed when complete (a CSV folder as a whole), so a failed or killed
+export never leaves a half file in place of the output, and ``force`` replaces an existing output only
+once the new one is complete.
 
 Layouts (one group / struct / file per stream, events included):
 
@@ -26,11 +28,14 @@ Times are exported as stored: unix time (s) for live sessions; :func:`time_base`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
+import shutil
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,23 +137,16 @@ def export(
                 progress(done[0], total)
 
     try:
-        if fmt == "csv":
-            out.mkdir(parents=True, exist_ok=True)
-            _to_csv(info, plans, events, out, chunks, result)
-        else:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            part = out.with_name(out.name + ".part")
-            try:
-                if fmt == "hdf5":
-                    _to_hdf5(info, plans, events, part, chunks, result, compress, chunk_samples)
-                else:
-                    result.mat_version = _choose_mat_version(info, plans, events, mat_version)
-                    writer = MatV5Writer if result.mat_version == "5" else MatV73Writer
-                    _to_mat(writer, info, plans, events, part, chunks, result, compress)
-                os.replace(part, out)
-            finally:
-                if part.exists():
-                    part.unlink()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with _in_place_when_done(out, directory=fmt == "csv") as part:
+            if fmt == "csv":
+                _to_csv(info, plans, events, part, chunks, result)
+            elif fmt == "hdf5":
+                _to_hdf5(info, plans, events, part, chunks, result, compress, chunk_samples)
+            else:
+                result.mat_version = _choose_mat_version(info, plans, events, mat_version)
+                writer = MatV5Writer if result.mat_version == "5" else MatV73Writer
+                _to_mat(writer, info, plans, events, part, chunks, result, compress)
     except OSError as exc:
         raise ExportError(f"cannot write {out}: {exc.strerror or exc}") from None
     if progress is not None and total == 0:
@@ -156,6 +154,42 @@ def export(
     result.seconds = time.perf_counter() - began
     result.bytes = _size_of(out)
     return result
+
+
+@contextlib.contextmanager
+def _in_place_when_done(out: Path, directory: bool = False) -> Iterator[Path]:
+    """A temporary name next to ``out`` (a hidden ``.<name>.<id>.part`` in the same folder, so the same
+    file system) to write the export to; when the block ends normally it takes ``out``'s place, an
+    existing ``out`` being replaced only then; on any failure it is removed and ``out`` stays as it was.
+    A file is replaced in one rename; a folder (CSV) is swapped with two, the old one removed after."""
+    tag = uuid.uuid4().hex[:8]
+    part = out.with_name(f".{out.name}.{tag}.part")
+    try:
+        if directory:
+            part.mkdir()
+        yield part
+        if directory and (out.exists() or out.is_symlink()):
+            old = out.with_name(f".{out.name}.{tag}.old")
+            os.rename(out, old)
+            try:
+                os.rename(part, out)
+            except OSError:
+                os.rename(old, out)  # put the previous export back
+                raise
+            _remove(old)
+        else:
+            os.replace(part, out)
+    finally:
+        if part.exists() or part.is_symlink():
+            _remove(part)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 class _Failed:

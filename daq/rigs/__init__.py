@@ -1,7 +1,8 @@
 """The rig registry: ``[rig].kind`` -> its :class:`~daq.rigs.base.Rig`.
 
-A new rig kind is one package ``daq/rigs/<kind>/`` whose ``rig`` module exposes ``RIG`` plus one line in
-:data:`KINDS` (docs/adding-a-rig.md); tests and plug-ins may also :func:`register` a rig at run time.
+A new rig kind is one package ``daq/rigs/<kind>/`` whose ``rig`` module exposes ``RIG`` (an instance of
+its subclass of :class:`~daq.rigs.base.Rig`) plus one line in :data:`KINDS` (docs/adding-a-rig.md); tests
+and plug-ins may also :func:`register` a rig at run time.
 Modules here that are no kind (:mod:`~daq.rigs.base`, :mod:`~daq.rigs.drive`, :mod:`~daq.rigs.excitation`,
 :mod:`~daq.rigs.analysis`) hold what kinds share; a kind's package imports them, never another kind.
 """
@@ -12,7 +13,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from daq.config.load import ConfigError, key_path, parse
+from daq.config.load import ConfigError, Invalid, key_path, parse
 from daq.config.schema import RigConfig
 from daq.rigs.base import Rig
 
@@ -64,6 +65,21 @@ def parse_config(raw: Any, file: str | Path | None = None) -> tuple[Rig, Any]:
     """Check a whole config against its rig kind's schema; returns (rig, typed config)."""
     rig = _rig_of(raw, file)
     return rig, parse(raw, rig.schema, file)
+
+
+def config_dir(file: str | Path | None) -> Path:
+    """The folder of a config file (the current directory for a config given as data)."""
+    return Path(file).resolve().parent if file is not None else Path.cwd()
+
+
+def check_rules(rig: Rig, cfg: Any, file: str | Path | None = None) -> None:
+    """The rig's rules beyond the schema (:meth:`~daq.rigs.base.Rig.check`) on a parsed config, with the
+    config file's folder; an ``Invalid(key, why)`` becomes one ConfigError naming the file and the key."""
+    try:
+        rig.check(cfg, config_dir(file))
+    except Invalid as exc:
+        keys = exc.key.split(".") if exc.key else []
+        raise ConfigError(exc.message, file, key_path(keys, exc.key is None or exc.table)) from None
 
 
 def _rig_of(raw: Any, file) -> Rig:

@@ -8,26 +8,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from daq.config.load import ConfigError, parse
 from daq.rigs import get_rig
-from daq.store.errors import StoreError
+from daq.rigs.base import AnalysisError, Rig
 from daq.store.read_write import SessionStore
 
-
-class AnalysisError(StoreError):
-    """A session that cannot be analysed (wrong kind, too little data); one clear message."""
+__all__ = ["AnalysisError", "analyze_session"]
 
 
 def analyze_session(store: SessionStore, session: str, *, plots_dir: str | Path | None = None,
-                    progress: Callable[[int, int, str], None] | None = None):
-    """Analyse ``session`` (id, unique prefix or "latest"); returns (info, result, report, plot files)."""
+                    progress: Callable[[int, int, str], None] | None = None,
+                    ) -> tuple[Any, Any, Rig, list[Path]]:
+    """Analyse ``session`` (id, unique prefix or "latest"); returns (info, result, rig, plot files): the
+    rig reports the result (``rig.report_text(result)``, ``rig.report_dict(result)``)."""
     info = store.get_session(session)
     try:
         rig = get_rig(info.kind)
     except ConfigError:
         raise AnalysisError(f"session {info.id}: no analysis for rig kind {info.kind!r}") from None
-    if rig.arrays is None or rig.analyze is None:
+    if not rig.has_analysis:
         raise AnalysisError(f"session {info.id}: rig kind {info.kind!r} has no analysis")
     try:
         cfg = parse(info.config, rig.schema, f"session {info.id} config")
@@ -39,8 +40,8 @@ def analyze_session(store: SessionStore, session: str, *, plots_dir: str | Path 
     except AnalysisError as exc:
         raise AnalysisError(f"session {info.id}: {exc}") from None
     files: list[Path] = []
-    if plots_dir is not None and rig.report is not None and rig.report.plots is not None:
+    if plots_dir is not None and rig.has_plots:
         folder = Path(plots_dir)
         folder.mkdir(parents=True, exist_ok=True)
-        files = list(rig.report.plots(result, arrays, folder))
-    return info, result, rig.report, files
+        files = list(rig.plots(result, arrays, folder))
+    return info, result, rig, files

@@ -1,48 +1,71 @@
-"""What a rig kind declares: its typed config, devices, plan, session reader, analysis and report.
+"""What a rig kind is: a subclass of :class:`Rig` with its typed config, devices, plan, session reader,
+analysis and report.
 
-A rig kind is one package under ``daq/rigs/`` whose ``rig`` module builds a :class:`Rig`;
-:mod:`daq.rigs` maps ``[rig].kind`` to it. The run lifecycle (:mod:`daq.run.lifecycle`) owns everything
-around the plan - store, bus, recorder, safe-state guard, two-level Ctrl-C, operator commands, simulator
-start/stop, outcome and error mapping - so a rig only says *what* its devices and steps are (the split
-of Bluesky's plans and RunEngine).
+A rig kind is one package under ``daq/rigs/`` whose ``rig`` module defines a subclass of :class:`Rig` and
+``RIG``, its one instance; :mod:`daq.rigs` maps ``[rig].kind`` to it. The run lifecycle
+(:mod:`daq.run.lifecycle`) owns everything around the plan - store, bus, recorder, safe-state guard,
+two-level Ctrl-C, operator commands, simulator start/stop, outcome and error mapping - so a rig only says
+*what* its devices and steps are (the split of Bluesky's plans and RunEngine)::
+
+    class CraneRig(DriveRig[CraneConfig, CraneRuns, SelectionResult]):
+        kind = "crane"
+        summary = "stacker-crane x-axis: ..."
+        schema = CraneConfig
+
+        async def plan(self, ctx: RunContext[CraneConfig, DriveRigDevices]) -> None: ...
+
+    RIG = CraneRig()
 
 The contract, in the order the lifecycle and the analysis use it (``C`` the rig's config struct, ``D``
 its connected devices, ``A`` what it reads back from a session, ``R`` its analysis result):
 
-=====================  ==================================================================================
-``schema``             ``type[C]``: the msgspec struct the whole config is checked against before anything
-                       opens (a subclass of :class:`~daq.config.schema.RigConfig`)
-``simulator(raw)``     the simulated devices (:class:`SimulatedRig`) for ``[rig].simulated = true``
-``simulated_devices``  ``(started simulator, raw config) -> [devices]`` tables pointed at it
-``open_devices``       ``(cfg: C, device tables) -> D``: connect; ``D`` is :class:`Devices` (identities,
-                       safe-state actions run in order on every exit path, close)
-``prepare(ctx)``       optional, before the session exists (designs, checks); leaves its results in
-                       ``ctx.prepared``
-``progress_total``     ``cfg -> steps`` of the plan for the progress bar (None: unknown)
-``plan(ctx)``          the experiment, on a :class:`RunContext` ``[C, D]``
-``arrays``             ``(store, session id) -> A``: the session read back for the analysis
-``analyze``            ``(A, cfg: C, progress) -> R``
-``report``             :class:`Report` ``[R, A]``: text, JSON-ready dict, plot files
-``describe_simulator`` the device table `hil sim` prints
-``streams``            stream name -> what it carries (documentation)
-=====================  ==================================================================================
+==================================  ===================================================================
+``kind``, ``summary``               class attributes: the ``[rig].kind`` it runs; one line for `hil rigs`
+``schema``                          ``type[C]``: the msgspec struct the whole config is checked against
+                                    before anything opens (a :class:`~daq.config.schema.RigConfig`)
+``streams``                         stream name -> what it carries (documentation)
+``check(cfg, config_dir)``          rules beyond the schema (files next to the config, ...), run by
+                                    `hil check` and by `hil run` before anything opens; raises
+                                    ``Invalid(key, why)`` (made a ConfigError naming file and key) or
+                                    ConfigError. Default: none
+``simulator(raw)``                  the simulated devices (:class:`SimulatedRig`) for ``[rig].simulated =
+                                    true``. Default: none (``has_simulator`` is False; it raises)
+``simulated_devices(sim, raw)``     the ``[devices]`` tables pointed at the started simulator. Default:
+                                    ``sim.device_config()``
+``describe_simulator(sim)``         the device table `hil sim` prints. Default None: the CLI lists the
+                                    tables of ``simulated_devices``
+``open_devices(cfg, tables)``       abstract, async -> ``D``: connect; ``D`` is :class:`Devices`
+                                    (identities, safe-state actions run in order on every exit, close)
+``prepare(ctx)``                    async, before the session exists (designs, checks); leaves its
+                                    results in ``ctx.prepared``. Default: nothing
+``progress_total(cfg)``             steps of the plan for the progress bar. Default None (unknown)
+``plan(ctx)``                       abstract, async: the experiment, on a :class:`RunContext` ``[C, D]``
+``arrays(reader, session_id)``      ``-> A``: the session read back for the analysis
+``analyze(arrays, cfg, progress)``  ``-> R``. Without both (the default) ``has_analysis`` is False and
+                                    they raise :class:`AnalysisError`
+``report_text(result)``             the text `hil analyze` prints. Default ``str(result)``
+``report_dict(result)``             the JSON-ready dict of ``--json``. Default ``result.to_dict()``
+``plots(result, arrays, folder)``   PNG files written into ``folder``. Default none (``has_plots`` False)
+==================================  ===================================================================
 """
 
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from daq.config.load import ConfigError
 from daq.config.schema import RigConfig
+from daq.store.errors import StoreError
 
 if TYPE_CHECKING:  # annotations only: the registry imports this module and stays light (no zmq, sqlite)
     import numpy as np
 
     from daq.bus.frames import Frame
-    from daq.bus.pubsub import BusSubscriber
+    from daq.bus.pubsub import BusPublisher, BusSubscriber
     from daq.store.reader import SessionReader
 
 RawConfig = dict[str, Any]            #: a config as read from TOML, before the schema check
@@ -83,6 +106,7 @@ class RunContext(Protocol[C, D]):
     session_id: str
     summary: dict[str, Any]     # counters the plan reports; stored with the session's outcome
     prepared: dict[str, Any]    # what ``prepare`` made for the plan
+    publisher: BusPublisher     # the run's bus (for acquisition loops that publish on their own)
 
     async def event(self, stream: str, kind: str, **body: Any) -> None: ...
 
@@ -102,40 +126,89 @@ class RunContext(Protocol[C, D]):
     def advance(self, n: int = 1, description: str | None = None) -> None: ...
 
 
-@dataclass
-class Report(Generic[R, A]):
-    """How a result is shown: a text table, a JSON-ready dict, and plots written into a folder."""
-
-    text: Callable[[R], str]
-    to_dict: Callable[[R], dict]
-    plots: Callable[[R, A, Path], list[Path]] | None = None  # (result, arrays, folder) -> files
+class AnalysisError(StoreError):
+    """A session that cannot be analysed (wrong kind, too little data); one clear message."""
 
 
-def _device_config(sim: Any, raw: RawConfig) -> DeviceTables:
-    """Default ``simulated_devices``: the simulator's own ``device_config()``."""
-    return sim.device_config()
-
-
-def _unknown_total(cfg: Any) -> int | None:
-    return None
-
-
-@dataclass
-class Rig(Generic[C, D, A, R]):
-    """One rig kind. Only ``kind``, ``summary``, ``schema``, ``open_devices`` and ``plan`` are required;
-    see the module docstring for the contract of each member."""
+class Rig(ABC, Generic[C, D, A, R]):
+    """One rig kind; see the module docstring for the contract of each member. A subclass sets ``kind``,
+    ``summary`` and ``schema`` and defines ``open_devices`` and ``plan``; the rest have defaults."""
 
     kind: str
     summary: str
     schema: type[C]
-    open_devices: Callable[[C, DeviceTables], Awaitable[D]]
-    plan: Callable[[RunContext[C, D]], Awaitable[None]]
-    simulator: Callable[[RawConfig], SimulatedRig] | None = None
-    simulated_devices: Callable[[Any, RawConfig], DeviceTables] = _device_config  # (started simulator, raw)
-    prepare: Callable[[RunContext[C, D]], Awaitable[None]] | None = None
-    progress_total: Callable[[C], int | None] = _unknown_total
-    arrays: Callable[[SessionReader, str], A] | None = None
-    analyze: Callable[[A, C, AnalysisProgress | None], R] | None = None
-    report: Report[R, A] | None = None
-    describe_simulator: Callable[[Any], list[dict]] | None = None  # (its started simulator) -> table
-    streams: dict[str, str] = field(default_factory=dict)
+    streams: dict[str, str] = {}  # documentation: never mutated
+
+    # -- config, simulator, devices -------------------------------------------------------------------
+    def check(self, cfg: C, config_dir: Path) -> None:
+        """Rules beyond the schema (``config_dir``: the config file's folder), run by `hil check` and by
+        `hil run` before anything opens; raise ``daq.config.load.Invalid(key, why)`` or ConfigError."""
+
+    def simulator(self, raw: RawConfig) -> SimulatedRig:
+        """The simulated devices for ``[rig].simulated = true`` (not started yet)."""
+        raise ConfigError(f"rig kind {self.kind!r} has no simulator", None, "[rig].simulated")
+
+    def simulated_devices(self, sim: Any, raw: RawConfig) -> DeviceTables:
+        """The ``[devices]`` tables pointed at the started simulator ``sim``: its own ``device_config()``."""
+        return sim.device_config()
+
+    def describe_simulator(self, sim: Any) -> list[dict] | None:
+        """The device table `hil sim` prints for the started simulator; None: the ``simulated_devices``."""
+        return None
+
+    @abstractmethod
+    async def open_devices(self, cfg: C, tables: DeviceTables) -> D:
+        """Connect the devices of ``tables`` (the ``[devices]`` a run reaches); closed again on failure."""
+
+    # -- the run --------------------------------------------------------------------------------------
+    async def prepare(self, ctx: RunContext[C, D]) -> None:
+        """Before the session exists, with the devices open (designs, checks); results in ``ctx.prepared``."""
+
+    def progress_total(self, cfg: C) -> int | None:
+        """How many ``ctx.advance`` steps the plan makes (None: unknown)."""
+        return None
+
+    @abstractmethod
+    async def plan(self, ctx: RunContext[C, D]) -> None:
+        """The experiment, top to bottom."""
+
+    # -- analysis and report --------------------------------------------------------------------------
+    def arrays(self, reader: SessionReader, session_id: str) -> A:
+        """What the analysis needs of a stored session."""
+        raise AnalysisError(f"rig kind {self.kind!r} has no analysis")
+
+    def analyze(self, arrays: A, cfg: C, progress: AnalysisProgress | None = None) -> R:
+        """The analysis of a session's ``arrays`` with the settings it was recorded with."""
+        raise AnalysisError(f"rig kind {self.kind!r} has no analysis")
+
+    def report_text(self, result: R) -> str:
+        """The text `hil analyze` prints."""
+        return str(result)
+
+    def report_dict(self, result: R) -> dict:
+        """The JSON-ready dict of `hil analyze --json`."""
+        return result.to_dict()  # type: ignore[attr-defined]
+
+    def plots(self, result: R, arrays: A, folder: Path) -> list[Path]:
+        """Plot files of a result, written into ``folder`` (which exists)."""
+        return []
+
+    # -- what a kind offers ---------------------------------------------------------------------------
+    @property
+    def has_simulator(self) -> bool:
+        return self._defines("simulator")
+
+    @property
+    def has_analysis(self) -> bool:
+        return self._defines("arrays") and self._defines("analyze")
+
+    @property
+    def has_plots(self) -> bool:
+        return self._defines("plots")
+
+    def _defines(self, method: str) -> bool:
+        """Whether the kind defines ``method`` itself rather than inheriting the default."""
+        return getattr(type(self), method) is not getattr(Rig, method)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {getattr(self, 'kind', '?')!r}>"

@@ -6,7 +6,8 @@ input uploaded to the drive, played from its buffer, and its trace read back (:f
 then published as ``trajectory_start`` - trace frames - ``trajectory_end`` (:func:`record_trajectory`).
 The same bracket is read back twice: from the bus by the online identifiers
 (:class:`TrajectoryReceiver`) and from the store by the analyses (:func:`read_trajectories`).
-:func:`start_online` starts an online identifier beside a plan.
+:func:`start_online` starts an online identifier beside a plan. :class:`DriveRig` is the base class of
+these kinds: its devices, simulator and simulated device tables.
 
 This is no rig kind: the rig packages import it, it imports none of them.
 """
@@ -14,22 +15,25 @@ This is no rig kind: the rig packages import it, it imports none of them.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar
 
 import numpy as np
+from msgspec import Meta
 from msgspec import field as sfield
 
 from daq.bus.frames import Event, Frame
-from daq.config.load import Invalid, suggestion
-from daq.config.schema import Count, NonNegative, Positive, Table
+from daq.config.load import Invalid, suggestion, to_dict
+from daq.config.schema import Interval, PathStr, Port, Seed, Table, Timeout
 from daq.online.estimates import Emit
+from daq.rigs.base import A, C, R, RawConfig, Rig, RunContext
 
 if TYPE_CHECKING:  # annotations only: the driver pulls in asyncua, loaded when devices open
     from daq.bus.pubsub import BusSubscriber
-    from daq.rigs.base import RawConfig, RunContext
     from daq.store.reader import SessionReader
     from drivers.servo_drive import ServoDrive
 
@@ -41,15 +45,17 @@ TRACE_CHANNELS = ("torque_cmd", "torque", "speed")  #: the drive's trace, in the
 
 
 class DriveSecurity(Table, kw_only=True):
+    """``[devices.drive.security]``. The client's application URI is not set here: the driver takes it
+    from the URI in ``certificate`` (servers refuse a client whose URI differs from its certificate)."""
+
     mode: Literal["none", "Basic256Sha256_SignAndEncrypt"] = "none"
-    certificate: str | None = None
-    private_key: str | None = None
-    server_certificate: str | None = None
-    server_trust_dir: str | None = None
+    certificate: PathStr | None = None
+    private_key: PathStr | None = None
+    server_certificate: PathStr | None = None
+    server_trust_dir: PathStr | None = None
     user: str | None = None
     password: str | None = None
     password_env: str | None = None
-    application_uri: str | None = None
 
     def check(self) -> None:
         if self.mode != "none":
@@ -59,6 +65,9 @@ class DriveSecurity(Table, kw_only=True):
             if not (self.server_certificate or self.server_trust_dir):
                 raise Invalid("server_certificate", "a secure endpoint needs the server's certificate pinned "
                                                     "(server_certificate) or trusted (server_trust_dir)")
+        if self.user and self.password is None and not self.password_env:
+            raise Invalid("user", f"{self.user!r} needs a password: set password_env (the variable that "
+                                  "holds it) or password")
 
 
 class DriveDevice(Table, kw_only=True):
@@ -67,15 +76,15 @@ class DriveDevice(Table, kw_only=True):
     url: str
     name: str = "crane-drive"
     namespace: str = "urn:hil-lab:crane-drive"
-    torque_limit: Positive = 20.0     # N*m, checked by the driver before upload
-    speed_limit: Positive = 150.0     # rad/s
-    max_samples: Count = 100_000
-    timeout: Positive = 4.0
-    connect_timeout: Positive = 10.0
-    heartbeat_interval: Positive = 0.2
-    run_timeout_margin: NonNegative = 5.0
+    torque_limit: Annotated[float, Meta(gt=0, le=1e5)] = 20.0   # N*m (N), checked by the driver before upload
+    speed_limit: Annotated[float, Meta(gt=0, le=1e4)] = 150.0   # rad/s (m/s)
+    max_samples: Annotated[int, Meta(ge=2, le=10**8)] = 100_000
+    timeout: Annotated[float, Meta(gt=0, le=60.0)] = 4.0        # s per OPC UA request
+    connect_timeout: Timeout = 10.0
+    heartbeat_interval: Interval = 0.2
+    run_timeout_margin: Annotated[float, Meta(ge=0, le=600.0)] = 5.0  # s beyond a trajectory's duration
     security: DriveSecurity = sfield(default_factory=DriveSecurity)
-    nodes: dict[str, str] = sfield(default_factory=dict)
+    nodes: dict[str, Annotated[str, Meta(min_length=1)]] = sfield(default_factory=dict)
 
     def check(self) -> None:
         from drivers.servo_drive import NODE_DEFAULTS  # lazy: asyncua
@@ -85,12 +94,111 @@ class DriveDevice(Table, kw_only=True):
         for name in self.nodes:
             if name not in NODE_DEFAULTS:
                 raise Invalid(f"nodes.{name}", "unknown node" + suggestion(name, list(NODE_DEFAULTS)))
+        if self.heartbeat_interval >= self.timeout:
+            raise Invalid("heartbeat_interval", f"{self.heartbeat_interval} s is not below timeout "
+                                                f"({self.timeout} s): the drive's watchdog would trip")
+
+
+class DriveSimTable(Table, kw_only=True):
+    """``[simulator.drive]``: the simulated OPC UA drive (simulators.crane_drive.DriveSettings)."""
+
+    name: str = "crane-drive-sim"
+    host: str = "127.0.0.1"
+    port: Port = 0
+    secure_port: Port = 0
+    security: Literal["none", "secure", "both"] = "none"
+    pki_dir: PathStr = "sessions/pki/crane"   # relative: to the config file's folder
+    users: dict[str, str] = sfield(default_factory=lambda: {"operator": "crane-sim"})
+    namespace: str = "urn:hil-lab:crane-drive"
+    axis: Annotated[str, Meta(min_length=1)] = "Axis1"
+    cycle_time: Annotated[float, Meta(ge=1e-6, le=0.01)] = 1e-4        # s, the drive's cycle
+    max_samples: Annotated[int, Meta(ge=2, le=10**8)] = 100_000
+    max_sample_time: Annotated[float, Meta(gt=0, le=1.0)] = 0.01       # s
+    torque_limit: Annotated[float, Meta(gt=0, le=1e5)] = 20.0
+    speed_limit: Annotated[float, Meta(gt=0, le=1e4)] = 150.0
+    time_scale: Annotated[float, Meta(gt=0, le=1000.0)] = 1.0          # > 1: faster than real time
+    live_rate: Annotated[float, Meta(gt=0, le=1000.0)] = 25.0          # Hz
+    watchdog_timeout: Annotated[float, Meta(gt=0, le=60.0)] = 1.0      # s
+    seed: Seed = 4
+
+    def check(self) -> None:
+        ratio = self.max_sample_time / self.cycle_time
+        if ratio < 1 - 1e-9:
+            raise Invalid("max_sample_time", f"{self.max_sample_time} s is below cycle_time "
+                                             f"({self.cycle_time} s)")
+
+    def accepts(self, dt: float) -> str | None:
+        """Why the simulated drive refuses a trajectory sampled at ``dt`` (None: it accepts it)."""
+        ratio = dt / self.cycle_time
+        if dt > self.max_sample_time * (1 + 1e-9) or abs(ratio - round(ratio)) > 1e-6 * max(1.0, ratio):
+            return (f"the simulated drive plays sample times that are multiples of [simulator.drive]."
+                    f"cycle_time ({self.cycle_time} s) up to max_sample_time ({self.max_sample_time} s)")
+        return None
 
 
 class DriveDevicesTable(Table, kw_only=True):
     """``[devices]`` of a drive rig: the one drive."""
 
     drive: DriveDevice
+
+
+def check_drive(drive: DriveDevice, simulator: DriveSimTable | None, inputs: Sequence[tuple[str, float, int]]
+                ) -> None:
+    """The rules of a drive rig beyond its tables, for `hil check` and `hil run` before anything opens:
+    the security files exist and parse, the password's variable is set, and - against the simulated
+    drive - every input (``(key, dt, samples)``) has a sample time and a length the drive plays; and the
+    driver is built from the table as `hil run` builds it (not connected)."""
+    from drivers.servo_drive import ServoDrive  # lazy: asyncua
+
+    try:
+        ServoDrive(to_dict(drive))
+    except (TypeError, ValueError, KeyError) as exc:
+        raise Invalid("devices.drive", str(exc), table=True) from None
+    sec = drive.security
+    if sec.mode != "none":
+        for key in ("certificate", "private_key", "server_certificate"):
+            path = getattr(sec, key)
+            if path:
+                why = _pki_problem(path, key)
+                if why:
+                    raise Invalid(f"devices.drive.security.{key}", why)
+        if sec.server_trust_dir and not Path(sec.server_trust_dir).is_dir():
+            raise Invalid("devices.drive.security.server_trust_dir",
+                          f"{sec.server_trust_dir} is not a folder (the trusted servers' certificates)")
+    if sec.user and sec.password is None and sec.password_env and sec.password_env not in os.environ:
+        raise Invalid("devices.drive.security.password_env",
+                      f"${sec.password_env} is not set: export it (the drive user's password) before the run")
+    for key, dt, n in inputs:
+        if simulator is not None:
+            why = simulator.accepts(dt)
+            if why:
+                raise Invalid(key, f"input sample time {dt:g} s: {why}")
+            if n > simulator.max_samples:
+                raise Invalid(key, f"{n} input samples exceed [simulator.drive].max_samples "
+                                   f"({simulator.max_samples})")
+        if n > drive.max_samples:
+            raise Invalid(key, f"{n} input samples exceed [devices.drive].max_samples ({drive.max_samples})")
+
+
+def _pki_problem(path: str, key: str) -> str | None:
+    """Why a certificate or private-key file cannot be used (None: it can)."""
+    from cryptography import x509  # lazy: only secure drives read certificates
+    from cryptography.hazmat.primitives import serialization  # lazy: as above
+
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc} (generate it, e.g. simulators/certs.py, or fix the path)"
+    pem = data.lstrip().startswith(b"-----")
+    try:
+        if key == "private_key":
+            (serialization.load_pem_private_key if pem else serialization.load_der_private_key)(data, None)
+        else:
+            (x509.load_pem_x509_certificate if pem else x509.load_der_x509_certificate)(data)
+    except (ValueError, TypeError) as exc:
+        what = "private key" if key == "private_key" else "certificate"
+        return f"{path} is no readable {what} (PEM or DER): {exc}"
+    return None
 
 
 # ----------------------------------------------------------------------------------------- devices
@@ -140,6 +248,20 @@ def simulated_devices(sim, raw: RawConfig) -> dict[str, dict]:
     mode = dict(drive.get("security", {})).get("mode", "none")
     drive["url"] = sim.endpoints["secure" if mode != "none" else "plain"]
     return devices
+
+
+class DriveRig(Rig[C, DriveRigDevices, A, R]):
+    """A rig kind behind the one servo drive: devices, simulator and simulated tables as above; a kind
+    adds its plan, analysis and report (and its ``describe_simulator`` note)."""
+
+    async def open_devices(self, cfg: C, tables: Mapping[str, Any]) -> DriveRigDevices:
+        return await open_devices(cfg, tables)
+
+    def simulator(self, raw: RawConfig):
+        return simulator(raw)
+
+    def simulated_devices(self, sim, raw: RawConfig) -> dict[str, dict]:
+        return simulated_devices(sim, raw)
 
 
 def describe_simulator(sim, note: str = "") -> list[dict]:

@@ -13,7 +13,7 @@ from msgspec import Meta
 from msgspec import field as sfield
 
 from daq.config.load import Invalid
-from daq.config.schema import Count, Positive, Table
+from daq.config.schema import Hz, PathStr, Seed, Table
 
 if TYPE_CHECKING:
     from identification.multisine import MultisineResult
@@ -22,29 +22,29 @@ ROLES = ("training", "validation")
 
 
 class ExcitationRole(Table, kw_only=True):
-    f_min: Positive | None = None
-    f_max: Positive | None = None
-    n_lines: Count | None = None
+    f_min: Hz | None = None
+    f_max: Hz | None = None
+    n_lines: Annotated[int, Meta(ge=1, le=100000)] | None = None
     grid: Literal["lin", "log"] | None = None
     odd_only: bool | None = None
-    seed: int | None = None
+    seed: Seed | None = None
     amplitude: Annotated[float, Meta(gt=0, le=1)] | None = None
-    duration: Positive | None = None
+    duration: Annotated[float, Meta(gt=0, le=600)] | None = None
 
 
 class ExcitationTable(Table, kw_only=True):
-    f_min: Positive                     # Hz
-    f_max: Positive                     # Hz
+    f_min: Hz                           # Hz
+    f_max: Hz                           # Hz
     n_lines: Annotated[int, Meta(ge=1, le=100000)]
-    dt: Annotated[float, Meta(gt=0, le=0.01)] = 1e-4
+    dt: Annotated[float, Meta(ge=1e-6, le=0.01)] = 1e-4
     duration: Annotated[float, Meta(gt=0, le=600)] = 2.0
-    n_periods: Count = 1
+    n_periods: Annotated[int, Meta(ge=1, le=1000)] = 1
     grid: Literal["lin", "log"] = "lin"
     odd_only: bool = False
-    seed: int = 0
+    seed: Seed = 0
     amplitude: Annotated[float, Meta(gt=0, le=1)] = 0.5   # peak torque as a fraction of the torque limit
-    max_iter: Count = 50
-    export_dir: str | None = None
+    max_iter: Annotated[int, Meta(ge=1, le=10000)] = 50
+    export_dir: PathStr | None = None   # relative: to the config file's folder
     training: ExcitationRole = sfield(default_factory=ExcitationRole)
     validation: ExcitationRole = sfield(default_factory=ExcitationRole)
 
@@ -64,6 +64,12 @@ class ExcitationTable(Table, kw_only=True):
             nyquist = 0.5 / r["dt"]
             if r["f_max"] >= nyquist:
                 raise Invalid("f_max", f"{r['f_max']} Hz is not below the Nyquist frequency {nyquist:g} Hz")
+            period = r["duration"] / r["n_periods"] / r["dt"]
+            if period < 2 * r["n_lines"]:
+                where = f"{role}.n_lines" if getattr(self, role).n_lines else "n_lines"
+                raise Invalid(where, f"a period of {r['duration']:g} s / {r['n_periods']} at dt = "
+                                     f"{r['dt']:g} s has {period:.3g} samples, fewer than 2 per line "
+                                     f"({r['n_lines']} lines)")
 
 
 def design_excitation(exc: ExcitationTable, role: str, torque_limit: float

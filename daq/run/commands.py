@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 import math
 import time
@@ -37,6 +36,7 @@ from collections.abc import Awaitable, Callable
 import zmq
 import zmq.asyncio
 
+from daq import json_codec
 from daq.bus.keys import CurveKeys, check_bind, release_server, secure_client, secure_server
 from daq.bus.pubsub import bind_endpoint
 from daq.errors import ProtocolError
@@ -45,6 +45,10 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[..., Awaitable[dict] | dict]
 MAX_REQUEST_BYTES = 1024 * 1024
+#: How long a closed server's queued replies may still be delivered, ms (a bound: never a hang).
+REPLY_LINGER_MS = 500
+#: How long a stopping server keeps its connections after its last reply, s (see CommandServer.stop).
+REPLY_GRACE_S = 0.2
 #: Deepest nesting of lists/objects accepted in a request.
 MAX_ARG_NESTING = 32
 
@@ -93,6 +97,8 @@ class CommandServer:
             self.close()
             raise
         self._task: asyncio.Task | None = None
+        self._replying = False
+        self._last_reply = -math.inf
         self.served = 0
         self.errors = 0
         self.refused = 0
@@ -110,17 +116,22 @@ class CommandServer:
             if len(parts) < 2:
                 continue  # nothing to route a reply to
             route, body = parts[:-1], parts[-1]
-            reply = await self._handle(body)
-            self.served += 1
-            if not reply.get("ok"):
-                self.errors += 1
-                self.refused += bool(reply.get("refused"))
+            self._replying = True  # until the reply is handed over: stop() waits for it (bounded)
             try:
-                await self._sock.send_multipart(
-                    [*route, json.dumps(reply, default=str).encode()], flags=zmq.NOBLOCK
-                )
-            except zmq.ZMQError as exc:
-                log.warning("could not send a command reply: %s", exc)
+                reply = await self._handle(body)
+                self.served += 1
+                if not reply.get("ok"):
+                    self.errors += 1
+                    self.refused += bool(reply.get("refused"))
+                try:
+                    await self._sock.send_multipart(
+                        [*route, json_codec.encode(reply, default=str)], flags=zmq.NOBLOCK
+                    )
+                except zmq.ZMQError as exc:
+                    log.warning("could not send a command reply: %s", exc)
+            finally:
+                self._replying = False
+                self._last_reply = time.monotonic()
 
     async def _handle(self, body: bytes) -> dict:
         req_id = None
@@ -164,6 +175,16 @@ class CommandServer:
             return {"id": req_id, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
 
     async def stop(self) -> None:
+        """Stop serving; a reply being sent (e.g. to the `stop` command that ends a run) goes out first,
+        waited for at most REPLY_LINGER_MS."""
+        deadline = time.monotonic() + REPLY_LINGER_MS / 1000
+        while self._replying and self._task is not None and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)
+        # A client with ZMQ_IMMEDIATE drops a reply it has not read yet when the connection goes away
+        # (libzmq terminates the pipe): keep the connection a moment after the last reply.
+        grace = self._last_reply + REPLY_GRACE_S - time.monotonic()
+        if 0 < grace <= REPLY_GRACE_S:
+            await asyncio.sleep(grace)
         if self._task is not None:
             self._task.cancel()
             try:
@@ -176,8 +197,8 @@ class CommandServer:
         if self._task is not None:
             self._task.cancel()
             self._task = None
-        if not self._sock.closed:
-            self._sock.close(linger=0)
+        if not self._sock.closed:  # a reply just queued (the `stop` that ends the run) still goes out
+            self._sock.close(linger=REPLY_LINGER_MS)
         if self._domain is not None:
             release_server(self._ctx, self._domain)
             self._domain = None
@@ -201,7 +222,7 @@ def _parse_request(body: bytes) -> dict:
     except UnicodeDecodeError:
         raise CommandError("request is not UTF-8 JSON") from None
     try:
-        req = json.loads(text)  # NaN/Infinity/1e999 parse, so that the refusal carries the id
+        req = json_codec.loads(text)  # NaN/Infinity/1e999 parse, so that the refusal carries the id
     except ValueError:
         raise CommandError("request is not UTF-8 JSON") from None
     except RecursionError:
@@ -262,10 +283,10 @@ class CommandClient:
         timeout = self.timeout if timeout is None else timeout
         req_id = uuid.uuid4().hex
         deadline = time.monotonic() + timeout
-        body = json.dumps(
+        body = json_codec.encode(
             {"id": req_id, "cmd": name, "args": args, "deadline": time.time() + timeout},
             default=_json_default,
-        ).encode()
+        )
         async with self._lock:
             try:
                 async with asyncio.timeout(max(timeout, 0.001)):
@@ -282,7 +303,7 @@ class CommandClient:
                     )
                 parts = await self._sock.recv_multipart()
                 try:
-                    reply = json.loads(parts[-1].decode("utf-8"))
+                    reply = json_codec.loads(parts[-1].decode("utf-8"))
                 except (UnicodeDecodeError, ValueError):
                     continue
                 if not isinstance(reply, dict) or reply.get("id") != req_id:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import time
@@ -28,11 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from daq import json_codec
 from daq.bus.frames import Event, Frame
-from daq.bus.keys import load_keys
+from daq.bus.keys import load_keys, with_own_client
 from daq.bus.pubsub import BusPublisher, BusSubscriber
 from daq.config.load import ConfigError, store_path_for
-from daq.rigs import parse_config
+from daq.rigs import check_rules, parse_config
 from daq.rigs.base import Devices, Rig
 from daq.run.commands import CommandServer
 from daq.run.recorder import Recorder
@@ -85,6 +85,10 @@ class RunContext:
         self._wake = asyncio.Event()
         self._plan_task: asyncio.Future | None = None
         self.prepared: dict = {}         # what the rig's prepare() made for its plan (designs, ...)
+        self.keys = None                 # the bus's CURVE keys with the run's own client pair (or None)
+        self.steps_done = 0              # plan steps finished (the progress bar's count), for `hil ctl`
+        self.steps_total: int | None = None
+        self.step_label: str | None = None  # the description of the last finished step
 
     # -- bus ------------------------------------------------------------------------------------------
     async def event(self, stream: str, kind: str, **body) -> None:
@@ -108,7 +112,7 @@ class RunContext:
 
     async def subscribe(self, *topics: str) -> BusSubscriber:
         """A subscriber of the run's bus (closed by the lifecycle), connected before this returns."""
-        sub = BusSubscriber(self.publisher.endpoint, topics=topics or ("",))
+        sub = BusSubscriber(self.publisher.endpoint, topics=topics or ("",), keys=self.keys)
         self._subscribers.append(sub)
         await self.publisher.wait_for_subscribers(1 + len(self._subscribers))
         return sub
@@ -155,7 +159,10 @@ class RunContext:
             self._resume.set()
 
     def advance(self, n: int = 1, description: str | None = None) -> None:
-        """Move the progress bar by ``n`` plan steps."""
+        """Move the progress bar by ``n`` plan steps (``description``: the step just finished)."""
+        self.steps_done += n
+        if description:
+            self.step_label = description
         if self._progress is not None:
             self._progress(n, description)
 
@@ -166,6 +173,7 @@ async def run(config: dict, store_path: str | Path | None = None, *, file: str |
               on_context: Callable[[RunContext], None] | None = None) -> RunResult:
     """Run the plan of ``config``'s rig once and record one session; see the module docstring.
 
+    ``file``: the config's file, named in config errors; its folder is the one the rig's ``check`` gets.
     ``simulated_rig``: an already started simulated rig (tests use it to kill devices mid-plan).
     ``handle_sigint``: two-level Ctrl-C; ``handle_term`` (default: as ``handle_sigint``): SIGTERM and
     SIGHUP stop at once through the safe state, the session's reason names the signal. The handlers
@@ -174,7 +182,8 @@ async def run(config: dict, store_path: str | Path | None = None, *, file: str |
     exists the run always returns a result whose status and reason say how it ended.
     """
     rig, cfg = parse_config(config, file)  # checked whole: nothing is opened for a broken config
-    if cfg.rig.simulated and rig.simulator is None and simulated_rig is None:
+    check_rules(rig, cfg, file)            # and the rig's rules beyond the schema (files next to it, ...)
+    if cfg.rig.simulated and not rig.has_simulator and simulated_rig is None:
         raise ConfigError(f"rig kind {rig.kind!r} has no simulator", file, "[rig].simulated")
     if not cfg.rig.simulated and simulated_rig is None and "devices" not in config:
         raise ConfigError("missing required table (a real rig needs its devices)", file, "[devices]")
@@ -202,9 +211,11 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
     keys = _keys(cfg)
     publisher = BusPublisher(cfg.bus.data, lossless=True, send_timeout=cfg.bus.send_timeout,
                              tap_endpoint=cfg.bus.tap, keys=keys)
-    rec_sub = BusSubscriber(publisher.endpoint)
+    rec_sub = BusSubscriber(publisher.endpoint, keys=keys)
     progress = _Progress(rig.kind, rig.progress_total(cfg)) if show_progress else None
     ctx = RunContext(rig, cfg, raw, publisher, progress.advance if progress else None)
+    ctx.keys = keys
+    ctx.steps_total = rig.progress_total(cfg)
     if on_context is not None:
         on_context(ctx)
     commands = _CommandChannel(ctx, cfg.bus.command, keys)
@@ -214,6 +225,7 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
     session_id = ""
     status, reason, failure = "aborted", None, None
     outcome: Event | None = None  # a plan_outcome the bus could not carry
+    published: Event | None = None  # the plan_outcome handed to the bus (the recorder stores it, if alive)
     stopper = OperatorStop(on_first=ctx.request_stop)
     if handle_sigint or handle_term:
         stopper.install(sigint=handle_sigint, terminate=handle_term)  # ours until the clean-up is done
@@ -221,8 +233,7 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
         await publisher.wait_for_subscribers(1)
         devices = await rig.open_devices(cfg, device_cfg)
         ctx.devices = devices
-        if rig.prepare is not None:
-            await rig.prepare(ctx)
+        await rig.prepare(ctx)
         snapshot = dict(raw, store={"path": str(store_path)})
         if "devices" in rig.schema.__struct_fields__:  # the devices as they were reached (simulated ports)
             snapshot["devices"] = device_cfg
@@ -253,7 +264,7 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
         try:
             async with asyncio.timeout(2.0):
                 await publisher.publish(outcome)
-            outcome = None  # on the bus: the recorder stores it
+            published, outcome = outcome, None  # on the bus: the recorder stores it
         except Exception as exc:  # noqa: BLE001 - a stalled bus: the store gets it directly below
             log.warning("plan outcome not published (%s); recording it directly", exc or type(exc).__name__)
     except BaseException as exc:  # set-up failed before the plan ran
@@ -270,13 +281,11 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
             await recorder.stop(drain=RECORDER_DRAIN_S)
             rec_error = _recorder_error(recorder)
             if rec_error and status == "complete":
-                status, reason = "aborted", f"recorder failed: {rec_error}"
+                status, reason = "aborted", _recorder_reason(recorder.error or rec_error)
+        if outcome is None and rec_error_of(recorder):  # on the bus, but the recorder had already failed
+            outcome = published
         if outcome is not None and session_id:  # the recorder has stopped: the store is ours alone
-            try:
-                store.append(session_id, outcome)
-                store.flush()
-            except Exception as exc:  # noqa: BLE001 - e.g. the disk that failed the recorder
-                log.error("plan outcome of session %s not recorded: %s", session_id, exc)
+            _record_outcome(store, store_path, session_id, outcome)
         if session_id:
             _finish_session(store, store_path, session_id, status, reason)
         if devices is not None:
@@ -316,12 +325,41 @@ def _finish_session(store: SessionStore, store_path: Path, session_id: str, stat
         log.error("session %s could not be marked %s (%s); it shows as incomplete", session_id, status, exc)
 
 
+def _record_outcome(store: SessionStore, store_path: Path, session_id: str, outcome: Event) -> None:
+    """Store the plan_outcome directly; after a failed commit (disk full) the writer still holds the rows
+    that did not fit, so a fresh connection writes the one small event alone (room permitting)."""
+    with contextlib.suppress(Exception):  # the recorder may have committed it before it failed
+        if any(e.seq == outcome.seq for e in store.events(session_id, kind="plan_outcome")):
+            return
+    try:
+        store.append(session_id, outcome)
+        store.flush()
+        return
+    except Exception as exc:  # noqa: BLE001 - e.g. the disk that failed the recorder: try the second way
+        log.warning("plan outcome of session %s not recorded on the writer: %s", session_id, exc)
+    try:
+        with SessionStore(store_path, recover=False) as fresh:
+            fresh.append(session_id, outcome)
+            fresh.flush()
+    except Exception as exc:  # noqa: BLE001
+        log.error("plan outcome of session %s not recorded: %s", session_id, exc)
+
+
+def rec_error_of(recorder: Recorder | None) -> str | None:
+    return _recorder_error(recorder) if recorder is not None else None
+
+
+def _recorder_reason(error: object) -> str:
+    """The reason a failed recorder gives a session: its own words for a full disk, else prefixed."""
+    return str(error) if getattr(error, "disk_full", False) else f"recorder failed: {error}"
+
+
 def _keys(cfg: Any):
-    """CURVE keys of [bus].keys (required by the bus and command server beyond loopback)."""
+    """CURVE keys of [bus].keys (required by the bus and command server beyond loopback), with a client
+    pair of the run's own for its recorder and plan subscribers (no client key on disk needed)."""
     if not cfg.bus.keys:
         return None
-
-    return load_keys(cfg.bus.keys)
+    return with_own_client(load_keys(cfg.bus.keys))
 
 
 def _recorder_error(recorder: Recorder) -> str | None:
@@ -370,7 +408,7 @@ async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: Oper
 
 def _why_ended(task: asyncio.Future, rec_task: asyncio.Future | None) -> str:
     if task is rec_task:
-        return f"recorder failed: {task.result() if not task.cancelled() else 'cancelled'}"
+        return _recorder_reason(task.result() if not task.cancelled() else "cancelled")
     who = task.get_name()
     if task.cancelled():
         return f"{who} was cancelled"
@@ -397,7 +435,7 @@ async def stop_tasks(*tasks: asyncio.Future) -> None:
 
 def _jsonable(obj: Any) -> Any:
     """Config snapshot as JSON-safe data (TOML dates and the like become strings)."""
-    return json.loads(json.dumps(obj, default=str))
+    return json_codec.loads(json_codec.encode(obj, default=str))
 
 
 # ----------------------------------------------------------------------------------------- operator
@@ -419,7 +457,7 @@ def live_runs(store_path: Path) -> list[dict]:
     runs = []
     for f in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
-            entry = json.loads(f.read_text())
+            entry = json_codec.loads(f.read_text())
         except (OSError, ValueError):
             continue
         if not isinstance(entry, dict):
@@ -470,14 +508,15 @@ class _CommandChannel:
         folder = runs_dir(store_path)
         folder.mkdir(parents=True, exist_ok=True)
         self.announce = folder / f"{session_id}.json"
-        self.announce.write_text(json.dumps({"session": session_id, "kind": ctx.rig.kind,
+        self.announce.write_text(json_codec.dumps({"session": session_id, "kind": ctx.rig.kind,
                                              "command": self.server.endpoint, "data": publisher.endpoint,
                                              "tap": publisher.tap_endpoint,
                                              "pid": os.getpid(), "started": time.time()}))
 
     def _status(self) -> dict:
         ctx = self.ctx
-        return {"session": ctx.session_id, "kind": ctx.rig.kind, "state": ctx.state, "summary": ctx.summary}
+        return {"session": ctx.session_id, "kind": ctx.rig.kind, "state": ctx.state, "summary": ctx.summary,
+                "progress": {"done": ctx.steps_done, "total": ctx.steps_total, "label": ctx.step_label}}
 
     def _abort(self) -> dict:
         self.ctx.abort()

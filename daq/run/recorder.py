@@ -10,7 +10,9 @@ run that owns it can stop its plan through the safe state. What was committed be
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 
@@ -27,7 +29,22 @@ log = logging.getLogger(__name__)
 
 
 class RecorderError(daq.errors.StoreError, RuntimeError):
-    """The recorder stopped because the store could not commit; ``__cause__`` is the store's error."""
+    """The recorder stopped because the store could not commit; ``__cause__`` is the store's error.
+    ``disk_full``: the file system (or a quota) had no room left for the commit."""
+
+    disk_full = False
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """True when ``exc`` (or what caused it) is SQLite's SQLITE_FULL or the OS's ENOSPC / EDQUOT."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            return True
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 class Recorder:
@@ -128,7 +145,13 @@ class Recorder:
             if isinstance(exc, zmq.ZMQError)
             else f"cannot commit session {self.session_id} to {self.store.path}"
         )
-        err = RecorderError(f"recorder stopped: {what}: {type(exc).__name__}: {exc}")
+        if is_disk_full(exc):
+            err = RecorderError(f"disk full: no room left to commit session {self.session_id} to "
+                                f"{self.store.path} after {self.recorded} messages "
+                                f"({type(exc).__name__}: {exc})")
+            err.disk_full = True
+        else:
+            err = RecorderError(f"recorder stopped: {what}: {type(exc).__name__}: {exc}")
         err.__cause__ = exc
         self.error = err
         log.error("%s (%d messages recorded before)", err, self.recorded)

@@ -8,7 +8,6 @@ export, analysis, replay) needs nothing else: :class:`SessionReader` never buffe
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from typing import Self
 
 import numpy as np
 
+from daq import json_codec
 from daq.bus.frames import SUPPORTED_DTYPES, Event, Frame
 from daq.store import ranges
 from daq.store.errors import StoreError, UnknownSession
@@ -87,8 +87,8 @@ class SessionReader:
             streams[name] = StreamInfo(
                 name,
                 typ,
-                json.loads(ch or "null") or [],
-                json.loads(un or "null") or [],
+                json_codec.loads(ch or "null") or [],
+                json_codec.loads(un or "null") or [],
                 dtype,
                 dt,
                 nm,
@@ -97,6 +97,8 @@ class SessionReader:
                 tl,
                 bool(mono),
             )
+        if status == "running" and sid in self._file.unmarked:  # abandoned, but the store could not say so
+            status, reason = "incomplete", self._file.unmarked[sid]
         return SessionInfo(
             id=sid,
             kind=kind,
@@ -104,14 +106,14 @@ class SessionReader:
             reason=reason,
             started=started,
             ended=ended,
-            config=json.loads(config),
+            config=json_codec.loads(config),
             software_version=version,
-            devices=json.loads(devices),
+            devices=json_codec.loads(devices),
             streams=streams,
             writer_host=host,
             writer_pid=pid,
             heartbeat=hb,
-            stats=json.loads(stats) if stats else None,
+            stats=json_codec.loads(stats) if stats else None,
         )
 
     # ------------------------------------------------------------------ frame streams
@@ -279,7 +281,7 @@ class SessionReader:
         with self._lock:
             rows = self._db.execute(sql + " ORDER BY ord", args).fetchall()
         return [
-            Event(stream=s, kind=k, seq=q, t=t, body=json.loads(b), session_id=sid, replay=bool(r))
+            Event(stream=s, kind=k, seq=q, t=t, body=json_codec.loads(b), session_id=sid, replay=bool(r))
             for s, k, q, t, b, r in rows
         ]
 
@@ -321,7 +323,7 @@ class SessionReader:
                         kind=kind,
                         seq=seq,
                         t=t,
-                        body=json.loads(body),
+                        body=json_codec.loads(body),
                         session_id=info.id,
                         replay=bool(replay),
                     )

@@ -22,13 +22,13 @@ migrated (columns added and filled) the first time this code opens them.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sqlite3
 
 import numpy as np
 
+from daq import json_codec
 from daq.bus.frames import SUPPORTED_DTYPES
 from daq.store.payload import frame_span
 
@@ -144,7 +144,7 @@ def migrate_to_format_2(db: sqlite3.Connection) -> None:
                 "SELECT session_id, stream, channels, dtype FROM streams WHERE type='frame'"
             ).fetchall()
             for sid, stream, channels, dtype in streams:
-                row_bytes = len(json.loads(channels or "[]")) * SUPPORTED_DTYPES[dtype].itemsize
+                row_bytes = len(json_codec.loads(channels or "[]")) * SUPPORTED_DTYPES[dtype].itemsize
                 cur = db.execute(
                     "SELECT rowid, t0, dt, n, has_ts, CASE WHEN has_ts THEN substr(payload, n * ? + 1) "
                     "END FROM frames WHERE session_id=? AND stream=? ORDER BY ord",

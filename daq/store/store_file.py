@@ -53,6 +53,9 @@ class StoreFile:
         self.pid = os.getpid()
         #: Sessions this process writes through this file (recovery leaves them alone).
         self.owned: set[str] = set()
+        #: Sessions found abandoned that could not be marked (a full disk, a read-only file): id ->
+        #: reason. Readers show them as ``incomplete`` all the same; the next open with room marks them.
+        self.unmarked: dict[str, str] = {}
         if recover:
             self.recover()
 
@@ -78,12 +81,19 @@ class StoreFile:
                     gone.append(
                         (sid, f"no heartbeat from writer {host}:{pid} for {now - (heartbeat or 0):.0f} s")
                     )
-            for sid, reason in gone:
-                self.db.execute(
-                    "UPDATE sessions SET status='incomplete', reason=?, "
-                    "ended=COALESCE(ended, heartbeat) WHERE id=? AND status='running'",
-                    (reason, sid),
-                )
+            try:
+                for sid, reason in gone:
+                    self.db.execute(
+                        "UPDATE sessions SET status='incomplete', reason=?, "
+                        "ended=COALESCE(ended, heartbeat) WHERE id=? AND status='running'",
+                        (reason, sid),
+                    )
+                    self.unmarked.pop(sid, None)
+            except sqlite3.OperationalError as exc:  # disk full, read-only file or folder, locked
+                if self.db.in_transaction:
+                    self.db.rollback()
+                for sid, reason in gone:
+                    self.unmarked[sid] = f"{reason} (not recorded in the store: {exc})"
         return [sid for sid, _ in gone]
 
     def close(self) -> None:

@@ -9,7 +9,6 @@ commit refreshes the heartbeat of the sessions this writer owns (see :mod:`daq.s
 
 from __future__ import annotations
 
-import json
 import math
 import operator
 import os
@@ -20,6 +19,7 @@ from typing import Self
 
 import numpy as np
 
+from daq import json_codec
 from daq.bus.frames import Event, Frame, FrameError, frame_header, frame_payload
 from daq.store.errors import StoreError, UnknownSession
 from daq.store.payload import frame_span
@@ -81,8 +81,8 @@ class SessionWriter:
         sid = session_id or uuid.uuid4().hex[:12]
         now = time.time()
         try:
-            config_json = json.dumps(config, default=str)
-            devices_json = json.dumps(devices or {}, default=str)
+            config_json = json_codec.dumps(config, default=str)
+            devices_json = json_codec.dumps(devices or {}, default=str)
         except (TypeError, ValueError) as exc:
             raise StoreError(f"config/devices are not JSON-serialisable: {exc}") from None
         with self._lock:
@@ -125,7 +125,7 @@ class SessionWriter:
     def set_stats(self, session_id: str, stats: dict) -> None:
         """Attach recorder statistics (received, gaps, malformed ...) to a session."""
         with self._lock:
-            self._db.execute("UPDATE sessions SET stats=? WHERE id=?", (json.dumps(stats), session_id))
+            self._db.execute("UPDATE sessions SET stats=? WHERE id=?", (json_codec.dumps(stats), session_id))
 
     # ------------------------------------------------------------------ writing
 
@@ -187,7 +187,7 @@ class SessionWriter:
                 raise StoreError("event needs a non-empty stream and kind")
             _check_numbers(f"event {msg.kind!r} of stream {msg.stream!r}", msg.seq, {"t": msg.t}, None)
             try:
-                body = json.dumps(msg.body, allow_nan=True, default=_json_default)
+                body = json_codec.dumps(msg.body, default=json_codec.numpy_default)
             except (TypeError, ValueError) as exc:
                 raise StoreError(f"event body is not JSON-serialisable: {exc}") from None
             self._check_layout(session_id, {"type": "event", "stream": msg.stream})
@@ -240,7 +240,8 @@ class SessionWriter:
     def _check_layout(self, session_id: str, h: dict) -> None:
         """A stream keeps one type, channel list, unit list and dtype for the whole session."""
         key = (session_id, h["stream"])
-        layout = (h["type"], json.dumps(h.get("channels")), json.dumps(h.get("units")), h.get("dtype"))
+        channels, units = json_codec.dumps(h.get("channels")), json_codec.dumps(h.get("units"))
+        layout = (h["type"], channels, units, h.get("dtype"))
         known = self._layout.get(key)
         if known is None:
             with self._lock:
@@ -363,11 +364,3 @@ def _check_numbers(what: str, seq, times: dict[str, float | None], ts: np.ndarra
             raise StoreError(f"refusing {what}: {name} must be a finite number, got {value!r}")
     if ts is not None and ts.size and not np.isfinite(ts).all():
         raise StoreError(f"refusing {what}: timestamps must be finite (found NaN or inf)")
-
-
-def _json_default(obj):
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")

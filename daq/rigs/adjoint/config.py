@@ -7,13 +7,14 @@ The rig, the online identifier, the design helpers and the plots import it; it i
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Literal
 
+from msgspec import Meta
 from msgspec import field as sfield
 
 from daq.config.load import Invalid
-from daq.config.schema import Count, NonNegative, Positive, RigConfig, Table
-from daq.rigs.drive import DriveDevicesTable
+from daq.config.schema import Budget, Finite, PathStr, Positive, RigConfig, Table, Wait
+from daq.rigs.drive import DriveDevicesTable, DriveSimTable
 from daq.rigs.excitation import ExcitationTable
 
 #: plant -> (measured output name, unit)
@@ -34,47 +35,49 @@ DESIGNS = ("adjoint", "F0", "sine", "multisine")
 
 class Simulator(Table, kw_only=True):
     plant: str | None = None
-    truth: dict[str, float] = sfield(default_factory=dict)
-    drive: dict[str, Any] = sfield(default_factory=dict)
+    truth: dict[str, Finite] = sfield(default_factory=dict)
+    drive: DriveSimTable = sfield(default_factory=DriveSimTable)
 
     def check(self) -> None:
-        from simulators.crane_drive import DriveSettings, get_plant  # lazy: asyncua and scipy
+        from simulators.crane_drive import get_plant  # lazy: asyncua and scipy
 
         try:
             plant = get_plant(self.plant)
         except ValueError as exc:
             raise Invalid("plant", str(exc)) from None
-        for key, build in (("truth", plant.truth.from_config), ("drive", DriveSettings.from_config)):
-            try:
-                build(dict(getattr(self, key)))
-            except (TypeError, ValueError) as exc:
-                why = re.sub(r"^(\[[^\]]*\]|\w+ truth):?\s*", "", str(exc))
-                raise Invalid(key, why, table=True) from None
+        try:  # the plant's own rules (names, signs, relations) are the truth's: checked by building it
+            plant.truth.from_config(dict(self.truth))
+        except (TypeError, ValueError) as exc:
+            why = re.sub(r"^(\[[^\]]*\]|\w+ truth):?\s*", "", str(exc))
+            raise Invalid("truth", why, table=True) from None
 
 
 class AdjointTable(Table, kw_only=True):
     """The design (``identification.adjoint_plants.design_problem`` spec plus optimiser settings)."""
 
     plant: str
-    parameters: list[str]
+    parameters: Annotated[list[str], Meta(min_length=1)]
     criterion: Literal["A", "D", "E"] = "D"
     scaling: Literal["relative", "none"] = "relative"
-    t_f: Positive
-    dt: Positive                      # s, input sample time
-    n_sub: Count = 2
-    u_max: Positive                   # N (N*m for the crane), |u| <= u_max
-    start: float = 0.5                # F0 = start * F_max
+    t_f: Annotated[float, Meta(gt=0, le=600.0)]      # s, length of the input
+    dt: Annotated[float, Meta(ge=1e-6, le=1.0)]      # s, input sample time
+    n_sub: Annotated[int, Meta(ge=1, le=1000)] = 2
+    u_max: Annotated[float, Meta(gt=0, le=1e5)]      # N (N*m for the crane), |u| <= u_max
+    start: Annotated[float, Meta(ge=-1, le=1)] = 0.5  # F0 = start * F_max
     sigma: Positive                   # measurement noise std (output units)
-    meas_dt: Positive                 # s, measurement sample time assumed by the design
+    meas_dt: Annotated[float, Meta(ge=1e-6, le=10.0)]  # s, measurement sample time assumed by the design
     method: Literal["lbfgs", "gradient"] = "lbfgs"
-    max_iter: Count = 300
-    rounds: Count = 6
+    max_iter: Annotated[int, Meta(ge=1, le=100000)] = 300
+    rounds: Annotated[int, Meta(ge=1, le=100)] = 6
     end_tol: Positive = 1e-3
     end_weight: Positive = 1000.0
     limit_weight: Positive = 1000.0
     end: dict[str, Positive] = sfield(default_factory=dict)
     limits: dict[str, Positive] = sfield(default_factory=dict)
-    nominal: dict[str, float] = sfield(default_factory=dict)  # design point; default: simulator truth
+    # the design point: prior knowledge (data sheet, an earlier identification), every value of the design
+    # model; required for a design (`hil design adjoint --prior SESSION` puts a session's estimate over it)
+    nominal: dict[str, Finite] = sfield(default_factory=dict)
+    grad_tol: Positive = 0.05         # converged: no sample's projected gradient step > grad_tol x its range
 
     def check(self) -> None:
         if self.plant not in OUTPUTS:
@@ -82,8 +85,6 @@ class AdjointTable(Table, kw_only=True):
         n = round(self.t_f / self.dt)
         if n < 1 or abs(n * self.dt - self.t_f) > 1e-9 * self.t_f:
             raise Invalid("t_f", f"{self.t_f} s is not a whole number of input samples dt = {self.dt} s")
-        if not -1 <= self.start <= 1:
-            raise Invalid("start", f"must be within [-1, 1] (a fraction of u_max), got {self.start}")
 
     def spec(self) -> dict:
         keys = ("parameters", "criterion", "scaling", "t_f", "dt", "n_sub", "u_max", "start", "sigma",
@@ -93,20 +94,22 @@ class AdjointTable(Table, kw_only=True):
 
 class PlanTable(Table, kw_only=True):
     design: Literal["adjoint", "F0", "sine", "multisine"] = "adjoint"
-    trajectory: str = "trajectory.csv"   # CSV written by `hil design adjoint` (t [s], force [N])
+    trajectory: PathStr = "trajectory.csv"   # CSV written by `hil design adjoint` (t [s], force [N]);
+                                             # relative: to the config file's folder
     design_if_missing: bool = True       # no file: design on the fly (off the event loop)
 
 
 class FitTable(Table, kw_only=True):
-    start: Positive = 1.05      # the fit starts at start * the design point
-    skip: NonNegative = 0.0     # s left out at the beginning of the record
-    n_sigma: Positive = 3.0     # |estimate - truth| <= n_sigma * std counts as "within"
-    input_lag: NonNegative = 0.0  # s, known time constant of the force actuator (the model has none)
+    start: Positive = 1.0       # the fit starts at start * the design point (the nominal or the prior)
+    skip: Annotated[float, Meta(ge=0, le=600.0)] = 0.0     # s left out at the beginning of the record
+    n_sigma: Annotated[float, Meta(gt=0, le=100.0)] = 3.0  # |estimate - truth| <= n_sigma * std: "within"
+    input_lag: Annotated[float, Meta(ge=0, le=10.0)] = 0.0  # s, known time constant of the actuator
     # nuisance parameters fitted alongside the design's (name -> start and nominal value, SI): pendulum
     # d_c, f_c, f_p; crane viscous, coulomb, stribeck_torque, stribeck_speed, dead_time; oscillator d1, ...
-    nuisance: dict[str, float] = sfield(default_factory=dict)
-    friction_speed_eps: Positive | None = None  # smooth sign tanh(v/eps) of the fitted Coulomb terms
-    decimate: Count = 1         # crane: the model runs on decimate * cycle, every decimate-th sample used
+    # A name the design point has (pendulum d_c, crane viscous) starts at the design point instead.
+    nuisance: dict[str, Finite] = sfield(default_factory=dict)
+    friction_speed_eps: Annotated[float, Meta(gt=0, le=100.0)] | None = None  # smooth sign tanh(v/eps)
+    decimate: Annotated[int, Meta(ge=1, le=1000)] = 1  # crane: the model runs on decimate * cycle
 
 
 class SequentialTable(Table, kw_only=True):
@@ -117,21 +120,15 @@ class SequentialTable(Table, kw_only=True):
     """
 
     enabled: bool = False
-    target_rel_std: Positive = 1e-3   # stop when every relative std of the estimate is <= this
-    max_runs: Count = 5               # budget, runs (the first, [plan] input, included)
-    max_seconds: Positive | None = None  # budget from the plan start, s (wall clock)
+    target_rel_std: Annotated[float, Meta(gt=0, le=1.0)] = 1e-3  # stop when every relative std <= this
+    max_runs: Annotated[int, Meta(ge=1, le=1000)] = 5   # budget, runs (the first, [plan] input, included)
+    max_seconds: Budget | None = None  # budget from the plan start, s (wall clock)
     redesign: bool = True             # re-solve the adjoint design at each new estimate
-    shrink: Positive = 0.25           # warm start = shrink * previous input (off the bounds)
+    shrink: Annotated[float, Meta(gt=0, le=1)] = 0.25   # warm start = shrink * previous input
     cold_start: bool = True           # also design from F0 and keep the better (a far-off old design traps
                                       # the warm start: see identification.sequential_design.redesign)
-    alpha: Positive = 0.05            # level of the confidence ellipsoid in the estimate events
-    wait_timeout: Positive = 120.0    # s the plan waits for a run's estimate
-
-    def check(self) -> None:
-        if self.shrink > 1:
-            raise Invalid("shrink", f"must be in (0, 1], got {self.shrink}")
-        if self.alpha >= 1:
-            raise Invalid("alpha", f"must be in (0, 1), got {self.alpha}")
+    alpha: Annotated[float, Meta(gt=0, lt=1)] = 0.05  # level of the confidence ellipsoid in the estimates
+    wait_timeout: Wait = 120.0        # s the plan waits for a run's estimate
 
 
 class AdjointRigConfig(RigConfig, kw_only=True):

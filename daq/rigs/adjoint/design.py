@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from daq import json_codec
+from daq.config.load import ConfigError
 from daq.rigs.adjoint.config import AdjointRigConfig
 from daq.rigs.excitation import design_excitation
 
@@ -27,24 +29,29 @@ def lagged_mean(force: np.ndarray, lag: float, dt: float) -> np.ndarray:
     return force + w * (prev - force)
 
 
-def nominal_values(cfg: AdjointRigConfig) -> dict[str, float]:
-    """The design point: the plant's default values, the simulator truth, then ``[adjoint.nominal]``."""
-    from simulators.crane_drive import get_plant  # lazy: asyncua and scipy
+def nominal_values(cfg: AdjointRigConfig, prior: dict[str, float] | None = None) -> dict[str, float]:
+    """The design point: prior knowledge only - ``[adjoint.nominal]`` (data sheet, drawings, an earlier
+    identification), with ``prior`` (an earlier session's estimate, ``hil design adjoint --prior``) over it.
+    Never the simulator truth: a real rig has none. ConfigError naming ``[adjoint.nominal]`` and the
+    missing values when the design model's values are not all given."""
+    from identification.adjoint_plants import DESIGN_VALUES  # lazy: scipy
 
-    truth_type = get_plant(cfg.adjoint.plant).truth
-    values = _model_values(truth_type())
-    if cfg.simulator is not None:
-        values.update(_model_values(truth_type.from_config(dict(cfg.simulator.truth))))
-    values.update(cfg.adjoint.nominal)
+    values = {k: float(v) for k, v in cfg.adjoint.nominal.items()}
+    values.update(prior or {})
+    missing = [k for k in DESIGN_VALUES[cfg.adjoint.plant] if k not in values]
+    if missing:
+        raise ConfigError(f"the design point is prior knowledge, not the simulator truth: give "
+                          f"{', '.join(missing)} ({cfg.adjoint.plant} design model) in [adjoint.nominal], or "
+                          f"design at an earlier session's estimate (hil design adjoint --prior SESSION)",
+                          key="[adjoint.nominal]")
     return values
 
 
-def _model_values(truth) -> dict[str, float]:
-    """The physical values a model may use: ``model_values()`` where the truth has it (oscillator,
-    pendulum), else every number of the truth (the crane's drive-model kit knows friction and dead time)."""
-    if hasattr(truth, "model_values"):
-        return dict(truth.model_values())
-    return {k: float(v) for k, v in truth.to_dict().items()}
+def nuisance_starts(cfg: AdjointRigConfig, values: dict[str, float]) -> dict[str, float]:
+    """Start values of the ``[fit.nuisance]`` parameters: the design point's value where it has one (the
+    pendulum's cart friction ``d_c``, the crane's ``viscous``: prior knowledge, like the design point),
+    else the value ``[fit.nuisance]`` gives (a data-sheet guess for friction the design model lacks)."""
+    return {n: float(values.get(n, v)) for n, v in cfg.fit.nuisance.items()}
 
 
 def simulator_truth(cfg: AdjointRigConfig) -> dict[str, float] | None:
@@ -57,21 +64,28 @@ def simulator_truth(cfg: AdjointRigConfig) -> dict[str, float] | None:
     return {k: float(v) for k, v in truth.to_dict().items()}
 
 
-def problem_of(cfg: AdjointRigConfig):
+def problem_of(cfg: AdjointRigConfig, prior: dict[str, float] | None = None,
+               prior_fisher: np.ndarray | None = None):
+    """The design problem at the design point (:func:`nominal_values`); ``prior_fisher``: information the
+    new run adds to (an earlier session's, the inverse of its covariance), physical units."""
     from identification.adjoint_plants import design_problem  # lazy: scipy
 
-    return design_problem(cfg.adjoint.plant, nominal_values(cfg), cfg.adjoint.spec())
+    pb = design_problem(cfg.adjoint.plant, nominal_values(cfg, prior), cfg.adjoint.spec())
+    pb.prior_fisher = prior_fisher
+    return pb
 
 
-def run_design(cfg: AdjointRigConfig):
+def run_design(cfg: AdjointRigConfig, prior: dict[str, float] | None = None,
+               prior_fisher: np.ndarray | None = None):
     """The adjoint design of the config (``identification.adjoint_design.optimize_input`` from F0)."""
     from identification.adjoint_design import optimize_input  # lazy: scipy
     from identification.adjoint_plants import reference_inputs  # lazy: scipy
 
     a = cfg.adjoint
-    pb = problem_of(cfg)
+    pb = problem_of(cfg, prior, prior_fisher)
     u0 = reference_inputs(pb, a.start)["F0"]
-    return optimize_input(pb, u0, method=a.method, max_iter=a.max_iter, rounds=a.rounds, end_tol=a.end_tol)
+    return optimize_input(pb, u0, method=a.method, max_iter=a.max_iter, rounds=a.rounds, end_tol=a.end_tol,
+                          grad_tol=a.grad_tol)
 
 
 def write_trajectory(path: str | Path, dt: float, force: np.ndarray, column: str = "force [N]") -> Path:
@@ -84,6 +98,20 @@ def write_trajectory(path: str | Path, dt: float, force: np.ndarray, column: str
         for k, v in enumerate(np.asarray(force, float).ravel()):
             w.writerow([f"{k * dt:.9g}", f"{v:.17g}"])
     return path
+
+
+def design_record_path(trajectory: str | Path) -> Path:
+    """Where `hil design adjoint` records a trajectory's design (JSON beside the CSV)."""
+    return Path(trajectory).with_suffix(".design.json")
+
+
+def design_prior(trajectory: str | Path) -> dict | None:
+    """The prior (``{"session", "values", ...}``) a trajectory file was designed at, None for
+    ``[adjoint.nominal]`` (or no design record)."""
+    try:
+        return json_codec.loads(design_record_path(trajectory).read_text()).get("prior")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def read_trajectory(path: str | Path) -> tuple[float, np.ndarray]:
@@ -121,10 +149,15 @@ def signal_of(cfg: AdjointRigConfig, design: str | None = None) -> tuple[np.ndar
                 raise ValueError(f"{path}: {force.size} samples at {dt:g} s do not match [adjoint] "
                                  f"({pb.n_samples} samples at {pb.dt:g} s); run `hil design adjoint` again")
             info["trajectory"] = str(path)
+            prior = design_prior(path)
+            if prior is not None:  # designed at an earlier session's estimate: predict at that point
+                pb = problem_of(cfg, prior["values"])
+                info["prior_session"] = prior["session"]
         elif cfg.plan.design_if_missing:
             res = run_design(cfg)
             force = res.u[:, 0].copy()
-            info.update(trajectory=None, iterations=res.iterations, design_success=res.success)
+            info.update(trajectory=None, iterations=res.iterations, design_success=res.success,
+                        design_converged=res.converged, design_status=res.status)
         else:
             raise FileNotFoundError(f"{path} not found: run `hil design adjoint` first")
     else:
@@ -172,3 +205,107 @@ def fisher_std(fisher: np.ndarray) -> np.ndarray:
         return np.full(fisher.shape[0], np.inf)
 
 
+
+
+# ----------------------------------------------------------------------------------------- priors
+
+
+class Prior:
+    """An earlier session's estimate as prior knowledge for a design (``hil design adjoint --prior``):
+    ``values`` (its design point's values with the estimate over them, nuisances included), the
+    identified ``names`` and their ``covariance`` (None: values only), and where it came from."""
+
+    def __init__(self, session: str, values: dict[str, float], names: list[str],
+                 covariance: np.ndarray | None, source: str):
+        self.session, self.values, self.names, self.source = session, values, names, source
+        self.covariance = None if covariance is None else np.asarray(covariance, float)
+
+    def fisher_for(self, params: list[str]) -> np.ndarray | None:
+        """The prior information (inverse covariance) in the order of ``params``; None when the session
+        identified other parameters or its covariance is not invertible."""
+        if self.covariance is None or sorted(self.names) != sorted(params):
+            return None
+        order = [self.names.index(p) for p in params]
+        cov = self.covariance[np.ix_(order, order)]
+        try:
+            fisher = np.linalg.inv(cov)
+        except np.linalg.LinAlgError:
+            return None
+        return fisher if np.all(np.isfinite(fisher)) else None
+
+    def to_dict(self) -> dict:
+        return {"session": self.session, "source": self.source, "values": self.values,
+                "parameters": self.names,
+                "covariance": None if self.covariance is None else self.covariance.tolist()}
+
+
+def prior_from_estimate(session: str, config: dict, estimate: dict) -> Prior:
+    """A prior from a session's last online ``estimate`` event (its body) and its config snapshot."""
+    values = {k: float(v) for k, v in ((config.get("adjoint") or {}).get("nominal") or {}).items()}
+    names = list(estimate["parameters"])
+    values.update(zip(names, map(float, estimate["values"]), strict=True))
+    values.update({n: float(d["value"]) for n, d in (estimate.get("nuisance") or {}).items()})
+    return Prior(session, values, names, estimate.get("covariance"),
+                 f"online estimate over {estimate.get('used', '?')} run(s)")
+
+
+def prior_from_analysis(session: str, config: dict, result: dict) -> Prior:
+    """A prior from the analysis of a session (``AdjointAnalysis.to_dict()``): its estimates and, as the
+    analysis reports standard deviations only, a diagonal covariance of the compared std."""
+    values = {k: float(v) for k, v in ((config.get("adjoint") or {}).get("nominal") or {}).items()}
+    names = list(result["estimate"])
+    values.update({k: float(v) for k, v in result["estimate"].items()})
+    values.update({n: float(d["estimate"]) for n, d in (result.get("nuisance") or {}).items()})
+    std = np.array([result["compared_std"][n] for n in names], float)
+    return Prior(session, values, names, np.diag(std**2), "offline analysis (diagonal covariance)")
+
+
+# ----------------------------------------------------------------------------------------- comparison
+
+
+def criterion_of(pb, fisher: np.ndarray, info_scale: float | None = None) -> float:
+    """The design criterion (the value the optimiser minimises, prior information included) of an
+    input with Fisher matrix ``fisher``; A and E divided by ``info_scale`` as in the optimiser."""
+    from identification.adjoint_design import criterion_value  # lazy: scipy
+
+    held = fisher if pb.prior_fisher is None else fisher + np.asarray(pb.prior_fisher, float)
+    value = criterion_value(held * np.outer(pb.scales, pb.scales), pb.criterion, pb.e_power)[0]
+    return value if pb.criterion == "D" or not info_scale else value / info_scale
+
+
+def compare_inputs(cfg: AdjointRigConfig, pb, designed: np.ndarray) -> dict[str, dict]:
+    """Criterion value and predicted std of the designed input against F0 (constant), the sine and, where
+    the config has one of the same duration (crane), the shipped multisine:
+    ``{input: {"criterion": J, "std": {name: s}}}``."""
+    from identification.adjoint_design import evaluate  # lazy: scipy
+    from identification.adjoint_plants import reference_inputs  # lazy: scipy
+
+    fishers = {"adjoint": evaluate(pb, designed[:, None], gradient=False).fisher}
+    for name, u in reference_inputs(pb, cfg.adjoint.start).items():
+        fishers[name] = evaluate(pb, u, gradient=False).fisher
+    if cfg.excitation is not None and cfg.adjoint.plant == "crane":
+        try:  # only when the multisine lasts as long as the design (it is not stretched)
+            fishers["multisine"] = np.asarray(multisine_of(cfg, pb, {})[1]["fisher"], float)
+        except ValueError:
+            pass
+    scale = pb.info_scale
+    if pb.criterion != "D" and not scale:
+        scale = abs(criterion_of(pb, fishers["F0"])) or 1.0
+    names = list(pb.model.param_names)
+    return {k: {"criterion": criterion_of(pb, f, scale),
+                "std": dict(zip(names, fisher_std(f).tolist(), strict=True))} for k, f in fishers.items()}
+
+
+def worse_than_references(table: dict[str, dict], criterion: str) -> list[str]:
+    """In words, each parameter whose predicted std with the design is larger than with a reference
+    input (the best such reference), e.g. ``J3: predicted std 4.1e-06 with the design vs 8.6e-07 with F0
+    - the D-optimal design trades J3 for the others``."""
+    ours = table["adjoint"]["std"]
+    lines = []
+    for p, s in ours.items():
+        better = [(v["std"][p], k) for k, v in table.items() if k != "adjoint" and v["std"][p] < s]
+        if better:
+            best, ref = min(better)
+            lines.append(f"{p}: predicted std {s:.2g} with the design vs {best:.2g} with {ref} - the "
+                         f"{criterion}-optimal design trades {p} for the others")
+    return lines

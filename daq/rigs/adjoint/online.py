@@ -28,7 +28,7 @@ from daq.online.estimates import Emit, OnlineEstimates
 from daq.online.estimates import publisher_emit as _publisher_emit
 from daq.rigs import parse_config
 from daq.rigs.adjoint.config import OUTPUTS, AdjointRigConfig
-from daq.rigs.adjoint.design import fisher_std, lagged_mean, nominal_values, problem_of
+from daq.rigs.adjoint.design import fisher_std, lagged_mean, nominal_values, nuisance_starts, problem_of
 from daq.rigs.base import RunContext
 from daq.rigs.drive import DriveRigDevices, ReceivedTrajectory, TrajectoryReceiver, start_online
 
@@ -170,11 +170,12 @@ def from_config(cfg: AdjointRigConfig, emit: Emit, target: float | None = None) 
     pb = problem_of(cfg)
     model, params = pb.model, list(pb.model.param_names)
     b0 = pb.b * cfg.fit.start
-    nuisance = {n: float(v) for n, v in (getattr(cfg.fit, "nuisance", None) or {}).items() if n not in params}
+    values = nominal_values(cfg)  # prior knowledge only, never the simulator truth
+    nuisance = {n: v for n, v in nuisance_starts(cfg, values).items() if n not in params}
     if nuisance:  # the analysis model: the design's parameters, then the nuisances at their start values
         from identification.adjoint_plants import analysis_model  # lazy: scipy
 
-        point = {**nominal_values(cfg), **nuisance}
+        point = {**values, **nuisance}
         if getattr(cfg.fit, "friction_speed_eps", None) is not None:
             point["eps"] = cfg.fit.friction_speed_eps
         model = analysis_model(cfg.adjoint.plant, point, params + list(nuisance))
@@ -254,6 +255,7 @@ def redesigned_signal(cfg: AdjointRigConfig, values: dict[str, float], u_prev: n
     names = list(pb.model.state_names)
     info = {"design": "adjoint", "trajectory": None, "redesigned": True, "run": run,
             "iterations": res.iterations, "design_success": res.success,
+            "design_converged": res.converged, "design_status": res.status,
             "design_s": time.perf_counter() - t0, "parameters": list(pb.model.param_names),
             "design_point": pb.b.tolist(), "fisher": ev.fisher.tolist(),
             "predicted_std": fisher_std(ev.fisher).tolist(),

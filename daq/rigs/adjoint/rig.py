@@ -4,7 +4,8 @@ crane's shipped multisine) is pushed to an OPC UA drive as a trajectory, run, re
 analysis fits the identified parameters, with the effects the design model lacks (friction, dead time)
 fitted alongside as nuisance parameters (``[fit.nuisance]``).
 
-One package, three kinds (``oscillator``, ``pendulum``, ``crane-adjoint``): :func:`make_rig` builds each.
+One package, three kinds (``oscillator``, ``pendulum``, ``crane-adjoint``): :class:`AdjointRig` is what
+they share; each kind's module subclasses it with its ``kind`` and ``summary``.
 Devices: the servo drive (:mod:`daq.rigs.drive`; for the oscillator and the pendulum its ``torque_limit``
 is the force limit in N). Streams: ``<kind>.trace`` (command, applied input, output) at the drive's
 cycle, one trajectory per run between ``trajectory_start``/``trajectory_end`` on ``<kind>.plan`` (a
@@ -20,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,35 +28,28 @@ import numpy as np
 
 from daq.rigs import drive
 from daq.rigs.adjoint import online
+from daq.rigs.adjoint.checks import check_rig
 from daq.rigs.adjoint.config import INPUTS, NUISANCE_TRUTH, OUTPUTS, PLANT_OF, AdjointRigConfig
 from daq.rigs.adjoint.design import (
     fisher_std,
     lagged_mean,
     nominal_values,
+    nuisance_starts,
     problem_of,
     signal_of,
     simulator_truth,
 )
 from daq.rigs.adjoint.plots import plot_analysis
 from daq.rigs.analysis import AnalysisError
-from daq.rigs.base import AnalysisProgress, Report, Rig, RunContext
+from daq.rigs.base import AnalysisProgress, RunContext
 from daq.store.reader import SessionReader
 
-__all__ = ["AdjointAnalysis", "Record", "Runs", "make_arrays", "make_rig"]
+__all__ = ["AdjointAnalysis", "AdjointRig", "Record", "Runs", "analyze"]
 
 Context = RunContext[AdjointRigConfig, drive.DriveRigDevices]
 
 
 # ----------------------------------------------------------------------------------------- plan
-
-
-async def prepare(ctx: Context) -> None:
-    """Load (or design, off the loop) the input and check it against the drive's force limit."""
-    cfg = ctx.config
-    loop = asyncio.get_running_loop()
-    force, info = await loop.run_in_executor(None, signal_of, cfg)
-    check_signal(ctx, force, info)
-    ctx.prepared["signal"] = (info.get("input_dt", cfg.adjoint.dt), force, info)
 
 
 def check_signal(ctx: Context, force: np.ndarray, info: dict) -> None:
@@ -71,41 +64,6 @@ def check_signal(ctx: Context, force: np.ndarray, info: dict) -> None:
         raise LimitError(drive.name, drive.url, f"peak {what} {info['peak_force']:.4g} {unit} of the "
                          f"{info['design']} input exceeds the drive's limit {limit:.4g} {unit}")
     drive.check_trajectory(info.get("input_dt", cfg.adjoint.dt), force)
-
-
-def make_plan(kind: str) -> Callable[[Context], Awaitable[None]]:
-    streams = drive.TraceStreams(f"{kind}.plan", f"{kind}.trace", channels_of(kind), units_of(kind))
-
-    async def run_once(ctx: Context, dt: float, force: np.ndarray, info: dict) -> None:
-        await drive.record_trajectory(ctx, streams, dt, force, info, role="identification",
-                                      before="before the run", recorded=f"{info['design']} input recorded")
-
-    async def plan(ctx: Context) -> None:
-        """One run of the prepared input; with ``[sequential]`` enabled, run - refit - stop or redesign -
-        run until the confidence target or a budget (daq/rigs/adjoint/online.py)."""
-        ctx.summary.update(runs=0)
-        dt, force, info = ctx.prepared["signal"]
-        seq = ctx.config.sequential
-        if not seq.enabled:
-            await run_once(ctx, dt, force, info)
-            return
-        ident = await online.start(ctx)
-        t_plan = time.monotonic()
-        loop = asyncio.get_running_loop()
-        while True:
-            await run_once(ctx, dt, force, dict(info, run=ctx.summary["runs"]))
-            n = ctx.summary["runs"]
-            reason, est = await online.decide(ctx, ident, n, time.monotonic() - t_plan)
-            if reason is not None:
-                return
-            if seq.redesign and est is not None:
-                values = dict(zip(est["parameters"], est["values"], strict=True))
-                force, info = await loop.run_in_executor(None, online.redesigned_signal, ctx.config,
-                                                         values, force, n)
-                check_signal(ctx, force, info)
-                ctx.advance(0, f"redesigned at {values} in {info['design_s']:.1f} s")
-
-    return plan
 
 
 def channels_of(kind: str) -> list[str]:
@@ -154,21 +112,6 @@ class Runs:
         cat = lambda name: np.concatenate([getattr(r, name) for r in self.runs])  # noqa: E731
         return Record(np.concatenate(t), cat("force_cmd"), cat("force"), cat("output"), self.runs[0].dt,
                       self.runs[0].info)
-
-
-def make_arrays(kind: str) -> Callable[[SessionReader, str], Runs | None]:
-    plan_stream, trace_stream = f"{kind}.plan", f"{kind}.trace"
-
-    def arrays(store: SessionReader, session_id: str) -> Runs | None:
-        """The session's completed trajectories: each ``trajectory_start`` .. ``trajectory_end`` pair
-        of ``<kind>.plan`` owns the next ``n`` samples of the trace stream, in run order."""
-        done, recorded = drive.read_trajectories(store, session_id, plan_stream, trace_stream,
-                                                 lambda index, start: f"run {index}")
-        runs = [Record(np.arange(tr.rows.shape[0]) * tr.dt, tr.rows[:, 0], tr.rows[:, 1], tr.rows[:, 2],
-                       tr.dt, tr.start) for tr in done]
-        return Runs(runs, recorded) if runs else None
-
-    return arrays
 
 
 @dataclass
@@ -282,7 +225,8 @@ def analyze(recs: Runs | None, cfg: AdjointRigConfig,
         progress(0, 1, f"fitting {len(runs)} run{'s' if len(runs) != 1 else ''}")
     t0 = time.perf_counter()
     skip = int(round(cfg.fit.skip / (runs[0].dt * cfg.fit.decimate)))
-    values, nuisance = nominal_values(cfg), dict(cfg.fit.nuisance)
+    values = nominal_values(cfg)  # prior knowledge only, never the simulator truth
+    nuisance = nuisance_starts(cfg, values)
     if plant == "crane" or (len(runs) == 1 and not cfg.sequential.enabled):
         rec = runs[0]
         u = lagged_mean(rec.force_cmd, cfg.fit.input_lag, rec.dt)
@@ -324,28 +268,89 @@ def _design_std(runs: list[Record]) -> np.ndarray | None:
     return fisher_std(sum(np.asarray(r.info["fisher"], float) for r in runs))
 
 
-def _plots(result: AdjointAnalysis, recs: Runs, folder: Path) -> list[Path]:
-    runs = recs.runs[:result.n_runs]
-    return plot_analysis(result, Runs(runs, len(runs)).joined(), folder)
+# ----------------------------------------------------------------------------------------- the rigs
 
 
-def make_rig(kind: str, summary: str) -> Rig:
-    cmd, inp, out = channels_of(kind)
-    in_unit, _, unit = units_of(kind)
-    return Rig(
-        kind=kind,
-        summary=summary,
-        schema=AdjointRigConfig,
-        open_devices=drive.open_devices,
-        plan=make_plan(kind),
-        simulator=drive.simulator,
-        simulated_devices=drive.simulated_devices,
-        prepare=prepare,
-        progress_total=lambda cfg: cfg.sequential.max_runs if cfg.sequential.enabled else 1,
-        arrays=make_arrays(kind),
-        analyze=analyze,
-        report=Report(text=lambda r: r.text(), to_dict=lambda r: r.to_dict(), plots=_plots),
-        describe_simulator=lambda sim: drive.describe_simulator(sim, f", plant {sim.plant}"),
-        streams={f"{kind}.trace": f"{cmd}, {inp} [{in_unit}], {out} [{unit}] at the drive's cycle",
-                 f"{kind}.plan": "events"},
-    )
+class AdjointRig(drive.DriveRig[AdjointRigConfig, Runs | None, AdjointAnalysis]):
+    """What the oscillator, the pendulum and the crane-adjoint kinds share; a kind's subclass sets ``kind``
+    and ``summary``, and its trace streams and channels follow from the kind (``<kind>.plan``,
+    ``<kind>.trace``). Devices and simulator: the servo drive (:class:`daq.rigs.drive.DriveRig`)."""
+
+    schema = AdjointRigConfig
+    trace: drive.TraceStreams  # where the kind's trajectories are published (set per kind)
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:
+            cmd, inp, out = channels_of(cls.kind)
+            in_unit, _, unit = units_of(cls.kind)
+            cls.trace = drive.TraceStreams(f"{cls.kind}.plan", f"{cls.kind}.trace", [cmd, inp, out],
+                                           units_of(cls.kind))
+            cls.streams = {cls.trace.trace: f"{cmd}, {inp} [{in_unit}], {out} [{unit}] at the drive's cycle",
+                           cls.trace.plan: "events"}
+
+    def check(self, cfg: AdjointRigConfig, config_dir: Path) -> None:
+        check_rig(cfg, config_dir)  # design model, trajectory file, fit names, drive files, simulated drive
+
+    def describe_simulator(self, sim) -> list[dict]:
+        return drive.describe_simulator(sim, f", plant {sim.plant}")
+
+    def progress_total(self, cfg: AdjointRigConfig) -> int:
+        return cfg.sequential.max_runs if cfg.sequential.enabled else 1
+
+    async def prepare(self, ctx: Context) -> None:
+        """Load (or design, off the loop) the input and check it against the drive's force limit."""
+        cfg = ctx.config
+        loop = asyncio.get_running_loop()
+        force, info = await loop.run_in_executor(None, signal_of, cfg)
+        check_signal(ctx, force, info)
+        ctx.prepared["signal"] = (info.get("input_dt", cfg.adjoint.dt), force, info)
+
+    async def _run_once(self, ctx: Context, dt: float, force: np.ndarray, info: dict) -> None:
+        await drive.record_trajectory(ctx, self.trace, dt, force, info, role="identification",
+                                      before="before the run", recorded=f"{info['design']} input recorded")
+
+    async def plan(self, ctx: Context) -> None:
+        """One run of the prepared input; with ``[sequential]`` enabled, run - refit - stop or redesign -
+        run until the confidence target or a budget (daq/rigs/adjoint/online.py)."""
+        ctx.summary.update(runs=0)
+        dt, force, info = ctx.prepared["signal"]
+        seq = ctx.config.sequential
+        if not seq.enabled:
+            await self._run_once(ctx, dt, force, info)
+            return
+        ident = await online.start(ctx)
+        t_plan = time.monotonic()
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._run_once(ctx, dt, force, dict(info, run=ctx.summary["runs"]))
+            n = ctx.summary["runs"]
+            reason, est = await online.decide(ctx, ident, n, time.monotonic() - t_plan)
+            if reason is not None:
+                return
+            if seq.redesign and est is not None:
+                values = dict(zip(est["parameters"], est["values"], strict=True))
+                force, info = await loop.run_in_executor(None, online.redesigned_signal, ctx.config,
+                                                         values, force, n)
+                check_signal(ctx, force, info)
+                ctx.advance(0, f"redesigned at {values} in {info['design_s']:.1f} s")
+
+    def arrays(self, reader: SessionReader, session_id: str) -> Runs | None:
+        """The session's completed trajectories: each ``trajectory_start`` .. ``trajectory_end`` pair
+        of ``<kind>.plan`` owns the next ``n`` samples of the trace stream, in run order."""
+        done, recorded = drive.read_trajectories(reader, session_id, self.trace.plan, self.trace.trace,
+                                                 lambda index, start: f"run {index}")
+        runs = [Record(np.arange(tr.rows.shape[0]) * tr.dt, tr.rows[:, 0], tr.rows[:, 1], tr.rows[:, 2],
+                       tr.dt, tr.start) for tr in done]
+        return Runs(runs, recorded) if runs else None
+
+    def analyze(self, arrays: Runs | None, cfg: AdjointRigConfig,
+                progress: AnalysisProgress | None = None) -> AdjointAnalysis:
+        return analyze(arrays, cfg, progress)
+
+    def report_text(self, result: AdjointAnalysis) -> str:
+        return result.text()
+
+    def plots(self, result: AdjointAnalysis, arrays: Runs | None, folder: Path) -> list[Path]:
+        runs = arrays.runs[:result.n_runs]  # a result exists: arrays is not None
+        return plot_analysis(result, Runs(runs, len(runs)).joined(), folder)

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from pathlib import Path
+from typing import Annotated, Literal
 
 from msgspec import Meta
 from msgspec import field as sfield
 
 from daq.config.load import Invalid
-from daq.config.schema import Count, NonNegative, Positive, Range, RigConfig, Table
-from daq.rigs.drive import DriveDevicesTable
+from daq.config.schema import Finite, Range, RigConfig, Seed, Table, Wait
+from daq.rigs.drive import DriveDevicesTable, DriveSimTable, check_drive
 from daq.rigs.excitation import ROLES, ExcitationTable
 from identification.drive_models import DEFAULT_BOUNDS, all_structures, parse_name
 
@@ -30,36 +31,34 @@ UNITS = ["N*m", "N*m", "rad/s"]
 
 
 class CraneSimulator(Table, kw_only=True):
-    truth: dict[str, float] = sfield(default_factory=dict)
-    drive: dict[str, Any] = sfield(default_factory=dict)
+    truth: dict[str, Finite] = sfield(default_factory=dict)
+    drive: DriveSimTable = sfield(default_factory=DriveSimTable)
 
     def check(self) -> None:
-        from simulators.crane_drive import DriveSettings  # lazy: asyncua and scipy
         from simulators.physics.crane import CraneTruth  # lazy: scipy
 
-        for key, build in (("truth", CraneTruth.from_config), ("drive", DriveSettings.from_config)):
-            try:
-                build(dict(getattr(self, key)))
-            except (TypeError, ValueError) as exc:
-                raise Invalid(key, re.sub(r"^(\[[^\]]*\]|crane truth):?\s*", "", str(exc)),
-                              table=True) from None
+        try:  # the plant's own rules (names, signs, relations) are the truth's: checked by building it
+            CraneTruth.from_config(dict(self.truth))
+        except (TypeError, ValueError) as exc:
+            raise Invalid("truth", re.sub(r"^(\[[^\]]*\]|crane truth):?\s*", "", str(exc)),
+                          table=True) from None
 
 
 class ModelSelectionTable(Table, kw_only=True):
     max_masses: Annotated[int, Meta(ge=1, le=3)] = 3
-    candidates: list[str] | None = None
-    n_starts: Count = 3
-    seed: int = 0
-    max_nfev: Count = 60
-    decimate: Count = 5
-    skip: Annotated[int, Meta(ge=0)] = 0
-    friction_eps: Positive = 0.05
+    candidates: Annotated[list[str], Meta(min_length=1)] | None = None
+    n_starts: Annotated[int, Meta(ge=1, le=1000)] = 3
+    seed: Seed = 0
+    max_nfev: Annotated[int, Meta(ge=1, le=100000)] = 60
+    decimate: Annotated[int, Meta(ge=1, le=1000)] = 5
+    skip: Annotated[int, Meta(ge=0, le=10**7)] = 0          # samples left out at the start of a trace
+    friction_eps: Annotated[float, Meta(gt=0, le=100.0)] = 0.05   # rad/s
     min_pii_ratio: Annotated[float, Meta(ge=0, le=1)] = 0.01
-    max_condition_index: Positive = 30.0
-    min_validation_fit: Annotated[float, Meta(le=1)] = 0.8
-    parsimony_tol: NonNegative = 0.01
-    profile_points: Count = 9
-    n_jobs: Count = 2
+    max_condition_index: Annotated[float, Meta(gt=0, le=1e6)] = 30.0
+    min_validation_fit: Annotated[float, Meta(ge=-1e3, le=1)] = 0.8
+    parsimony_tol: Annotated[float, Meta(ge=0, le=1)] = 0.01
+    profile_points: Annotated[int, Meta(ge=1, le=1000)] = 9
+    n_jobs: Annotated[int, Meta(ge=1, le=1024)] = 2
     scheduler: str | None = None  # None: local process pool of n_jobs; "local": Dask LocalCluster; "tcp://..."
     bounds: dict[str, Range] = sfield(default_factory=dict)
 
@@ -92,13 +91,13 @@ class OnlineTable(Table, kw_only=True):
 
     enabled: bool = False
     model: str = "3m+visc+coul+dt"  # one structure of the kit (the shipped truth's expected choice)
-    n_starts: Count = 3             # start points of the first (cold) fit; later fits are warm-started
-    seed: int = 0
-    max_nfev: Count = 100           # Jacobian evaluations per fit
-    decimate: Count | None = None   # default: [model_selection].decimate
+    n_starts: Annotated[int, Meta(ge=1, le=1000)] = 3   # start points of the first (cold) fit
+    seed: Seed = 0
+    max_nfev: Annotated[int, Meta(ge=1, le=100000)] = 100   # Jacobian evaluations per fit
+    decimate: Annotated[int, Meta(ge=1, le=1000)] | None = None   # default: [model_selection].decimate
     alpha: Annotated[float, Meta(gt=0, lt=1)] = 0.05   # level of the confidence-ellipsoid axes
     worker: Literal["process", "thread"] = "process"
-    wait_timeout: Positive = 120.0  # s the plan waits for the last trajectory's estimate before it ends
+    wait_timeout: Wait = 120.0  # s the plan waits for the last trajectory's estimate before it ends
 
     def check(self) -> None:
         try:
@@ -156,3 +155,31 @@ def online_settings(cfg: CraneConfig) -> OnlineFitSettings:
     return OnlineFitSettings(model=o.model, bounds=ms["bounds"], n_starts=o.n_starts, seed=o.seed,
                              max_nfev=o.max_nfev, decimate=o.decimate or ms["decimate"], skip=ms["skip"],
                              friction_eps=ms["friction_eps"], alpha=o.alpha, worker=o.worker)
+
+
+# ----------------------------------------------------------------------------------------- rig rules
+
+
+def check_rig(cfg: CraneConfig, config_dir: Path) -> None:
+    """What `hil run` needs before the first byte, checked by `hil check` too: each role's multisine grid
+    fits its band (the lines the design will excite), the export folder can be one, the drive's security
+    files and the simulated drive accept the inputs (:func:`daq.rigs.drive.check_drive`)."""
+    from identification.multisine import multisine_lines  # lazy: scipy
+
+    inputs = []
+    for role in ROLES:
+        r = cfg.excitation.role(role)
+        where = f"excitation.{role}" if getattr(cfg.excitation, role).n_lines else "excitation.n_lines"
+        try:
+            multisine_lines(r["f_min"], r["f_max"], r["n_lines"], r["dt"], r["grid"], r["odd_only"],
+                            period=r["duration"] / r["n_periods"])
+        except ValueError as exc:
+            raise Invalid(where, f"{role} multisine: {exc}") from None
+        key = f"excitation.{role}" if getattr(cfg.excitation, role).duration else "excitation.duration"
+        inputs.append((key, r["dt"], round(r["duration"] / r["dt"])))
+    out = cfg.excitation.export_dir
+    if out and Path(out).exists() and not Path(out).is_dir():
+        raise Invalid("excitation.export_dir", f"{out} is a file; the export writes <role>.csv and "
+                                               "<role>.png into a folder")
+    simulated = (cfg.simulator or CraneSimulator()).drive if cfg.rig.simulated else None
+    check_drive(cfg.devices.drive, simulated, inputs)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from daq.rigs import drive
 from daq.rigs.analysis import AnalysisError
-from daq.rigs.base import AnalysisProgress, Report, Rig, RunContext
+from daq.rigs.base import AnalysisProgress, RunContext
 from daq.rigs.crane.config import (
     CHANNELS,
     ONLINE_STREAM,
@@ -22,6 +23,7 @@ from daq.rigs.crane.config import (
     TRACE_STREAM,
     UNITS,
     CraneConfig,
+    check_rig,
     online_settings,
 )
 from daq.rigs.crane.online import TOPICS, CraneOnlineIdentifier
@@ -30,7 +32,10 @@ from daq.run.executor import make_executor
 from daq.store.reader import SessionReader
 from identification.drive_models import PARAM_UNITS
 
-__all__ = ["RIG", "CraneConfig", "crane_arrays", "report_text"]
+if TYPE_CHECKING:  # annotations only: the model selection loads scipy
+    from identification.model_selection import SelectionResult
+
+__all__ = ["RIG", "CraneConfig", "CraneRig", "crane_arrays", "report_text"]
 
 STREAMS = drive.TraceStreams(PLAN_STREAM, TRACE_STREAM, CHANNELS, UNITS)
 #: role -> (t, torque_cmd, speed, dt) of each completed trajectory
@@ -39,45 +44,6 @@ Context = RunContext[CraneConfig, drive.DriveRigDevices]
 
 
 # ----------------------------------------------------------------------------------------- plan
-
-
-async def prepare(ctx: Context) -> None:
-    """Design both excitations (off the event loop) before the session starts; export them if asked."""
-    cfg = ctx.config
-    limit = min(cfg.devices.drive.torque_limit, ctx.devices.drive.drive_limits.get("torque_limit", np.inf))
-    loop = asyncio.get_running_loop()
-    for role in ROLES:
-        dt, torque, info, ms, peak = await loop.run_in_executor(None, design_excitation, cfg.excitation, role,
-                                                                 limit)
-        if cfg.excitation.export_dir:
-            from daq.plots.excitation import export_trajectory, plot_multisine  # lazy: scipy and matplotlib
-
-            out = Path(cfg.excitation.export_dir)
-            out.mkdir(parents=True, exist_ok=True)
-            info["files"] = [str(export_trajectory(ms, out / f"{role}.csv", peak=peak)),
-                             str(plot_multisine(ms, out / f"{role}.png", peak=peak))]
-        ctx.prepared[role] = (dt, torque, info)
-
-
-async def plan(ctx: Context) -> None:
-    """For each role: one trajectory through the drive (:func:`daq.rigs.drive.record_trajectory`); with
-    ``[online]`` enabled, an estimate after each, and the plan waits (bounded) for the last one."""
-    ctx.summary.update(runs=0)
-    online = None
-    if ctx.config.online.enabled:
-        settings = online_settings(ctx.config)
-        online = await drive.start_online(ctx, ONLINE_STREAM, TOPICS,
-                                          lambda emit: CraneOnlineIdentifier(settings, emit),
-                                          "crane online identifier")
-    t_end = 0.0  # end of the last published trace: time bases never overlap
-    for role in ROLES:
-        dt, torque, info = ctx.prepared[role]
-        t_end = await drive.record_trajectory(ctx, STREAMS, dt, torque, info, role=role,
-                                              before=f"before the {role} run",
-                                              recorded=f"{role} run recorded", not_before=t_end,
-                                              label=f"{role}: ")
-    if online is not None:
-        await _finish_online(ctx, online)
 
 
 async def _finish_online(ctx: Context, ident: CraneOnlineIdentifier) -> None:
@@ -110,23 +76,6 @@ def crane_arrays(store: SessionReader, session_id: str) -> CraneRuns:
     return out
 
 
-def analyze(runs: CraneRuns, cfg: CraneConfig, progress: AnalysisProgress | None = None):
-    from identification.model_selection import select_model  # lazy: scipy
-
-    missing = set(ROLES) - set(runs)
-    if missing:
-        raise AnalysisError(f"no {' and no '.join(sorted(missing))} run recorded")
-
-    opts = cfg.model_selection.options()
-    if progress is not None:  # show the bar at once: the first candidates take a while
-        progress(0, len(opts["candidates"]), "fitting candidate models")
-    bounds = opts.pop("bounds")
-    # candidates and profile-likelihood directions are independent fits: both go through the executor
-    with make_executor(cfg.model_selection.scheduler, opts["n_jobs"]) as ex:
-        return select_model(runs["training"], runs["validation"], bounds, progress=progress, executor=ex,
-                            **opts)
-
-
 def report_text(result) -> str:
     """The selection table, then the chosen model's profile-likelihood and Fisher intervals."""
     text = result.format_table()
@@ -139,27 +88,94 @@ def report_text(result) -> str:
     return text
 
 
-def _plots(result, runs: CraneRuns, folder: Path) -> list[Path]:
-    from daq.rigs.crane.plots import write_plots  # lazy: scipy and matplotlib
-
-    return write_plots(result, folder)
+# ----------------------------------------------------------------------------------------- the rig
 
 
-RIG: Rig = Rig(
-    kind="crane",
-    summary="stacker-crane x-axis: multisine runs through an OPC UA servo drive; model selection over 96 "
-            "drive models with practical identifiability",
-    schema=CraneConfig,
-    open_devices=drive.open_devices,
-    plan=plan,
-    simulator=drive.simulator,
-    simulated_devices=drive.simulated_devices,
-    prepare=prepare,
-    progress_total=lambda cfg: len(ROLES),
-    arrays=crane_arrays,
-    analyze=analyze,
-    report=Report(text=report_text, to_dict=lambda r: r.to_dict(), plots=_plots),
-    describe_simulator=lambda sim: drive.describe_simulator(sim, " (see [devices.drive.nodes])"),
-    streams={TRACE_STREAM: "torque_cmd, torque [N*m], speed [rad/s] at the drive's cycle",
-             PLAN_STREAM: "events"},
-)
+class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
+    """Devices and simulator: the servo drive (:class:`daq.rigs.drive.DriveRig`)."""
+
+    kind = "crane"
+    summary = ("stacker-crane x-axis: multisine runs through an OPC UA servo drive; model selection over 96 "
+               "drive models with practical identifiability")
+    schema = CraneConfig
+    streams = {TRACE_STREAM: "torque_cmd, torque [N*m], speed [rad/s] at the drive's cycle",
+               PLAN_STREAM: "events"}
+
+    def check(self, cfg: CraneConfig, config_dir: Path) -> None:
+        check_rig(cfg, config_dir)  # multisine grids, export folder, security files, simulated drive
+
+    def describe_simulator(self, sim) -> list[dict]:
+        return drive.describe_simulator(sim, " (see [devices.drive.nodes])")
+
+    def progress_total(self, cfg: CraneConfig) -> int:
+        return len(ROLES)
+
+    async def prepare(self, ctx: Context) -> None:
+        """Design both excitations (off the event loop) before the session starts; export them if asked."""
+        cfg = ctx.config
+        limit = min(cfg.devices.drive.torque_limit,
+                    ctx.devices.drive.drive_limits.get("torque_limit", np.inf))
+        loop = asyncio.get_running_loop()
+        for role in ROLES:
+            dt, torque, info, ms, peak = await loop.run_in_executor(None, design_excitation, cfg.excitation,
+                                                                     role, limit)
+            if cfg.excitation.export_dir:
+                from daq.plots.excitation import export_trajectory, plot_multisine  # lazy: scipy, matplotlib
+
+                out = Path(cfg.excitation.export_dir)
+                out.mkdir(parents=True, exist_ok=True)
+                info["files"] = [str(export_trajectory(ms, out / f"{role}.csv", peak=peak)),
+                                 str(plot_multisine(ms, out / f"{role}.png", peak=peak))]
+            ctx.prepared[role] = (dt, torque, info)
+
+    async def plan(self, ctx: Context) -> None:
+        """For each role: one trajectory through the drive (:func:`daq.rigs.drive.record_trajectory`); with
+        ``[online]`` enabled, an estimate after each, and the plan waits (bounded) for the last one."""
+        ctx.summary.update(runs=0)
+        online = None
+        if ctx.config.online.enabled:
+            settings = online_settings(ctx.config)
+            online = await drive.start_online(ctx, ONLINE_STREAM, TOPICS,
+                                              lambda emit: CraneOnlineIdentifier(settings, emit),
+                                              "crane online identifier")
+        t_end = 0.0  # end of the last published trace: time bases never overlap
+        for role in ROLES:
+            dt, torque, info = ctx.prepared[role]
+            t_end = await drive.record_trajectory(ctx, STREAMS, dt, torque, info, role=role,
+                                                  before=f"before the {role} run",
+                                                  recorded=f"{role} run recorded", not_before=t_end,
+                                                  label=f"{role}: ")
+        if online is not None:
+            await _finish_online(ctx, online)
+
+    def arrays(self, reader: SessionReader, session_id: str) -> CraneRuns:
+        return crane_arrays(reader, session_id)
+
+    def analyze(self, arrays: CraneRuns, cfg: CraneConfig,
+                progress: AnalysisProgress | None = None) -> SelectionResult:
+        """Model selection over the kit on the training run, validated on the validation run."""
+        from identification.model_selection import select_model  # lazy: scipy
+
+        missing = set(ROLES) - set(arrays)
+        if missing:
+            raise AnalysisError(f"no {' and no '.join(sorted(missing))} run recorded")
+
+        opts = cfg.model_selection.options()
+        if progress is not None:  # show the bar at once: the first candidates take a while
+            progress(0, len(opts["candidates"]), "fitting candidate models")
+        bounds = opts.pop("bounds")
+        # candidates and profile-likelihood directions are independent fits: both go through the executor
+        with make_executor(cfg.model_selection.scheduler, opts["n_jobs"]) as ex:
+            return select_model(arrays["training"], arrays["validation"], bounds, progress=progress,
+                                executor=ex, **opts)
+
+    def report_text(self, result: SelectionResult) -> str:
+        return report_text(result)
+
+    def plots(self, result: SelectionResult, arrays: CraneRuns, folder: Path) -> list[Path]:
+        from daq.rigs.crane.plots import write_plots  # lazy: scipy and matplotlib
+
+        return write_plots(result, folder)
+
+
+RIG = CraneRig()

@@ -12,7 +12,12 @@ worker keeps the estimates in series order with their warm starts.
 
 From the second series on, the same event also carries the running model-uncertainty ``verdict``
 (:func:`identification.online_press.model_verdict`: M1/M2/M3, the offline splits and Bonferroni
-level, M3's estimate). That is ~1 s of mostly Python-level work per series, which in a thread would
+level, M3's estimate). Every look is a test of the same models, so the looks share one alpha: each is
+tested at its increment of an alpha-spending function over the planned looks (``spending``, default
+O'Brien-Fleming type; the plan's ``n_series`` from ``plan_start``), the interim verdicts are marked
+provisional, and a correct model is rejected at some look with probability at most ``tol``
+(``spending="none"``: every look at ``tol``, the old behaviour).
+That is ~1 s of mostly Python-level work per series, which in a thread would
 hold the GIL against the acquisition loops, so it runs in one worker process (spawn context, BLAS
 single-threaded, lower priority), started with the identifier. A :class:`StopRule` turns the estimate
 and the history of verdict patterns into a ``stop`` reason in the event; the plan acts on it (budgets
@@ -105,7 +110,7 @@ class OnlineIdentifier(OnlineEstimates):
 
     def __init__(self, sigmas: dict[str, float], emit: Emit, *, inflate: bool = True, alpha: float = 0.05,
                  constants: dict | None = None, verdict: dict | None = None, rule: StopRule | None = None,
-                 verdict_from: int = 2):
+                 verdict_from: int = 2, spending: str = "obrien-fleming"):
         """``verdict``: keyword arguments of ``model_verdict`` (tol, criterion, n_sensors, ...), or None
         for no model-uncertainty test, run from ``verdict_from`` (>= 2) series on; ``rule``: evaluated
         after every series (None: never stops)."""
@@ -122,6 +127,8 @@ class OnlineIdentifier(OnlineEstimates):
         self.fitted: dict | None = None    # the latest M1 body, possibly before its verdict is in
         self.verdict = verdict
         self.verdict_from = max(2, int(verdict_from))
+        self.spending = spending
+        self.n_planned: int | None = None  # the plan's series (plan_start): the family of looks
         self.rule = rule
         self.patterns: list[tuple[str, ...] | None] = []  # rejected models after each series (None: none)
         self._p = None
@@ -156,7 +163,7 @@ class OnlineIdentifier(OnlineEstimates):
         return cls(sigmas_from_config(config), emit, inflate=o.get("inflate", True),
                    alpha=o.get("alpha", 0.05), constants=a.get("constants"),
                    verdict=verdict_options(a) if use else None, rule=rule,
-                   verdict_from=o.get("verdict_from", 2))
+                   verdict_from=o.get("verdict_from", 2), spending=o.get("spending", "obrien-fleming"))
 
     # -- feeding ------------------------------------------------------------------------------------
     async def handle(self, ev: Event) -> None:
@@ -167,6 +174,7 @@ class OnlineIdentifier(OnlineEstimates):
         if ev.kind == "plan_start":
             self.q_desired = np.asarray(b["q_desired"], float)
             self.sensors = list(b["sensors"])
+            self.n_planned = int(b["n_series"]) if b.get("n_series") else None
         elif ev.kind == "measurement" and self.q_desired is not None:
             i, j = int(b["series"]), int(b["index"])
             self.sensors = self.sensors or list(b["sensors"])
@@ -194,8 +202,13 @@ class OnlineIdentifier(OnlineEstimates):
         loop = asyncio.get_running_loop()
         pending = None
         if self._procs is not None and z.shape[0] >= self.verdict_from:
+            looks = {}
+            if self.spending != "none" and self.n_planned:
+                looks = {"n_planned": self.n_planned, "first_look": self.verdict_from,
+                         "spending": self.spending}
             pending = asyncio.wrap_future(self._procs.submit(
-                _timed, model_verdict, z, q, self.q_desired, sig, tuple(self.sensors), **self.verdict))
+                _timed, model_verdict, z, q, self.q_desired, sig, tuple(self.sensors), **self.verdict,
+                **looks))
         try:
             est = await loop.run_in_executor(self._pool, lambda: estimate_stiffness(
                 z, q, self.q_desired, sig, self.sensors, p0=self._p, alpha=self.alpha, inflate=self.inflate,

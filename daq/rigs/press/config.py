@@ -1,0 +1,291 @@
+"""The press rig's settings: its config struct (``[simulator]``, ``[devices]``, ``[plan]``, ``[correction]``,
+``[acquisition]``, ``[analysis]``, ``[online]``) and the rules that need more than one table or the rig's
+own code (:func:`check_rig`, run by `hil check` and `hil run` before anything opens).
+
+Every number is bounded to what a real press and its instruments can have; the drivers and the simulator
+receive only configs that passed here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+from msgspec import Meta
+from msgspec import field as sfield
+
+from daq.config.load import Invalid, to_dict
+from daq.config.schema import (
+    Budget,
+    Finite,
+    Interval,
+    ModbusLink,
+    Port,
+    Range,
+    Register,
+    RigConfig,
+    Seed,
+    Settle,
+    Table,
+    Wait,
+)
+from drivers.displacement import open_sensor
+from drivers.force_source import ForceSource
+from simulators.physics.press import SENSOR_NAMES, PressLinkage, PressTruth
+from simulators.press_rig import PressRig
+
+#: the press analysis fits the memory (friction) model on all series but the last two and tests on those
+MIN_SERIES = 3
+
+Newton = Annotated[float, Meta(gt=0, le=1e7)]          # a force, N (a press: up to 10 MN)
+Baud = Annotated[int, Meta(ge=300, le=4_000_000)]
+UnitId = Annotated[int, Meta(ge=0, le=247)]
+NonEmpty = Annotated[str, Meta(min_length=1)]
+
+
+class ForceSourceDevice(ModbusLink, kw_only=True):
+    protocol: Literal["modbus_tcp", "modbus_rtu"] = "modbus_tcp"
+    host: NonEmpty = "127.0.0.1"
+    port: Port = 502
+    url: NonEmpty | None = None
+    baudrate: Baud = 19200
+    device_id: UnitId = 1
+    f_min: Annotated[float, Meta(ge=0, le=1e7)] = 0.0   # N, setpoints below are refused before sending
+    f_max: Newton                    # N, setpoints above are refused before sending
+    heartbeat_interval: Interval = 0.2
+    safe_state_timeout: Annotated[float, Meta(gt=0, le=2.9)] = 2.5  # s; below the guard's 3 s per attempt
+    registers: dict[str, Register]
+
+    def check(self) -> None:
+        if not self.f_min < self.f_max:
+            raise Invalid("f_max", f"must be above f_min ({self.f_min} N)")
+        missing = {"setpoint", "enable", "force", "pressure", "status"} - set(self.registers)
+        if missing:
+            raise Invalid("registers", f"missing register(s) {', '.join(sorted(missing))}")
+        if self.protocol == "modbus_rtu" and not self.url:
+            raise Invalid("url", "required for protocol 'modbus_rtu' (the serial line, e.g. /dev/ttyUSB0)")
+        setpoint = self.registers["setpoint"]
+        for force in (self.f_min, self.f_max):
+            if not setpoint.encodable(force):
+                raise Invalid("registers.setpoint.scale",
+                              f"{setpoint.scale!r} cannot write a setpoint of {force:g} N into a "
+                              f"{setpoint.type} register; choose scale/offset so f_min..f_max fit")
+
+
+class SensorDevice(ModbusLink, kw_only=True):
+    protocol: Literal["modbus_rtu", "modbus_tcp", "serial"]
+    url: NonEmpty | None = None
+    host: NonEmpty = "127.0.0.1"
+    port: Port = 502
+    device_id: UnitId = 1
+    baudrate: Baud = 9600
+    sigma: Annotated[float, Meta(gt=0, le=0.1)]   # m, nominal noise std of one reading (the analysis weights)
+    range: Range = sfield(default_factory=lambda: [-1.0, 1.0])  # m, plausible readings
+    registers: dict[str, Register] | None = None
+    query: NonEmpty = "MEAS?"
+    id_query: NonEmpty = "ID?"
+    terminator: NonEmpty = "\r\n"
+
+    def check(self) -> None:
+        if not self.range[0] < self.range[1]:
+            raise Invalid("range", f"needs lo < hi, got {self.range}")
+        if self.protocol != "modbus_tcp" and not self.url:
+            raise Invalid("url", f"required for protocol {self.protocol!r}")
+        if self.protocol != "serial" and "displacement" not in (self.registers or {}):
+            raise Invalid("registers", "a Modbus sensor needs a 'displacement' register")
+        reg = (self.registers or {}).get("displacement")
+        for value in self.range if reg is not None else ():
+            if not reg.encodable(value):
+                raise Invalid("registers.displacement.scale",
+                              f"{reg.scale!r} puts the plausible reading {value:g} m outside the {reg.type} "
+                              f"register {reg.raw_limits()}; choose scale so [range] fits the register")
+
+
+class PressDevices(Table, kw_only=True):
+    force_source: ForceSourceDevice
+    sensors: dict[str, SensorDevice]
+
+    def check(self) -> None:
+        if not 2 <= len(self.sensors) <= 8:
+            raise Invalid("sensors", f"the press analysis needs 2 to 8 sensors, got {len(self.sensors)}")
+
+
+class ForceSourceSim(Table, kw_only=True):
+    f_max: Newton = 25000.0
+    tau: Annotated[float, Meta(gt=0, le=60.0)] = 0.05              # s, the source's lag
+    gain: Annotated[float, Meta(gt=0, le=10.0)] = 0.97             # static gain (command -> force)
+    offset: Annotated[float, Meta(ge=-1e6, le=1e6)] = -15.0        # N
+    pressure_nominal: Annotated[float, Meta(gt=0, le=1e8)] = 6.0e5  # Pa
+    pressure_rel_sigma: Annotated[float, Meta(ge=0, le=1.0)] = 0.003
+    pressure_corr_time: Annotated[float, Meta(gt=0, le=3600.0)] = 0.5  # s
+    loadcell_sigma: Annotated[float, Meta(ge=0, le=1e5)] = 2.0     # N
+    pressure_sensor_sigma: Annotated[float, Meta(ge=0, le=1e7)] = 50.0  # Pa
+    watchdog_timeout: Annotated[float, Meta(gt=0, le=60.0)] = 1.0  # s
+    tick: Annotated[float, Meta(gt=0, le=0.1)] = 0.002
+    settled_band: Annotated[float, Meta(gt=0, le=1.0)] = 0.002
+
+
+class SensorNoise(Table, kw_only=True):
+    sigma: Annotated[float, Meta(ge=0, le=0.1)] = 0.0        # m
+    resolution: Annotated[float, Meta(ge=0, le=0.1)] = 0.0   # m
+
+
+class PressSimulator(Table, kw_only=True):
+    seed: Seed = 0
+    plant_period: Annotated[float, Meta(gt=0, le=1.0)] = 0.005
+    truth: dict[str, Finite] = sfield(default_factory=dict)
+    force_source: ForceSourceSim = sfield(default_factory=ForceSourceSim)
+    sensors: dict[str, SensorNoise] = sfield(default_factory=dict)
+
+    def check(self) -> None:
+        try:
+            truth = PressTruth.from_config(dict(self.truth))
+        except (TypeError, ValueError) as exc:
+            raise Invalid("truth", str(exc)) from None
+        try:  # the plant as the simulator builds it (hysteresis elements from the spreads)
+            with np.errstate(all="raise"):
+                PressLinkage(truth)
+        except (ValueError, FloatingPointError, ZeroDivisionError) as exc:
+            raise Invalid("truth", f"the simulated plant cannot be built from these values: {exc}",
+                          table=True) from None
+
+
+class PlanTable(Table, kw_only=True):
+    q_max: Newton = 20000.0            # N, top of the staircase
+    n_steps_up: Annotated[int, Meta(ge=1, le=1000)] = 14
+    n_series: Annotated[int, Meta(ge=1, le=1000)] = 6      # >= MIN_SERIES (checked with its reason)
+    n_samples: Annotated[int, Meta(ge=1, le=100000)] = 20
+    sample_interval: Annotated[float, Meta(ge=0, le=10.0)] = 0.005  # s between two readings of a block
+    settle_time: Settle = 0.1
+    precondition: bool = True
+
+    @property
+    def q_desired(self) -> np.ndarray:
+        up = np.linspace(0.0, self.q_max, self.n_steps_up + 1)
+        return np.concatenate([up, up[-2::-1]])
+
+    def check(self) -> None:
+        if self.n_series < MIN_SERIES:
+            raise Invalid("n_series", f"{self.n_series} series are too few: the press analysis needs at "
+                                      f"least {MIN_SERIES} (the memory model is trained on all but the last "
+                                      f"two series, tested on those); set n_series >= {MIN_SERIES}")
+
+
+class CorrectionTable(Table, kw_only=True):
+    tolerance: Annotated[float, Meta(gt=0, le=1e6)] = 50.0      # N
+    gain: Annotated[float, Meta(gt=0, le=2)] = 1.0
+    max_iterations: Annotated[int, Meta(ge=1, le=100)] = 8
+    monotone: bool = True
+    margin: Annotated[float, Meta(ge=0, lt=1)] = 0.5
+    settle_time: Settle = 0.15
+    window: Annotated[float, Meta(gt=0, le=60.0)] = 0.1         # s of force averaged per measurement
+    max_stall: Annotated[float, Meta(gt=0, le=60.0)] = 1.0      # s the force stream may pause
+
+
+class AcquisitionTable(Table, kw_only=True):
+    rate: Annotated[float, Meta(gt=0, le=2000)] = 200.0   # Hz
+    block: Annotated[int, Meta(ge=1, le=10000)] = 10
+    max_failures: Annotated[int, Meta(ge=1, le=100)] = 3
+
+
+class AnalysisTable(Table, kw_only=True):
+    tol: Annotated[float, Meta(gt=0, lt=1)] = 0.05
+    criterion: Literal["A", "D", "E"] = "E"
+    n_random_splits: Annotated[int, Meta(ge=0, le=10000)] = 0
+    seed: Seed = 0
+    n_sensors: Annotated[int, Meta(ge=1, le=8)] = 2
+    constants: dict[str, Finite] | None = None
+
+
+class OnlineTable(Table, kw_only=True):
+    """Online identification (daq/rigs/press/online.py) and the stopping rule on its estimate; off by
+    default."""
+
+    enabled: bool = False
+    target_rel_std: Annotated[float, Meta(gt=0, lt=1)] = 0.002   # stop when every rel. std is below
+    min_series: Annotated[int, Meta(ge=1, le=1000)] = 3
+    verdict: bool = True            # model-uncertainty test (M1/M2/M3, [analysis] settings) from series 2 on
+    stop_rule: Literal["target", "verdict", "both"] = "target"   # what may end the plan before the budget
+    settle_series: Annotated[int, Meta(ge=1, le=1000)] = 2        # "verdict": same rejected set this often
+    settle_needs_kept: bool = True  # a verdict rejecting every model is not settled (no adequate model yet)
+    verdict_from: Annotated[int, Meta(ge=2, le=1000)] = 2          # first series count given a verdict
+    dry_run: bool = False           # evaluate and record the rule (estimate "stop"), never stop the plan
+    max_series: Annotated[int, Meta(ge=1, le=1000)] | None = None  # budget (default: plan.n_series)
+    max_seconds: Budget | None = None                              # budget from the plan start, s
+    inflate: bool = True            # scale the covariance by max(1, RSS/dof) (M1 misfit)
+    alpha: Annotated[float, Meta(gt=0, lt=1)] = 0.05               # level of the ellipse axes
+    wait_timeout: Wait = 10.0       # s the plan waits for a series' estimate before going on without
+
+    def check(self) -> None:
+        if self.stop_rule != "target" and not self.verdict:
+            raise Invalid("stop_rule", f"{self.stop_rule!r} needs the online verdict (verdict = true)")
+        if self.enabled and not self.dry_run and self.max_series is not None and self.max_series < MIN_SERIES:
+            raise Invalid("max_series", f"a budget of {self.max_series} series ends the plan before the "
+                                        f"{MIN_SERIES} series the press analysis needs; set max_series >= "
+                                        f"{MIN_SERIES}")
+
+
+class PressConfig(RigConfig, kw_only=True):
+    simulator: PressSimulator | None = None
+    devices: PressDevices | None = None
+    plan: PlanTable = sfield(default_factory=PlanTable)
+    correction: CorrectionTable = sfield(default_factory=CorrectionTable)
+    acquisition: AcquisitionTable = sfield(default_factory=AcquisitionTable)
+    analysis: AnalysisTable = sfield(default_factory=AnalysisTable)
+    online: OnlineTable = sfield(default_factory=OnlineTable)
+
+    def check(self) -> None:
+        if self.devices is None:
+            raise Invalid("devices", "missing required table", table=True)
+        src = self.devices.force_source
+        if self.plan.q_max > src.f_max:
+            raise Invalid("plan.q_max", f"{self.plan.q_max:g} N is above the force source's range "
+                                        f"([devices.force_source].f_max = {src.f_max:g} N)")
+        if self.rig.simulated:
+            sim = self.simulator or PressSimulator()
+            if src.f_max > sim.force_source.f_max:
+                raise Invalid("devices.force_source.f_max",
+                              f"{src.f_max:g} N is above what the simulated source accepts "
+                              f"([simulator.force_source].f_max = {sim.force_source.f_max:g} N)")
+        step = self.plan.q_max / self.plan.n_steps_up
+        if self.correction.tolerance >= step:
+            raise Invalid("correction.tolerance", "must be smaller than one step of the staircase "
+                                                  f"([plan].q_max / n_steps_up = {step:g} N)")
+        if self.analysis.n_sensors > len(self.devices.sensors):
+            raise Invalid("analysis.n_sensors",
+                          f"more than the {len(self.devices.sensors)} sensors configured")
+
+
+# ----------------------------------------------------------------------------------------- rig rules
+
+
+def check_rig(cfg: PressConfig, config_dir: Path) -> None:
+    """What `hil run` builds before the first byte is sent, built here: the simulated plant and devices
+    (``[rig].simulated``) and the drivers of ``[devices]`` (register maps, limits). Any refusal is an
+    :class:`Invalid` naming the table it comes from."""
+    raw = to_dict(cfg)
+    devices = raw["devices"]
+    if cfg.rig.simulated:
+        for name, sensor in cfg.devices.sensors.items():
+            if name not in SENSOR_NAMES:
+                raise Invalid(f"devices.sensors.{name}", f"the simulated press has no sensor {name!r} (it "
+                                                         f"has {', '.join(SENSOR_NAMES)})", table=True)
+            if sensor.protocol != "modbus_tcp" and not str(sensor.url).startswith("socket://"):
+                raise Invalid(f"devices.sensors.{name}.url", "a simulated sensor listens on a socket: "
+                                                             f"give socket://HOST:PORT, got {sensor.url!r}")
+        for name in (cfg.simulator.sensors if cfg.simulator else {}):
+            if name not in cfg.devices.sensors:
+                raise Invalid(f"simulator.sensors.{name}", f"no sensor {name!r} in [devices.sensors]",
+                              table=True)
+        _build("simulator", lambda: PressRig(raw))  # built, not started: no socket opens
+    _build("devices.force_source", lambda: ForceSource(devices["force_source"], name="force_source"))
+    for name, table in devices["sensors"].items():
+        _build(f"devices.sensors.{name}", lambda n=name, t=table: open_sensor(n, t))
+
+
+def _build(table: str, make) -> None:
+    try:
+        make()
+    except (TypeError, ValueError, KeyError) as exc:
+        raise Invalid(table, str(exc) or type(exc).__name__, table=True) from None
