@@ -14,6 +14,7 @@ The model's dead time is the delay from command to measured speed: the drive's d
 sample, because the simulated speed is the encoder angle differenced over the last sample.
 
     nice .venv/bin/python benchmarks/bench_crane_coverage.py --draws 20 --decimate 1 5 [--duration 2]
+        [--json out.json]; --load out.json prints the tables again
 """
 
 from __future__ import annotations
@@ -79,12 +80,13 @@ def summary(rows: list[dict]) -> str:
                          f"{sum(r['valid'] for r in rs)}/{len(rs)} | {sum(r['residuals_white'] for r in rs)}"
                          f"/{len(rs)} | {sum(r['step_ok'] for r in rs)}/{len(rs)} |")
     for case in CASES:
-        rs = [r for r in rows if r["case"] == case]
-        if rs:
-            names = rs[0]["names"]
-            per = np.mean([r["in_robust"] for r in rs if r["names"] == names], axis=0)
-            lines.append(f"robust coverage per parameter, {case}: " + ", ".join(
-                f"{n} {100 * c:.0f} %" for n, c in zip(names, per, strict=True)))
+        for dec in sorted({r["decimate"] for r in rows}):
+            rs = [r for r in rows if r["case"] == case and r["decimate"] == dec]
+            if rs:
+                names = rs[0]["names"]
+                per = np.mean([r["in_robust"] for r in rs if r["names"] == names], axis=0)
+                lines.append(f"robust coverage per parameter, {case}, decimate {dec}: " + ", ".join(
+                    f"{n} {100 * c:.0f} %" for n, c in zip(names, per, strict=True)))
     return "\n".join(lines)
 
 
@@ -95,7 +97,11 @@ def main() -> None:
     ap.add_argument("--cases", nargs="+", default=list(CASES))
     ap.add_argument("--duration", type=float, default=2.0)
     ap.add_argument("--json", dest="json_out", default=None)
+    ap.add_argument("--load", default=None, help="print the table of a saved --json file")
     args = ap.parse_args()
+    if args.load:
+        print(summary(json.loads(Path(args.load).read_text())))
+        return
     rows = []
     t0 = time.perf_counter()
     for dec in args.decimate:

@@ -77,9 +77,22 @@ def generate(path: Path, minutes: float) -> str:
 CHILD_EXPORT = """
 import json, resource, sys, time
 import h5py  # imported before the clock starts, as in the h5py run
+import numpy as np
 sys.path.insert(0, {root!r})
 from daq.export.session_export import export
 from daq.store.read_write import SessionStore
+if {reference!r}:  # the CSV row formatting before issue 23 (repr of lists, split, zip, join), for the ratio
+    import daq.export.csv_files as csv_files
+    def _csv_lines(t, columns):
+        parts = [repr(t.tolist())[1:-1].split(", ")]
+        for col in columns:
+            block = col.astype(np.int64) if col.dtype == np.bool_ else col
+            if block.ndim == 1:
+                parts.append(repr(block.tolist())[1:-1].split(", "))
+            elif block.shape[1]:
+                parts.append(repr(block.tolist())[2:-2].replace(", ", ",").split("],["))
+        return "\\n".join(map(",".join, zip(*parts, strict=True))) + "\\n"
+    csv_files._csv_lines = _csv_lines
 t = time.perf_counter()
 with SessionStore({store!r}, create=False) as store:
     r = export(store, {sid!r}, {fmt!r}, {out!r}, mat_version={mat!r}, force=True)
@@ -114,6 +127,23 @@ t = time.perf_counter()
 with h5py.File({out!r}, "w") as f:
     f.create_dataset("t", data=t_axis, chunks=(rows,), maxshape=(None,))
     f.create_dataset("data", data=data, chunks=(rows, N_CH), maxshape=(None, N_CH))
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({{"s": time.perf_counter() - t, "rss_mb": rss}}))
+"""
+
+CHILD_SCIPY = """
+import json, resource, sys, time
+import numpy as np, scipy.io
+ROWS, RATE, N_CH, POOL = {rows}, {rate}, {n_ch}, {pool}
+n_frames = {n_frames}
+pool = np.random.default_rng(7).standard_normal((POOL, ROWS, N_CH))
+data = np.empty((n_frames * ROWS, N_CH))
+for k in range(n_frames):
+    data[k * ROWS:(k + 1) * ROWS] = pool[k % len(pool)]
+t_axis = np.concatenate([1.7e9 + k * ROWS / RATE + np.arange(ROWS) * (1 / RATE) for k in range(n_frames)])
+t = time.perf_counter()
+scipy.io.savemat({out!r}, {{"streams": {{"bench_trace": {{"t": t_axis.reshape(-1, 1), "data": data,
+                  "channels": np.array([f"c{{i}}" for i in range(N_CH)], dtype=object)}}}}}})
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({{"s": time.perf_counter() - t, "rss_mb": rss}}))
 """
@@ -213,6 +243,8 @@ def main() -> None:
     ap.add_argument("--formats", default="hdf5,mat,csv")
     ap.add_argument("--dir", default="/tmp/hil-bench")
     ap.add_argument("--replay", action="store_true", help="Also replay the session (burst, no subscriber).")
+    ap.add_argument("--no-csv-reference", action="store_true",
+                    help="Skip the CSV export with the row formatting of before issue 23.")
     args = ap.parse_args()
     minutes = args.minutes * args.scale
     work = Path(args.dir)
@@ -229,17 +261,37 @@ def main() -> None:
     print(f"session {sid}: {minutes:g} min, {n_samples / 1e6:.0f} M samples, {size:.2f} GB")
     print(f"{'what':<24}{'time s':>9}{'peak RSS MB':>13}{'output GB':>11}")
     results = {}
-    for fmt in args.formats.split(","):
+    runs = [(fmt, False) for fmt in args.formats.split(",")]
+    if "csv" in args.formats.split(",") and not args.no_csv_reference:
+        runs.append(("csv", True))
+    for fmt, reference in runs:
         out = work / {"hdf5": "x.h5", "mat": "x.mat", "csv": "x_csv"}[fmt]
         r = child(
             CHILD_EXPORT.format(
-                root=str(ROOT), store=str(store_path), sid=sid, fmt=fmt, out=str(out), mat="auto"
+                root=str(ROOT), store=str(store_path), sid=sid, fmt=fmt, out=str(out), mat="auto",
+                reference=reference,
             )
         )
         remove(out)
         label = f"export {fmt}" + (f" (v{r['mat_version']})" if r["mat_version"] else "")
-        results[fmt] = r
+        label += " (before #23)" if reference else ""
+        results[fmt + ("-before" if reference else "")] = r
         print(f"{label:<24}{r['s']:>9.2f}{r['rss_mb']:>13.0f}{r['bytes'] / 1e9:>11.2f}")
+    if "csv" in results:
+        rate = n_samples / results["csv"]["s"]
+        print(f"CSV: {rate / 1e6:.2f} M values/s", end="")
+        if "csv-before" in results:
+            print(f"; before #23 {n_samples / results['csv-before']['s'] / 1e6:.2f} M values/s: "
+                  f"{results['csv-before']['s'] / results['csv']['s']:.2f}x (target >= 3x)")
+        else:
+            print()
+    if "mat" in results:
+        out = work / "plain.mat"
+        code = CHILD_SCIPY.format(rows=ROWS, rate=RATE, n_ch=N_CH, pool=POOL, n_frames=n_frames, out=str(out))
+        r = child(code)
+        remove(out)
+        print(f"{'scipy savemat (memory)':<24}{r['s']:>9.2f}{r['rss_mb']:>13.0f}")
+        print(f"MAT export / scipy.io.savemat direct: {results['mat']['s'] / r['s']:.2f}x (target <= 1.5x)")
     r = child(CHILD_READ.format(root=str(ROOT), store=str(store_path), sid=sid, stream=STREAM))
     print(f"{'store read only':<24}{r['s']:>9.2f}{r['rss_mb']:>13.0f}")
     if "hdf5" in results:

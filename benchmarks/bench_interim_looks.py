@@ -10,7 +10,8 @@ Lan-DeMets O'Brien-Fleming and Pocock spending functions
 (:func:`identification.uncertainty_test.look_levels`).
 
     nice .venv/bin/python benchmarks/bench_interim_looks.py --seeds 200 --first 4 [--json out.json]
-    nice .venv/bin/python benchmarks/bench_interim_looks.py --load out.json     # tables only
+    nice .venv/bin/python benchmarks/bench_interim_looks.py --load out.json [--table-from 6]  # tables only
+    nice .venv/bin/python benchmarks/bench_interim_looks.py --exact 200   # M1 exactly correct, looks 2..10
 
 M3 is the model the full experiment keeps (the paper's answer); its rejection at any look is a false
 rejection. M1 and M2 rows give the power that is left.
@@ -59,9 +60,41 @@ def one_seed(seed: int, first: int, base: dict) -> dict:
     return out
 
 
+def exact_model(n_rep: int, looks: list[int], seed: int = 12345) -> list[dict]:
+    """M1 exactly correct: data from the linkage model itself + Gaussian noise (as the FWER test of
+    tests/test_uncertainty_test.py), one staircase per series; look n fits the first n series."""
+    from identification.least_squares import fit_state_model
+    from identification.press_models import PressLinkageModel
+    from identification.uncertainty_test import press_scenarios, run_uncertainty_test
+
+    rng = np.random.default_rng(seed)
+    sig = np.array([1.518e-5, 4.895e-6, 3.904e-6])
+    m = PressLinkageModel()
+    p_true = np.array([2.0e8, 1.5e8])
+    qd = np.r_[np.linspace(0, 20000, 15), np.linspace(20000, 0, 15)[1:]]
+    n_series = max(looks)
+    splits = press_scenarios(29)
+    rows = []
+    for _ in range(n_rep):
+        q = np.tile(qd, (n_series, 1)) * (1 + 0.01 * rng.standard_normal((n_series, 1)))
+        z = m.predict(p_true, q.ravel()).reshape(n_series, 29, 3)
+        z = z + rng.standard_normal(z.shape) * sig
+        out = []
+        for n in looks:
+            def fit(idx, n=n, z=z, q=q):
+                f = fit_state_model(m, z[:n, idx].reshape(-1, 3), q[:n, idx].ravel(), sig,
+                                    p_true * np.array([0.8, 1.25]), omega=[1, 1, 0])
+                return f.p, f.covariance
+
+            res = run_uncertainty_test(fit, splits, tol=0.05)
+            out.append([float(t.alpha_min) for t in res.tests])
+        rows.append({"M1": out})
+    return rows
+
+
 def table(rows: list[dict], looks: list[int], n_final: int, tol: float) -> str:
     """Rejection rate per look and family-wise over all looks, per rule and model."""
-    n_splits = len(rows[0]["M3"][0])
+    n_splits = len(next(iter(rows[0].values()))[0])
     fr = np.array(looks, float) / n_final
     lines = [f"{len(rows)} plant-truth series sets, looks after series {looks}, tol {tol:g} over "
              f"{n_splits} splits (Bonferroni inside a look)",
@@ -69,7 +102,7 @@ def table(rows: list[dict], looks: list[int], n_final: int, tol: float) -> str:
              "|---|---|" + "---|" * (len(looks) + 2)]
     for rule in SPENDING_RULES:
         lv = look_levels(fr, tol, rule)
-        for m in ("M3", "M2", "M1"):
+        for m in [m for m in ("M3", "M2", "M1") if m in rows[0]]:
             a = np.array([[[np.nan if x is None else x for x in look] for look in r[m]] for r in rows])
             rej = np.nanmin(np.where(np.isnan(a), 1.0, a), axis=2) < (lv / n_splits)[None, :]
             per = rej.mean(axis=0)
@@ -87,9 +120,21 @@ def main() -> None:
     ap.add_argument("--tol", type=float, default=0.05)
     ap.add_argument("--json", dest="json_out", default=None)
     ap.add_argument("--load", default=None, help="print the tables of a saved --json file")
+    ap.add_argument("--exact", type=int, default=0, metavar="N",
+                    help="N replicates of an exactly correct model (M1 on its own data) instead")
+    ap.add_argument("--table-from", type=int, default=None,
+                    help="tables for the looks from this series count on only (the alpha re-spent over them)")
     args = ap.parse_args()
     base = tomllib.loads(CONFIG.read_text())
     n_final = base["plan"]["n_series"]
+    if args.exact:
+        looks = [2, 4, 6, 8, 10]
+        rows = exact_model(args.exact, looks)
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps({"looks": looks, "rows": rows}))
+        print("exactly correct model (M1 on data of the M1 model), looks after series", looks)
+        print(table(rows, looks, looks[-1], args.tol))
+        return
     if args.load:
         saved = json.loads(Path(args.load).read_text())
         rows, looks = saved["rows"], saved["looks"]
@@ -104,8 +149,12 @@ def main() -> None:
                 print(f"{seed + 1} seeds, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         if args.json_out:
             Path(args.json_out).write_text(json.dumps({"looks": looks, "rows": rows}))
+    if args.table_from:
+        keep = [i for i, n in enumerate(looks) if n >= args.table_from]
+        rows = [{m: [v[i] for i in keep] for m, v in r.items()} for r in rows]
+        looks = [looks[i] for i in keep]
     print(table(rows, looks, n_final, args.tol))
-    print(f"RuntimeWarnings during the fits: {sum(sum(r['runtime_warnings']) for r in rows)}")
+    print(f"RuntimeWarnings during the fits: {sum(sum(r.get('runtime_warnings', [0])) for r in rows)}")
 
 
 if __name__ == "__main__":

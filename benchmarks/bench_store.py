@@ -4,12 +4,14 @@
 "ours" goes through SessionStore.append (validation, header fields, stream bookkeeping) and
 flush. A "sample" is one value of one channel; rows/s (all 8 channels at one instant) are shown too.
 
-    .venv/bin/python benchmarks/bench_store.py
+    .venv/bin/python benchmarks/bench_store.py [--repeat 5]
 """
 
 from __future__ import annotations
 
+import argparse
 import sqlite3
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -67,18 +69,31 @@ def bench_plain(path: Path, frames: list[Frame]) -> float:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5, help="runs per case, alternating (median reported)")
+    args = ap.parse_args()
     print(f"{'rows/block':>10} {'impl':>6} {'samples/s':>12} {'rows/s':>11} {'MB/s':>8} {'ours/plain':>11}")
     with tempfile.TemporaryDirectory() as tmp:
         for k, (rows, n) in enumerate(CASES):
             frames = blocks(rows, n)
             values = rows * N_CH * n
-            t_plain = bench_plain(Path(tmp) / f"plain{k}.sqlite", frames)
-            t_ours = bench_ours(Path(tmp) / f"ours{k}.sqlite", frames)
-            for name, t in (("plain", t_plain), ("ours", t_ours)):
-                ratio = f"{t_plain / t_ours:.2f}" if name == "ours" else ""
+            times: dict[str, list[float]] = {"plain": [], "ours": []}
+            ratios = []
+            for r in range(args.repeat):  # alternating, so load from other processes hits both alike
+                t_plain = bench_plain(Path(tmp) / f"plain{k}-{r}.sqlite", frames)
+                t_ours = bench_ours(Path(tmp) / f"ours{k}-{r}.sqlite", frames)
+                times["plain"].append(t_plain)
+                times["ours"].append(t_ours)
+                ratios.append(t_plain / t_ours)
+                for p in Path(tmp).iterdir():
+                    p.unlink()
+            for name in ("plain", "ours"):
+                t = statistics.median(times[name])
+                ratio = f"{statistics.median(ratios):.2f}" if name == "ours" else ""
                 mb_s = values * 8 / t / 1e6
                 rate, row_rate = values / t, rows * n / t
                 print(f"{rows:>10} {name:>6} {rate:>12.3g} {row_rate:>11.3g} {mb_s:>8.0f} {ratio:>11}")
+            print(f"{'':>10} ratios per run: {' '.join(f'{x:.2f}' for x in ratios)}")
 
 
 if __name__ == "__main__":

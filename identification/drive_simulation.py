@@ -22,17 +22,51 @@ update per step.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
 
+from identification import drive_kernels
 from identification.drive_models import DriveStructure, linear_matrices
 
-__all__ = ["SimResult", "StepInput", "prepare_input", "discretize", "simulate", "DEFAULT_FRICTION_EPS"]
+__all__ = ["SimResult", "StepInput", "prepare_input", "discretize", "simulate", "DEFAULT_FRICTION_EPS",
+           "ENGINES", "get_engine", "set_engine"]
 
 #: Speed scale of the smooth sign ``tanh(w/eps)`` in the candidate models, rad/s.
 DEFAULT_FRICTION_EPS = 0.05
+
+#: ``compiled``: the step loop in :mod:`identification.drive_kernels` (numba); ``python``: the loop below
+#: (nonlinear candidates) and the numpy block lifting (linear ones), the implementation before issue 23.
+ENGINES = ("compiled", "python")
+
+
+def _engine_from_env() -> str:
+    name = os.environ.get("HIL_SIM_ENGINE", "").strip().lower() or "compiled"
+    if name not in ENGINES:
+        raise ValueError(f"HIL_SIM_ENGINE={name!r}: known engines are {ENGINES}")
+    return name if (name == "python" or drive_kernels.AVAILABLE) else "python"
+
+
+_ENGINE = _engine_from_env()
+
+
+def get_engine() -> str:
+    """The simulation engine of this process (``HIL_SIM_ENGINE`` at import, or :func:`set_engine`)."""
+    return _ENGINE
+
+
+def set_engine(name: str) -> str:
+    """Choose the engine of this process; returns the previous one. Worker processes read
+    ``HIL_SIM_ENGINE`` when they start: set that too to switch a pool or a Dask cluster."""
+    global _ENGINE
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}: known {ENGINES}")
+    if name == "compiled" and not drive_kernels.AVAILABLE:
+        raise RuntimeError("the compiled engine needs numba")
+    old, _ENGINE = _ENGINE, name
+    return old
 
 
 @dataclass
@@ -114,8 +148,11 @@ def discretize(A: np.ndarray, B: np.ndarray, dA: np.ndarray, dB: np.ndarray, h: 
 
 
 def simulate(structure: DriveStructure, params: dict[str, float], inp: StepInput, *,
-             sensitivities: bool = True, friction_eps: float = DEFAULT_FRICTION_EPS) -> SimResult:
-    """Simulate the motor speed from rest for the command in ``inp``; optionally with d y / d p."""
+             sensitivities: bool = True, friction_eps: float = DEFAULT_FRICTION_EPS,
+             engine: str | None = None) -> SimResult:
+    """Simulate the motor speed from rest for the command in ``inp``; optionally with d y / d p.
+
+    ``engine``: ``compiled`` or ``python`` (default: :func:`get_engine`); both run the same recursion."""
     s = structure
     names = s.param_names
     p = {name: float(params[name]) for name in names}
@@ -155,7 +192,9 @@ def simulate(structure: DriveStructure, params: dict[str, float], inp: StepInput
         Gf = np.concatenate([Bd] + [dBd[j] for j in range(n_p)])
     out_idx = np.arange(0, m, n)  # w1 and d w1 / d p_j
 
-    if not s.nonlinear:
+    if (engine or _ENGINE) == "compiled":
+        X = _compiled_steps(s, p, names, Ad, Bd, dAd, Gam, w_in, Gf, sensitivities, friction_eps)
+    elif not s.nonlinear:
         X = _linear_blocks(Phi, Gam, w_in, out_idx)
     else:
         X = np.empty((N, out_idx.size))
@@ -213,6 +252,21 @@ def simulate(structure: DriveStructure, params: dict[str, float], inp: StepInput
     if not np.all(np.isfinite(y)):
         y = np.nan_to_num(y, nan=1e6, posinf=1e6, neginf=-1e6)
     return SimResult(t=t, y=y, S=S, names=list(names))
+
+
+def _compiled_steps(s: DriveStructure, p: dict[str, float], names: list[str], Ad, Bd, dAd, Gam, w_in, Gf,
+                    sensitivities: bool, friction_eps: float) -> np.ndarray:
+    """The step loop in :mod:`identification.drive_kernels` (no BLAS: repeatable to the bit)."""
+    nl = s.nonlinear
+    return drive_kernels.drive_steps(
+        Ad, dAd, Bd, Gam, w_in, Gf, len(names), sensitivities, nl,
+        fc=p.get("coulomb", 0.0) if nl else 0.0,
+        fs=p.get("stribeck_torque", 0.0) if s.stribeck else 0.0,
+        inv_vs=1.0 / p["stribeck_speed"] if s.stribeck else 0.0,
+        inv_eps=1.0 / float(friction_eps),
+        jc=names.index("coulomb") if s.coulomb else -1,
+        js=names.index("stribeck_torque") if s.stribeck else -1,
+        jv=names.index("stribeck_speed") if s.stribeck else -1)
 
 
 def _linear_blocks(Phi: np.ndarray, Gam: np.ndarray, w_in: np.ndarray, out_idx: np.ndarray,

@@ -39,7 +39,9 @@ Method: LSCF poles + stabilisation diagram + LSFD residues (the usual frequency-
    drives it hardest gives its shape.
 
 5. **Uncertainty of each pole.** The frequency and damping ratio of every reported mode get a standard
-   deviation from the linearised fit of step 3 (:func:`pole_covariance`): the Jacobian of the
+   deviation, the root sum of squares of two parts: the spread of the mode's pole over the orders of the
+   stabilisation diagram (:func:`order_spread`: the model order is a modelling choice) and the FRF noise
+   through the linearised fit of step 3 (:func:`pole_covariance`): the Jacobian of the
    variable-projection residual (residues and residual terms projected out, so their uncertainty is
    in it) in (relative frequency, log damping), with each FRF's own noise variance from its LSFD
    residual, as a sandwich ``(J^T J)^-1 J^T Sigma J (J^T J)^-1``. It counts the FRF noise only: a
@@ -62,7 +64,7 @@ import scipy.linalg
 import scipy.optimize
 
 __all__ = ["ModalFit", "lscf_poles", "lsfd", "extract_modes", "synthesize", "stable_poles", "refine_poles",
-           "pole_covariance"]
+           "pole_covariance", "order_spread"]
 
 _POWER = {"receptance": 0, "mobility": 1, "accelerance": 2}
 
@@ -384,6 +386,32 @@ def pole_covariance(freq: np.ndarray, H: np.ndarray, lam: np.ndarray, fixed: np.
     return w0 / (2 * np.pi) * np.sqrt(v[:n]), xi0 * np.sqrt(v[n:]), C
 
 
+def order_spread(sets: list[np.ndarray], lam: np.ndarray, freq_tol: float = 0.005,
+                 damping_tol: float = 0.3) -> tuple[np.ndarray, np.ndarray]:
+    """Spread (std, Hz and damping ratio) of each pole of ``lam`` over the stabilisation diagram's orders:
+    per order the pole nearest to it within the stability tolerances; fewer than 3 such orders give 0.
+
+    How much a mode moves when the model order changes is a part of its uncertainty that the noise does
+    not show (the order is a modelling choice; a mode beside a close one or at the band edge moves most).
+    """
+    fs, xs = np.zeros(lam.size), np.zeros(lam.size)
+    for k, p in enumerate(np.asarray(lam, dtype=complex)):
+        fp, xp = np.abs(p), -p.real / np.abs(p)
+        hit_f, hit_x = [], []
+        for q in sets:
+            if q.size == 0:
+                continue
+            fq, xq = np.abs(q), -q.real / np.abs(q)
+            ok = (np.abs(fq - fp) <= freq_tol * fp) & (np.abs(xq - xp) <= damping_tol * xp)
+            if ok.any():
+                j = np.flatnonzero(ok)[np.argmin(np.abs(fq[ok] - fp))]
+                hit_f.append(fq[j] / (2 * np.pi))
+                hit_x.append(xq[j])
+        if len(hit_f) >= 3:
+            fs[k], xs[k] = np.std(hit_f, ddof=1), np.std(hit_x, ddof=1)
+    return fs, xs
+
+
 def synthesize(fit: ModalFit, freq: np.ndarray, kind: str = "receptance") -> np.ndarray:
     """FRFs (n_ref, n_resp, n_freq) of the identified modal model (with out-of-band poles and residuals)."""
     jw = 2j * np.pi * np.asarray(freq, dtype=float)
@@ -467,6 +495,8 @@ def extract_modes(
     res, lower, upper, Hfit = lsfd(f, Hk, np.concatenate([lam, lam_out]), kind=fit_kind)
     err = float(np.linalg.norm(Hfit - Hk) / np.linalg.norm(Hk))
     f_std, xi_std, _ = pole_covariance(f, Hk[use], lam, lam_out, fit_kind)
+    f_sp, xi_sp = order_spread(sets, lam, freq_tol, damping_tol)
+    f_std, xi_std = np.hypot(f_std, f_sp), np.hypot(xi_std, xi_sp)
     res = res.reshape(n_ref, n_resp, -1)
     res, res_out = res[..., : lam.size], res[..., lam.size :]
     best = np.argmax(np.linalg.norm(res, axis=1), axis=0)  # per mode, the reference driving it hardest

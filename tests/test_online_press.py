@@ -182,9 +182,15 @@ def test_estimates_carry_the_running_verdict_of_the_offline_test(session):
             assert mv["rejected_splits"] == (a < v["level"]).tolist()  # decided at the corrected level
             assert mv["reject"] == bool((a < v["level"]).any()) and (m in v["rejected"]) == mv["reject"]
             assert len(mv["values"]) == 2 and len(mv["std"]) == 2
-        # the offline test on the same first n series gives the same numbers
+        # each look spends its share of tol (O'Brien-Fleming type over the planned looks): the levels of
+        # all looks add up to tol, the interim ones are provisional
+        first = n - v["look"] + 1
+        n_planned = v["n_looks"] + first - 1
+        assert v["spending"] == "obrien-fleming" and v["family_tol"] == analysis.get("tol", 0.05)
+        assert v["tol"] < v["family_tol"] and v["provisional"] == (n < n_planned)
+        # the offline test on the same first n series, as the same look, gives the same numbers
         off = model_verdict(arr.z[:n], arr.q[:n], arr.q_desired, arr.sigmas, arr.sensors,
-                            **verdict_options(analysis))
+                            **verdict_options(analysis), n_planned=n_planned, first_look=first)
         assert list(off.rejected) == v["rejected"]
         for m in ("M1", "M2", "M3"):
             np.testing.assert_allclose(v["models"][m]["alpha_min"], off.models[m].alpha_min, rtol=1e-6,

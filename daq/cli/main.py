@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from daq.cli import bus, design, keys, rig, sessions, uff, watch
+from daq.cli import bus, design, keys, rig, serve, sessions, uff, watch
 from daq.cli.common import CliState, OneLineError, exit_code, quiet_broken_pipe
 from daq.config.load import ENV_STORE, default_store_path
 
@@ -87,5 +87,6 @@ for command in (
     keys.keys,
     uff.import_group,
     watch.watch,
+    serve.serve,
 ):
     main.add_command(command)

@@ -11,6 +11,7 @@ import click
 
 from daq import json_codec
 from daq.cli.common import CliState, StderrProgress, echo_json, pass_state
+from daq.export.listing import session_detail, session_row
 
 
 def _fmt_time(t: float | None) -> str:
@@ -39,20 +40,7 @@ def sessions(state: CliState, as_json: bool) -> None:
     with state.open_store() as store:
         infos = store.list_sessions()
     if as_json:
-        echo_json(
-            [
-                {
-                    "id": i.id,
-                    "kind": i.kind,
-                    "status": i.status,
-                    "reason": i.reason,
-                    "started": i.started,
-                    "ended": i.ended,
-                    "streams": sorted(i.streams),
-                }
-                for i in infos
-            ]
-        )
+        echo_json([session_row(i) for i in infos])
         return
     if not infos:
         click.echo(f"no sessions in {state.store_path}")
@@ -74,19 +62,16 @@ def sessions(state: CliState, as_json: bool) -> None:
 @pass_state
 def show(state: CliState, session: str, as_json: bool) -> None:
     """Show a session's metadata, streams and event counts (SESSION: id or unique prefix)."""
-    from daq.export.session_export import session_metadata  # lazy: h5py and the MAT writers
-
+    if as_json:
+        with state.open_store() as store:
+            echo_json(session_detail(store, session))
+        return
     with state.open_store() as store:
         info = store.get_session(session)
         counts = store.event_counts(info.id)
         for s in info.streams.values():
             if s.type == "frame" and s.n_samples:
                 s.timing = store.stream_timing(info.id, s.name)
-    if as_json:
-        meta = session_metadata(info)
-        meta["event_counts"] = [{"stream": s, "kind": k, "n": n} for (s, k), n in counts.items()]
-        echo_json(meta)
-        return
     click.echo(f"session   {info.id}")
     click.echo(f"kind      {info.kind}")
     click.echo(f"status    {info.status}" + (f" ({info.reason})" if info.reason else ""))

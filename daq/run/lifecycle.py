@@ -170,7 +170,8 @@ class RunContext:
 async def run(config: dict, store_path: str | Path | None = None, *, file: str | Path | None = None,
               simulated_rig: Any = None, show_progress: bool = True, handle_sigint: bool = True,
               handle_term: bool | None = None, on_session: Callable[[str], None] | None = None,
-              on_context: Callable[[RunContext], None] | None = None) -> RunResult:
+              on_context: Callable[[RunContext], None] | None = None,
+              started_by: str | None = None) -> RunResult:
     """Run the plan of ``config``'s rig once and record one session; see the module docstring.
 
     ``file``: the config's file, named in config errors; its folder is the one the rig's ``check`` gets.
@@ -180,6 +181,8 @@ async def run(config: dict, store_path: str | Path | None = None, *, file: str |
     are installed for the run only and the previous ones restored afterwards.
     Problems before the session exists (config, unreachable devices) are raised; once a session
     exists the run always returns a result whose status and reason say how it ended.
+    ``started_by``: who asked for the run (`hil serve`: the token's name); recorded as the first event of
+    the session, ``started`` on stream ``<kind>.run`` with body ``{"by": ...}``.
     """
     rig, cfg = parse_config(config, file)  # checked whole: nothing is opened for a broken config
     check_rules(rig, cfg, file)            # and the rig's rules beyond the schema (files next to it, ...)
@@ -199,14 +202,15 @@ async def run(config: dict, store_path: str | Path | None = None, *, file: str |
                       else dict(config["devices"]))
         handle_term = handle_sigint if handle_term is None else handle_term
         return await _run_session(rig, cfg, config, device_cfg, store_path, show_progress, handle_sigint,
-                                  handle_term, on_session, on_context)
+                                  handle_term, on_session, on_context, started_by)
     finally:
         if own_sim is not None:
             await own_sim.stop()
 
 
 async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_path: Path, show_progress: bool,
-                       handle_sigint: bool, handle_term: bool, on_session, on_context) -> RunResult:
+                       handle_sigint: bool, handle_term: bool, on_session, on_context,
+                       started_by: str | None = None) -> RunResult:
     store = SessionStore(store_path)
     keys = _keys(cfg)
     publisher = BusPublisher(cfg.bus.data, lossless=True, send_timeout=cfg.bus.send_timeout,
@@ -243,6 +247,8 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
             on_session(session_id)
         recorder = ctx.recorder = Recorder(store, session_id, rec_sub).start()
         commands.start(store_path, session_id, publisher)
+        if started_by:  # the audit record: who asked for this run
+            await ctx.event(f"{rig.kind}.run", "started", by=started_by)
         if stopper.requested:  # Ctrl-C during set-up stops before the first step
             ctx.request_stop()
         ctx.state = "running"

@@ -20,7 +20,7 @@ from typing import Self
 import numpy as np
 
 from daq import json_codec
-from daq.bus.frames import Event, Frame, FrameError, frame_header, frame_payload
+from daq.bus.frames import SUPPORTED_DTYPES, Event, Frame, FrameError, frame_header, frame_payload
 from daq.store.errors import StoreError, UnknownSession
 from daq.store.payload import frame_span
 from daq.store.records import FINAL_STATUSES
@@ -34,6 +34,8 @@ FLUSH_INTERVAL_S = 0.25
 FLUSH_BYTES = 32 * 1024 * 1024
 #: Largest sequence number SQLite's INTEGER holds (exclusive).
 _SEQ_LIMIT = 2**63
+#: Little-endian (or byte-wide) dtypes of the bus: their ``tobytes`` is the stored payload as is.
+_NATIVE_DTYPES = frozenset(SUPPORTED_DTYPES.values())
 
 
 class SessionWriter:
@@ -63,6 +65,8 @@ class SessionWriter:
         self._oldest: float | None = None
         self._ord: dict[str, int] = {}
         self._layout: dict[tuple[str, str], tuple] = {}  # (session, stream) -> stream row
+        # (session, stream) -> (channels, units, dtype) of its last fully validated frame (see _steady_frame)
+        self._steady: dict[tuple[str, str], tuple] = {}
         self._pending_streams: list[tuple] = []
         self._pending_counts: dict[tuple[str, str], list] = {}
         self._pending_nonmono: set[tuple[str, str]] = set()
@@ -137,16 +141,23 @@ class SessionWriter:
             self._ord[session_id] = self._max_ord(session_id) + 1
         ordinal = self._ord[session_id]
         if isinstance(msg, Frame):
-            try:
-                h = frame_header(msg)
-                payload = bytes(frame_payload(msg))
-            except (FrameError, TypeError, ValueError) as exc:
-                raise StoreError(f"refusing frame of stream {msg.stream!r}: {exc}") from None
+            h = self._steady_frame(session_id, msg)
+            if h is None:  # first frame of a stream, a new layout, timestamps or anything odd: in full
+                try:
+                    h = frame_header(msg)
+                    payload = bytes(frame_payload(msg))
+                except (FrameError, TypeError, ValueError) as exc:
+                    raise StoreError(f"refusing frame of stream {msg.stream!r}: {exc}") from None
+                ts = np.asarray(msg.timestamps, dtype=np.float64) if h["timestamps"] else None
+                _check_numbers(f"frame of stream {msg.stream!r}", msg.seq, {"t0": h["t0"], "dt": h["dt"]}, ts)
+                self._check_layout(session_id, h)
+                if ts is None and msg.data.dtype in _NATIVE_DTYPES:
+                    self._steady[(session_id, h["stream"])] = (h["channels"], h["units"], msg.data.dtype)
+            else:
+                ts = None
+                payload = msg.data.tobytes()  # a copy: the caller may reuse its array after append
             n = h["shape"][0]
-            ts = np.asarray(msg.timestamps, dtype=np.float64) if h["timestamps"] else None
-            _check_numbers(f"frame of stream {msg.stream!r}", msg.seq, {"t0": h["t0"], "dt": h["dt"]}, ts)
             t_min, t_max, inside = frame_span(h["t0"], h["dt"], n, ts)
-            self._check_layout(session_id, h)
             key = (session_id, h["stream"])
             tail = self._tails.get(key)
             if tail is None:
@@ -203,6 +214,40 @@ class SessionWriter:
             self._oldest = now
         if now - self._oldest >= self.flush_interval or self._buffered_bytes >= FLUSH_BYTES:
             self.flush()
+
+    def _steady_frame(self, session_id: str, msg: Frame) -> dict | None:
+        """The header fields the store needs of a frame whose stream layout (channels, units, dtype)
+        equals the one its stream's last frame had in full validation - compared, not validated
+        again; the per-frame fields (seq, t0, dt, shape) are checked here. None: validate in full
+        (first frame, a new layout, explicit timestamps, or a field that would be refused)."""
+        stream, data = msg.stream, msg.data
+        if type(stream) is not str or msg.timestamps is not None or type(data) is not np.ndarray:
+            return None
+        steady = self._steady.get((session_id, stream))
+        if (
+            steady is None
+            or data.ndim != 2
+            or data.dtype != steady[2]
+            or data.shape[1] != len(steady[0])
+            or msg.channels != steady[0]
+            or msg.units != steady[1]
+        ):
+            return None
+        seq, dt = msg.seq, msg.dt
+        if type(seq) is not int or not 0 <= seq < _SEQ_LIMIT or not isinstance(dt, float):
+            return None
+        try:
+            t0, dt = float(msg.t0), float(dt)
+        except (TypeError, ValueError, OverflowError):
+            return None
+        if not dt > 0:
+            return None
+        if not (math.isfinite(t0) and math.isfinite(dt)):
+            return None
+        sid = msg.session_id
+        if sid is not None and not (type(sid) is str and sid.isascii()):
+            return None
+        return {"stream": stream, "seq": seq, "t0": t0, "dt": dt, "shape": data.shape, "timestamps": False}
 
     def _require_running(self, session_id: str) -> None:
         with self._lock:

@@ -85,6 +85,10 @@ def report_text(result) -> str:
                  f"({prof.n_refits} re-fits, {prof.seconds:.1f} s)\n" + prof.format_table(PARAM_UNITS)
                  + "\nboth intervals take the residuals as white noise of the fitted variance: a structure "
                    "error of the model (coloured residuals) is not in them")
+    iv = getattr(result, "intervals", None)
+    if iv is not None:  # the adequacy check decides whether any of these intervals is to be trusted
+        ok = "valid" if iv.intervals_valid else "NOT valid"
+        text += f"\n\nverdict on the intervals: {ok} - {iv.statement}"
     return text
 
 

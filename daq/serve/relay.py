@@ -1,0 +1,221 @@
+"""The live relay: the current run's bus, as JSON messages for browsers.
+
+The relay subscribes to the run's *tap* (the lossy copy of the bus for dashboards, :class:`BusPublisher`'s
+``tap_endpoint``; the server gives every run one): a relay that falls behind loses tap messages, it never
+holds up the run's lossless bus. Each browser has a bounded queue of its own; a message that does not fit
+is dropped for that browser and counted (``dropped``), so a stalled browser slows neither the run nor the
+other browsers. Every message carries ``seq``, one counter for the relay's life: a gap tells a browser how
+many messages it missed.
+
+Messages (``type``): ``hello`` (on connect: the relay's state, the run, the last status and estimates),
+``run`` (a run started or ended), ``frame`` (a frame, decimated for display: at most :data:`MAX_POINTS`
+samples per message and :data:`MAX_RATE` per second per stream, with channels and units), ``event`` (every
+event: plan steps, online estimates and verdicts, the plan outcome), ``status`` (the run's command channel's
+``status`` reply, polled every :data:`STATUS_PERIOD` s), ``stats`` (this browser's counters). Numbers that
+are not finite are sent as null (JSON has no NaN).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+
+from daq import json_codec
+from daq.bus.frames import Event, Frame
+from daq.bus.pubsub import BusSubscriber, BusTimeout
+
+log = logging.getLogger(__name__)
+
+CLIENT_QUEUE = 256     # messages a browser may lag behind before its messages are dropped
+MAX_POINTS = 200       # samples of one stream per message, at most
+MAX_RATE = 500.0       # samples of one stream per second sent to browsers, at most
+STATUS_PERIOD = 0.25   # s between status polls of the running run
+
+
+class LiveClient:
+    """One browser: its queue and counters."""
+
+    def __init__(self, maxsize: int = CLIENT_QUEUE):
+        self.queue: asyncio.Queue[str] = asyncio.Queue(maxsize)
+        self.sent = 0
+        self.dropped = 0
+        self.connected = time.time()
+
+    def stats(self) -> dict:
+        return {"sent": self.sent, "dropped": self.dropped, "queued": self.queue.qsize()}
+
+
+class _Decimator:
+    """Per stream: which samples go to the browsers (every k-th, k from the stream's sample rate)."""
+
+    def __init__(self) -> None:
+        self.next_t: dict[str, float] = {}
+
+    def pick(self, frame: Frame) -> tuple[np.ndarray, np.ndarray]:
+        n = frame.data.shape[0]
+        if frame.timestamps is not None:
+            t = np.asarray(frame.timestamps, dtype=np.float64)
+        else:
+            t = frame.t0 + np.arange(n) * (frame.dt or 0.0)
+        if n == 0:
+            return t, frame.data
+        step = 1.0 / MAX_RATE
+        keep = np.zeros(n, dtype=bool)
+        nxt = self.next_t.get(frame.stream, -math.inf)
+        if n > 1 and np.all(np.diff(t) >= 0):  # time-ordered: a sample at least every 1/MAX_RATE s
+            slots = np.floor((t - t[0]) / step)
+            first = np.r_[True, slots[1:] != slots[:-1]]
+            keep = first & (t >= nxt)
+        else:
+            keep[:] = True
+        idx = np.flatnonzero(keep)
+        if len(idx) > MAX_POINTS:
+            idx = idx[np.linspace(0, len(idx) - 1, MAX_POINTS).astype(int)]
+        if len(idx):
+            self.next_t[frame.stream] = float(t[idx[-1]]) + step
+        return t[idx], frame.data[idx]
+
+
+def _column(values: np.ndarray) -> list:
+    """A channel's values as a JSON list (bool/int as numbers, non-finite as null)."""
+    if values.dtype == np.bool_:
+        values = values.astype(np.int8)
+    return values.tolist()
+
+
+class LiveRelay:
+    """Fans the current run's tap out to the connected browsers."""
+
+    def __init__(self, client_queue: int = CLIENT_QUEUE):
+        self.client_queue = client_queue
+        self.clients: set[LiveClient] = set()
+        self.seq = 0
+        self.run: dict | None = None              # the run being relayed (its queue entry)
+        self.last_status: dict | None = None
+        self.last_events: dict[str, dict] = {}    # stream -> last estimate message (for late joiners)
+        self.tap_stats: dict | None = None
+        self._sub: BusSubscriber | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._decimator = _Decimator()
+
+    # -------------------------------------------------------------------------------- browsers
+
+    def connect(self) -> LiveClient:
+        client = LiveClient(self.client_queue)
+        self.clients.add(client)
+        self.send_to(client, {"type": "hello", "run": self.run, "status": self.last_status,
+                              "estimates": list(self.last_events.values())})
+        return client
+
+    def disconnect(self, client: LiveClient) -> None:
+        self.clients.discard(client)
+
+    def _encode(self, msg: dict) -> str:
+        self.seq += 1
+        msg["seq"] = self.seq
+        return json_codec.dumps_strict(msg, default=str)
+
+    def send_to(self, client: LiveClient, msg: dict) -> None:
+        text = self._encode(msg)
+        self._offer(client, text)
+
+    def _offer(self, client: LiveClient, text: str) -> None:
+        try:
+            client.queue.put_nowait(text)
+        except asyncio.QueueFull:
+            client.dropped += 1
+
+    def broadcast(self, msg: dict) -> None:
+        text = self._encode(msg)
+        for client in list(self.clients):
+            self._offer(client, text)
+
+    def stats(self) -> dict:
+        return {"seq": self.seq, "clients": [c.stats() for c in self.clients], "run": self.run,
+                "tap": self.tap_stats}
+
+    # -------------------------------------------------------------------------------- the run
+
+    def attach(self, run: dict, tap_endpoint: str, keys, status: Callable[[], Awaitable[dict]]) -> None:
+        """Relay the run ``run`` (its queue entry) from its tap; ``status()`` asks the run for its state."""
+        self.detach_now()
+        self.run = run
+        self.last_status, self.last_events = None, {}
+        self._decimator = _Decimator()
+        self._sub = BusSubscriber(tap_endpoint, keys=keys)
+        self.broadcast({"type": "run", "state": "started", "run": run})
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._pump(self._sub), name="relay"),
+                       loop.create_task(self._poll(status), name="relay-status")]
+
+    def detach_now(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        self._tasks = []
+        if self._sub is not None:
+            self.tap_stats = self._sub.stats.as_dict()
+            self._sub.close()
+            self._sub = None
+
+    async def detach(self, run: dict | None = None) -> None:
+        """The run ended: drain what the tap still holds (briefly), stop relaying, tell the browsers."""
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(0.5):
+                    while True:
+                        self._relay(await self._sub.recv(timeout=0.1))
+        tasks = list(self._tasks)
+        self.detach_now()
+        for t in tasks:
+            with contextlib.suppress(BaseException):
+                await t
+        self.broadcast({"type": "run", "state": "ended", "run": run or self.run})
+        self.run = None
+
+    async def _pump(self, sub: BusSubscriber) -> None:
+        while True:
+            try:
+                msg = await sub.recv(timeout=1.0)
+            except BusTimeout:
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a relay problem never touches the run
+                log.warning("live relay: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            self._relay(msg)
+            self.tap_stats = sub.stats.as_dict()
+
+    def _relay(self, msg: Frame | Event) -> None:
+        if isinstance(msg, Event):
+            out = {"type": "event", "stream": msg.stream, "kind": msg.kind, "bus_seq": msg.seq, "t": msg.t,
+                   "body": msg.body, "session": msg.session_id, "replay": msg.replay}
+            if msg.kind in ("estimate", "estimate_failed"):
+                self.last_events[msg.stream] = out
+            self.broadcast(out)
+            return
+        t, data = self._decimator.pick(msg)
+        if not len(t) and msg.data.shape[0]:
+            return  # all of it within the display's resolution of the last message
+        self.broadcast({"type": "frame", "stream": msg.stream, "bus_seq": msg.seq, "channels": msg.channels,
+                        "units": msg.units, "n": int(msg.data.shape[0]), "t": t.tolist(),
+                        "data": [_column(data[:, k]) for k in range(data.shape[1])] if data.ndim == 2 else [],
+                        "session": msg.session_id, "replay": msg.replay})
+
+    async def _poll(self, status: Callable[[], Awaitable[dict]]) -> None:
+        while True:
+            try:
+                self.last_status = await status()
+                self.broadcast({"type": "status", **self.last_status})
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - not announced yet, or ending
+                log.debug("status poll: %s", exc)
+            await asyncio.sleep(STATUS_PERIOD)

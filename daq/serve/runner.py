@@ -1,0 +1,174 @@
+"""Runs the queued runs one at a time, each through the one run lifecycle (:func:`daq.run.lifecycle.run`,
+as ``hil run`` does), and talks to the running one through its command channel (as ``hil ctl`` does).
+
+A run executes in a thread with an event loop of its own, so the web server's work never delays the plan
+and the lifecycle is exactly the one of ``hil run`` (its own ``asyncio.run``). The server owns the signals:
+the lifecycle installs no handlers; SIGTERM/SIGINT of the server abort the current run through its command
+channel (the lifecycle's path to the safe state) before the server exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from daq.rigs.config import load_config
+from daq.run.commands import CommandClient
+from daq.run.lifecycle import RunContext, live_runs, run
+from daq.serve.configs import ConfigFolder, one_line
+from daq.serve.relay import LiveRelay
+from daq.serve.run_queue import RunEntry, RunQueue
+
+log = logging.getLogger(__name__)
+
+ANNOUNCE_WAIT_S = 5.0     # s a command waits for a starting run to announce its command channel
+SHUTDOWN_WAIT_S = 120.0   # s the server waits for an aborted run to reach the safe state before it exits
+ACTIONS = ("pause", "resume", "stop", "abort")
+
+
+class NotRunning(Exception):
+    """The run asked for is not the one running (HTTP 409)."""
+
+
+class Runner:
+    def __init__(self, queue: RunQueue, configs: ConfigFolder, store_path: Path, relay: LiveRelay):
+        self.queue, self.configs, self.store_path, self.relay = queue, configs, Path(store_path), relay
+        self.ctx: RunContext | None = None
+        self._run_loop: asyncio.AbstractEventLoop | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.closing = False
+
+    def start(self) -> Runner:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="runner")
+        return self
+
+    def poke(self) -> None:
+        """Something was queued."""
+        self._wake.set()
+
+    async def _loop(self) -> None:
+        while not self.closing:
+            entry = self.queue.take()
+            if entry is None:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                await self._execute(entry)
+            except Exception:  # noqa: BLE001 - a bug here must not stop the queue
+                log.exception("run %s", entry.id)
+                self.queue.finish("failed", "hil serve failed to run it (see its log)")
+
+    async def _execute(self, entry: RunEntry) -> None:
+        loop = asyncio.get_running_loop()
+        path = self.configs.folder / entry.config
+        try:
+            raw = load_config(path)
+        except Exception as exc:  # noqa: BLE001 - the config changed since it was queued
+            self.queue.finish("failed", one_line(exc))
+            self.relay.broadcast({"type": "run", "state": "ended", "run": entry.to_dict()})
+            return
+        bus = raw.setdefault("bus", {})
+        if not bus.get("tap"):  # the relay listens on the lossy tap: a slow browser never holds up the bus
+            bus["tap"] = "tcp://127.0.0.1:0"
+        self.queue.update(kind=str(raw.get("rig", {}).get("kind")))
+
+        def on_context(ctx: RunContext) -> None:  # in the run's thread
+            self.ctx, self._run_loop = ctx, asyncio.get_running_loop()
+            loop.call_soon_threadsafe(self._attach, ctx)
+
+        def on_session(session_id: str) -> None:  # in the run's thread
+            loop.call_soon_threadsafe(self._session, session_id)
+
+        def work():
+            return asyncio.run(run(raw, self.store_path, file=path, show_progress=False, handle_sigint=False,
+                                   handle_term=False, on_session=on_session, on_context=on_context,
+                                   started_by=entry.by))
+
+        try:
+            result = await asyncio.to_thread(work)
+        except Exception as exc:  # noqa: BLE001 - before a session existed (config, unreachable devices)
+            done = self.queue.finish("failed", one_line(exc))
+        else:
+            done = self.queue.finish(result.status, result.reason, result.to_dict(), result.safe)
+        finally:
+            self.ctx, self._run_loop = None, None
+        await self.relay.detach(done.to_dict() if done else None)
+
+    def _attach(self, ctx: RunContext) -> None:
+        entry = self.queue.current
+        if entry is None or ctx.publisher.tap_endpoint is None:
+            return
+        self.relay.attach(entry.to_dict(), ctx.publisher.tap_endpoint, ctx.keys,
+                          lambda: self.command("status", wait=0.0))
+
+    def _session(self, session_id: str) -> None:
+        self.queue.update(session=session_id)
+        if self.relay.run is not None:
+            self.relay.run["session"] = session_id
+
+    # ------------------------------------------------------------------------------- commands
+
+    async def _endpoint(self, wait: float) -> str:
+        """The running run's command endpoint, from its announcement (``<store folder>/runs/``)."""
+        end = time.monotonic() + wait
+        while True:
+            entry = self.queue.current
+            if entry is not None and entry.session:
+                for ann in live_runs(self.store_path):
+                    if ann.get("session") == entry.session and ann.get("command"):
+                        return str(ann["command"])
+            if time.monotonic() >= end:
+                raise NotRunning("the run has not opened its command channel yet (still starting)")
+            await asyncio.sleep(0.05)
+
+    async def command(self, action: str, wait: float = ANNOUNCE_WAIT_S, timeout: float = 3.0) -> dict:
+        """Send ``action`` (status, pause, resume, stop, abort) to the running run; its reply."""
+        ctx = self.ctx
+        if ctx is None or self.queue.current is None:
+            raise NotRunning("no run is in progress")
+        endpoint = await self._endpoint(wait)
+        client = CommandClient(endpoint, keys=ctx.keys)
+        try:
+            return await client.request(action, timeout=timeout)
+        finally:
+            client.close()
+
+    async def control(self, run_id: str, action: str) -> dict:
+        """``action`` for the run ``run_id`` (its id or its session's), which must be the running one."""
+        found = self.queue.find(run_id)
+        if found is None:
+            raise KeyError(run_id)
+        where, entry = found
+        if where != "current":
+            raise NotRunning(f"run {entry.id} is {entry.status}, not running")
+        return await self.command(action)
+
+    # ------------------------------------------------------------------------------- shutdown
+
+    async def shutdown(self) -> dict[str, Any] | None:
+        """Take no more runs; abort the current one (through its command channel, else its context) and
+        wait until it has reached the safe state and finished its session. Queued runs stay queued."""
+        self.closing = True
+        self._wake.set()
+        outcome = None
+        if self.queue.current is not None:
+            try:
+                outcome = await self.command("abort", wait=1.0)
+            except Exception as exc:  # noqa: BLE001 - not announced yet: abort through the context
+                log.warning("abort through the command channel failed (%s); aborting directly", exc)
+                ctx, loop = self.ctx, self._run_loop
+                if ctx is not None and loop is not None:
+                    with contextlib.suppress(RuntimeError):
+                        loop.call_soon_threadsafe(ctx.abort)
+        if self._task is not None:
+            done, _ = await asyncio.wait({self._task}, timeout=SHUTDOWN_WAIT_S)
+            if not done:
+                log.error("the current run did not end within %.0f s of its abort", SHUTDOWN_WAIT_S)
+                self._task.cancel()
+        return outcome

@@ -1,0 +1,133 @@
+"""``hil serve``: bind, print where the dashboard is, serve until SIGTERM/SIGINT.
+
+The server binds its socket itself (port 0 picks a free port: :attr:`Server.port`), refuses an address
+beyond loopback without TLS, creates the token file on first start (printing the URL with the token once,
+as Jupyter does), opens the queue next to the store (its lock keeps a second server off the store) and runs
+uvicorn in this process's event loop. The signals belong to the server: SIGTERM or SIGINT abort the running
+run through its command channel, wait until it has reached the safe state and recorded its session, then
+stop the server; queued runs stay queued for the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import uvicorn
+
+from daq.errors import ConfigError
+from daq.serve.api import Service, build_app
+from daq.serve.auth import Tokens, check_bind, ensure_token_file, is_loopback
+from daq.serve.configs import ConfigFolder
+from daq.serve.relay import LiveRelay
+from daq.serve.run_queue import RunQueue
+from daq.serve.runner import Runner
+from daq.store.read_write import SessionStore
+
+log = logging.getLogger(__name__)
+
+
+class _Uvicorn(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self):  # the signals are ours (see Server.serve)
+        yield
+
+
+class Server:
+    """One ``hil serve``: ``await Server(...).serve()``; ``port`` is known once ``started`` is set."""
+
+    def __init__(self, configs: Path, store_path: Path, token_file: Path, host: str = "127.0.0.1",
+                 port: int = 8765, certfile: str | None = None, keyfile: str | None = None,
+                 say: Callable[[str], None] | None = None):
+        check_bind(host, certfile, keyfile)
+        self.host, self.port, self.certfile, self.keyfile = host, port, certfile, keyfile
+        self.configs = ConfigFolder(Path(configs))
+        if not self.configs.folder.is_dir():
+            raise ConfigError(f"--configs {configs}: no such folder")
+        self.store_path = Path(store_path)
+        self.token_file = Path(token_file)
+        self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+        self.started = asyncio.Event()
+        self.stopping = False
+        self._uvicorn: _Uvicorn | None = None
+        self.runner: Runner | None = None
+        self.queue: RunQueue | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.certfile else "http"
+
+    def url(self, token: str | None = None) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}/" + (f"?token={token}" if token else "")
+
+    async def serve(self, install_signals: bool = True) -> None:
+        new_token = ensure_token_file(self.token_file)
+        tokens = Tokens.load(self.token_file)
+        self.store_path.parent.mkdir(parents=True, exist_ok=True)
+        SessionStore(self.store_path).close()  # create it; sessions of dead writers are marked incomplete
+        self.queue = RunQueue.open(self.store_path.parent)
+        sock = None
+        try:
+            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            sock.listen(128)
+            sock.set_inheritable(True)
+            self.port = sock.getsockname()[1]
+            relay = LiveRelay()
+            self.runner = Runner(self.queue, self.configs, self.store_path, relay).start()
+            service = Service(tokens, self.configs, self.store_path, self.queue, self.runner, relay,
+                              open_reads=is_loopback(self.host))
+            config = uvicorn.Config(build_app(service), log_level="warning", access_log=False, lifespan="off",
+                                    ssl_certfile=self.certfile, ssl_keyfile=self.keyfile, loop="asyncio",
+                                    ws="websockets", ws_ping_interval=20.0, ws_per_message_deflate=False,
+                                    timeout_graceful_shutdown=5)
+            self._uvicorn = _Uvicorn(config)
+            if install_signals:
+                loop = asyncio.get_running_loop()
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                    loop.add_signal_handler(sig, lambda s=sig: loop.create_task(self.shutdown(s.name)))
+            if new_token:
+                self.say(f"created the token file {self.token_file} (token name: "
+                         f"{next(iter(tokens.names.values()))}); open the dashboard with the token once:\n"
+                         f"    {self.url(new_token)}")
+            else:
+                self.say(f"hil serve on {self.url()} (tokens in {self.token_file}; open "
+                         f"{self.url('TOKEN')} once)")
+            self.say(f"store {self.store_path}, configs {self.configs.folder}, "
+                     f"{len(self.queue.queued)} run(s) queued")
+            serving = asyncio.get_running_loop().create_task(self._uvicorn.serve(sockets=[sock]))
+            while not self._uvicorn.started and not serving.done():
+                await asyncio.sleep(0.01)
+            self.started.set()
+            await serving
+        finally:
+            if install_signals:
+                loop = asyncio.get_running_loop()
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                    loop.remove_signal_handler(sig)
+            if self.runner is not None and not self.stopping:
+                await self.runner.shutdown()
+            if sock is not None:
+                sock.close()
+            self.queue.close()
+
+    async def shutdown(self, why: str = "shutdown") -> None:
+        """Abort the running run (safe state, session finished), keep the queue, stop serving."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.say(f"{why}: stopping" + (" (aborting the current run first)" if self.queue and
+                                       self.queue.current else ""))
+        if self.runner is not None:
+            await self.runner.shutdown()
+        if self._uvicorn is not None:
+            self._uvicorn.should_exit = True

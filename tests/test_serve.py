@@ -1,0 +1,281 @@
+"""`hil serve` over real HTTP and WebSocket on loopback (httpx, websockets): a real uvicorn server, real
+runs of a beacon rig through the run lifecycle, the real store and bus; no mocks."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import stat
+import time
+import zipfile
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from websockets.sync.client import connect
+
+from daq.cli.main import main
+from daq.rigs import register, unregister
+from daq.serve.run_queue import QUEUE_FILE
+from tests.polling import poll_until
+from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config
+
+KINDS = {"beacon-serve": ServedBeacon("beacon-serve"),
+         "beacon-heavy": ServedBeacon("beacon-heavy", samples=400, channels=8, period=0.004)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def beacon_kinds():
+    for rig in KINDS.values():
+        register(rig)
+    yield
+    for kind in KINDS:
+        unregister(kind)
+
+
+@pytest.fixture
+def lab(tmp_path):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    beacon_config(configs, "endless.toml", "beacon-serve")
+    beacon_config(configs, "short.toml", "beacon-serve", frames=10)
+    beacon_config(configs, "heavy.toml", "beacon-heavy")
+    (configs / "broken.toml").write_text('[rig]\nkind = "beacon-serve"\nsimulated = true\nbogus = 1\n')
+    return configs, tmp_path / "store" / "s.sqlite", tmp_path / "tokens"
+
+
+@pytest.fixture
+def served(lab):
+    configs, store, tokens = lab
+    srv = ServerThread(configs, store, tokens).start()
+    yield srv
+    srv.stop()
+
+
+def client(srv: ServerThread, token: str | None = "ok") -> httpx.Client:
+    headers = {"Authorization": f"Bearer {srv.token if token == 'ok' else token}"} if token else {}
+    return httpx.Client(base_url=srv.url, headers=headers, timeout=30)
+
+
+def wait_run(http: httpx.Client, run_id: str, statuses: tuple[str, ...], timeout: float = 30) -> dict:
+    """The run's entry once its status is one of ``statuses`` (polled)."""
+    seen: dict = {}
+
+    def check() -> bool:
+        snap = http.get("/api/runs").json()
+        entries = [*snap["queued"], *([snap["current"]] if snap["current"] else []), *snap["finished"]]
+        for e in entries:
+            if e["id"] == run_id:
+                seen.update(e)
+                return e["status"] in statuses and (e["status"] != "running" or e["session"] is not None)
+        return False
+
+    poll_until(check, timeout=timeout, period=0.05)
+    return seen
+
+
+def test_token_file_is_created_user_only_and_the_url_with_the_token_said_once(lab):
+    configs, store, tokens = lab
+    srv = ServerThread(configs, store, tokens).start()
+    try:
+        assert stat.S_IMODE(tokens.stat().st_mode) == 0o600
+        said = "\n".join(srv.said)
+        assert f"/?token={srv.token}" in said
+    finally:
+        srv.stop()
+    again = ServerThread(configs, store, tokens).start()  # the file exists: the token is not said again
+    try:
+        assert srv.token not in "\n".join(again.said)
+    finally:
+        again.stop()
+
+
+def test_every_mutating_route_needs_the_token_reads_on_loopback_do_not(served):
+    routes = [("POST", "/api/runs", {"config": "short.toml"}), ("DELETE", "/api/runs/abc", None),
+              *[("POST", f"/api/runs/abc/{a}", None) for a in ("pause", "resume", "stop", "abort")]]
+    for token in (None, "not-the-token-at-all-0123456789"):
+        with client(served, token) as http:
+            for method, path, body in routes:
+                r = http.request(method, path, json=body)
+                assert r.status_code == 401, (method, path, token, r.text)
+                assert r.headers["www-authenticate"] == "Bearer"
+            assert http.get("/api/sessions").status_code == 200  # reads are open on loopback
+    with client(served) as http:
+        assert http.get("/api/runs").json()["queued"] == []  # nothing got queued
+        assert http.delete("/api/runs/abc").status_code == 404
+    # a token in the query string does not authorise a change (only the header does)
+    with client(served, None) as http:
+        assert http.post(f"/api/runs?token={served.token}", json={"config": "short.toml"}).status_code == 401
+
+
+def test_binding_beyond_loopback_without_tls_is_refused_in_one_line(tmp_path):
+    res = CliRunner().invoke(main, ["--store", str(tmp_path / "s.sqlite"), "serve", "--host", "0.0.0.0",
+                                    "--configs", str(tmp_path), "--token-file", str(tmp_path / "t")])
+    assert res.exit_code == 1
+    assert res.output.strip().splitlines() == [
+        "Error: --host 0.0.0.0 is reachable from other machines: give --certfile and --keyfile (TLS), "
+        "or bind 127.0.0.1"]
+    assert not (tmp_path / "t").exists()
+
+
+def test_configs_are_checked_as_hil_check_does(served):
+    with client(served, None) as http:
+        listed = {c["name"]: c for c in http.get("/api/configs").json()}
+    assert listed["short.toml"] == {"name": "short.toml", "ok": True, "kind": "beacon-serve", "simulated": True}
+    assert not listed["broken.toml"]["ok"]
+    assert "bogus" in listed["broken.toml"]["error"] and "\n" not in listed["broken.toml"]["error"]
+    with client(served) as http:
+        r = http.post("/api/runs", json={"config": "broken.toml"})
+        assert r.status_code == 422 and "bogus" in r.json()["error"]
+        assert http.post("/api/runs", json={"config": "../etc/passwd"}).status_code == 404
+
+
+def test_two_queued_runs_complete_in_order_recorded_as_the_tokens_name(served):
+    with client(served) as http:
+        first = http.post("/api/runs", json={"config": "short.toml"})
+        second = http.post("/api/runs", json={"config": "short.toml"})
+        assert first.status_code == 202 and second.status_code == 202
+        a = wait_run(http, first.json()["id"], ("complete",))
+        b = wait_run(http, second.json()["id"], ("complete",))
+        assert b["started_at"] >= a["ended_at"]
+        assert a["safe"] is True and a["result"]["status"] == "complete" and a["result"]["session_id"] == a["session"]
+        listed = {s["id"]: s for s in http.get("/api/sessions").json()}
+        assert listed[a["session"]]["status"] == "complete" and listed[b["session"]]["status"] == "complete"
+        detail = http.get(f"/api/sessions/{a['session']}").json()
+    name = served.server.token_file.read_text().split("\n")[1].split()[0]
+    assert a["by"] == name and detail["started_by"] == name
+    assert {"stream": "beacon-serve.run", "kind": "started", "n": 1} in detail["event_counts"]
+    res = CliRunner().invoke(main, ["--store", str(served.server.store_path), "show", a["session"], "--json"])
+    assert json.loads(res.output) == {k: v for k, v in detail.items() if k != "started_by"}
+
+
+def test_stop_ends_the_running_run_aborted_and_safe_then_the_next_starts(served):
+    with client(served) as http:
+        run = http.post("/api/runs", json={"config": "endless.toml"}).json()
+        nxt = http.post("/api/runs", json={"config": "endless.toml"}).json()
+        cur = wait_run(http, run["id"], ("running",))
+        poll_until(lambda: (http.get("/api/runs").json()["current"] or {}).get("live") is not None, timeout=10)
+        assert http.post(f"/api/runs/{run['id']}/pause").json()["state"] == "paused"
+        assert http.post(f"/api/runs/{run['id']}/resume").json()["state"] == "running"
+        assert http.post(f"/api/runs/{nxt['id']}/stop").status_code == 409  # queued, not running
+        reply = http.post(f"/api/runs/{cur['session']}/stop")  # the session id names the run as well
+        assert reply.status_code == 200 and reply.json()["state"] == "stopping"
+        done = wait_run(http, run["id"], ("aborted",))
+        assert done["safe"] is True and "stopped by the operator" in done["reason"]
+        assert http.get(f"/api/sessions/{done['session']}").json()["status"] == "aborted"
+        wait_run(http, nxt["id"], ("running",))  # the second starts after the first
+        assert http.post(f"/api/runs/{nxt['id']}/abort").status_code == 200
+        assert wait_run(http, nxt["id"], ("aborted",))["safe"] is True
+
+
+def test_delete_removes_a_queued_run_only(served):
+    with client(served) as http:
+        run = http.post("/api/runs", json={"config": "endless.toml"}).json()
+        queued = http.post("/api/runs", json={"config": "short.toml"}).json()
+        wait_run(http, run["id"], ("running",))
+        assert http.delete(f"/api/runs/{run['id']}").status_code == 409
+        assert http.delete(f"/api/runs/{queued['id']}").json() == {"deleted": queued["id"]}
+        assert http.delete(f"/api/runs/{queued['id']}").status_code == 404
+        assert http.get("/api/runs").json()["queued"] == []
+        http.post(f"/api/runs/{run['id']}/abort")
+        wait_run(http, run["id"], ("aborted",))
+
+
+def test_the_queue_survives_a_restart_and_the_running_run_ends_safe(lab):
+    configs, store, tokens = lab
+    srv = ServerThread(configs, store, tokens).start()
+    with client(srv) as http:
+        run = http.post("/api/runs", json={"config": "endless.toml"}).json()
+        queued = http.post("/api/runs", json={"config": "endless.toml"}).json()
+        wait_run(http, run["id"], ("running",))
+    srv.stop()  # a shutdown (SIGTERM) aborts the running run through the safe state
+    saved = json.loads((store.parent / QUEUE_FILE).read_text())
+    assert [e["id"] for e in saved["queued"]] == [queued["id"]]
+    assert saved["finished"][0]["id"] == run["id"] and saved["finished"][0]["status"] == "aborted"
+    assert saved["finished"][0]["safe"] is True
+    again = ServerThread(configs, store, tokens).start()
+    try:
+        with client(again) as http:
+            entry = wait_run(http, queued["id"], ("running",))  # still there, and now it runs
+            assert entry["by"] == run and False or entry["config"] == "endless.toml"
+            http.post(f"/api/runs/{queued['id']}/abort")
+            wait_run(http, queued["id"], ("aborted",))
+    finally:
+        again.stop()
+
+
+def test_export_streams_the_bytes_hil_export_writes(served, tmp_path):
+    with client(served) as http:
+        run = http.post("/api/runs", json={"config": "short.toml"}).json()
+        sid = wait_run(http, run["id"], ("complete",))["session"]
+        got = {fmt: http.get(f"/api/sessions/{sid}/export", params={"format": fmt}) for fmt in ("hdf5", "mat", "csv")}
+        assert http.get(f"/api/sessions/{sid}/export", params={"format": "xls"}).status_code == 400
+        assert http.get("/api/sessions/nope/export", params={"format": "mat"}).status_code == 404
+    for fmt, suffix in (("hdf5", ".h5"), ("mat", ".mat"), ("csv", "")):
+        out = tmp_path / f"cli-{fmt}{suffix}"
+        res = CliRunner().invoke(main, ["--store", str(served.server.store_path), "export", sid, "--format", fmt,
+                                        "-o", str(out)])
+        assert res.exit_code == 0, res.output
+        assert got[fmt].status_code == 200
+        if fmt == "csv":
+            with zipfile.ZipFile(io.BytesIO(got[fmt].content)) as z:
+                files = {Path(n).name: z.read(n) for n in z.namelist()}
+            assert files == {p.name: p.read_bytes() for p in out.iterdir()}
+        else:
+            assert got[fmt].content == out.read_bytes()
+
+
+def test_websocket_messages_carry_increasing_sequence_numbers(served):
+    with connect(f"ws://127.0.0.1:{served.server.port}/ws/live") as ws, client(served) as http:
+        hello = json.loads(ws.recv(timeout=10))
+        assert hello["type"] == "hello"
+        run = http.post("/api/runs", json={"config": "short.toml"}).json()
+        msgs = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = json.loads(ws.recv(timeout=10))
+            msgs.append(m)
+            if m["type"] == "run" and m["state"] == "ended":
+                break
+    seqs = [hello["seq"]] + [m["seq"] for m in msgs]
+    assert all(b > a for a, b in zip(seqs, seqs[1:], strict=False))
+    types = {m["type"] for m in msgs}
+    assert {"run", "frame", "event"} <= types
+    frame = next(m for m in msgs if m["type"] == "frame")
+    assert frame["stream"] == "beacon.x" and frame["channels"] == ["x0"] and frame["units"] == ["m"]
+    assert len(frame["t"]) == len(frame["data"][0]) > 0
+    kinds = {(m["stream"], m["kind"]) for m in msgs if m["type"] == "event"}
+    assert ("beacon-serve.run", "started") in kinds and ("beacon-serve.plan", "plan_outcome") in kinds
+    assert msgs[-1]["run"]["id"] == run["id"] and msgs[-1]["run"]["status"] == "complete"
+
+
+def test_a_stalled_browser_loses_messages_counted_and_never_slows_the_run(served):
+    sock = socket.create_connection(("127.0.0.1", served.server.port))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled = connect(f"ws://127.0.0.1:{served.server.port}/ws/live", sock=sock, max_queue=1,
+                      compression=None)  # reads nothing from here on
+    try:
+        with client(served) as http, connect(f"ws://127.0.0.1:{served.server.port}/ws/live") as good:
+            run = http.post("/api/runs", json={"config": "heavy.toml"}).json()
+            wait_run(http, run["id"], ("running",))
+
+            def dropped() -> int:
+                return max((c["dropped"] for c in http.get("/api/live").json()["clients"]), default=0)
+
+            poll_until(lambda: dropped() > 0, timeout=30, period=0.1)
+            steps = served.server.runner.ctx.steps_done
+            poll_until(lambda: served.server.runner.ctx.steps_done > steps + 50, timeout=20)  # still going
+            n = 0
+            while n < 20:  # the other browser keeps getting messages
+                json.loads(good.recv(timeout=10))
+                n += 1
+            http.post(f"/api/runs/{run['id']}/stop")
+            done = wait_run(http, run["id"], ("aborted",))
+            assert done["safe"] is True
+        res = CliRunner().invoke(main, ["--store", str(served.server.store_path), "show", done["session"], "--json"])
+        recorded = json.loads(res.output)
+        assert recorded["stats"]["gaps"] == {} and recorded["stats"]["malformed"] == {}  # the run lost nothing
+    finally:
+        stalled.close()
