@@ -84,6 +84,10 @@ class ModbusTransport:
             raise ValueError(f"{name}: timeout must be > 0, retries and drain_time >= 0")
         self._client: AsyncModbusTcpClient | AsyncModbusSerialClient | None = None
         self._lock = asyncio.Lock()
+        self._rtu = self.protocol == "modbus_rtu"
+        # (table, address, count) -> the arguments of _execute for that read, made once (no per-poll
+        # closures or message formatting on the hot path)
+        self._reads: dict[tuple[str, int, int], tuple] = {}
         # RTU line state (kept across reconnects: it belongs to the line, not to the client object)
         self.silence = max(3.5 * 11.0 / self.baudrate, 1.75e-3) if self.rtu else 0.0
         self._in_flight = False
@@ -96,7 +100,7 @@ class ModbusTransport:
 
     @property
     def rtu(self) -> bool:
-        return self.protocol == "modbus_rtu"
+        return self._rtu
 
     def _new_client(self) -> AsyncModbusTcpClient | AsyncModbusSerialClient:
         if self.protocol == "modbus_tcp":
@@ -185,7 +189,7 @@ class ModbusTransport:
         """Run one request: reconnect if needed, check the reply against the request, map failures to
         typed errors. ``check(reply) -> str | None`` names what does not match (None: it matches)."""
         async with self._lock:
-            attempts = self.retries + 1 if self.rtu else 1  # TCP: pymodbus retries (transaction ids)
+            attempts = self.retries + 1 if self._rtu else 1  # TCP: pymodbus retries (transaction ids)
             failure: DeviceError | None = None
             for _ in range(attempts):
                 rr, failure = await self._attempt(what, fc, call, check)
@@ -198,28 +202,30 @@ class ModbusTransport:
 
     async def _attempt(self, what: str, fc: int, call, check):
         """One request on the wire: ``(reply, None)``, or ``(None, error)`` for a failure worth a retry."""
-        if not self.connected:
-            await self.connect()
         client = self._client
+        if client is None or not client.connected:
+            await self.connect()
+            client = self._client
         assert client is not None
-        if self.rtu:
+        rtu = self._rtu
+        if rtu:
             await self._quiet_line()
-        guard = self.timeout * (1 if self.rtu else self.retries + 1) + 0.5
+        guard = self.timeout * (1 if rtu else self.retries + 1) + 0.5
         self._in_flight = True
         try:
             async with asyncio.timeout(guard):
                 rr = await checked(call(client))
         except asyncio.CancelledError:
-            if self.rtu:
+            if rtu:
                 self._owe_reply()  # the request went out; its reply may still come
             raise
         except (TimeoutError, ModbusIOException) as exc:
             if not client.connected:
                 self.close()
                 raise DeviceConnectionError(self.name, self.address, f"{what}: connection lost") from exc
-            if self.rtu:
+            if rtu:
                 self._owe_reply()
-            tries = "" if self.rtu or not self.retries else f" ({self.retries + 1} attempts)"
+            tries = "" if rtu or not self.retries else f" ({self.retries + 1} attempts)"
             return None, DeviceTimeout(self.name, self.address,
                                        f"{what}: no answer within {self.timeout:g} s{tries}")
         except (ConnectionException, OSError) as exc:
@@ -235,7 +241,7 @@ class ModbusTransport:
             self.n_mismatched += 1
             log.warning("%s (%s): %s: discarded a reply that does not answer it (%s)", self.name,
                         self.address, what, problem)
-            if self.rtu:
+            if rtu:
                 self._owe_reply()  # our own reply may still be on its way
             return None, BadResponse(self.name, self.address, f"{what}: reply does not match the request "
                                      f"({problem})")
@@ -248,6 +254,16 @@ class ModbusTransport:
 
     async def read_registers(self, table: str, address: int, count: int) -> list[int]:
         """Raw registers from the holding or input table."""
+        request = self._reads.get((table, address, count))
+        if request is None:
+            if len(self._reads) >= 1024:
+                self._reads.clear()
+            request = self._reads[(table, address, count)] = self._read_request(table, address, count)
+        rr = await self._execute(*request)
+        return list(rr.registers)
+
+    def _read_request(self, table: str, address: int, count: int) -> tuple:
+        """(what, function code, call, check) of a register read, for :meth:`_execute`."""
         what = f"read {table}[{address}:{address + count}]"
         fc = 4 if table == "input" else 3
 
@@ -260,8 +276,7 @@ class ModbusTransport:
             n = len(getattr(rr, "registers", None) or [])
             return None if n == count else f"{n} registers instead of {count}"
 
-        rr = await self._execute(what, fc, call, check)
-        return list(rr.registers)
+        return what, fc, call, check
 
     async def read(self, spec: RegisterSpec, finite: bool = True) -> float:
         """Read one mapped value in SI units. NaN/inf (when ``finite``) and values outside the register's

@@ -28,6 +28,9 @@ _TYPES: dict[str, tuple[str, int]] = {
     "int32": (">i", 2),
     "uint32": (">I", 2),
 }
+#: The same, as compiled structs: type name -> (value struct, registers); register count -> words struct.
+_VALUES: dict[str, tuple[struct.Struct, int]] = {k: (struct.Struct(code), n) for k, (code, n) in _TYPES.items()}
+_WORDS: dict[int, struct.Struct] = {n: struct.Struct(f">{n}H") for n in (1, 2)}
 _TABLES = ("holding", "input")
 _KEYS = {"table", "address", "type", "word_order", "scale", "offset", "unit", "description", "range"}
 
@@ -100,12 +103,12 @@ class RegisterSpec:
 
     def decode(self, regs: list[int]) -> float:
         """Registers -> value in SI units. NaN/inf floats are passed through (the caller judges them)."""
-        if len(regs) != self.count:
+        words, value = _WORDS.get(len(regs)), _VALUES[self.type]  # precompiled structs (a poll's hot path)
+        if len(regs) != value[1]:
             raise ValueError(f"{self.name}: expected {self.count} registers, got {len(regs)}")
-        words = list(regs)
         if self.word_order == "little":
-            words.reverse()
-        raw = struct.unpack(_TYPES[self.type][0], struct.pack(f">{len(words)}H", *words))[0]
+            regs = regs[::-1]
+        raw = value[0].unpack(words.pack(*regs))[0]
         return raw * self.scale + self.offset
 
     def encode(self, value: float) -> list[int]:

@@ -28,9 +28,11 @@ class ServedBeacon(BeaconRig):
     """The beacon with a 'simulator' (nothing to start), so a config file with simulated = true runs it as
     `hil run` would; ``[plan] frames = N`` ends the plan after N frames (0: until stopped)."""
 
-    def __init__(self, kind: str, samples: int = 10, channels: int = 1, period: float = 0.02) -> None:
+    def __init__(self, kind: str, samples: int = 10, channels: int = 1, period: float = 0.02,
+                 note_bytes: int = 0) -> None:
         super().__init__(samples, channels, period)
         self.kind = kind
+        self.note_bytes = note_bytes  # > 0: an event of about this size after every frame (heavy traffic)
 
     def simulator(self, raw):
         return _NoDevices()
@@ -47,6 +49,8 @@ class ServedBeacon(BeaconRig):
             data = np.random.default_rng(k).standard_normal((self.samples, self.channels))
             await ctx.publish(Frame("beacon.x", ctx.next_seq("beacon.x"), time.time(), 0.002, names,
                                     ["m"] * self.channels, data))
+            if self.note_bytes:
+                await ctx.event("beacon.log", "note", frame=k, text="n" * self.note_bytes)
             k += 1
             ctx.advance(1, f"frame {k}")
             await asyncio.sleep(self.period)
@@ -55,7 +59,8 @@ class ServedBeacon(BeaconRig):
 
 def beacon_config(folder: Path, name: str, kind: str, frames: int = 0) -> Path:
     path = folder / name
-    path.write_text(f'[rig]\nkind = "{kind}"\nname = "{name}"\nsimulated = true\n\n[plan]\nframes = {frames}\n')
+    path.write_text(f'[rig]\nkind = "{kind}"\nname = "{name}"\nsimulated = true\n\n'
+                    f'[plan]\nframes = {frames}\n')
     return path
 
 

@@ -88,7 +88,8 @@ class Server:
                               open_reads=is_loopback(self.host))
             config = uvicorn.Config(build_app(service), log_level="warning", access_log=False, lifespan="off",
                                     ssl_certfile=self.certfile, ssl_keyfile=self.keyfile, loop="asyncio",
-                                    ws="websockets", ws_ping_interval=20.0, ws_per_message_deflate=False,
+                                    ws="websockets-sansio", ws_ping_interval=20.0,
+                                    ws_per_message_deflate=False,
                                     timeout_graceful_shutdown=5)
             self._uvicorn = _Uvicorn(config)
             if install_signals:
