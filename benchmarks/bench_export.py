@@ -12,6 +12,7 @@ start time (a scan of the frame rows).
     .venv/bin/python benchmarks/bench_export.py --minutes 30            # 30-min session
     .venv/bin/python benchmarks/bench_export.py --minutes 120 --formats hdf5,mat,csv
     .venv/bin/python benchmarks/bench_export.py --minutes 30 --scale 0.1   # when disk is short
+    .venv/bin/python benchmarks/bench_export.py --minutes 3 --repeat 3     # median of 3 runs each
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import json
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
@@ -193,11 +195,22 @@ print(json.dumps({{"s": time.perf_counter() - t, "rss_mb": rss}}))
 """
 
 
+#: Runs of every child (``--repeat``): the median time and the largest peak RSS are reported.
+REPEAT = [1]
+
+
 def child(code: str) -> dict:
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False)
-    if r.returncode != 0:
-        raise RuntimeError(r.stderr[-2000:])
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    runs = []
+    for _ in range(REPEAT[0]):
+        cmd = [sys.executable, "-c", code]
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr[-2000:])
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    out = dict(runs[0])
+    out["s"] = statistics.median(run["s"] for run in runs)
+    out["rss_mb"] = max(run["rss_mb"] for run in runs)
+    return out
 
 
 def remove(path: Path) -> None:
@@ -243,9 +256,11 @@ def main() -> None:
     ap.add_argument("--formats", default="hdf5,mat,csv")
     ap.add_argument("--dir", default="/tmp/hil-bench")
     ap.add_argument("--replay", action="store_true", help="Also replay the session (burst, no subscriber).")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of every export and baseline (median time)")
     ap.add_argument("--no-csv-reference", action="store_true",
                     help="Skip the CSV export with the row formatting of before issue 23.")
     args = ap.parse_args()
+    REPEAT[0] = max(1, args.repeat)
     minutes = args.minutes * args.scale
     work = Path(args.dir)
     work.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,8 @@
 "plain" inserts the same payload bytes with executemany into a one-table WAL database;
 "ours" goes through SessionStore.append (validation, header fields, stream bookkeeping) and
 flush. A "sample" is one value of one channel; rows/s (all 8 channels at one instant) are shown too.
+Runs alternate; the ratio is the median of the per-run ratios of wall time, and of the process's CPU
+time (which the load of other jobs on a shared machine barely moves).
 
     .venv/bin/python benchmarks/bench_store.py [--repeat 5]
 """
@@ -35,14 +37,14 @@ def blocks(rows: int, n: int) -> list[Frame]:
 def bench_ours(path: Path, frames: list[Frame]) -> float:
     store = SessionStore(path)
     sid = store.create_session("bench", {})
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for f in frames:
         store.append(sid, f)
     store.flush()
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     store.finish(sid, "complete")
     store.close()
-    return dt
+    return dt, cpu
 
 
 def bench_plain(path: Path, frames: list[Frame]) -> float:
@@ -50,7 +52,7 @@ def bench_plain(path: Path, frames: list[Frame]) -> float:
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
     db.execute("CREATE TABLE f (seq INTEGER, t0 REAL, payload BLOB)")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     batch = []
     last = time.monotonic()
     for f in frames:  # same commit policy: every 0.25 s
@@ -63,9 +65,9 @@ def bench_plain(path: Path, frames: list[Frame]) -> float:
     db.execute("BEGIN")
     db.executemany("INSERT INTO f VALUES (?, ?, ?)", batch)
     db.execute("COMMIT")
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     db.close()
-    return dt
+    return dt, cpu
 
 
 def main() -> None:
@@ -78,13 +80,14 @@ def main() -> None:
             frames = blocks(rows, n)
             values = rows * N_CH * n
             times: dict[str, list[float]] = {"plain": [], "ours": []}
-            ratios = []
+            ratios, cpu_ratios = [], []
             for r in range(args.repeat):  # alternating, so load from other processes hits both alike
-                t_plain = bench_plain(Path(tmp) / f"plain{k}-{r}.sqlite", frames)
-                t_ours = bench_ours(Path(tmp) / f"ours{k}-{r}.sqlite", frames)
+                t_plain, c_plain = bench_plain(Path(tmp) / f"plain{k}-{r}.sqlite", frames)
+                t_ours, c_ours = bench_ours(Path(tmp) / f"ours{k}-{r}.sqlite", frames)
                 times["plain"].append(t_plain)
                 times["ours"].append(t_ours)
                 ratios.append(t_plain / t_ours)
+                cpu_ratios.append(c_plain / c_ours)
                 for p in Path(tmp).iterdir():
                     p.unlink()
             for name in ("plain", "ours"):
@@ -93,7 +96,9 @@ def main() -> None:
                 mb_s = values * 8 / t / 1e6
                 rate, row_rate = values / t, rows * n / t
                 print(f"{rows:>10} {name:>6} {rate:>12.3g} {row_rate:>11.3g} {mb_s:>8.0f} {ratio:>11}")
-            print(f"{'':>10} ratios per run: {' '.join(f'{x:.2f}' for x in ratios)}")
+            print(f"{'':>10} wall-time ratios per run: {' '.join(f'{x:.2f}' for x in ratios)}")
+            print(f"{'':>10} CPU-time ratio plain/ours (median; load-independent): "
+                  f"{statistics.median(cpu_ratios):.2f} ({' '.join(f'{x:.2f}' for x in cpu_ratios)})")
 
 
 if __name__ == "__main__":

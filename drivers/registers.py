@@ -29,7 +29,9 @@ _TYPES: dict[str, tuple[str, int]] = {
     "uint32": (">I", 2),
 }
 #: The same, as compiled structs: type name -> (value struct, registers); register count -> words struct.
-_VALUES: dict[str, tuple[struct.Struct, int]] = {k: (struct.Struct(code), n) for k, (code, n) in _TYPES.items()}
+_VALUES: dict[str, tuple[struct.Struct, int]] = {
+    name: (struct.Struct(code), n) for name, (code, n) in _TYPES.items()
+}
 _WORDS: dict[int, struct.Struct] = {n: struct.Struct(f">{n}H") for n in (1, 2)}
 _TABLES = ("holding", "input")
 _KEYS = {"table", "address", "type", "word_order", "scale", "offset", "unit", "description", "range"}

@@ -29,13 +29,19 @@ class ServedBeacon(BeaconRig):
     `hil run` would; ``[plan] frames = N`` ends the plan after N frames (0: until stopped)."""
 
     def __init__(self, kind: str, samples: int = 10, channels: int = 1, period: float = 0.02,
-                 note_bytes: int = 0) -> None:
+                 note_bytes: int = 0, estimate_every: int = 0) -> None:
         super().__init__(samples, channels, period)
         self.kind = kind
+        self.estimate_every = estimate_every  # > 0: an online `estimate` event every this many frames
         self.note_bytes = note_bytes  # > 0: an event of about this size after every frame (heavy traffic)
 
     def simulator(self, raw):
         return _NoDevices()
+
+    async def open_devices(self, cfg, tables):
+        if cfg.plan.get("unreachable"):
+            raise ConnectionRefusedError("lamp at 127.0.0.1:9 refused the connection")
+        return self.lamp
 
     def simulated_devices(self, sim, raw) -> dict:
         return {}
@@ -52,24 +58,39 @@ class ServedBeacon(BeaconRig):
             if self.note_bytes:
                 await ctx.event("beacon.log", "note", frame=k, text="n" * self.note_bytes)
             k += 1
+            if self.estimate_every and k % self.estimate_every == 0:
+                await ctx.event("beacon.online", "estimate", **_estimate(k // self.estimate_every))
             ctx.advance(1, f"frame {k}")
             await asyncio.sleep(self.period)
         await ctx.event("beacon.plan", "plan_end", frames=k)
 
 
-def beacon_config(folder: Path, name: str, kind: str, frames: int = 0) -> Path:
+def _estimate(n: int) -> dict:
+    """An estimate event body of the online contract (docs/contracts.md) whose interval closes in."""
+    std = [0.2 / np.sqrt(n), 0.05 / np.sqrt(n)]
+    cov = [[std[0] ** 2, 0.5 * std[0] * std[1]], [0.5 * std[0] * std[1], std[1] ** 2]]
+    values = [1.0 + std[0] / 3, 0.25 - std[1] / 4]
+    return {"model": "beacon", "parameters": ["gain", "offset"], "units": ["1", "m"], "values": values,
+            "std": std, "rel_std": [s / abs(v) for s, v in zip(std, values, strict=True)], "covariance": cov,
+            "ellipse_semi_axes": [2.45 * x for x in std], "used": n, "elapsed_s": 0.001,
+            "verdict": {"rejected": ["drift"], "kept": ["beacon"]}}
+
+
+def beacon_config(folder: Path, name: str, kind: str, frames: int = 0, unreachable: bool = False) -> Path:
     path = folder / name
     path.write_text(f'[rig]\nkind = "{kind}"\nname = "{name}"\nsimulated = true\n\n'
-                    f'[plan]\nframes = {frames}\n')
+                    f'[plan]\nframes = {frames}\nunreachable = {str(unreachable).lower()}\n')
     return path
 
 
 class ServerThread:
     """`Server.serve()` in a thread with its own event loop; ``url``, ``token`` once started."""
 
-    def __init__(self, configs: Path, store: Path, token_file: Path, host: str = "127.0.0.1"):
+    def __init__(self, configs: Path, store: Path, token_file: Path, host: str = "127.0.0.1",
+                 certfile: str | None = None, keyfile: str | None = None):
         self.said: list[str] = []
-        self.server = Server(configs, store, token_file, host=host, port=0, say=self.said.append)
+        self.server = Server(configs, store, token_file, host=host, port=0, certfile=certfile,
+                             keyfile=keyfile, say=self.said.append)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=lambda: asyncio.run(self._go()), daemon=True)
@@ -89,7 +110,8 @@ class ServerThread:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.port}"
+        host = "127.0.0.1" if self.server.host == "127.0.0.1" else self.server.host
+        return f"{self.server.scheme}://{host}:{self.server.port}"
 
     @property
     def token(self) -> str:
@@ -102,3 +124,30 @@ class ServerThread:
             fut.result(timeout)
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "the server did not stop"
+
+
+def self_signed(folder: Path, host: str) -> tuple[str, str]:
+    """A self-signed certificate for ``host`` and its key (PEM files), for a TLS server in a test."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    certfile, keyfile = folder / "cert.pem", folder / "key.pem"
+    certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    keyfile.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    keyfile.chmod(0o600)
+    return str(certfile), str(keyfile)

@@ -3,16 +3,25 @@ runs of a beacon rig through the run lifecycle, the real store and bus; no mocks
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import io
 import json
+import os
+import re
+import signal
 import socket
+import ssl
 import stat
+import subprocess
+import sys
 import time
 import zipfile
 from pathlib import Path
 
 import httpx
 import pytest
+import websockets
 from click.testing import CliRunner
 from websockets.sync.client import connect
 
@@ -20,7 +29,8 @@ from daq.cli.main import main
 from daq.rigs import register, unregister
 from daq.serve.run_queue import QUEUE_FILE
 from tests.polling import poll_until
-from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config
+from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config, self_signed
+from tests.test_secured_bus import lan_address
 
 KINDS = {"beacon-serve": ServedBeacon("beacon-serve"),
          "beacon-heavy": ServedBeacon("beacon-heavy", samples=100, channels=4, period=0.005,
@@ -43,6 +53,7 @@ def lab(tmp_path):
     beacon_config(configs, "endless.toml", "beacon-serve")
     beacon_config(configs, "short.toml", "beacon-serve", frames=10)
     beacon_config(configs, "heavy.toml", "beacon-heavy")
+    beacon_config(configs, "unreachable.toml", "beacon-serve", unreachable=True)
     (configs / "broken.toml").write_text('[rig]\nkind = "beacon-serve"\nsimulated = true\nbogus = 1\n')
     return configs, tmp_path / "store" / "s.sqlite", tmp_path / "tokens"
 
@@ -121,6 +132,33 @@ def test_binding_beyond_loopback_without_tls_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "t").exists()
 
 
+def test_beyond_loopback_over_tls_reads_need_the_token_too(lab, tmp_path):
+    address = lan_address()
+    if address is None:
+        pytest.skip("this host has no non-loopback IPv4 address")
+    configs, store, tokens = lab
+    certfile, keyfile = self_signed(tmp_path, address)
+    srv = ServerThread(configs, store, tokens, host=address, certfile=certfile, keyfile=keyfile).start()
+    try:
+        assert srv.url.startswith(f"https://{address}:")
+        trust = ssl.create_default_context(cafile=certfile)
+        with httpx.Client(base_url=srv.url, verify=trust, timeout=30) as http:
+            for path in ("/api/sessions", "/api/runs", "/api/configs", "/api/live"):
+                assert http.get(path).status_code == 401, path
+                assert http.get(path, params={"token": "wrong-token-0123456789"}).status_code == 401
+                assert http.get(path, params={"token": srv.token}).status_code == 200, path
+                assert http.get(path, headers={"Authorization": f"Bearer {srv.token}"}).status_code == 200
+            assert http.get("/").status_code == 200  # the page itself holds no data; it asks for the token
+            assert http.post("/api/runs", params={"token": srv.token}, json={"config": "short.toml"}) \
+                .status_code == 401  # a change needs the header
+        with pytest.raises(websockets.exceptions.InvalidStatus):
+            connect(f"wss://{address}:{srv.server.port}/ws/live", ssl=trust)
+        with connect(f"wss://{address}:{srv.server.port}/ws/live?token={srv.token}", ssl=trust) as ws:
+            assert json.loads(ws.recv(timeout=10))["type"] == "hello"
+    finally:
+        srv.stop()
+
+
 def test_configs_are_checked_as_hil_check_does(served):
     with client(served, None) as http:
         listed = {c["name"]: c for c in http.get("/api/configs").json()}
@@ -172,6 +210,32 @@ def test_stop_ends_the_running_run_aborted_and_safe_then_the_next_starts(served)
         wait_run(http, nxt["id"], ("running",))  # the second starts after the first
         assert http.post(f"/api/runs/{nxt['id']}/abort").status_code == 200
         assert wait_run(http, nxt["id"], ("aborted",))["safe"] is True
+
+
+def test_a_run_refused_before_its_session_exists_fails_with_the_reason_and_the_queue_goes_on(served):
+    with client(served) as http:
+        bad = http.post("/api/runs", json={"config": "unreachable.toml"}).json()
+        good = http.post("/api/runs", json={"config": "short.toml"}).json()
+        failed = wait_run(http, bad["id"], ("failed",))
+        assert failed["session"] is None and failed["reason"] == "lamp at 127.0.0.1:9 refused the connection"
+        assert wait_run(http, good["id"], ("complete",))["safe"] is True
+
+
+def test_analysis_runs_hil_analyze_in_a_process_and_reports_its_one_line_error(served):
+    with client(served) as http:
+        run = http.post("/api/runs", json={"config": "short.toml"}).json()
+        sid = wait_run(http, run["id"], ("complete",))["session"]
+        assert http.get(f"/api/sessions/{sid}/analysis").json() == {"session": sid, "state": "none"}
+        with client(served, None) as anonymous:
+            assert anonymous.post(f"/api/sessions/{sid}/analysis").status_code == 401
+        assert http.post(f"/api/sessions/{sid[:6]}/analysis").json() == {"session": sid, "state": "running"}
+        poll_until(lambda: http.get(f"/api/sessions/{sid}/analysis").json()["state"] != "running", timeout=60,
+                   period=0.2)
+        # the analysis process is `hil analyze`, which knows the installed rig kinds, not this test's beacon
+        assert http.get(f"/api/sessions/{sid}/analysis").json() == {
+            "session": sid, "state": "failed", "error": f"Error: session {sid}: no analysis for rig kind "
+                                                        "'beacon-serve'"}
+        assert http.get(f"/api/sessions/{sid}/analysis/x.png").status_code == 404
 
 
 def test_delete_removes_a_queued_run_only(served):
@@ -256,33 +320,100 @@ def test_websocket_messages_carry_increasing_sequence_numbers(served):
     assert msgs[-1]["run"]["id"] == run["id"] and msgs[-1]["run"]["status"] == "complete"
 
 
-def test_a_stalled_browser_loses_messages_counted_and_never_slows_the_run(served):
-    sock = socket.create_connection(("127.0.0.1", served.server.port))
+def stalled_websocket(port: int) -> socket.socket:
+    """A WebSocket client that completes the handshake and then reads nothing (a small receive buffer)."""
+    sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    stalled = connect(f"ws://127.0.0.1:{served.server.port}/ws/live", sock=sock, max_queue=1,
-                      compression=None, close_timeout=0.5)  # reads nothing from here on
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(f"GET /ws/live HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                 f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                 .encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)  # byte by byte: nothing after the handshake is read
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return sock
+
+
+def test_a_stalled_browser_loses_messages_counted_and_never_slows_the_run(served):
+    url = f"ws://127.0.0.1:{served.server.port}/ws/live"
+    with contextlib.closing(stalled_websocket(served.server.port)), \
+            connect(url, close_timeout=0.5) as good, client(served) as http:
+        run = http.post("/api/runs", json={"config": "heavy.toml"}).json()
+        wait_run(http, run["id"], ("running",))
+
+        def dropped() -> int:
+            return max((c["dropped"] for c in http.get("/api/live").json()["clients"]), default=0)
+
+        poll_until(lambda: dropped() > 0, timeout=30, period=0.1)
+        steps = served.server.runner.ctx.steps_done
+        poll_until(lambda: served.server.runner.ctx.steps_done > steps + 50, timeout=20)  # still going
+        for _ in range(20):  # the other browser keeps getting messages
+            json.loads(good.recv(timeout=10))
+        http.post(f"/api/runs/{run['id']}/stop")
+        done = wait_run(http, run["id"], ("aborted",))
+        assert done["safe"] is True
+    store = str(served.server.store_path)
+    shown = CliRunner().invoke(main, ["--store", store, "show", done["session"], "--json"])
+    recorded = json.loads(shown.output)
+    assert recorded["stats"]["gaps"] == {} and recorded["stats"]["malformed"] == {}  # the run lost nothing
+
+
+@pytest.mark.slow(reason="simulated press runs under a `hil serve` subprocess")
+def test_served_press_stop_the_first_the_second_starts_and_sigterm_ends_it_safe(tmp_path):
+    """The issue's scenario on the real press simulator, `hil serve` as a process: queue two press runs, stop
+    the first, the second starts; SIGTERM to the server aborts the second through the safe state."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    text = Path("configs/press-sim.toml").read_text()
+    for key, value in (("n_series", 3), ("n_steps_up", 4), ("n_samples", 4)):
+        text = re.sub(rf"(?m)^{key} = \d+", f"{key} = {value}", text)
+    (configs / "press.toml").write_text(text)
+    store, tokens = tmp_path / "s.sqlite", tmp_path / "tokens"
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "hil"), "--store", str(store), "serve",
+                             "--configs", str(configs), "--port", "0", "--token-file", str(tokens)],
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        with client(served) as http, connect(f"ws://127.0.0.1:{served.server.port}/ws/live",
-                                              close_timeout=0.5) as good:
-            run = http.post("/api/runs", json={"config": "heavy.toml"}).json()
-            wait_run(http, run["id"], ("running",))
-
-            def dropped() -> int:
-                return max((c["dropped"] for c in http.get("/api/live").json()["clients"]), default=0)
-
-            poll_until(lambda: dropped() > 0, timeout=30, period=0.1)
-            steps = served.server.runner.ctx.steps_done
-            poll_until(lambda: served.server.runner.ctx.steps_done > steps + 50, timeout=20)  # still going
-            n = 0
-            while n < 20:  # the other browser keeps getting messages
-                json.loads(good.recv(timeout=10))
-                n += 1
-            http.post(f"/api/runs/{run['id']}/stop")
-            done = wait_run(http, run["id"], ("aborted",))
-            assert done["safe"] is True
-        store = str(served.server.store_path)
-        shown = CliRunner().invoke(main, ["--store", store, "show", done["session"], "--json"])
-        recorded = json.loads(shown.output)
-        assert recorded["stats"]["gaps"] == {} and recorded["stats"]["malformed"] == {}  # lost nothing
+        url = None
+        while url is None:
+            line = proc.stderr.readline()
+            assert line, "hil serve ended before it said where it serves"
+            m = re.search(r"(http://127\.0\.0\.1:\d+)/\?token=(\S+)", line)
+            url, token = (m.group(1), m.group(2)) if m else (None, None)
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+            first = http.post("/api/runs", json={"config": "press.toml"}).json()
+            second = http.post("/api/runs", json={"config": "press.toml"}).json()
+            wait_run(http, first["id"], ("running",), timeout=60)
+            poll_until(lambda: ((http.get("/api/runs").json()["current"] or {}).get("live") or {})
+                       .get("progress", {}).get("done", 0) >= 2, timeout=60, period=0.2)
+            assert http.post(f"/api/runs/{first['id']}/stop").status_code == 200
+            a = wait_run(http, first["id"], ("aborted",), timeout=60)
+            assert a["safe"] is True and a["kind"] == "press"
+            b = wait_run(http, second["id"], ("running",), timeout=60)
+            # the first session's analysis (`hil analyze --plots` in a process of its own) beside the run
+            where = f"/api/sessions/{a['session']}/analysis"
+            assert http.post(where).status_code == 202
+            poll_until(lambda: http.get(where).json()["state"] != "running", timeout=120, period=0.5)
+            analysis = http.get(where).json()
+            if analysis["state"] == "done":  # how much a stopped plan recorded decides which
+                assert analysis["report"]["kind"] == "press" and analysis["plots"]
+                png = http.get(f"/api/sessions/{a['session']}/analysis/{analysis['plots'][0]}")
+                assert png.content.startswith(b"\x89PNG")
+            else:
+                assert analysis["state"] == "failed" and analysis["error"].startswith("Error: session ")
+            assert http.get("/api/runs").json()["current"]["id"] == second["id"]  # still running
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=90) == 0
     finally:
-        stalled.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    saved = json.loads((tmp_path / QUEUE_FILE).read_text())
+    assert saved["current"] is None and saved["queued"] == []
+    ended = saved["finished"][0]
+    assert ended["id"] == second["id"] and ended["status"] == "aborted" and ended["safe"] is True
+    res = CliRunner().invoke(main, ["--store", str(store), "show", b["session"], "--json"])
+    shown = json.loads(res.output)
+    assert shown["status"] == "aborted" and shown["config"]["rig"]["kind"] == "press"
+    assert {"stream": "press.run", "kind": "started", "n": 1} in shown["event_counts"]

@@ -27,6 +27,7 @@ from daq import json_codec
 from daq.errors import HilError
 from daq.export.listing import session_detail, session_row
 from daq.export.session_export import export
+from daq.serve.analyses import Analyses
 from daq.serve.auth import Tokens, bearer
 from daq.serve.configs import ConfigFolder, one_line
 from daq.serve.relay import LiveRelay
@@ -57,6 +58,7 @@ class Service:
     def __init__(self, tokens: Tokens, configs: ConfigFolder, store_path: Path, queue: RunQueue,
                  runner: Runner, relay: LiveRelay, open_reads: bool):
         self.tokens, self.configs, self.store_path = tokens, configs, Path(store_path)
+        self.analyses = Analyses(self.store_path)
         self.queue, self.runner, self.relay = queue, runner, relay
         self.open_reads = open_reads  # bound to loopback: reads need no token
 
@@ -137,6 +139,33 @@ def build_app(service: Service) -> Starlette:
         return StreamingResponse(_stream_then_remove(path), media_type=media,
                                  headers={"Content-Disposition": f'attachment; filename="{filename}"',
                                           "Content-Length": str(path.stat().st_size)})
+
+    def _session_id(session: str) -> str:
+        reader = service.reader()
+        if reader is None:
+            raise UnknownSession(f"no session {session!r} (the store is empty)")
+        with reader:
+            return reader.get_session(session).id
+
+    @guard(write=False)
+    async def analysis(request: Request, name) -> Response:
+        sid = await asyncio.to_thread(_session_id, request.path_params["sid"])
+        return JSON({"session": sid, **service.analyses.state(sid)})
+
+    @guard(write=True)
+    async def analyze(request: Request, name) -> Response:
+        sid = await asyncio.to_thread(_session_id, request.path_params["sid"])
+        if not service.analyses.start(sid):
+            return error(409, "an analysis is running; one at a time")
+        return JSON({"session": sid, "state": "running"}, status_code=202)
+
+    @guard(write=False)
+    async def analysis_plot(request: Request, name) -> Response:
+        sid = await asyncio.to_thread(_session_id, request.path_params["sid"])
+        path = service.analyses.plot(sid, request.path_params["file"])
+        if path is None:
+            return error(404, f"no plot {request.path_params['file']!r} of session {sid}")
+        return FileResponse(path, media_type="image/png")
 
     @guard(write=False)
     async def runs(request: Request, name) -> Response:
@@ -239,6 +268,9 @@ def build_app(service: Service) -> Starlette:
         Route("/api/sessions", sessions),
         Route("/api/sessions/{sid}", session),
         Route("/api/sessions/{sid}/export", export_session),
+        Route("/api/sessions/{sid}/analysis", analysis),
+        Route("/api/sessions/{sid}/analysis", analyze, methods=["POST"]),
+        Route("/api/sessions/{sid}/analysis/{file}", analysis_plot),
         Route("/api/runs", runs),
         Route("/api/runs", post_run, methods=["POST"]),
         Route("/api/runs/{rid}", delete_run, methods=["DELETE"]),

@@ -157,18 +157,22 @@ class Runner:
         self.closing = True
         self._wake.set()
         outcome = None
-        if self.queue.current is not None:
-            try:
-                outcome = await self.command("abort", wait=1.0)
-            except Exception as exc:  # noqa: BLE001 - not announced yet: abort through the context
-                log.warning("abort through the command channel failed (%s); aborting directly", exc)
-                ctx, loop = self.ctx, self._run_loop
-                if ctx is not None and loop is not None:
-                    with contextlib.suppress(RuntimeError):
-                        loop.call_soon_threadsafe(ctx.abort)
-        if self._task is not None:
-            done, _ = await asyncio.wait({self._task}, timeout=SHUTDOWN_WAIT_S)
-            if not done:
-                log.error("the current run did not end within %.0f s of its abort", SHUTDOWN_WAIT_S)
-                self._task.cancel()
+        deadline = time.monotonic() + SHUTDOWN_WAIT_S
+        aborted = False
+        while self._task is not None and not self._task.done() and time.monotonic() < deadline:
+            if self.queue.current is not None and not aborted:  # a run still setting up is aborted too
+                try:
+                    outcome = await self.command("abort", wait=0.0)
+                    aborted = True
+                except Exception as exc:  # noqa: BLE001 - not announced yet: abort through the context
+                    ctx, loop = self.ctx, self._run_loop
+                    if ctx is not None and loop is not None:
+                        log.info("abort through the command channel failed (%s); aborting directly", exc)
+                        with contextlib.suppress(RuntimeError):
+                            loop.call_soon_threadsafe(ctx.abort)
+                        aborted = True
+            await asyncio.wait({self._task}, timeout=0.2)
+        if self._task is not None and not self._task.done():
+            log.error("the current run did not end within %.0f s of its abort", SHUTDOWN_WAIT_S)
+            self._task.cancel()
         return outcome

@@ -156,12 +156,12 @@ class SessionWriter:
             else:
                 ts = None
                 payload = msg.data.tobytes()  # a copy: the caller may reuse its array after append
-            n = h["shape"][0]
-            t_min, t_max, inside = frame_span(h["t0"], h["dt"], n, ts)
-            key = (session_id, h["stream"])
+            stream, t0, dt, n = h["stream"], h["t0"], h["dt"], h["shape"][0]
+            t_min, t_max, inside = frame_span(t0, dt, n, ts)
+            key = (session_id, stream)
             tail = self._tails.get(key)
             if tail is None:
-                tail = self._tails[key] = self._stream_tail(session_id, h["stream"])
+                tail = self._tails[key] = self._stream_tail(session_id, stream)
             if n and tail[2] and not (inside and t_min >= tail[1]):
                 tail[2] = False
                 self._pending_nonmono.add(key)
@@ -169,10 +169,10 @@ class SessionWriter:
                 (
                     session_id,
                     ordinal,
-                    h["stream"],
+                    stream,
                     h["seq"],
-                    h["t0"],
-                    h["dt"],
+                    t0,
+                    dt,
                     n,
                     int(h["timestamps"]),
                     int(msg.replay),
@@ -186,8 +186,8 @@ class SessionWriter:
             if n:
                 tail[1] = t_max
             self._buffered_bytes += len(payload)
-            t_lo, t_hi = (h["t0"], h["t0"]) if t_min is None else (t_min, t_max)
-            self._note_stream(session_id, h["stream"], n, t_lo, t_hi)
+            t_lo, t_hi = (t0, t0) if t_min is None else (t_min, t_max)
+            self._note_stream(session_id, stream, n, t_lo, t_hi)
         elif isinstance(msg, Event):
             if (
                 not isinstance(msg.stream, str)
@@ -308,11 +308,16 @@ class SessionWriter:
             )
 
     def _note_stream(self, session_id: str, stream: str, n: int, t_first: float, t_last: float) -> None:
-        counts = self._pending_counts.setdefault((session_id, stream), [0, 0, t_first, t_last])
+        counts = self._pending_counts.get((session_id, stream))
+        if counts is None:
+            self._pending_counts[(session_id, stream)] = [1, n, t_first, t_last]
+            return
         counts[0] += 1
         counts[1] += n
-        counts[2] = min(counts[2], t_first)
-        counts[3] = max(counts[3], t_last)
+        if t_first < counts[2]:
+            counts[2] = t_first
+        if t_last > counts[3]:
+            counts[3] = t_last
 
     def flush(self) -> None:
         """Commit everything buffered in one transaction and refresh the writer heartbeat."""

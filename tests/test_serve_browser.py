@@ -1,0 +1,77 @@
+"""The dashboard in a real browser: headless Chromium (Debian's chromium + chromium-driver) driven by
+selenium opens `hil serve`'s page during a run, sees the live plot's point count grow and the estimate table
+fill, and stops the run with its button; the run ends aborted with the safe state recorded. Screenshots go
+to the test's tmp folder."""
+
+from __future__ import annotations
+
+import shutil
+
+import httpx
+import pytest
+
+from daq.rigs import register, unregister
+from tests.polling import poll_until
+from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+webdriver = pytest.importorskip("selenium.webdriver")
+pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
+                                reason="needs Debian's chromium and chromium-driver (apt-get install)")
+
+
+@pytest.fixture
+def browser():
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,1000"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)  # the given driver: no download
+    yield driver
+    driver.quit()
+
+
+def test_dashboard_plots_live_fills_estimates_and_stops_the_run_safely(tmp_path, browser):
+    from selenium.webdriver.common.by import By
+
+    rig = register(ServedBeacon("beacon-browser", samples=20, channels=2, period=0.02, estimate_every=10))
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    beacon_config(configs, "beacon.toml", rig.kind)
+    srv = ServerThread(configs, tmp_path / "s.sqlite", tmp_path / "tokens").start()
+    try:
+        browser.get(f"{srv.url}/?token={srv.token}")
+        stats = lambda: browser.execute_script("return window.hilStats")  # noqa: E731
+        poll_until(lambda: stats()["connected"] and browser.find_elements(By.CSS_SELECTOR, "[data-run]"),
+                   timeout=20, period=0.1)
+        assert "token=" not in browser.current_url  # the token left the address bar (kept in the page)
+        browser.find_element(By.CSS_SELECTOR, "[data-run='beacon.toml']").click()
+        poll_until(lambda: stats()["points"] > 0 and stats()["redraws"] > 0, timeout=20, period=0.1)
+        first = stats()["points"]
+        poll_until(lambda: stats()["points"] > first + 200, timeout=20, period=0.1)  # the plot grows
+        rows = "#estimates table.estimates tbody tr"
+        poll_until(lambda: len(browser.find_elements(By.CSS_SELECTOR, rows)) == 2,
+                   timeout=20, period=0.1)
+        poll_until(lambda: "kept beacon" in browser.find_element(By.ID, "estimates").text, timeout=10)
+        legend = browser.find_element(By.ID, "plots").text
+        assert "x0 [m]" in legend and "x1 [m]" in legend  # every stream with its units
+        browser.save_screenshot(str(tmp_path / "dashboard-running.png"))
+        poll_until(lambda: browser.find_element(By.ID, "btn-stop").is_displayed(), timeout=10)
+        browser.find_element(By.ID, "btn-stop").click()
+        outcome = browser.find_element(By.ID, "outcome")
+        poll_until(lambda: outcome.is_displayed() and "safe state confirmed" in outcome.text, timeout=20,
+                   period=0.1)
+        assert outcome.text.startswith("aborted: stopped by the operator")
+        browser.save_screenshot(str(tmp_path / "dashboard-stopped.png"))
+        with httpx.Client(base_url=srv.url) as http:
+            poll_until(lambda: http.get("/api/runs").json()["finished"], timeout=20)
+            done = http.get("/api/runs").json()["finished"][0]
+        assert done["status"] == "aborted" and done["safe"] is True
+        assert stats()["missed"] == 0 and stats()["dropped"] == 0
+        assert (tmp_path / "dashboard-running.png").stat().st_size > 10_000
+    finally:
+        srv.stop()
+        unregister(rig.kind)
