@@ -140,7 +140,8 @@ def test_iteration_limit_is_not_converged_and_strict_exits_nonzero(tmp_path):
     res = runner.invoke(main, ["design", "adjoint", str(path)])
     assert res.exit_code == 0, res.output
     line = next(ln for ln in res.output.splitlines() if "converged" in ln)
-    assert line.startswith("not converged: projected gradient above tolerance (STOP: TOTAL NO. OF ITERATIONS")
+    # scipy spells its stop message "NO. OF" (1.15+) or "NO. of" (1.11)
+    assert line.upper().startswith("NOT CONVERGED: PROJECTED GRADIENT ABOVE TOLERANCE (STOP: TOTAL NO. OF ITERATIONS")
     assert "|g|=" in line and "max constraint residual=" in line and not line.startswith("ok")
     strict = runner.invoke(main, ["design", "adjoint", str(path), "--strict", "--json"])
     assert strict.exit_code == 1

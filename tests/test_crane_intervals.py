@@ -88,7 +88,10 @@ def test_crane_intervals_right_structure_cover_wrong_structure_is_flagged():
         fit = fit_structure("3m+visc+dt", *train, n_starts=1, start={k: 1.1 * v for k, v in ref.items()},
                             max_nfev=100, decimate=1)
         rep = chosen_intervals(fit, train, valid, {}, opts)
-        assert rep.intervals_valid, rep.statement
+        # A right structure is no evidence against adequacy. Not `intervals_valid` at its 5 % level: that
+        # is a coin with 5 % per record (18/20 valid in benchmarks/bench_crane_coverage.py), and which
+        # record lands below 5 % moves with the scipy/BLAS build (p = 0.015 on the lowest versions).
+        assert rep.adequacy.p_value > 1e-3, rep.statement
         iv = rep.interval(robust=True)
         tv = _reference(right, rep.names)
         covered += list((iv[:, 0] <= tv) & (tv <= iv[:, 1]))
@@ -100,7 +103,7 @@ def test_crane_intervals_right_structure_cover_wrong_structure_is_flagged():
                                                    "coulomb", "dead_time")}
     fit = fit_structure("3m+visc+coul+dt", *train, n_starts=1, start=start, max_nfev=100, decimate=5)
     rep = chosen_intervals(fit, train, valid, {}, {**opts, "decimate": 5})
-    assert not rep.intervals_valid
+    assert not rep.intervals_valid and rep.adequacy.p_value < 1e-10  # far from any level's edge
     assert INADEQUATE in rep.statement
     assert not any(rep.identifiable.values())
 
