@@ -511,6 +511,8 @@ def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] 
             traces, prof = _chosen_details(chosen, train, valid, bounds, opts, decimate, friction_eps,
                                            profile, profile_points, executor)
             intervals = chosen_intervals(chosen, train, valid, bounds, opts)
+            if prof is not None and intervals is not None:
+                prof.graded = bool(intervals.intervals_valid)  # identifiable only with valid intervals
     settings = dict(opts, parsimony_tol=float(parsimony_tol), bounds={k: list(v) for k, v in bounds.items()},
                     n_candidates=total, n_jobs=int(n_jobs))
     return SelectionResult(candidates=results, chosen=chosen, profile=prof, settings=settings,

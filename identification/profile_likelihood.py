@@ -60,6 +60,9 @@ class ProfileLikelihoodResult(ProfileResult):
     fisher_se: list[float | None]  # standard errors behind the Fisher intervals (plots draw the parabola)
     better_cost: float | None = None  # lowest re-fit cost when it fell below cost_opt (optimum not reached)
     seconds: float = 0.0  # wall time of the tracing
+    # False when an adequacy check found the model wrong or the residuals coloured: a closed profile is then
+    # not called identifiable, because its threshold assumes white residuals of a right structure
+    graded: bool = True
 
     def to_dict(self) -> dict:
         d = super().to_dict()
@@ -69,7 +72,8 @@ class ProfileLikelihoodResult(ProfileResult):
         for i, p in enumerate(d["parameters"]):
             fi = self.fisher_interval[i]
             p.update({"lr": self.lr[i].tolist(), "interval": list(self.interval[i]),
-                      "identifiable": bool(self.identifiable[i]), "side_status": list(self.side_status[i]),
+                      "identifiable": bool(self.identifiable[i]) and self.graded,
+                      "closed": bool(self.identifiable[i]), "side_status": list(self.side_status[i]),
                       "verdict": self.verdict(i), "fisher_interval": None if fi is None else list(fi),
                       "fisher_se": self.fisher_se[i]})
         return d
@@ -82,7 +86,10 @@ class ProfileLikelihoodResult(ProfileResult):
             return "not identifiable"
         if lo_open or hi_open:
             return "open below" if lo_open else "open above"
-        return "identifiable" + (" (estimate at bound)" if "at bound" in self.side_status[i] else "")
+        at_bound = " (estimate at bound)" if "at bound" in self.side_status[i] else ""
+        if not self.graded:
+            return "closed, not graded (intervals not valid)" + at_bound
+        return "identifiable" + at_bound
 
     def _open(self, i: int) -> tuple[bool, bool]:
         return tuple(x is None and st != "at bound"

@@ -111,11 +111,15 @@ def test_crane_intervals_right_structure_cover_wrong_structure_is_flagged():
 @pytest.mark.slow(reason="one candidate selected on a short simulated record")
 def test_selection_json_carries_ci95_and_adequacy():
     train, valid = _runs(CraneTruth(), 3)
-    res = select_model(train, valid, candidates=["3m+visc+coul+dt"], n_starts=1, max_nfev=20, profile=False,
-                       n_jobs=1, min_validation_fit=0.0, max_condition_index=1e9, min_pii_ratio=0.0)
+    res = select_model(train, valid, candidates=["3m+visc+coul+dt"], n_starts=1, max_nfev=20, profile=True,
+                       profile_points=3, n_jobs=1, min_validation_fit=0.0, max_condition_index=1e9,
+                       min_pii_ratio=0.0)
     d = json.loads(json.dumps(res.to_dict()))
     assert set(d["ci95"]) == set(res.chosen.params)
     assert all(lo < hi for lo, hi in d["ci95"].values())
     assert {"residuals_white", "p_value", "intervals_valid"} <= set(d["adequacy"])
     assert d["adequacy"]["intervals_valid"] is False  # wrong structure (and 2 kHz model step)
     assert "model inadequate" in res.format_table() or "time step" in res.format_table()
+    # a closed profile is not called identifiable when the intervals are not valid (issue 21)
+    assert not any(p["identifiable"] for p in d["profile"]["parameters"])
+    assert all(p["verdict"].startswith(("closed, not graded", "open")) for p in d["profile"]["parameters"])

@@ -176,6 +176,10 @@ def test_an_estimate_on_its_bound_and_a_better_optimum_are_reported():
     assert r.verdict(0) == "identifiable (estimate at bound)" and r.identifiable[0] and r.better_cost is None
     assert f"{b[0]:.5g} (bound)" in r.format_table()
     assert r.to_dict()["parameters"][0]["side_status"] == ["at bound", "closed"]
+    r.graded = False  # an adequacy check found the model wrong: closed, but not called identifiable
+    assert r.verdict(1) == "closed, not graded (intervals not valid)"
+    assert r.to_dict()["parameters"][1]["closed"] and not r.to_dict()["parameters"][1]["identifiable"]
+    r.graded = True
     # an "optimum" that is not the minimum: a re-fit goes below its cost, and the result says so
     b_off = b + 3 * se
     r2 = profile_likelihood_intervals(f, b_off, [(-100.0, 100.0)] * 3, f.cost(b_off), 0.09,
