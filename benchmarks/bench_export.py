@@ -5,9 +5,11 @@ once through ``SessionStore.append`` into ``--dir`` (30 min = 144 M samples = 1.
 reused by later runs). Each export runs in its own process, which reports its own peak RSS
 (``ru_maxrss``) and wall time; the output is deleted afterwards. "h5py direct" writes the same
 arrays, already in memory, with the same dataset layout in one call per dataset: the ratio
-ours/plain is the cost of reading the store chunk by chunk. The window read takes 1 s of the
-session at 20 random places via the frame index, next to a plain SQL query on the unindexed frame
-start time (a scan of the frame rows).
+ours/plain is the cost of reading the store chunk by chunk. HDF5 and MAT exports run alternately with
+their plain baseline (``--repeat`` pairs); the ratios are medians of the per-pair ratios of wall time
+and of process CPU time (threads included), which the load of other jobs barely moves. The window
+read takes 1 s of the session at 20 random places via the frame index, next to a plain SQL query on
+the unindexed frame start time (a scan of the frame rows).
 
     .venv/bin/python benchmarks/bench_export.py --minutes 30            # 30-min session
     .venv/bin/python benchmarks/bench_export.py --minutes 120 --formats hdf5,mat,csv
@@ -95,23 +97,23 @@ if {reference!r}:  # the CSV row formatting before issue 23 (repr of lists, spli
                 parts.append(repr(block.tolist())[2:-2].replace(", ", ",").split("],["))
         return "\\n".join(map(",".join, zip(*parts, strict=True))) + "\\n"
     csv_files._csv_lines = _csv_lines
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 with SessionStore({store!r}, create=False) as store:
     r = export(store, {sid!r}, {fmt!r}, {out!r}, mat_version={mat!r}, force=True)
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-took = time.perf_counter() - t
-print(json.dumps({{"s": took, "rss_mb": rss, "bytes": r.bytes, "mat_version": r.mat_version}}))
+took, cpu = time.perf_counter() - t, time.process_time() - c
+print(json.dumps({{"s": took, "cpu": cpu, "rss_mb": rss, "bytes": r.bytes, "mat_version": r.mat_version}}))
 """
 
 CHILD_READ = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
 from daq.store.read_write import SessionStore
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 with SessionStore({store!r}, create=False) as store:
     n = sum(len(c) for c in store.iter_stream({sid!r}, {stream!r}, 1 << 16))
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({{"s": time.perf_counter() - t, "rss_mb": rss}}))
+print(json.dumps({{"s": time.perf_counter() - t, "cpu": time.process_time() - c, "rss_mb": rss}}))
 """
 
 CHILD_H5PY = """
@@ -125,12 +127,12 @@ for k in range(n_frames):
     data[k * ROWS:(k + 1) * ROWS] = pool[k % len(pool)]
 t_axis = np.concatenate([1.7e9 + k * ROWS / RATE + np.arange(ROWS) * (1 / RATE) for k in range(n_frames)])
 rows = (1 << 20) // (8 * N_CH)
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 with h5py.File({out!r}, "w") as f:
     f.create_dataset("t", data=t_axis, chunks=(rows,), maxshape=(None,))
     f.create_dataset("data", data=data, chunks=(rows, N_CH), maxshape=(None, N_CH))
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({{"s": time.perf_counter() - t, "rss_mb": rss}}))
+print(json.dumps({{"s": time.perf_counter() - t, "cpu": time.process_time() - c, "rss_mb": rss}}))
 """
 
 CHILD_SCIPY = """
@@ -143,18 +145,18 @@ data = np.empty((n_frames * ROWS, N_CH))
 for k in range(n_frames):
     data[k * ROWS:(k + 1) * ROWS] = pool[k % len(pool)]
 t_axis = np.concatenate([1.7e9 + k * ROWS / RATE + np.arange(ROWS) * (1 / RATE) for k in range(n_frames)])
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 scipy.io.savemat({out!r}, {{"streams": {{"bench_trace": {{"t": t_axis.reshape(-1, 1), "data": data,
                   "channels": np.array([f"c{{i}}" for i in range(N_CH)], dtype=object)}}}}}})
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({{"s": time.perf_counter() - t, "rss_mb": rss}}))
+print(json.dumps({{"s": time.perf_counter() - t, "cpu": time.process_time() - c, "rss_mb": rss}}))
 """
 
 CHILD_HAND = """
 import json, resource, sqlite3, sys, time
 import h5py, numpy as np
 N_CH = {n_ch}
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 db = sqlite3.connect({store!r})
 sql = "SELECT n_samples FROM streams WHERE session_id=? AND stream=?"
 (n,) = db.execute(sql, ({sid!r}, {stream!r})).fetchone()
@@ -172,7 +174,7 @@ with h5py.File({out!r}, "w") as f:
         d[k:k + len(tt)] = data
         k += len(tt)
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({{"s": time.perf_counter() - t, "rss_mb": rss}}))
+print(json.dumps({{"s": time.perf_counter() - t, "cpu": time.process_time() - c, "rss_mb": rss}}))
 """
 
 CHILD_REPLAY = """
@@ -188,10 +190,10 @@ async def main():
             return await replay_session(store, {sid!r}, pub, burst=True)
     finally:
         pub.close()
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 st = asyncio.run(main())
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({{"s": time.perf_counter() - t, "rss_mb": rss}}))
+print(json.dumps({{"s": time.perf_counter() - t, "cpu": time.process_time() - c, "rss_mb": rss}}))
 """
 
 
@@ -213,7 +215,38 @@ def child(code: str) -> dict:
     return out
 
 
+def paired(code_ours: str, code_plain: str, out_ours: Path, out_plain: Path) -> tuple[dict, dict, list, list]:
+    """Ours and the plain library alternately (``--repeat`` pairs), so load from other jobs hits both
+    alike: (ours, plain) with median times, and the per-pair ratios ours/plain of wall and CPU time."""
+    runs: dict[str, list[dict]] = {"ours": [], "plain": []}
+    for k in range(REPEAT[0]):
+        order = (("ours", code_ours, out_ours), ("plain", code_plain, out_plain))
+        for name, code, out in order if k % 2 == 0 else order[::-1]:
+            cmd = [sys.executable, "-c", code]
+            r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
+            remove(out)
+            if r.returncode != 0:
+                raise RuntimeError(r.stderr[-2000:])
+            runs[name].append(json.loads(r.stdout.strip().splitlines()[-1]))
+    med = {}
+    for name, rs in runs.items():
+        med[name] = dict(rs[0])
+        med[name]["s"] = statistics.median(x["s"] for x in rs)
+        med[name]["cpu"] = statistics.median(x["cpu"] for x in rs)
+        med[name]["rss_mb"] = max(x["rss_mb"] for x in rs)
+    walls = [o["s"] / p["s"] for o, p in zip(runs["ours"], runs["plain"], strict=True)]
+    cpus = [o["cpu"] / p["cpu"] for o, p in zip(runs["ours"], runs["plain"], strict=True)]
+    return med["ours"], med["plain"], walls, cpus
+
+
+def ratio_line(what: str, walls: list[float], cpus: list[float]) -> str:
+    return (f"{what}: {statistics.median(walls):.2f}x wall (per pair {' '.join(f'{x:.2f}' for x in walls)}), "
+            f"{statistics.median(cpus):.2f}x CPU (target <= 1.5x)")
+
+
 def remove(path: Path) -> None:
+    if not path.exists():
+        return
     if path.is_dir():
         shutil.rmtree(path)
     else:
@@ -274,24 +307,38 @@ def main() -> None:
     n_samples = n_frames * ROWS * N_CH
     size = store_path.stat().st_size / 1e9
     print(f"session {sid}: {minutes:g} min, {n_samples / 1e6:.0f} M samples, {size:.2f} GB")
-    print(f"{'what':<24}{'time s':>9}{'peak RSS MB':>13}{'output GB':>11}")
+    print(f"{'what':<24}{'time s':>9}{'peak RSS MB':>13}{'output GB':>11}{'CPU s':>9}")
     results = {}
     runs = [(fmt, False) for fmt in args.formats.split(",")]
     if "csv" in args.formats.split(",") and not args.no_csv_reference:
         runs.append(("csv", True))
+    baselines = {
+        "hdf5": (CHILD_H5PY, work / "plain.h5", "h5py direct (in memory)", "HDF5 export / h5py direct"),
+        "mat": (CHILD_SCIPY, work / "plain.mat", "scipy savemat (memory)",
+                "MAT export / scipy.io.savemat direct"),
+    }
     for fmt, reference in runs:
         out = work / {"hdf5": "x.h5", "mat": "x.mat", "csv": "x_csv"}[fmt]
-        r = child(
-            CHILD_EXPORT.format(
-                root=str(ROOT), store=str(store_path), sid=sid, fmt=fmt, out=str(out), mat="auto",
-                reference=reference,
-            )
+        code = CHILD_EXPORT.format(
+            root=str(ROOT), store=str(store_path), sid=sid, fmt=fmt, out=str(out), mat="auto",
+            reference=reference,
         )
-        remove(out)
+        base = baselines.get(fmt) if not reference else None
+        if base is None:
+            r = child(code)
+            remove(out)
+        else:
+            plain_code = base[0].format(
+                rows=ROWS, rate=RATE, n_ch=N_CH, pool=POOL, n_frames=n_frames, out=str(base[1])
+            )
+            r, p, walls, cpus = paired(code, plain_code, out, base[1])
         label = f"export {fmt}" + (f" (v{r['mat_version']})" if r["mat_version"] else "")
         label += " (before #23)" if reference else ""
         results[fmt + ("-before" if reference else "")] = r
-        print(f"{label:<24}{r['s']:>9.2f}{r['rss_mb']:>13.0f}{r['bytes'] / 1e9:>11.2f}")
+        print(f"{label:<24}{r['s']:>9.2f}{r['rss_mb']:>13.0f}{r['bytes'] / 1e9:>11.2f}{r['cpu']:>9.2f}")
+        if base is not None:
+            print(f"{base[2]:<24}{p['s']:>9.2f}{p['rss_mb']:>13.0f}{'':>11}{p['cpu']:>9.2f}")
+            print(ratio_line(base[3], walls, cpus))
     if "csv" in results:
         rate = n_samples / results["csv"]["s"]
         print(f"CSV: {rate / 1e6:.2f} M values/s", end="")
@@ -300,27 +347,13 @@ def main() -> None:
                   f"{results['csv-before']['s'] / results['csv']['s']:.2f}x (target >= 3x)")
         else:
             print()
-    if "mat" in results:
-        out = work / "plain.mat"
-        code = CHILD_SCIPY.format(rows=ROWS, rate=RATE, n_ch=N_CH, pool=POOL, n_frames=n_frames, out=str(out))
-        r = child(code)
-        remove(out)
-        print(f"{'scipy savemat (memory)':<24}{r['s']:>9.2f}{r['rss_mb']:>13.0f}")
-        print(f"MAT export / scipy.io.savemat direct: {results['mat']['s'] / r['s']:.2f}x (target <= 1.5x)")
     r = child(CHILD_READ.format(root=str(ROOT), store=str(store_path), sid=sid, stream=STREAM))
-    print(f"{'store read only':<24}{r['s']:>9.2f}{r['rss_mb']:>13.0f}")
+    print(f"{'store read only':<24}{r['s']:>9.2f}{r['rss_mb']:>13.0f}{'':>11}{r['cpu']:>9.2f}")
     if "hdf5" in results:
-        out = work / "plain.h5"
-        code = CHILD_H5PY.format(rows=ROWS, rate=RATE, n_ch=N_CH, pool=POOL, n_frames=n_frames, out=str(out))
-        r = child(code)
-        remove(out)
-        print(f"{'h5py direct (in memory)':<24}{r['s']:>9.2f}{r['rss_mb']:>13.0f}")
-        direct = r["s"]
         out = work / "hand.h5"
         r = child(CHILD_HAND.format(n_ch=N_CH, store=str(store_path), sid=sid, stream=STREAM, out=str(out)))
         remove(out)
-        print(f"{'sqlite3+h5py by hand':<24}{r['s']:>9.2f}{r['rss_mb']:>13.0f}")
-        print(f"HDF5 export / h5py direct: {results['hdf5']['s'] / direct:.2f}x (target <= 1.5x)")
+        print(f"{'sqlite3+h5py by hand':<24}{r['s']:>9.2f}{r['rss_mb']:>13.0f}{'':>11}{r['cpu']:>9.2f}")
         print(f"HDF5 export / sqlite3+h5py by hand: {results['hdf5']['s'] / r['s']:.2f}x")
     if args.replay:
         r = child(CHILD_REPLAY.format(root=str(ROOT), store=str(store_path), sid=sid))

@@ -29,9 +29,10 @@ class ServedBeacon(BeaconRig):
     `hil run` would; ``[plan] frames = N`` ends the plan after N frames (0: until stopped)."""
 
     def __init__(self, kind: str, samples: int = 10, channels: int = 1, period: float = 0.02,
-                 note_bytes: int = 0, estimate_every: int = 0) -> None:
+                 note_bytes: int = 0, estimate_every: int = 0, corrections: bool = False) -> None:
         super().__init__(samples, channels, period)
         self.kind = kind
+        self.corrections = corrections  # the press's contract: a force stream [N] and setpoint_reached events
         self.estimate_every = estimate_every  # > 0: an online `estimate` event every this many frames
         self.note_bytes = note_bytes  # > 0: an event of about this size after every frame (heavy traffic)
 
@@ -57,6 +58,13 @@ class ServedBeacon(BeaconRig):
                                     ["m"] * self.channels, data))
             if self.note_bytes:
                 await ctx.event("beacon.log", "note", frame=k, text="n" * self.note_bytes)
+            if self.corrections:
+                q_d, residual = 1000.0 * (k % 5), 20.0 * float(data[0, 0])
+                await ctx.publish(Frame("beacon.force", ctx.next_seq("beacon.force"), time.time(), 0.002,
+                                        ["force_cmd", "force"], ["N", "N"],
+                                        np.array([[q_d, q_d + residual]] * self.samples)))
+                await ctx.event("beacon.plan", "setpoint_reached", series=0, index=k, q_desired=q_d,
+                                q_actual=q_d + residual, residual=residual, iterations=1, command=q_d)
             k += 1
             if self.estimate_every and k % self.estimate_every == 0:
                 await ctx.event("beacon.online", "estimate", **_estimate(k // self.estimate_every))

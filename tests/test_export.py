@@ -11,7 +11,7 @@ import pytest
 import scipy.io
 
 from daq.bus.frames import Event, Frame
-from daq.export.session_export import ExportError, export_session
+from daq.export.session_export import ExportError, export, export_session
 from daq.store.read_write import SessionStore
 
 
@@ -101,3 +101,53 @@ def test_bad_format(session):
     store, sid = session
     with pytest.raises(ExportError, match="unknown export format"):
         export_session(store, sid, "xlsx")
+
+
+@pytest.fixture
+def odd_session(tmp_path, rng):
+    """A stream with samples but no channels, a stream whose only frame is empty, and a normal one."""
+    store = SessionStore(tmp_path / "odd.sqlite")
+    sid = store.create_session("press", {})
+    x = rng.standard_normal((3, 4, 1))
+    for i in range(3):
+        store.append(sid, Frame("a.full", i, 1.0 + i, 0.25, ["x"], ["m"], x[i]))
+        store.append(sid, Frame("b.nochan", i, 1.0 + i, 0.25, [], [], np.zeros((4, 0))))
+    store.append(sid, Frame("c.noframes", 0, 1.0, 0.25, ["y"], ["V"], np.zeros((0, 1))))
+    store.append(sid, Event("ev", "k", 0, 1.5, {"a": 1}))
+    store.finish(sid, "complete")
+    return store, sid, x
+
+
+@pytest.mark.parametrize("fmt, version", [("hdf5", None), ("mat", "5"), ("mat", "7.3"), ("csv", None)])
+def test_streams_without_channels_or_frames(odd_session, tmp_path, fmt, version):
+    """Every format exports a stream without channels (times only) and one without samples; MAT v7.3
+    used to fail with KeyError '1/data' (its empty placeholder had no slot for the rows)."""
+    store, sid, x = odd_session
+    opts = {"mat_version": version} if version else {}
+    res = export(store, sid, fmt, tmp_path / f"out-{fmt}-{version}", **opts)
+    assert res.streams == {"a.full": 12, "b.nochan": 12, "c.noframes": 0}
+    t = 1.0 + np.repeat(np.arange(3), 4) + np.tile(np.arange(4), 3) * 0.25
+    if fmt == "hdf5":
+        with h5py.File(res.path) as f:
+            np.testing.assert_array_equal(f["streams/b.nochan/t"][()], t)
+            assert f["streams/b.nochan/data"].shape == (12, 0)
+            assert f["streams/c.noframes/data"].shape == (0, 1)
+            np.testing.assert_array_equal(f["streams/a.full/data"][()], x.reshape(12, 1))
+    elif version == "5":
+        m = scipy.io.loadmat(res.path)["streams"][0, 0]
+        np.testing.assert_array_equal(m["b_nochan"][0, 0]["t"], t.reshape(-1, 1))
+        assert m["b_nochan"][0, 0]["data"].shape == (12, 0)
+        assert m["c_noframes"][0, 0]["data"].shape == (0, 1)
+        np.testing.assert_array_equal(m["a_full"][0, 0]["data"], x.reshape(12, 1))
+    elif version == "7.3":
+        with h5py.File(res.path) as f:  # MATLAB's layout: arrays transposed, empty ones hold their size
+            np.testing.assert_array_equal(f["streams/b_nochan/t"][()], t.reshape(1, -1))
+            empty = f["streams/b_nochan/data"]
+            assert empty.attrs["MATLAB_empty"] == 1 and list(empty[()]) == [12, 0]
+            assert list(f["streams/c_noframes/data"][()]) == [0, 1]
+            np.testing.assert_array_equal(f["streams/a_full/data"][()], x.reshape(1, 12))
+    else:
+        rows = list(csv.reader((res.path / "b.nochan.csv").read_text().splitlines()))
+        assert rows[0] == ["t [s, relative]"]
+        assert np.array(rows[1:], dtype=float).ravel().tolist() == t.tolist()
+        assert (res.path / "c.noframes.csv").read_text().splitlines() == ['"t [s, relative]",y [V]']

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import getpass
 import io
 import json
 import os
@@ -28,11 +29,13 @@ from websockets.sync.client import connect
 from daq.cli.main import main
 from daq.rigs import register, unregister
 from daq.serve.run_queue import QUEUE_FILE
+from daq.store.reader import SessionReader
 from tests.polling import poll_until
 from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config, self_signed
 from tests.test_secured_bus import lan_address
 
 KINDS = {"beacon-serve": ServedBeacon("beacon-serve"),
+         "beacon-est": ServedBeacon("beacon-est", estimate_every=3),
          "beacon-heavy": ServedBeacon("beacon-heavy", samples=100, channels=4, period=0.005,
                                       note_bytes=20_000)}
 
@@ -53,6 +56,7 @@ def lab(tmp_path):
     beacon_config(configs, "endless.toml", "beacon-serve")
     beacon_config(configs, "short.toml", "beacon-serve", frames=10)
     beacon_config(configs, "heavy.toml", "beacon-heavy")
+    beacon_config(configs, "estimating.toml", "beacon-est", frames=12)
     beacon_config(configs, "unreachable.toml", "beacon-serve", unreachable=True)
     (configs / "broken.toml").write_text('[rig]\nkind = "beacon-serve"\nsimulated = true\nbogus = 1\n')
     return configs, tmp_path / "store" / "s.sqlite", tmp_path / "tokens"
@@ -189,7 +193,7 @@ def test_two_queued_runs_complete_in_order_recorded_as_the_tokens_name(served):
     assert a["by"] == name and detail["started_by"] == name
     assert {"stream": "beacon-serve.run", "kind": "started", "n": 1} in detail["event_counts"]
     res = CliRunner().invoke(main, ["--store", str(served.server.store_path), "show", a["session"], "--json"])
-    assert json.loads(res.output) == {k: v for k, v in detail.items() if k != "started_by"}
+    assert json.loads(res.output) == detail  # `hil show --json` shows who started it too
 
 
 def test_stop_ends_the_running_run_aborted_and_safe_then_the_next_starts(served):
@@ -417,3 +421,173 @@ def test_served_press_stop_the_first_the_second_starts_and_sigterm_ends_it_safe(
     shown = json.loads(res.output)
     assert shown["status"] == "aborted" and shown["config"]["rig"]["kind"] == "press"
     assert {"stream": "press.run", "kind": "started", "n": 1} in shown["event_counts"]
+
+
+# ----------------------------------------------------------------------------------- replays, tokens, audit
+
+
+def live_until(ws, done, timeout: float = 30) -> list[dict]:
+    """The WebSocket's messages up to and including the first for which ``done(message)`` holds."""
+    msgs: list[dict] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        msgs.append(json.loads(ws.recv(timeout=max(0.1, deadline - time.monotonic()))))
+        if done(msgs[-1]):
+            return msgs
+    raise AssertionError(f"no final message within {timeout} s; last: {msgs[-3:]}")
+
+
+def test_a_replayed_session_plays_live_with_its_estimates_numbered_and_with_units(served):
+    with client(served) as http:
+        run = http.post("/api/runs", json={"config": "estimating.toml"}).json()
+        sid = wait_run(http, run["id"], ("complete",))["session"]
+        with client(served, None) as anonymous:
+            assert anonymous.post("/api/replays", json={"session": sid}).status_code == 401
+        assert http.post("/api/replays", json={"session": sid, "speed": 0}).status_code == 400
+        assert http.post("/api/replays", json={"session": "nope"}).status_code == 404
+        with connect(f"ws://127.0.0.1:{served.server.port}/ws/live") as ws:
+            assert json.loads(ws.recv(timeout=10))["replay"] is None  # hello: nothing plays
+            r = http.post("/api/replays", json={"session": sid[:6], "speed": 4})
+            assert r.status_code == 202, r.text
+            replay = r.json()
+            assert (replay["session"], replay["kind"]) == (sid, "beacon-est")
+            assert replay["by"] == served_name(served)
+            assert http.post("/api/replays", json={"session": sid}).status_code == 409  # one at a time
+            msgs = live_until(ws, lambda m: m["type"] == "replay" and m["state"] == "ended")
+        assert http.get("/api/replays").json()["last"]["status"] == "ended"
+    with SessionReader(served.server.store_path) as reader:
+        recorded_frames = [m for m in reader.messages(sid) if hasattr(m, "channels")]
+        recorded_estimates = [e.body for e in reader.events(sid, kind="estimate")]
+    seqs = [m["seq"] for m in msgs]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # numbered: one client, nothing missed
+    assert (msgs[0]["type"], msgs[0]["state"], msgs[0]["replay"]["id"]) == ("replay", "started", replay["id"])
+    frames = [m for m in msgs if m["type"] == "frame"]
+    assert [f["bus_seq"] for f in frames] == [f.seq for f in recorded_frames]  # every recorded frame
+    assert all(f["replay"] is True and f["session"] == sid and f["units"] == ["m"] for f in frames)
+    assert frames[0]["t"][0] == pytest.approx(recorded_frames[0].t0)  # the recorded times
+    estimates = [m["body"] for m in msgs if m["type"] == "event" and m["kind"] == "estimate"]
+    assert len(estimates) == 4 and estimates == recorded_estimates
+    assert estimates[-1]["units"] == ["1", "m"] and estimates[-1]["verdict"]["kept"] == ["beacon"]
+    outcome = [m for m in msgs if m["type"] == "event" and m["kind"] == "plan_outcome"]
+    assert outcome[0]["body"]["status"] == "complete" and outcome[0]["replay"] is True
+
+
+def test_a_looping_replay_plays_pass_after_pass_until_stopped_and_a_queued_run_takes_over(served):
+    with client(served) as http:
+        first = http.post("/api/runs", json={"config": "short.toml"}).json()
+        sid = wait_run(http, first["id"], ("complete",))["session"]
+        with connect(f"ws://127.0.0.1:{served.server.port}/ws/live") as ws:
+            json.loads(ws.recv(timeout=10))
+            looping = http.post("/api/replays", json={"session": sid, "speed": 20, "loop": True}).json()
+            msgs = live_until(ws, lambda m: m["type"] == "replay" and m["state"] == "pass"
+                              and m["replay"]["passes"] == 3)
+            frames = [m["bus_seq"] for m in msgs if m["type"] == "frame"]
+            assert frames[:20] == list(range(10)) * 2  # the whole session (frames 0 to 9), then again
+            stopped = http.post(f"/api/replays/{looping['id']}/stop")
+            assert stopped.status_code == 200 and stopped.json()["status"] == "stopped"
+            assert http.get("/api/replays").json() == {"current": None, "last": stopped.json()}
+            assert http.post(f"/api/replays/{looping['id']}/stop").status_code == 409
+            # a run that becomes due ends a playing replay: the live view is the run's
+            again = http.post("/api/replays", json={"session": sid, "speed": 20, "loop": True}).json()
+            run = http.post("/api/runs", json={"config": "short.toml"}).json()
+            msgs = live_until(ws, lambda m: m["type"] == "run" and m["state"] == "ended")
+        ended = [m["replay"] for m in msgs if m["type"] == "replay" and m["state"] == "ended"]
+        assert [(e["status"], e["reason"]) for e in ended if e["id"] == again["id"]] == [
+            ("stopped", "a queued run started")]
+        assert wait_run(http, run["id"], ("complete",))["safe"] is True
+        assert http.post("/api/replays", json={"session": sid, "loop": "yes"}).status_code == 400
+
+
+def served_name(srv: ServerThread) -> str:
+    lines = srv.server.token_file.read_text().splitlines()
+    return [x for x in lines if x and not x.startswith("#")][0].split()[0]
+
+
+def test_hil_run_records_who_started_it_shown_by_sessions_show_and_the_api(served, monkeypatch):
+    store = str(served.server.store_path)
+    config = str(served.server.configs.folder / "short.toml")
+    monkeypatch.setenv("HIL_USER", "ada")
+    res = CliRunner().invoke(main, ["--store", store, "run", config, "--no-progress", "--json"])
+    assert res.exit_code == 0, res.output
+    sid = json.loads(res.output)["run"]["session_id"]
+    monkeypatch.delenv("HIL_USER")
+    res = CliRunner().invoke(main, ["--store", store, "run", config, "--no-progress", "--json"])
+    other = json.loads(res.output)["run"]["session_id"]
+    rows = {r["id"]: r for r in json.loads(CliRunner().invoke(main, ["--store", store, "sessions", "--json"])
+                                           .output)}
+    assert rows[sid]["started_by"] == "ada" and rows[other]["started_by"] == getpass.getuser()
+    assert list(rows[sid]) == ["id", "kind", "status", "reason", "started", "ended", "started_by", "streams"]
+    shown = json.loads(CliRunner().invoke(main, ["--store", store, "show", sid, "--json"]).output)
+    assert shown["started_by"] == "ada"
+    assert " by ada" in CliRunner().invoke(main, ["--store", store, "show", sid]).output
+    with client(served, None) as http:
+        assert {r["id"]: r for r in http.get("/api/sessions").json()}[sid] == rows[sid]
+        assert http.get(f"/api/sessions/{sid}").json() == shown
+
+
+def tokens_cli(path: Path, *args: str):
+    return CliRunner().invoke(main, ["serve", "token", *args, "--token-file", str(path)])
+
+
+def test_named_tokens_are_added_listed_and_revoked_and_a_running_server_follows_the_file(served):
+    path = served.server.token_file
+    owner = served_name(served)
+    added = tokens_cli(path, "bob")
+    assert added.exit_code == 2  # a subcommand is needed
+    added = tokens_cli(path, "add", "bob")
+    assert added.exit_code == 0, added.output
+    bob = added.stdout.strip()
+    assert len(bob) >= 40 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert tokens_cli(path, "list").stdout.split() == [owner, "bob"]
+    assert bob not in tokens_cli(path, "list").output
+    assert tokens_cli(path, "add", "bob").output.strip() == (
+        f"Error: token file {path} already has a token named 'bob' (hil serve token revoke bob first)")
+    with client(served, bob) as http:  # the running server takes bob's token without a restart
+        run = http.post("/api/runs", json={"config": "short.toml"})
+        assert run.status_code == 202 and run.json()["by"] == "bob"
+        assert wait_run(http, run.json()["id"], ("complete",))["by"] == "bob"
+    revoked = tokens_cli(path, "revoke", "bob")
+    assert revoked.exit_code == 0 and "revoked token 'bob'" in revoked.output
+    with client(served, bob) as http:
+        assert http.post("/api/runs", json={"config": "short.toml"}).status_code == 401
+    with client(served) as http:
+        assert http.delete("/api/runs/abc").status_code == 404  # the owner's token still works
+    assert tokens_cli(path, "list").stdout.split() == [owner]
+    assert tokens_cli(path, "revoke", owner).output.strip() == (
+        f"Error: '{owner}' holds the only token of {path}: add another first (hil serve token add NAME), "
+        "then revoke this one")
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".part")]  # written whole, renamed
+    path.chmod(0o644)  # a file opened to others while serving: nobody gets in (fail closed), said in one line
+    with client(served) as http:
+        r = http.delete("/api/runs/abc")
+        assert r.status_code == 401 and r.json()["error"] == (
+            f"token file {path} is open to other users (mode 0644): chmod 600 {path}")
+    path.chmod(0o600)
+    with client(served) as http:
+        assert http.delete("/api/runs/abc").status_code == 404
+
+
+@pytest.mark.parametrize("content, mode, error", [
+    (b"lab short\n", 0o600, "line 1: expected 'NAME TOKEN' with a token of at least 16 characters"),
+    (b"lab 0123456789abcdef\nbob 0123456789abcdef\n", 0o600, "line 2: the same token as line 1 (each token "
+                                                            "names one person)"),
+    (b"# nothing\n", 0o600, "holds no token (hil serve token add NAME)"),
+    (b"lab \xff0123456789abcdef\n", 0o600, "is not UTF-8 text"),
+    (b"lab 0123456789abcdef\n", 0o640, "is open to other users (mode 0640): chmod 600 {path}"),
+])
+def test_a_bad_token_file_is_refused_in_one_line(tmp_path, content, mode, error):
+    path = tmp_path / "tokens"
+    path.write_bytes(content)
+    path.chmod(mode)
+    res = CliRunner().invoke(main, ["--store", str(tmp_path / "s.sqlite"), "serve", "--port", "0",
+                                    "--configs", str(tmp_path), "--token-file", str(path)])
+    assert res.exit_code == 1
+    said = f"Error: token file {path} " + error.format(path=path)
+    assert res.output.strip().splitlines() == [said]
+    listed = tokens_cli(path, "list")
+    if "no token" in error:  # the file itself is fine: it lists no name
+        assert listed.exit_code == 0 and listed.output == ""
+    else:
+        assert listed.exit_code == 1 and listed.output.strip() == said
+    missing = tmp_path / "missing"
+    assert tokens_cli(missing, "list").output.startswith(f"Error: token file {missing}: no such file")

@@ -1,7 +1,8 @@
 """The dashboard in a real browser: headless Chromium (Debian's chromium + chromium-driver) driven by
-selenium opens `hil serve`'s page during a run, sees the live plot's point count grow and the estimate table
-fill, and stops the run with its button; the run ends aborted with the safe state recorded. Screenshots go
-to the test's tmp folder."""
+selenium opens `hil serve`'s page during a run, sees the live plot's point count grow, the estimate table
+fill and the setpoint-correction error plot (the press's events, which this beacon publishes by the same
+contract) get points with units, and stops the run with its button; the run ends aborted with the safe state
+recorded; then the recorded session replays on the same page. Screenshots go to the test's tmp folder."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def browser():
 def test_dashboard_plots_live_fills_estimates_and_stops_the_run_safely(tmp_path, browser):
     from selenium.webdriver.common.by import By
 
-    rig = register(ServedBeacon("beacon-browser", samples=20, channels=2, period=0.02, estimate_every=10))
+    rig = register(ServedBeacon("beacon-browser", samples=20, channels=2, period=0.02, estimate_every=10,
+                                corrections=True))
     configs = tmp_path / "configs"
     configs.mkdir()
     beacon_config(configs, "beacon.toml", rig.kind)
@@ -58,6 +60,10 @@ def test_dashboard_plots_live_fills_estimates_and_stops_the_run_safely(tmp_path,
         poll_until(lambda: "kept beacon" in browser.find_element(By.ID, "estimates").text, timeout=10)
         legend = browser.find_element(By.ID, "plots").text
         assert "x0 [m]" in legend and "x1 [m]" in legend  # every stream with its units
+        assert "force [N]" in legend
+        correction = browser.find_element(By.ID, "correction")
+        poll_until(lambda: int(correction.get_attribute("data-points")) >= 5, timeout=10, period=0.1)
+        assert correction.is_displayed() and "error [N]" in correction.text  # the error per step, in N
         browser.save_screenshot(str(tmp_path / "dashboard-running.png"))
         poll_until(lambda: browser.find_element(By.ID, "btn-stop").is_displayed(), timeout=10)
         browser.find_element(By.ID, "btn-stop").click()
@@ -72,6 +78,19 @@ def test_dashboard_plots_live_fills_estimates_and_stops_the_run_safely(tmp_path,
         assert done["status"] == "aborted" and done["safe"] is True
         assert stats()["missed"] == 0 and stats()["dropped"] == 0
         assert (tmp_path / "dashboard-running.png").stat().st_size > 10_000
+        # the recorded session replays on the same page: its streams and setpoint errors again
+        replay = f"[data-replay='{done['session']}']"
+        poll_until(lambda: browser.find_elements(By.CSS_SELECTOR, replay), timeout=20, period=0.2)
+        before = stats()
+        browser.find_element(By.CSS_SELECTOR, replay).click()
+        poll_until(lambda: (stats()["replay"] or {}).get("session") == done["session"]
+                   and stats()["points"] > before["points"] + 100
+                   and stats()["corrections"] > before["corrections"] + 2, timeout=20, period=0.1)
+        assert "x0 [m]" in browser.find_element(By.ID, "plots").text and correction.is_displayed()
+        assert done["session"] in browser.find_element(By.ID, "replay-box").text
+        browser.save_screenshot(str(tmp_path / "dashboard-replay.png"))
+        browser.find_element(By.ID, "btn-replay-stop").click()
+        poll_until(lambda: stats()["replay"] is None, timeout=20, period=0.1)
     finally:
         srv.stop()
         unregister(rig.kind)

@@ -52,13 +52,15 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
     `docker stop`) and SIGHUP (the terminal closed). All leave the rig safe. Operators can also stop or
     pause the run from another terminal with `hil ctl`.
     """
-    from daq.run.lifecycle import run as run_rig  # lazy: the whole run machinery and the rigs
+    from daq.run.lifecycle import operator_name  # lazy: the whole run machinery and the rigs
+    from daq.run.lifecycle import run as run_rig  # lazy: as above
 
     if plots_dir is not None and not then_analyze:
         raise click.ClickException("--plots needs --analyze (plots come from the analysis)")
     raw, rig, _ = _load(config_path)
     store_path = store_path_for(state.store_option, raw)
-    result = asyncio.run(run_rig(raw, store_path, file=config_path, show_progress=not no_progress))
+    result = asyncio.run(run_rig(raw, store_path, file=config_path, show_progress=not no_progress,
+                                 started_by=operator_name()))
     analysis = None
     files: list[Path] = []
     if then_analyze and result.status == "complete" and rig.has_analysis:

@@ -11,7 +11,7 @@ import click
 
 from daq import json_codec
 from daq.cli.common import CliState, StderrProgress, echo_json, pass_state
-from daq.export.listing import session_detail, session_row
+from daq.export.listing import session_detail, session_rows, started_by
 
 
 def _fmt_time(t: float | None) -> str:
@@ -38,10 +38,10 @@ def _fmt_duration(info) -> str:
 def sessions(state: CliState, as_json: bool) -> None:
     """List the sessions in the store."""
     with state.open_store() as store:
+        if as_json:
+            echo_json(session_rows(store))
+            return
         infos = store.list_sessions()
-    if as_json:
-        echo_json([session_row(i) for i in infos])
-        return
     if not infos:
         click.echo(f"no sessions in {state.store_path}")
         return
@@ -69,13 +69,14 @@ def show(state: CliState, session: str, as_json: bool) -> None:
     with state.open_store() as store:
         info = store.get_session(session)
         counts = store.event_counts(info.id)
+        by = started_by(store, info)
         for s in info.streams.values():
             if s.type == "frame" and s.n_samples:
                 s.timing = store.stream_timing(info.id, s.name)
     click.echo(f"session   {info.id}")
     click.echo(f"kind      {info.kind}")
     click.echo(f"status    {info.status}" + (f" ({info.reason})" if info.reason else ""))
-    click.echo(f"started   {_fmt_time(info.started)}")
+    click.echo(f"started   {_fmt_time(info.started)}" + (f" by {by}" if by else ""))
     click.echo(f"ended     {_fmt_time(info.ended)}  ({_fmt_duration(info)})")
     click.echo(f"software  {info.software_version}")
     for name, dev in (info.devices or {}).items():

@@ -104,15 +104,26 @@ def time_base_text(base: str) -> str:
     return "relative time: seconds from an arbitrary origin (not a calendar time)"
 
 
-def session_metadata(info: SessionInfo) -> dict:
-    """JSON-friendly summary of a session (no sample data)."""
+#: ``session_header(..., started_by=NOT_LISTED)``: the view has no ``started_by`` field (the exports).
+NOT_LISTED = object()
+
+
+def session_header(info: SessionInfo, started_by: str | None | object = NOT_LISTED) -> dict:
+    """The fields every view of a session starts with (``hil sessions``, ``hil show``, the exports'
+    metadata, ``hil serve``'s API): id, kind, status, reason, started, ended; then ``started_by`` (who asked
+    for the run, None when nobody was recorded) unless it is :data:`NOT_LISTED` - the exports leave it out,
+    so that their bytes stay those of sessions exported before the field existed."""
+    head = {"id": info.id, "kind": info.kind, "status": info.status, "reason": info.reason,
+            "started": info.started, "ended": info.ended}
+    if started_by is not NOT_LISTED:
+        head["started_by"] = started_by
+    return head
+
+
+def session_metadata(info: SessionInfo, started_by: str | None | object = NOT_LISTED) -> dict:
+    """JSON-friendly summary of a session (no sample data); ``started_by`` as :func:`session_header`."""
     return {
-        "id": info.id,
-        "kind": info.kind,
-        "status": info.status,
-        "reason": info.reason,
-        "started": info.started,
-        "ended": info.ended,
+        **session_header(info, started_by),
         "software_version": info.software_version,
         "time_base": time_base(info),
         "time_origin": time_origin(info),

@@ -3,32 +3,38 @@ the HTTP API of ``hil serve`` (the same fields in both)."""
 
 from __future__ import annotations
 
-from daq.export.layout import session_metadata
+from daq.export.layout import session_header, session_metadata
 from daq.store.reader import SessionReader
 from daq.store.records import SessionInfo
 
 
-def session_row(info: SessionInfo) -> dict:
-    """One session of ``hil sessions --json``."""
-    return {
-        "id": info.id,
-        "kind": info.kind,
-        "status": info.status,
-        "reason": info.reason,
-        "started": info.started,
-        "ended": info.ended,
-        "streams": sorted(info.streams),
-    }
+def started_by(store: SessionReader, info: SessionInfo) -> str | None:
+    """Who asked for the run that recorded ``info``: the body's ``by`` of the ``started`` event on
+    ``<kind>.run`` (``hil run``: the OS user or ``$HIL_USER``; ``hil serve``: the token's name); None for a
+    session that has no such record (older runs, recordings that are not runs)."""
+    found = store.events(info.id, kind="started", stream=f"{info.kind}.run")
+    by = found[0].body.get("by") if found else None
+    return str(by) if by is not None else None
+
+
+def session_row(info: SessionInfo, by: str | None = None) -> dict:
+    """One session of ``hil sessions --json``; ``by``: :func:`started_by`."""
+    return {**session_header(info, by), "streams": sorted(info.streams)}
+
+
+def session_rows(store: SessionReader) -> list[dict]:
+    """``hil sessions --json``: every session of the store, oldest first, each with who started it."""
+    return [session_row(i, started_by(store, i)) for i in store.list_sessions()]
 
 
 def session_detail(store: SessionReader, session: str) -> dict:
     """``hil show --json``: the session's metadata (:func:`session_metadata`, with each frame stream's real
-    sample spacing) and its event counts per stream and kind."""
+    sample spacing and who started it) and its event counts per stream and kind."""
     info = store.get_session(session)
     counts = store.event_counts(info.id)
     for s in info.streams.values():
         if s.type == "frame" and s.n_samples:
             s.timing = store.stream_timing(info.id, s.name)
-    meta = session_metadata(info)
+    meta = session_metadata(info, started_by(store, info))
     meta["event_counts"] = [{"stream": s, "kind": k, "n": n} for (s, k), n in counts.items()]
     return meta

@@ -269,6 +269,8 @@ class MatV73Writer:
             dt = np.dtype(value.dtype)
             if value.rows == 0 or value.cols == 0:
                 self._empty(parent, name, (value.rows, value.cols), _MX_CLASS_NAME.get(dt.name, dt.name))
+                # no dataset to fill, but its rows still arrive (n x 0 blocks of a stream without channels)
+                self._columns[value.key] = (value.rows, value.cols)
                 return
             store = np.dtype(np.uint8) if dt.name == "bool" else dt
             rows = max(1, min(value.rows, (1 << 20) // (value.cols * store.itemsize)))
@@ -299,6 +301,12 @@ class MatV73Writer:
         block = np.asarray(block)
         if block.ndim == 1:
             block = block.reshape(-1, 1)
+        if isinstance(ds, tuple):  # an empty placeholder (MATLAB_empty): only blocks without values fit
+            rows, cols = ds
+            if block.size or row0 < 0 or row0 + block.shape[0] > rows or block.shape[1] != cols:
+                raise ValueError(f"rows {row0}..{row0 + block.shape[0]} x {block.shape[1]} do not fit {key} "
+                                 f"({rows} x {cols})")
+            return
         if block.dtype == np.bool_:
             block = block.astype(np.uint8)
         ds[:, row0 : row0 + block.shape[0]] = block.T

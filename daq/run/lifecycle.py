@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import logging
 import os
 import time
@@ -40,6 +41,21 @@ from daq.run.safety import OperatorStop, PlanAborted, SafeStateGuard
 from daq.store.read_write import SessionStore
 
 log = logging.getLogger(__name__)
+
+ENV_USER = "HIL_USER"  # who `hil run` records as having started a run (default: the OS user)
+
+
+def operator_name() -> str | None:
+    """Who is starting a run from this process: ``$HIL_USER`` (a shared lab account names its person), else
+    the OS user; None when neither is known. ``hil run`` records it as ``started_by``."""
+    name = os.environ.get(ENV_USER, "").strip()
+    if name:
+        return name
+    try:
+        return getpass.getuser() or None
+    except Exception:  # noqa: BLE001 - no user name in this environment (a container without passwd entry)
+        return None
+
 
 TASK_STOP_TIMEOUT = 10.0  # s a cancelled plan or companion task gets to finish
 RECORDER_DRAIN_S = 0.2    # s of quiet bus the recorder waits for before it stops
@@ -181,8 +197,8 @@ async def run(config: dict, store_path: str | Path | None = None, *, file: str |
     are installed for the run only and the previous ones restored afterwards.
     Problems before the session exists (config, unreachable devices) are raised; once a session
     exists the run always returns a result whose status and reason say how it ended.
-    ``started_by``: who asked for the run (`hil serve`: the token's name); recorded as the first event of
-    the session, ``started`` on stream ``<kind>.run`` with body ``{"by": ...}``.
+    ``started_by``: who asked for the run (`hil run`: :func:`operator_name`; `hil serve`: the token's name);
+    recorded as the session's first event, ``started`` on stream ``<kind>.run`` with body ``{"by": ...}``.
     """
     rig, cfg = parse_config(config, file)  # checked whole: nothing is opened for a broken config
     check_rules(rig, cfg, file)            # and the rig's rules beyond the schema (files next to it, ...)

@@ -25,12 +25,13 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from daq import json_codec
 from daq.errors import HilError
-from daq.export.listing import session_detail, session_row
+from daq.export.listing import session_detail, session_rows
 from daq.export.session_export import export
 from daq.serve.analyses import Analyses
 from daq.serve.auth import Tokens, bearer
 from daq.serve.configs import ConfigFolder, one_line
 from daq.serve.relay import LiveRelay
+from daq.serve.replays import ReplayConflict, Replayer, check_speed
 from daq.serve.run_queue import RunQueue
 from daq.serve.runner import ACTIONS, NotRunning, Runner
 from daq.store.errors import UnknownSession
@@ -56,10 +57,11 @@ class Service:
     """What the routes share: tokens, configs, store, queue, runner, relay and the bind rule."""
 
     def __init__(self, tokens: Tokens, configs: ConfigFolder, store_path: Path, queue: RunQueue,
-                 runner: Runner, relay: LiveRelay, open_reads: bool):
+                 runner: Runner, relay: LiveRelay, open_reads: bool, replayer: Replayer | None = None):
         self.tokens, self.configs, self.store_path = tokens, configs, Path(store_path)
         self.analyses = Analyses(self.store_path)
         self.queue, self.runner, self.relay = queue, runner, relay
+        self.replayer = replayer or Replayer(self.store_path, relay, runner)
         self.open_reads = open_reads  # bound to loopback: reads need no token
 
     def who(self, request: Request | WebSocket, write: bool) -> str | None:
@@ -69,6 +71,8 @@ class Service:
             token = request.query_params.get("token")
         name = self.tokens.name_of(token)
         if name is None and (write or not self.open_reads):
+            if self.tokens.problem:  # the file became unusable while serving: nobody until it is fixed
+                raise PermissionError(self.tokens.problem)
             raise PermissionError("missing or wrong token: send 'Authorization: Bearer TOKEN' (the token is "
                                   f"in {self.tokens.path})" if token is None or write else "wrong token")
         return name
@@ -91,8 +95,8 @@ def build_app(service: Service) -> Starlette:
                     return await fn(request, name)
                 except (UnknownSession, KeyError) as exc:
                     return error(404, one_line(exc) if isinstance(exc, UnknownSession) else
-                                 f"no run {exc.args[0]}")
-                except NotRunning as exc:
+                                 f"no {exc.args[1] if len(exc.args) > 1 else 'run'} {exc.args[0]}")
+                except (NotRunning, ReplayConflict) as exc:
                     return error(409, str(exc))
                 except HilError as exc:
                     return error(400, one_line(exc))
@@ -109,7 +113,7 @@ def build_app(service: Service) -> Starlette:
         if reader is None:
             return []
         with reader:
-            return [session_row(i) for i in reader.list_sessions()]
+            return session_rows(reader)
 
     @guard(write=False)
     async def sessions(request: Request, name) -> Response:
@@ -120,10 +124,7 @@ def build_app(service: Service) -> Starlette:
         if reader is None:
             raise UnknownSession(f"no session {session!r} (the store is empty)")
         with reader:
-            detail = session_detail(reader, session)
-            started = reader.events(detail["id"], kind="started", stream=f"{detail['kind']}.run")
-        detail["started_by"] = started[0].body.get("by") if started else None
-        return detail
+            return session_detail(reader, session)
 
     @guard(write=False)
     async def session(request: Request, name) -> Response:
@@ -217,6 +218,39 @@ def build_app(service: Service) -> Starlette:
         return JSON(reply)
 
     @guard(write=False)
+    async def replays(request: Request, name) -> Response:
+        return JSON(service.replayer.snapshot())
+
+    @guard(write=True)
+    async def post_replay(request: Request, name) -> Response:
+        usage = 'the body must be JSON: {"session": "<id>", "speed": 1.0, "loop": false}'
+        try:
+            body = json_codec.loads(await request.body())
+        except ValueError:
+            return error(400, usage)
+        if not isinstance(body, dict) or not isinstance(body.get("session"), str) or not body["session"]:
+            return error(400, usage)
+        try:
+            speed = check_speed(body.get("speed", 1.0))
+        except ValueError as exc:
+            return error(400, str(exc))
+        loop = body.get("loop", False)
+        if not isinstance(loop, bool):
+            return error(400, "loop must be true or false")
+        entry = await service.replayer.start(body["session"], speed, loop, name or "anonymous")
+        return JSON(entry.to_dict(), status_code=202)
+
+    @guard(write=True)
+    async def stop_replay(request: Request, name) -> Response:
+        entry = service.replayer.find(request.path_params["rid"])
+        if entry is None:
+            raise KeyError(request.path_params["rid"], "replay")
+        if service.replayer.current is not entry:
+            raise ReplayConflict(f"replay {entry.id} has {entry.status}")
+        await service.replayer.stop()
+        return JSON(entry.to_dict())
+
+    @guard(write=False)
     async def live_stats(request: Request, name) -> Response:
         return JSON(service.relay.stats())
 
@@ -275,6 +309,9 @@ def build_app(service: Service) -> Starlette:
         Route("/api/runs", post_run, methods=["POST"]),
         Route("/api/runs/{rid}", delete_run, methods=["DELETE"]),
         Route("/api/runs/{rid}/{action}", run_action, methods=["POST"]),
+        Route("/api/replays", replays),
+        Route("/api/replays", post_replay, methods=["POST"]),
+        Route("/api/replays/{rid}/stop", stop_replay, methods=["POST"]),
         Route("/api/live", live_stats),
         WebSocketRoute("/ws/live", live),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),

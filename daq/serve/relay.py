@@ -1,4 +1,5 @@
-"""The live relay: the current run's bus, as JSON messages for browsers.
+"""The live relay: the current run's bus (or a replay's, :mod:`daq.serve.replays`), as JSON messages for
+browsers.
 
 The relay subscribes to the run's *tap* (the lossy copy of the bus for dashboards, :class:`BusPublisher`'s
 ``tap_endpoint``; the server gives every run one): a relay that falls behind loses tap messages, it never
@@ -7,8 +8,9 @@ is dropped for that browser and counted (``dropped``), so a stalled browser slow
 other browsers. Every message carries ``seq``, one counter for the relay's life: a gap tells a browser how
 many messages it missed.
 
-Messages (``type``): ``hello`` (on connect: the relay's state, the run, the last status and estimates),
-``run`` (a run started or ended), ``frame`` (a frame, decimated for display: at most :data:`MAX_POINTS`
+Messages (``type``): ``hello`` (on connect: the relay's state, the run or replay, the last status and
+estimates), ``run`` (a run started or ended), ``replay`` (a replay started, began its next pass, ended),
+``frame`` (a frame, decimated for display: at most :data:`MAX_POINTS`
 samples per message and :data:`MAX_RATE` per second per stream, with channels and units), ``event`` (every
 event: plan steps, online estimates and verdicts, the plan outcome), ``status`` (the run's command channel's
 ``status`` reply, polled every :data:`STATUS_PERIOD` s), ``stats`` (this browser's counters). Numbers that
@@ -36,6 +38,7 @@ CLIENT_QUEUE = 256     # messages a browser may lag behind before its messages a
 MAX_POINTS = 200       # samples of one stream per message, at most
 MAX_RATE = 500.0       # samples of one stream per second sent to browsers, at most
 STATUS_PERIOD = 0.25   # s between status polls of the running run
+REPLAY_PASS = "hil.replay"  # the stream of a replay's event between two passes of a loop
 
 
 class LiveClient:
@@ -97,6 +100,8 @@ class LiveRelay:
         self.clients: set[LiveClient] = set()
         self.seq = 0
         self.run: dict | None = None              # the run being relayed (its queue entry)
+        self.replay: dict | None = None           # or the replay being relayed (its entry)
+        self.what = "run"                         # which of the two
         self.last_status: dict | None = None
         self.last_events: dict[str, dict] = {}    # stream -> last estimate message (for late joiners)
         self.tap_stats: dict | None = None
@@ -109,8 +114,8 @@ class LiveRelay:
     def connect(self) -> LiveClient:
         client = LiveClient(self.client_queue)
         self.clients.add(client)
-        self.send_to(client, {"type": "hello", "run": self.run, "status": self.last_status,
-                              "estimates": list(self.last_events.values())})
+        self.send_to(client, {"type": "hello", "run": self.run, "replay": self.replay,
+                              "status": self.last_status, "estimates": list(self.last_events.values())})
         return client
 
     def disconnect(self, client: LiveClient) -> None:
@@ -138,18 +143,21 @@ class LiveRelay:
 
     def stats(self) -> dict:
         return {"seq": self.seq, "clients": [c.stats() for c in self.clients], "run": self.run,
-                "tap": self.tap_stats}
+                "replay": self.replay, "tap": self.tap_stats}
 
     # -------------------------------------------------------------------------------- the run
 
-    def attach(self, run: dict, tap_endpoint: str, keys, status: Callable[[], Awaitable[dict]]) -> None:
-        """Relay the run ``run`` (its queue entry) from its tap; ``status()`` asks the run for its state."""
+    def attach(self, subject: dict, tap_endpoint: str, keys, status: Callable[[], Awaitable[dict]],
+               what: str = "run") -> None:
+        """Relay the run ``subject`` (its queue entry; ``what="replay"``: a replay's entry) from the bus at
+        ``tap_endpoint`` (a run's tap); ``status()`` asks it for its state."""
         self.detach_now()
-        self.run = run
+        self.what = what
+        self.run, self.replay = (subject, None) if what == "run" else (None, subject)
         self.last_status, self.last_events = None, {}
         self._decimator = _Decimator()
         self._sub = BusSubscriber(tap_endpoint, keys=keys)
-        self.broadcast({"type": "run", "state": "started", "run": run})
+        self.broadcast({"type": what, "state": "started", what: subject})
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._pump(self._sub), name="relay"),
                        loop.create_task(self._poll(status), name="relay-status")]
@@ -164,7 +172,8 @@ class LiveRelay:
             self._sub = None
 
     async def detach(self, run: dict | None = None) -> None:
-        """The run ended: drain what the tap still holds (briefly), stop relaying, tell the browsers."""
+        """The run (or replay) ended: drain what the tap still holds (briefly), stop relaying, tell the
+        browsers (``run``: its final entry)."""
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(0.5):
@@ -175,8 +184,11 @@ class LiveRelay:
         for t in tasks:
             with contextlib.suppress(BaseException):
                 await t
-        self.broadcast({"type": "run", "state": "ended", "run": run or self.run})
-        self.run = None
+        what = self.what
+        subject = run or (self.run if what == "run" else self.replay)
+        self.broadcast({"type": what, "state": "ended", what: subject})
+        self.run = self.replay = None
+        self.what = "run"
 
     async def _pump(self, sub: BusSubscriber) -> None:
         while True:
@@ -194,6 +206,11 @@ class LiveRelay:
             self.tap_stats = sub.stats.as_dict()
 
     def _relay(self, msg: Frame | Event) -> None:
+        if isinstance(msg, Event) and msg.stream == REPLAY_PASS and self.what == "replay":
+            self.replay = msg.body  # a looping replay's next pass (daq/serve/replays.py): times go back
+            self._decimator = _Decimator()
+            self.broadcast({"type": "replay", "state": "pass", "replay": msg.body})
+            return
         if isinstance(msg, Event):
             out = {"type": "event", "stream": msg.stream, "kind": msg.kind, "bus_seq": msg.seq, "t": msg.t,
                    "body": msg.body, "session": msg.session_id, "replay": msg.replay}

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,8 @@ class Runner:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self.closing = False
+        self.before_run: Callable[[], Awaitable[Any]] | None = None  # the server: stop a playing replay
+        self.active = False  # from taking a run until the relay has let go of it
 
     def start(self) -> Runner:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="runner")
@@ -58,14 +61,19 @@ class Runner:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            self.active = True
             try:
                 await self._execute(entry)
             except Exception:  # noqa: BLE001 - a bug here must not stop the queue
                 log.exception("run %s", entry.id)
                 self.queue.finish("failed", "hil serve failed to run it (see its log)")
+            finally:
+                self.active = False
 
     async def _execute(self, entry: RunEntry) -> None:
         loop = asyncio.get_running_loop()
+        if self.before_run is not None:  # a run matters more than a replay on the live view
+            await self.before_run()
         path = self.configs.folder / entry.config
         try:
             raw = load_config(path)

@@ -26,6 +26,7 @@ from daq.serve.api import Service, build_app
 from daq.serve.auth import Tokens, check_bind, ensure_token_file, is_loopback
 from daq.serve.configs import ConfigFolder
 from daq.serve.relay import LiveRelay
+from daq.serve.replays import Replayer
 from daq.serve.run_queue import RunQueue
 from daq.serve.runner import Runner
 from daq.store.read_write import SessionStore
@@ -57,6 +58,7 @@ class Server:
         self.stopping = False
         self._uvicorn: _Uvicorn | None = None
         self.runner: Runner | None = None
+        self.replayer: Replayer | None = None
         self.queue: RunQueue | None = None
 
     @property
@@ -83,9 +85,12 @@ class Server:
             sock.set_inheritable(True)
             self.port = sock.getsockname()[1]
             relay = LiveRelay()
-            self.runner = Runner(self.queue, self.configs, self.store_path, relay).start()
+            self.runner = Runner(self.queue, self.configs, self.store_path, relay)
+            self.replayer = Replayer(self.store_path, relay, self.runner)
+            self.runner.before_run = lambda: self.replayer.stop("a queued run started")
+            self.runner.start()
             service = Service(tokens, self.configs, self.store_path, self.queue, self.runner, relay,
-                              open_reads=is_loopback(self.host))
+                              open_reads=is_loopback(self.host), replayer=self.replayer)
             config = uvicorn.Config(build_app(service), log_level="warning", access_log=False, lifespan="off",
                                     ssl_certfile=self.certfile, ssl_keyfile=self.keyfile, loop="asyncio",
                                     ws="websockets-sansio", ws_ping_interval=20.0,
@@ -115,6 +120,8 @@ class Server:
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                     loop.remove_signal_handler(sig)
+            if self.replayer is not None:
+                await self.replayer.stop("hil serve stopped")
             if self.runner is not None and not self.stopping:
                 await self.runner.shutdown()
             if sock is not None:
@@ -128,6 +135,8 @@ class Server:
         self.stopping = True
         self.say(f"{why}: stopping" + (" (aborting the current run first)" if self.queue and
                                        self.queue.current else ""))
+        if self.replayer is not None:
+            await self.replayer.stop("hil serve stopped")
         if self.runner is not None:
             await self.runner.shutdown()
         if self._uvicorn is not None:

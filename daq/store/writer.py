@@ -65,7 +65,8 @@ class SessionWriter:
         self._oldest: float | None = None
         self._ord: dict[str, int] = {}
         self._layout: dict[tuple[str, str], tuple] = {}  # (session, stream) -> stream row
-        # (session, stream) -> (channels, units, dtype) of its last fully validated frame (see _steady_frame)
+        # (session, stream) -> (channels, units, dtype, width, tail) of its last fully validated frame
+        # (see _append_steady)
         self._steady: dict[tuple[str, str], tuple] = {}
         self._pending_streams: list[tuple] = []
         self._pending_counts: dict[tuple[str, str], list] = {}
@@ -135,27 +136,25 @@ class SessionWriter:
 
     def append(self, session_id: str, msg: Frame | Event) -> None:
         """Buffer one message of a running session (validated now, committed by flush)."""
+        if type(msg) is Frame and session_id in self._owned:
+            steady = self._steady.get((session_id, msg.stream))
+            if steady is not None and self._append_steady(session_id, msg, steady):
+                return
         if session_id not in self._owned:
             self._require_running(session_id)
         if session_id not in self._ord:
             self._ord[session_id] = self._max_ord(session_id) + 1
         ordinal = self._ord[session_id]
         if isinstance(msg, Frame):
-            h = self._steady_frame(session_id, msg)
-            if h is None:  # first frame of a stream, a new layout, timestamps or anything odd: in full
-                try:
-                    h = frame_header(msg)
-                    payload = bytes(frame_payload(msg))
-                except (FrameError, TypeError, ValueError) as exc:
-                    raise StoreError(f"refusing frame of stream {msg.stream!r}: {exc}") from None
-                ts = np.asarray(msg.timestamps, dtype=np.float64) if h["timestamps"] else None
-                _check_numbers(f"frame of stream {msg.stream!r}", msg.seq, {"t0": h["t0"], "dt": h["dt"]}, ts)
-                self._check_layout(session_id, h)
-                if ts is None and msg.data.dtype in _NATIVE_DTYPES:
-                    self._steady[(session_id, h["stream"])] = (h["channels"], h["units"], msg.data.dtype)
-            else:
-                ts = None
-                payload = msg.data.tobytes()  # a copy: the caller may reuse its array after append
+            # first frame of a stream, a new layout, timestamps or anything odd: validated in full
+            try:
+                h = frame_header(msg)
+                payload = bytes(frame_payload(msg))
+            except (FrameError, TypeError, ValueError) as exc:
+                raise StoreError(f"refusing frame of stream {msg.stream!r}: {exc}") from None
+            ts = np.asarray(msg.timestamps, dtype=np.float64) if h["timestamps"] else None
+            _check_numbers(f"frame of stream {msg.stream!r}", msg.seq, {"t0": h["t0"], "dt": h["dt"]}, ts)
+            self._check_layout(session_id, h)
             stream, t0, dt, n = h["stream"], h["t0"], h["dt"], h["shape"][0]
             t_min, t_max, inside = frame_span(t0, dt, n, ts)
             key = (session_id, stream)
@@ -188,6 +187,8 @@ class SessionWriter:
             self._buffered_bytes += len(payload)
             t_lo, t_hi = (t0, t0) if t_min is None else (t_min, t_max)
             self._note_stream(session_id, stream, n, t_lo, t_hi)
+            if ts is None and msg.data.dtype in _NATIVE_DTYPES and type(stream) is str:
+                self._steady[key] = (h["channels"], h["units"], msg.data.dtype, len(h["channels"]), tail)
         elif isinstance(msg, Event):
             if (
                 not isinstance(msg.stream, str)
@@ -215,39 +216,75 @@ class SessionWriter:
         if now - self._oldest >= self.flush_interval or self._buffered_bytes >= FLUSH_BYTES:
             self.flush()
 
-    def _steady_frame(self, session_id: str, msg: Frame) -> dict | None:
-        """The header fields the store needs of a frame whose stream layout (channels, units, dtype)
-        equals the one its stream's last frame had in full validation - compared, not validated
-        again; the per-frame fields (seq, t0, dt, shape) are checked here. None: validate in full
-        (first frame, a new layout, explicit timestamps, or a field that would be refused)."""
-        stream, data = msg.stream, msg.data
-        if type(stream) is not str or msg.timestamps is not None or type(data) is not np.ndarray:
-            return None
-        steady = self._steady.get((session_id, stream))
+    def _append_steady(self, session_id: str, msg: Frame, steady: tuple) -> bool:
+        """Buffer a frame of a stream whose layout (channels, units, dtype) equals the one its last frame
+        had in full validation: the layout is compared, not validated again, and the per-frame fields
+        (seq, t0, dt, shape) are checked here, in one pass without building a header. False, with
+        nothing changed: the frame needs the full path (new layout, explicit timestamps, a field that
+        would be refused - the full path says why)."""
+        channels, units, dtype, width, tail = steady
+        data, seq, t0, dt, sid = msg.data, msg.seq, msg.t0, msg.dt, msg.session_id
         if (
-            steady is None
+            msg.timestamps is not None
+            or type(data) is not np.ndarray
             or data.ndim != 2
-            or data.dtype != steady[2]
-            or data.shape[1] != len(steady[0])
-            or msg.channels != steady[0]
-            or msg.units != steady[1]
+            or data.dtype != dtype
+            or data.shape[1] != width
+            or type(seq) is not int
+            or not 0 <= seq < _SEQ_LIMIT
+            or not isinstance(dt, float)
+            or not 0.0 < dt < math.inf  # also refuses NaN
+            or (sid is not None and not (type(sid) is str and sid.isascii()))
+            or msg.channels != channels
+            or msg.units != units
         ):
-            return None
-        seq, dt = msg.seq, msg.dt
-        if type(seq) is not int or not 0 <= seq < _SEQ_LIMIT or not isinstance(dt, float):
-            return None
-        try:
-            t0, dt = float(msg.t0), float(dt)
-        except (TypeError, ValueError, OverflowError):
-            return None
-        if not dt > 0:
-            return None
-        if not (math.isfinite(t0) and math.isfinite(dt)):
-            return None
-        sid = msg.session_id
-        if sid is not None and not (type(sid) is str and sid.isascii()):
-            return None
-        return {"stream": stream, "seq": seq, "t0": t0, "dt": dt, "shape": data.shape, "timestamps": False}
+            return False
+        if type(t0) is not float:
+            try:
+                t0 = float(t0)
+            except (TypeError, ValueError, OverflowError):
+                return False
+        if not -math.inf < t0 < math.inf:
+            return False
+        dt = float(dt)
+        n = data.shape[0]
+        payload = data.tobytes()  # a copy: the caller may reuse its array after append
+        stream = msg.stream
+        if n:
+            t_min, t_max = t0, t0 + (n - 1) * dt  # the arithmetic of frame_span and of the reads' time axis
+            if tail[2] and t_min < tail[1]:
+                tail[2] = False
+                self._pending_nonmono.add((session_id, stream))
+        else:
+            t_min = t_max = None
+        ordinal = self._ord[session_id]
+        self._frames.append(
+            (session_id, ordinal, stream, seq, t0, dt, n, 0, int(msg.replay), payload, tail[0], t_min, t_max)
+        )
+        tail[0] += n
+        counts = self._pending_counts.get((session_id, stream))
+        if n:
+            tail[1] = t_max
+            t_lo, t_hi = t_min, t_max
+        else:
+            t_lo = t_hi = t0
+        if counts is None:
+            self._pending_counts[(session_id, stream)] = [1, n, t_lo, t_hi]
+        else:
+            counts[0] += 1
+            counts[1] += n
+            if t_lo < counts[2]:
+                counts[2] = t_lo
+            if t_hi > counts[3]:
+                counts[3] = t_hi
+        self._buffered_bytes += len(payload)
+        self._ord[session_id] = ordinal + 1
+        now = time.monotonic()
+        if self._oldest is None:
+            self._oldest = now
+        if now - self._oldest >= self.flush_interval or self._buffered_bytes >= FLUSH_BYTES:
+            self.flush()
+        return True
 
     def _require_running(self, session_id: str) -> None:
         with self._lock:

@@ -11,7 +11,7 @@ const COLORS = ["#1e88e5", "#e53935", "#43a047", "#fb8c00", "#8e24aa", "#00897b"
 
 const S = {                // window.hilStats: what the page did (the browser test reads it)
   token: null, lastSeq: 0, missed: 0, messages: 0, points: 0, redraws: 0, dropped: 0,
-  estimates: 0, connected: false, run: null, status: null,
+  estimates: 0, corrections: 0, connected: false, run: null, replay: null, status: null,
 };
 window.hilStats = S;
 const streams = new Map(); // stream name -> Stream
@@ -130,13 +130,94 @@ function onFrame(m) {
 }
 setInterval(() => {
   for (const s of streams.values()) s.draw();
+  if (correction) correction.draw();
   $("points").textContent = `${S.points} points, ${S.redraws} redraws`;
   $("points").dataset.points = String(S.points);
 }, REDRAW_MS);
 window.addEventListener("resize", () => {
   for (const s of streams.values()) s.plot.setSize({width: Math.max(300, $("plots").clientWidth - 10), height: 200});
+  if (correction) correction.plot.setSize({width: Math.max(300, $("plots").clientWidth - 10), height: 180});
 });
 
+// ------------------------------------------------------------------------------------------ setpoint correction
+// The press's setpoint correction (docs/contracts.md, events on <rig>.plan): every `setpoint_reached` /
+// `setpoint_not_reached` carries the residual q_actual - q_desired after the correction; plotted per step
+// with the tolerance band of the run's config ([correction].tolerance) once the session's config is known.
+// The unit is the one the rig's force stream carries for `force` (N by the contract until a frame came).
+let correction = null;
+class CorrectionPlot {
+  constructor(stream) {
+    this.stream = stream;
+    this.k = 0;
+    this.cols = [new Float64Array(CAP), new Float64Array(CAP), new Float64Array(CAP), new Float64Array(CAP)];
+    this.n = 0;
+    this.tolerance = null;
+    this.dirty = false;
+    const force = streams.get(stream.split(".")[0] + ".force");
+    const i = force ? force.channels.indexOf("force") : -1;
+    this.unit = i >= 0 ? force.units[i] : "N";
+    const box = $("correction");
+    box.hidden = false;
+    box.innerHTML = "";
+    this.plot = new uPlot({
+      title: `setpoint correction: error q_actual − q_desired per step (${stream})`,
+      width: Math.max(300, $("plots").clientWidth - 10), height: 180,
+      scales: {x: {time: false}, err: {auto: true}},
+      axes: [{label: "step"}, {scale: "err", label: this.unit, size: 70}],
+      series: [{label: "step"},
+        {label: `error [${this.unit}]`, scale: "err", stroke: COLORS[1], width: 1, points: {show: true, size: 5}},
+        {label: `+tolerance [${this.unit}]`, scale: "err", stroke: "#999", width: 1, dash: [4, 4], points: {show: false}},
+        {label: `−tolerance [${this.unit}]`, scale: "err", stroke: "#999", width: 1, dash: [4, 4], points: {show: false}}],
+    }, this.view(), box);
+  }
+  push(body) {
+    if (this.n === CAP) {  // the newest CAP steps: memory never grows
+      for (const c of this.cols) c.copyWithin(0, 1);
+      this.n--;
+    }
+    const tol = this.tolerance == null ? NaN : this.tolerance;
+    this.k++;
+    const r = typeof body.residual === "number" ? body.residual : NaN;
+    [this.k, r, tol, -tol].forEach((v, i) => { this.cols[i][this.n] = v; });
+    this.n++;
+    S.corrections++;
+    this.dirty = true;
+  }
+  setTolerance(tol) {
+    this.tolerance = tol;
+    this.cols[2].fill(tol, 0, this.n);
+    this.cols[3].fill(-tol, 0, this.n);
+    this.dirty = true;
+  }
+  view() { return this.cols.map((c) => c.subarray(0, this.n)); }
+  draw() {
+    if (!this.dirty) return;
+    this.dirty = false;
+    this.plot.setData(this.view());
+    $("correction").dataset.points = String(this.n);
+  }
+  remove() { this.plot.destroy(); $("correction").hidden = true; $("correction").dataset.points = "0"; }
+}
+function onCorrection(m) {
+  if (!correction) {
+    correction = new CorrectionPlot(m.stream);
+    const session = m.session;
+    if (session) {  // the tolerance of the run's config, once
+      api("GET", "/api/sessions/" + encodeURIComponent(session)).then((d) => {
+        const tol = d && d.config && d.config.correction && d.config.correction.tolerance;
+        if (correction && typeof tol === "number") correction.setTolerance(tol);
+      }).catch(() => {});
+    }
+  }
+  correction.push(m.body || {});
+}
+function clearLive() {
+  for (const s of streams.values()) s.remove();
+  streams.clear();
+  if (correction) { correction.remove(); correction = null; }
+  estimates.clear();
+  renderEstimates();
+}
 // ------------------------------------------------------------------------------------------ estimates
 function verdictText(v) {
   if (!v) return "";
@@ -270,6 +351,7 @@ function onMessage(m) {
   switch (m.type) {
     case "hello":
       S.run = m.run;
+      if (m.replay) onReplay({state: "started", replay: m.replay});
       if (m.status) onStatus(m.status);
       for (const e of m.estimates || []) onEstimate(e);
       refreshRuns();
@@ -278,9 +360,11 @@ function onMessage(m) {
     case "event":
       if (m.kind === "estimate" || m.kind === "estimate_failed") onEstimate(m);
       if (m.kind === "plan_outcome") showOutcome(m.body);
+      if (m.kind === "setpoint_reached" || m.kind === "setpoint_not_reached") onCorrection(m);
       logEvent(m);
       break;
     case "status": onStatus(m); break;
+    case "replay": onReplay(m); break;
     case "run":
       if (m.state === "started") { newRun(m.run); setTimeout(refreshSessions, 1000); }
       refreshRuns();
@@ -293,17 +377,41 @@ function onMessage(m) {
 }
 
 function newRun(run) {
-  for (const s of streams.values()) s.remove();
-  streams.clear();
-  estimates.clear();
-  renderEstimates();
+  clearLive();
+  $("replay-box").hidden = true;
   $("events").innerHTML = "";
   $("outcome").hidden = true;
   S.run = run;
 }
 
+// A replayed session (POST /api/replays): the same plots, marked as a replay; a looping replay's next pass
+// starts the plots over (its times begin again).
+function onReplay(m) {
+  const r = m.replay;
+  if (m.state === "started") {
+    newRun(null);
+    S.replay = r;
+  } else if (m.state === "pass") {
+    clearLive();
+  }
+  const box = $("replay-box");
+  box.hidden = false;
+  box.dataset.replay = r.id;
+  $("replay-session").textContent = r.session;
+  $("replay-info").textContent = `${r.kind}, ${num(r.speed, 3)}× the recorded pace${r.loop ? ", looping" : ""}, ` +
+    `pass ${Math.max(1, r.passes)}, started by ${r.by}`;
+  $("replay-state").textContent = m.state === "ended" ? r.status + (r.reason ? ": " + r.reason : "") : "replaying";
+  $("replay-state").className = "pill " + (m.state === "ended" ? "" : "running");
+  $("btn-replay-stop").hidden = m.state === "ended";
+  if (m.state === "ended") S.replay = null;
+}
 function onStatus(st) {
   S.status = st;
+  if (st.state === "replaying" || (S.replay && st.session === S.replay.session)) {
+    const p = st.progress || {};
+    $("replay-progress").textContent = `${p.done || 0} of ${p.total || 0} messages`;
+    return;
+  }
   const p = st.progress || {};
   $("run-state").textContent = st.state || "";
   $("run-state").className = "pill " + (st.state || "");
@@ -369,8 +477,9 @@ async function refreshSessions() {
     sessions.sort((a, b) => b.started - a.started);
     $("sessions").tBodies[0].innerHTML = sessions.slice(0, 200).map((s) => `<tr><td><a href="#" data-session="${esc(s.id)}">` +
       `${esc(s.id)}</a></td><td>${esc(s.kind)}</td><td title="${esc(s.reason || "")}">${esc(s.status)}</td>` +
-      `<td>${fmtTime(s.started)}</td><td>` + ["hdf5", "mat", "csv"].map((f) =>
-        `<a href="${esc(withToken(`/api/sessions/${s.id}/export?format=${f}`))}">${f}</a>`).join(" ") + "</td></tr>").join("");
+      `<td>${fmtTime(s.started)}</td><td>${esc(s.started_by || "")}</td><td>` + ["hdf5", "mat", "csv"].map((f) =>
+        `<a href="${esc(withToken(`/api/sessions/${s.id}/export?format=${f}`))}">${f}</a>`).join(" ") +
+      `</td><td><button data-replay="${esc(s.id)}" title="play it on the live view">replay</button></td></tr>`).join("");
   } catch (e) { say("sessions: " + e.message); }
 }
 
@@ -420,6 +529,11 @@ document.addEventListener("click", async (ev) => {
       const st = await api("POST", `/api/runs/${$("run-box").dataset.run}/${t.dataset.action}`);
       onStatus(st);
     } else if (t.dataset.session) { ev.preventDefault(); showSession(t.dataset.session); }
+    else if (t.dataset.replay) {
+      await api("POST", "/api/replays", {session: t.dataset.replay, speed: Number($("replay-speed").value),
+                                         loop: $("replay-loop").checked});
+      say("");
+    } else if (t.id === "btn-replay-stop") { await api("POST", `/api/replays/${$("replay-box").dataset.replay}/stop`); }
     else if (t.dataset.analyze) { await api("POST", `/api/sessions/${t.dataset.analyze}/analysis`); showAnalysis(t.dataset.analyze); }
   } catch (e) { say(e.message); }
 });
