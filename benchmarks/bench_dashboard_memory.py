@@ -16,7 +16,7 @@ figure is what the page keeps, not what it has not yet freed; then CDP ``Perform
 (``JSHeapUsedSize``, ``Nodes``, ``JSEventListeners``) and the page's own counters (``window.hilStats``:
 redraws, points, messages, missed, dropped). It prints one line per sample as it goes, then the slopes
 (least squares, per minute, over the samples after the first minute: the page fills its fixed buffers in
-that minute) and the update rate (plot redraws per second, the page's 10/s cap included).
+that minute) and the update rate (plot redraws per second, the page's 20/s cap included).
 
     .venv/bin/python benchmarks/bench_dashboard_memory.py --minutes 3
     .venv/bin/python benchmarks/bench_dashboard_memory.py --minutes 60 --every 30      # the hour, unattended
@@ -114,6 +114,8 @@ def main() -> None:
     ap.add_argument("--source", choices=("live", "replay"), default="live")
     ap.add_argument("--rate", type=float, default=200.0, help="Hz of press.force ([acquisition].rate)")
     args = ap.parse_args()
+    # a SIGTERM (kill, a CI timeout) unwinds through the finally blocks: the server and the browser end too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-dashboard-"))
     configs, store, tokens = tmp / "configs", tmp / "s.sqlite", tmp / "tokens"

@@ -88,6 +88,35 @@ def test_sigterm_and_sighup_stop_the_run_through_the_safe_state(tmp_path, sig):
     assert not list(runs_dir(store_path).glob("*.json"))  # the announcement went with the run
 
 
+@pytest.mark.slow(reason="a simulated press run in a `hil run` subprocess")
+def test_sighup_after_the_terminal_is_gone_still_finishes_the_session(tmp_path):
+    """A closed terminal: SIGHUP arrives and stdout/stderr are dead pipes. The progress bar's last write
+    (rich raises SystemExit on EPIPE) used to end the clean-up before the session was finished."""
+    cfg = press_config_file(tmp_path)
+    store_path = tmp_path / "s.sqlite"
+    proc = subprocess.Popen([str(HIL), "--store", str(store_path), "run", str(cfg)],  # with the progress bar
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while _measurements(store_path) < 2:
+            assert proc.poll() is None, "the run ended early"
+            assert time.monotonic() < deadline, "the plan did not get going"
+            time.sleep(0.2)
+        proc.stdout.close()
+        proc.stderr.close()
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=60) == 1  # aborted, safe state confirmed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with SessionStore(store_path) as store:
+        (info,) = store.list_sessions()
+        outcome = [e.body for e in store.events(info.id, kind="plan_outcome")]
+    assert info.status == "aborted" and info.reason == "SIGHUP"
+    assert outcome and outcome[-1]["safe"] is True
+
+
 def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()  # reaped: no such process any more

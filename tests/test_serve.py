@@ -406,6 +406,7 @@ def test_served_press_stop_the_first_the_second_starts_and_sigterm_ends_it_safe(
             else:
                 assert analysis["state"] == "failed" and analysis["error"].startswith("Error: session ")
             assert http.get("/api/runs").json()["current"]["id"] == second["id"]  # still running
+        proc.stderr.close()  # whoever read its stderr is gone (a closed terminal, a dead parent): EPIPE
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=90) == 0
     finally:

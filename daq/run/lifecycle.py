@@ -570,8 +570,21 @@ class _Progress:
 
     def advance(self, n: int = 1, description: str | None = None) -> None:
         kw = {"description": description} if description else {}
-        self._bar.update(self._task, advance=n, **kw)
+        with _terminal_may_be_gone():
+            self._bar.update(self._task, advance=n, **kw)
 
     def close(self) -> None:
-        self._bar.stop()
+        with _terminal_may_be_gone():
+            self._bar.stop()
+
+
+@contextlib.contextmanager
+def _terminal_may_be_gone():
+    """The bar is decoration: when its terminal has closed (SIGHUP) or the reader of a pipe died, rich
+    raises SystemExit on the broken pipe (OSError/ValueError elsewhere) - which, raised from the run's
+    clean-up, skipped finishing the session. Drop the bar instead; the run ends as it would have."""
+    try:
+        yield
+    except (OSError, ValueError, SystemExit) as exc:
+        log.warning("progress bar dropped: its terminal is gone (%s)", type(exc).__name__)
 

@@ -40,6 +40,22 @@ class _Uvicorn(uvicorn.Server):
         yield
 
 
+def _print_on_stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _never_failing(say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say`` that drops its output when it cannot write: a terminal that closed (SIGHUP) or a parent that
+    died leaves stderr a dead pipe, and the shutdown that follows must still abort the run through the
+    safe state (it used to die on the EPIPE of its first status line, leaving the run going)."""
+    def quiet(text: str) -> None:
+        try:
+            say(text)
+        except (OSError, ValueError):  # BrokenPipeError, EIO of a hung-up terminal, a closed file
+            pass
+    return quiet
+
+
 class Server:
     """One ``hil serve``: ``await Server(...).serve()``; ``port`` is known once ``started`` is set."""
 
@@ -53,7 +69,7 @@ class Server:
             raise ConfigError(f"--configs {configs}: no such folder")
         self.store_path = Path(store_path)
         self.token_file = Path(token_file)
-        self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+        self.say = _never_failing(say or _print_on_stderr)
         self.started = asyncio.Event()
         self.stopping = False
         self._uvicorn: _Uvicorn | None = None

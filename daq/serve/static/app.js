@@ -1,11 +1,12 @@
 // hil serve dashboard: plain JS, no build step, no network beyond this server (labs are offline).
 // Live data arrives on the WebSocket /ws/live (docs/api.md); plots are uPlot (static/uPlot.iife.min.js,
 // MIT, see uPlot.LICENSE). Each stream keeps at most CAP points in fixed typed arrays, so the page's memory
-// stays flat however long the run; plots are redrawn at most every REDRAW_MS (10/s).
+// stays flat however long the run; a plot is redrawn every REDRAW_MS when new points arrived (at most 20/s),
+// so a stream that delivers 10-20 blocks a second shows at least 10 updates a second.
 "use strict";
 
 const CAP = 4000;          // points per stream shown (the newest)
-const REDRAW_MS = 100;     // redraws per second: 10
+const REDRAW_MS = 50;      // redraws per second: at most 20
 const MAX_EVENTS = 100;    // lines in the event log
 const COLORS = ["#1e88e5", "#e53935", "#43a047", "#fb8c00", "#8e24aa", "#00897b", "#6d4c41", "#3949ab"];
 
