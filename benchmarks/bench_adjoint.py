@@ -11,7 +11,13 @@
    J3 (adjoint vs the shipped training multisine of configs/crane-sim.toml, same duration and peak
    torque).
 
+Design point: the configs' ``[adjoint.nominal]`` (prior knowledge off the truth; the crane's from
+configs/crane-adjoint-sim.toml), and every fit starts there - the simulator truth only makes the data and
+is compared with. ``--design-at-truth`` designs (and starts the fits) at the truth instead: the best case,
+which a real rig cannot have.
+
     .venv/bin/python benchmarks/bench_adjoint.py [--seeds 100] [--skip-mc] [--only osc,pend,crane]
+        [--design-at-truth]
 """
 
 from __future__ import annotations
@@ -46,6 +52,13 @@ from simulators.physics.crane import CraneTruth, simulate_axis  # noqa: E402
 def _toml(name: str) -> dict:
     with open(ROOT / "configs" / name, "rb") as fh:
         return tomllib.load(fh)
+
+
+def design_point(name: str, truth: dict, at_truth: bool) -> dict:
+    """The design point of config ``name``: its ``[adjoint.nominal]``, or (``at_truth``, best case) the truth
+    over it."""
+    nominal = {k: float(v) for k, v in _toml(name)["adjoint"]["nominal"].items()}
+    return {**nominal, **{k: float(v) for k, v in truth.items() if k in nominal}} if at_truth else nominal
 
 
 def _best_time(fn, repeat: int = 3) -> float:
@@ -119,15 +132,18 @@ def _summary(name: str, est: np.ndarray, true: np.ndarray, pred: np.ndarray, nam
     return f"{name:>10}  " + "; ".join(parts)
 
 
-def mc_oscillator(seeds: int) -> dict:
+def mc_oscillator(seeds: int, at_truth: bool = False) -> dict:
     cfg = _toml("oscillator-sim.toml")
     truth = osc_sim.OscillatorTruth.from_config(cfg["simulator"]["truth"])
     spec = cfg["adjoint"]
-    pb = design_problem("oscillator", truth.to_dict(), spec)
+    pb = design_problem("oscillator", design_point("oscillator-sim.toml", truth.to_dict(), at_truth), spec)
+    b_true = np.array([truth.to_dict()[n] for n in pb.model.param_names])
+    start = float(cfg.get("fit", {}).get("start", 1.0))
     t0 = time.perf_counter()
     r = optimize_input(pb, reference_inputs(pb)["F0"], max_iter=spec["max_iter"], rounds=spec["rounds"],
                        end_tol=spec["end_tol"])
-    print(f"\n## Monte Carlo, oscillator ({seeds} seeds): design {time.perf_counter() - t0:.1f} s, "
+    print(f"\n## Monte Carlo, oscillator ({seeds} seeds): design at {pb.b.tolist()} "
+          f"({'truth, best case' if at_truth else '[adjoint.nominal]'}) {time.perf_counter() - t0:.1f} s, "
           f"{r.iterations} iterations, end residuals {r.end_residuals}, success {r.success}")
     signals = {"optimised": r.u[:, 0], **{k: v[:, 0] for k, v in reference_inputs(pb).items()}}
     meas_dt = 0.001
@@ -142,16 +158,16 @@ def mc_oscillator(seeds: int) -> dict:
         est = []
         for seed in range(seeds):
             d = osc_sim.simulate(truth, uf, meas_dt, seed)
-            est.append(fit_parameters(model, uf, meas_dt, d["x2"], pb.b * 1.05).b)
+            est.append(fit_parameters(model, uf, meas_dt, d["x2"], pb.b * start).b)
         est = np.array(est)
         out[name] = est.std(axis=0, ddof=1)
-        print(_summary(name, est, pb.b, pred, model.param_names))
+        print(_summary(name, est, b_true, pred, model.param_names) + " (predicted at the design point)")
     o = out["optimised"][0]
     print(f"std ratio c2: optimised/F0 = {o / out['F0'][0]:.3f}, optimised/sine = {o / out['sine'][0]:.3f}")
     return out
 
 
-def mc_pendulum(seeds: int) -> dict:
+def mc_pendulum(seeds: int, at_truth: bool = False) -> dict:
     """Pendulum Monte Carlo fitted as the rig analyses (``hil analyze``): ``fit_record`` with the cart's
     viscous and Coulomb friction as nuisance parameters (``[fit.nuisance]``, smooth sign
     ``[fit].friction_speed_eps``), the command seen through the actuator's known lag (``[fit].input_lag``);
@@ -160,24 +176,26 @@ def mc_pendulum(seeds: int) -> dict:
     cfg = _toml("pendulum-sim.toml")
     truth = pend_sim.PendulumTruth.from_config(cfg["simulator"]["truth"])
     spec, fit_cfg = cfg["adjoint"], cfg["fit"]
-    pb = design_problem("pendulum", truth.to_dict(), spec)
+    values = design_point("pendulum-sim.toml", truth.model_values(), at_truth)
+    pb = design_problem("pendulum", values, spec)
+    b_true = np.array([truth.model_values()[n] for n in pb.model.param_names])
     t0 = time.perf_counter()
     r = optimize_input(pb, reference_inputs(pb)["F0"], max_iter=spec["max_iter"], rounds=spec["rounds"],
                        end_tol=spec["end_tol"])
     ev = evaluate(pb, r.u, gradient=False)
-    nuisance = dict(fit_cfg.get("nuisance", {}))
-    print(f"\n## Monte Carlo, pendulum ({seeds} seeds): design {time.perf_counter() - t0:.1f} s, "
+    nuisance = {n: float(values.get(n, v)) for n, v in fit_cfg.get("nuisance", {}).items()}
+    print(f"\n## Monte Carlo, pendulum ({seeds} seeds): design at {pb.b.tolist()} "
+          f"({'truth, best case' if at_truth else '[adjoint.nominal]'}) {time.perf_counter() - t0:.1f} s, "
           f"{r.iterations} iterations, end residuals {r.end_residuals}, success {r.success}, "
           f"max |phi| {np.abs(ev.x[:, 1]).max():.2f} rad, max |x_c| {np.abs(ev.x[:, 0]).max():.2f} m")
     print(f"fit: the rig's (fit_record), nuisances {nuisance}, friction eps "
           f"{fit_cfg.get('friction_speed_eps')} m/s, input lag {fit_cfg.get('input_lag', 0.0)} s, "
-          f"start {fit_cfg.get('start', 1.05)} x truth")
+          f"start {fit_cfg.get('start', 1.0)} x the design point")
     refs = reference_inputs(pb)
     signals = {"optimised": r.u[:, 0], "F_comp": refs["sine"][:, 0], "F0": refs["F0"][:, 0]}
     meas_dt = float(spec["meas_dt"])
     rep = int(round(pb.dt / meas_dt))
     params = list(pb.model.param_names)
-    values = truth.model_values()
     out = {}
     t_mc = time.perf_counter()
     for name, sig in signals.items():
@@ -187,14 +205,15 @@ def mc_pendulum(seeds: int) -> dict:
         for seed in range(seeds):
             d = pend_sim.simulate(truth, uf, meas_dt, seed)
             f = fit_record("pendulum", values, params, nuisance, u_fit, meas_dt, d["angle"],
-                           truth.angle_noise, start=float(fit_cfg.get("start", 1.05)),
+                           float(spec["sigma"]), start=float(fit_cfg.get("start", 1.0)),
                            friction_eps=fit_cfg.get("friction_speed_eps"))
             failed += not f.success
             pred = f.predicted_std[:len(params)]   # at the design point: the same for every seed
             est.append(f.estimate[:len(params)])
         est = np.array(est)
         out[name] = est.std(axis=0, ddof=1)
-        print(_summary(name, est, pb.b, pred, params) + (f"; {failed} fits not converged" if failed else ""))
+        tail = f"; {failed} fits not converged" if failed else ""
+        print(_summary(name, est, b_true, pred, params) + tail)
     for j, n in enumerate(params):
         print(f"std ratio {n}: optimised/F_comp = {out['optimised'][j] / out['F_comp'][j]:.3f}, "
               f"optimised/F0 = {out['optimised'][j] / out['F0'][j]:.3f}")
@@ -216,28 +235,35 @@ def _training_multisine(cfg: dict) -> tuple[float, np.ndarray]:
     return dt, ms.signal / np.abs(ms.signal).max() * peak
 
 
-def mc_crane(seeds: int) -> dict:
+def mc_crane(seeds: int, at_truth: bool = False) -> dict:
     cfg = _toml("crane-sim.toml")
     truth = CraneTruth.from_config(cfg["simulator"]["truth"])
     dt_ms, u_ms = _training_multisine(cfg)
     peak = float(np.abs(u_ms).max())
     duration = u_ms.size * dt_ms
     spec = {"t_f": duration, "u_max": peak}  # same duration and peak torque as the multisine
-    pb = design_problem("crane", truth.to_dict(), spec)
+    point = design_point("crane-adjoint-sim.toml", truth.to_dict(), at_truth)
+    pb = design_problem("crane", point, spec)
     rep = int(round(pb.dt / dt_ms))
     u0 = u_ms.reshape(pb.n_samples, rep).mean(axis=1)  # start: the multisine, held per design sample
     t0 = time.perf_counter()
     r = optimize_input(pb, u0, max_iter=300)
     ev = evaluate(pb, r.u, gradient=False)
-    print(f"\n## Monte Carlo, crane ({seeds} seeds): design {time.perf_counter() - t0:.1f} s, {r.iterations} "
-          f"iterations, |u| <= {peak:.2f} N*m over {duration:.2f} s, end residuals "
+    print(f"\n## Monte Carlo, crane ({seeds} seeds): design at {pb.b.tolist()} "
+          f"({'truth, best case' if at_truth else '[adjoint.nominal]'}) {time.perf_counter() - t0:.1f} s, "
+          f"{r.iterations} iterations, |u| <= {peak:.2f} N*m over {duration:.2f} s, end residuals "
           f"{ {k: round(v, 8) for k, v in r.end_residuals.items()} }, max |w1| (design model) "
           f"{np.abs(ev.x[:, 0]).max():.1f} rad/s, success {r.success}")
     p = truth.to_dict()
     names = ["J1", "J2", "k12", "d12", "J3", "k23", "d23", "viscous", "coulomb", "stribeck_torque",
              "stribeck_speed", "dead_time"]
     free = ["k23", "d23", "J3"]
-    fixed = {k: p[k] for k in names if k not in free}
+    if at_truth:  # best case: everything but the mast at the truth
+        start, fixed = p, {k: p[k] for k in names if k not in free}
+    else:  # as the rig: friction and dead time fitted from [fit.nuisance], the rest of the chain nominal
+        nuisance = {k: float(v) for k, v in _toml("crane-adjoint-sim.toml")["fit"]["nuisance"].items()}
+        start = {**point, **{k: point.get(k, v) for k, v in nuisance.items()}}
+        fixed = {k: start[k] for k in names if k not in free and k not in nuisance}
     signals = {"adjoint": np.repeat(r.u[:, 0], rep), "multisine": u_ms}
     decimate = 10
     out = {}
@@ -248,7 +274,7 @@ def mc_crane(seeds: int) -> dict:
             d = simulate_axis(truth, u, dt_ms, seed)
             wmax = max(wmax, float(np.abs(d["speed_true"]).max()))
             f = fit_structure("3m+visc+coul+strib+dt", u, d["speed"], dt_ms, fixed=fixed,
-                              start={k: p[k] for k in names}, n_starts=1, decimate=decimate,
+                              start={k: start[k] for k in names}, n_starts=1, decimate=decimate,
                               friction_eps=truth.friction_speed_eps)
             est.append([f.params[k] for k in free])
         est = np.array(est)
@@ -272,11 +298,16 @@ def main() -> int:
     ap.add_argument("--skip-cost", action="store_true")
     ap.add_argument("--only", default="osc,pend,crane")
     ap.add_argument("--opt-iter", type=int, default=300)
+    ap.add_argument("--design-at-truth", action="store_true",
+                    help="design at the simulator truth: best case, a real rig has no truth")
     args = ap.parse_args()
+    at = args.design_at_truth
     only = set(args.only.split(","))
     osc_cfg, pend_cfg = _toml("oscillator-sim.toml"), _toml("pendulum-sim.toml")
-    osc_truth = osc_sim.OscillatorTruth.from_config(osc_cfg["simulator"]["truth"]).to_dict()
-    pend_truth = pend_sim.PendulumTruth.from_config(pend_cfg["simulator"]["truth"]).to_dict()
+    osc_sim_truth = osc_sim.OscillatorTruth.from_config(osc_cfg["simulator"]["truth"]).to_dict()
+    pend_sim_truth = pend_sim.PendulumTruth.from_config(pend_cfg["simulator"]["truth"]).to_dict()
+    osc_truth = design_point("oscillator-sim.toml", osc_sim_truth, at)  # the design point (name kept)
+    pend_truth = design_point("pendulum-sim.toml", pend_sim_truth, at)
     osc_spec = _toml("oscillator-sim.toml")["adjoint"]
     pend_spec = _toml("pendulum-sim.toml")["adjoint"]
     if not args.skip_cost:
@@ -290,11 +321,11 @@ def main() -> int:
             bench_optimisers("pendulum", pend_truth, pend_spec, args.opt_iter)
     if not args.skip_mc:
         if "osc" in only:
-            mc_oscillator(args.seeds)
+            mc_oscillator(args.seeds, at)
         if "pend" in only:
-            mc_pendulum(args.seeds)
+            mc_pendulum(args.seeds, at)
         if "crane" in only:
-            mc_crane(args.seeds)
+            mc_crane(args.seeds, at)
     return 0
 
 

@@ -29,6 +29,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -38,10 +39,11 @@ sys.path.insert(0, str(ROOT))
 
 from daq.rigs.adjoint.design import lagged_mean  # noqa: E402
 from daq.rigs.config import load_config  # noqa: E402
-from identification.adjoint_design import optimize_input, simulate_output  # noqa: E402
-from identification.adjoint_plants import design_problem, reference_inputs  # noqa: E402
+from identification.adjoint_design import evaluate, optimize_input, simulate_output  # noqa: E402
+from identification.adjoint_plants import design_problem, fit_records, reference_inputs  # noqa: E402
 from identification.sequential_design import (  # noqa: E402
     Record,
+    earlier_fisher,
     fit_runs,
     predicted_std,
     redesign,
@@ -55,22 +57,30 @@ TRUTH = {"oscillator": osc_sim.OscillatorTruth, "pendulum": pend_sim.PendulumTru
 
 
 class Setup:
-    """Truth, design spec, drive cycle and fit settings of a shipped config, with the prior applied."""
+    """Truth, design spec, drive cycle and fit settings of a shipped config. The design point (``prior``) is
+    the config's ``[adjoint.nominal]`` with ``prior`` over it; ``at_truth``: the simulator truth instead
+    (best case). The truth (``values``, ``b_truth``, ``problem_truth``) only simulates data and evaluates."""
 
-    def __init__(self, plant: str, prior: dict[str, float], data: str):
+    def __init__(self, plant: str, prior: dict[str, float], data: str, at_truth: bool = False):
         cfg = load_config(ROOT / "configs" / f"{plant}-sim.toml")
         self.plant, self.data = plant, data
         self.truth = TRUTH[plant].from_config(cfg["simulator"]["truth"])
         self.spec = dict(cfg["adjoint"])
         self.values = self.truth.model_values()
-        self.prior = {**self.values, **prior}
+        nominal = {k: float(v) for k, v in cfg["adjoint"]["nominal"].items()}
+        self.prior = {**nominal, **(self.values if at_truth else {}), **prior}
+        self.fit_cfg = dict(cfg.get("fit", {}))
         self.cycle = float(cfg["simulator"]["drive"]["cycle_time"])
         self.reps = int(round(self.spec["dt"] / self.cycle))
         self.input_lag = float(cfg.get("fit", {}).get("input_lag", 0.0))
-        self.fit_start = float(cfg.get("fit", {}).get("start", 1.05))
+        self.fit_start = float(cfg.get("fit", {}).get("start", 1.0))
         self.problem_truth = design_problem(plant, self.values, self.spec)
         self.names = list(self.problem_truth.model.param_names)
         self.b_truth = self.problem_truth.b.copy()
+
+    def prior_b(self) -> np.ndarray:
+        """The design point's values of the identified parameters."""
+        return self.problem({}).b
 
     def problem(self, values: dict[str, float]):
         return design_problem(self.plant, {**self.prior, **values}, self.spec)
@@ -134,6 +144,108 @@ def campaign(s: Setup, u0: np.ndarray, seed: int, target: float, max_runs: int, 
     return out
 
 
+def _fit(s: Setup, runs: list[Record], point: dict[str, float], nuisance: dict[str, float], scan: bool):
+    """The rig's fit over ``runs`` (``fit_records``: the design's parameters and ``[fit.nuisance]``), started
+    at ``point`` (a scan around it when ``scan``, as the online identifier's first fit)."""
+    return fit_records(s.plant, point, s.names, nuisance, runs, float(s.spec["sigma"]), start=1.0, scan=scan,
+                       friction_eps=s.fit_cfg.get("friction_speed_eps"))
+
+
+def two_runs(s: Setup, seeds: int, per_seed: bool = False) -> dict:
+    """Run 1 designed at the design point, run 2 redesigned at the run-1 estimate: the run-alone redesign
+    (the new run's own information) against the accumulated one (all runs together). Predicted std after
+    both runs (design model, sigma of the design, at the run-1 estimate and at the truth) and the Monte Carlo
+    spread of the two-run estimates over ``seeds`` noise draws (the same draws for both designs).
+
+    The second inputs are designed once, at seed 0's run-1 estimate (other seeds' run-1 estimates differ
+    by a few 1e-5 relative; ``per_seed`` redesigns at every seed's own, much slower); every seed refits its
+    own data: run 1 from the design point with the scan, both runs warm-started from its run-1 estimate."""
+    pb0 = s.problem({})
+    kw = s.design_kw()
+    start = float(s.spec.get("start", 0.5))
+    t0 = time.perf_counter()
+    u1 = optimize_input(pb0, reference_inputs(pb0, start)["F0"], **kw).u
+    print(f"run 1 designed at {dict(zip(s.names, pb0.b.tolist(), strict=True))}: "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)
+    nuisance = {n: float(s.prior.get(n, v)) for n, v in s.fit_cfg.get("nuisance", {}).items()}
+    point = {**s.prior, **{n: float(v) for n, v in zip(s.names, s.prior_b(), strict=True)}}
+
+    def run1(seed: int):
+        r = s.record(u1, seed, 0, pb0.model)
+        f = _fit(s, [r], point, nuisance, scan=True)
+        return r, f
+
+    def designs(fit) -> dict[str, np.ndarray]:
+        est = dict(zip(fit.names, fit.estimate.tolist(), strict=True))
+        pb = s.problem({n: est[n] for n in s.names})
+        f0 = reference_inputs(pb, start)["F0"]
+        alone = redesign(pb, u1, also_from=f0, **kw)
+        acc = redesign(pb, u1, also_from=f0, earlier=[u1], **kw)  # the rig's (from_alone)
+        held = earlier_fisher(pb, [u1])
+        crit = {k: evaluate(replace(pb, prior_fisher=held), r.u, gradient=False).info_cost
+                for k, r in (("alone", alone), ("joint", acc))}
+        return {"pb": pb, "run-alone": alone.u, "accumulated": acc.u, "crit": crit,
+                "acc_is_joint": bool(np.any(acc.u != alone.u))}
+
+    t0 = time.perf_counter()
+    ref = designs(run1(0)[1])
+    print(f"redesigns at seed 0's run-1 estimate {ref['pb'].b.tolist()}: {time.perf_counter() - t0:.0f} s; "
+          f"joint criterion (-log det of the scaled joint information) run-alone {ref['crit']['alone']:.4f}, "
+          f"accumulated {ref['crit']['joint']:.4f}"
+          f"{'' if ref['acc_is_joint'] else ' (the run-alone design kept: no better joint optimum found)'}",
+          flush=True)
+    names = ("run-alone", "accumulated")
+    pred = {n: {"at_estimate": predicted_std(ref["pb"], ref[n], earlier=[u1]).tolist(),
+                "at_truth": predicted_std(s.problem_truth, ref[n], earlier=[u1]).tolist(),
+                "second_run_alone_at_truth": predicted_std(s.problem_truth, ref[n]).tolist()} for n in names}
+    pred["run 1 only"] = {"at_estimate": predicted_std(ref["pb"], u1).tolist(),
+                          "at_truth": predicted_std(s.problem_truth, u1).tolist()}
+    est: dict[str, list] = {n: [] for n in (*names, "run 1 only")}
+    resid: dict[str, list] = {n: [] for n in est}
+    t0 = time.perf_counter()
+    for seed in range(seeds):
+        r1, f1 = run1(seed)
+        k = len(s.names)
+        est["run 1 only"].append(f1.estimate[:k])
+        resid["run 1 only"].append(f1.residual_based_std[:k])
+        d = designs(f1) if per_seed and seed else ref
+        warm = {**s.prior, **dict(zip(f1.names, f1.estimate.tolist(), strict=True))}
+        warm_nuisance = {n: warm[n] for n in nuisance}
+        for n in names:
+            r2 = s.record(d[n], seed, 1, pb0.model)
+            f = _fit(s, [r1, r2], warm, warm_nuisance, scan=False)
+            est[n].append(f.estimate[:k])
+            resid[n].append(f.residual_based_std[:k])
+    mc_s = time.perf_counter() - t0
+    out = {"seeds": seeds, "per_seed": per_seed, "mc_s": mc_s, "truth": s.b_truth.tolist(),
+           "design_point": pb0.b.tolist(), "redesign_point": ref["pb"].b.tolist(), "crit": ref["crit"],
+           "acc_is_joint": ref["acc_is_joint"],
+           "change": float(np.linalg.norm(ref["accumulated"] - ref["run-alone"])
+                           / np.linalg.norm(ref["run-alone"])),
+           "rows": {}}
+    for n in est:
+        e = np.array(est[n])
+        out["rows"][n] = {"predicted_at_estimate": pred[n]["at_estimate"],
+                          "predicted_at_truth": pred[n]["at_truth"],
+                          "second_run_alone_at_truth": pred[n].get("second_run_alone_at_truth"),
+                          "mc_std": e.std(axis=0, ddof=1).tolist(), "mc_mean": e.mean(axis=0).tolist(),
+                          "resid_std_median": np.median(np.array(resid[n]), axis=0).tolist()}
+    return out
+
+
+def two_runs_table(plant: str, names: list[str], r: dict) -> str:
+    lines = [f"| plant | after | parameter | predicted std (design model, at run-1 estimate) | predicted at "
+             f"truth | MC std ({r['seeds']} seeds) | resid. std (median) | MC mean (truth) |",
+             "|---" * 8 + "|"]
+    for n, row in r["rows"].items():
+        for j, p in enumerate(names):
+            lines.append(f"| {plant} | {n if n == 'run 1 only' else 'run 1 + ' + n + ' run 2'} | {p} | "
+                         f"{row['predicted_at_estimate'][j]:.4g} | {row['predicted_at_truth'][j]:.4g} | "
+                         f"{row['mc_std'][j]:.4g} | {row['resid_std_median'][j]:.4g} | "
+                         f"{row['mc_mean'][j]:.6g} ({r['truth'][j]:.6g}) |")
+    return "\n".join(lines)
+
+
 def latency(plant: str, n_runs: int) -> dict:
     """Trace-to-estimate latency on the simulated rig: ``n_runs`` runs of the config's adjoint input
     (redesign off, unreachable target) through the OPC UA drive at 20x; per run the time from the
@@ -177,7 +289,14 @@ def latency(plant: str, n_runs: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--plant", default="oscillator", choices=sorted(PHYSICS))
-    ap.add_argument("--prior", action="append", default=None, help="name=value of the wrong design point")
+    ap.add_argument("--prior", action="append", default=None,
+                    help="name=value over the config's [adjoint.nominal] design point")
+    ap.add_argument("--design-at-truth", action="store_true",
+                    help="design at the simulator truth: best case, a real rig has no truth")
+    ap.add_argument("--two-runs", action="store_true",
+                    help="run 1 at the design point, run 2 redesigned at its estimate: run-alone vs "
+                         "accumulated redesign, predicted and Monte Carlo std after two runs")
+    ap.add_argument("--per-seed", action="store_true", help="--two-runs: redesign at every seed's estimate")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--target", type=float, default=1.3e-5, help="every relative std <= this")
     ap.add_argument("--max-runs", type=int, default=12)
@@ -198,9 +317,18 @@ def main() -> None:
               f"alone {[round(x, 3) for x in r['fit_s']]} s; plain fit_parameters on the last run alone "
               f"{r['plain_fit_last_run_s']:.3f} s")
         return
-    prior_txt = a.prior or (["c2=700"] if a.plant == "oscillator" else ["s_p=0.15", "d_p=0.02"])
-    prior = {k: float(v) for k, v in (p.split("=", 1) for p in prior_txt)}
-    s = Setup(a.plant, prior, a.data)
+    prior = {k: float(v) for k, v in (p.split("=", 1) for p in a.prior or [])}
+    s = Setup(a.plant, prior, a.data, a.design_at_truth)
+    if a.two_runs:
+        print(f"{a.plant}: design point {'(simulator truth, best case) ' if a.design_at_truth else ''}"
+              f"{dict(zip(s.names, s.prior_b().tolist(), strict=True))}, truth "
+              f"{dict(zip(s.names, s.b_truth.tolist(), strict=True))}, data {a.data}", flush=True)
+        r = two_runs(s, a.seeds, a.per_seed)
+        print(f"second inputs differ by {r['change']:.3f} (relative 2-norm); Monte Carlo {r['mc_s']:.0f} s\n")
+        print(two_runs_table(a.plant, s.names, r))
+        if a.json:
+            print(json.dumps({"plant": a.plant, "prior": s.prior, **r}))
+        return
     s.both = a.start == "both"
     pb0 = s.problem({})
     t0 = time.perf_counter()

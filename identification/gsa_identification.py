@@ -17,6 +17,16 @@ Three steps, as in the paper's Figure 1:
    pairs whose NDD^2 depends least on the stiffness parameters (smallest summed ST) are solved by
    bounded linear least squares, relative to the reference damping.
 
+4. **Correction for A1 and intervals** (with ``refine``). Undamped modes against damped reference modes
+   shift both stages' optimum even with the right parameters (up to about one std of a stiffness, and tens
+   of per cent for the coupling damping, on noise-free data). The residual the model leaves against its own
+   damped modes at the estimate (:func:`_a1_offset`, :func:`_a1_damping_shift`) is taken out and both
+   stages run once more. Then every parameter gets a standard error and a 95 % interval
+   (:func:`parameter_intervals`, :class:`GSAIntervals`): the Jacobian of the joint step's smooth residual
+   (a block sandwich when frequencies and shapes scatter differently), the damping stage's linear least
+   squares with the stiffness uncertainty carried through; NaN for what the data do not see or a bound
+   holds; a verdict from the held-back positions. Calibration: benchmarks/bench_machine_tool_calibration.py.
+
 Stiffness stage and assumption A1: shapes and frequencies come from the undamped model, and for
 the MACXP the model's eigenvalue carries the reference damping ratio, so damping parameters have
 no influence on it (the MACXP weighs eigenvalues, and a damping mismatch would otherwise lower it).
@@ -37,6 +47,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.optimize
+import scipy.stats
 from SALib.analyze import sobol as sobol_analyze
 from SALib.sample import sobol as sobol_sample
 
@@ -44,7 +55,7 @@ from identification.modal_metrics import csf, frac, macxp_matrix, ndd, summary_s
 
 __all__ = [
     "ModalReference", "reference_from_model", "SobolResult", "sobol_indices", "GSAIdentificationResult",
-    "identify", "evaluate_model",
+    "identify", "evaluate_model", "GSAIntervals", "parameter_intervals", "local_refit",
 ]
 
 Map = Callable[[Callable, Sequence], list]
@@ -284,24 +295,23 @@ def _select(subs: list[dict], n_k: int, max_cost: float, bound_tol: float = 1e-3
     return best
 
 
-def _refine(setup: _Setup, p: np.ndarray, lo: np.ndarray, hi: np.ndarray, maxiter: int) -> np.ndarray:
-    """Joint least squares of all stiffness parameters on sqrt(1 - MACXP) of every pair."""
+def _refine(setup: _Setup, p: np.ndarray, lo: np.ndarray, hi: np.ndarray, maxiter: int,
+            offset: np.ndarray | None = None) -> np.ndarray:
+    """Joint least squares of all stiffness parameters on the residual vector of every pair.
+
+    The residual (:func:`_modal_residual`) is the MACXP criterion in vector form: its squares sum to about
+    ``1 - MACXP`` per pair, smooth at the optimum (so the step converges in few iterations, and its Jacobian
+    there gives the covariance of :func:`parameter_intervals`).
+    """
     n_k = setup.n_k
     span = hi[:n_k] - lo[:n_k]
 
     def res(x):
         row = p.copy()
         row[:n_k] = lo[:n_k] + np.clip(x, 0, 1) * span
-        out = []
-        for i in range(len(setup.positions)):
-            s = setup.positions[i]
-            omega, Phi = setup.model.real_modes_batch(row[None, :n_k], s, setup.n_model_modes)
-            A = setup.model.observation(s) @ Phi[0]
-            mx = _stiffness_macxp(omega, A[None], setup.shapes[i], setup.lam[i], setup.xi[i])[0]
-            out.append(np.sqrt(np.clip(1.0 - mx.max(axis=0), 0.0, None)))
-        return np.concatenate(out)
+        return _modal_residual(setup, row, offset=offset)[0]
 
-    x0 = (p[:n_k] - lo[:n_k]) / span
+    x0 = np.clip((p[:n_k] - lo[:n_k]) / span, 0.0, 1.0)
     r = scipy.optimize.least_squares(res, x0, bounds=(0.0, 1.0), diff_step=1e-6, max_nfev=20 * maxiter,
                                      x_scale="jac")
     return lo[:n_k] + r.x * span
@@ -321,6 +331,488 @@ def _damping_rows(setup: _Setup, p: np.ndarray, pos: int) -> tuple[np.ndarray, n
     xi0 = np.einsum("ik,ij,jk->k", Ph, C0, Ph) / (2 * w)
     Q = np.einsum("ik,nij,jk->kn", Ph, Uc, Ph) / (2 * w[:, None])
     return xi0, Q, mx[match, np.arange(match.size)]
+
+
+# ------------------------------------------------------------------------------ intervals
+#: a direction of the scaled parameter space whose std exceeds this (in units of the box width) is not seen
+MAX_SCALED_STD = 1.0
+#: a parameter loading more than this share of its unit vector on unseen directions is not identifiable
+MAX_UNSEEN_LOADING = 0.01
+#: p-value below which the residual blocks are taken as having different variances (-> sandwich covariance)
+IID_LEVEL = 0.01
+#: held-back residuals flag a structure error when their mean square exceeds the prediction by this factor
+#: (std x 1.4) and significantly: with hundreds of shape entries a 1.3x variance, which widens an interval
+#: by 14 %, is already "significant"; the check looks for a misfit that matters
+VALIDATION_RATIO = 2.0
+
+
+def _shape_terms(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Per column: the unit shape B, turned in phase to the real unit shape A and taken real, minus its
+    projection on A -> (n_obs, n) (squares summing to 1 - MAC less the imaginary part no real shape fits)."""
+    a = A / np.linalg.norm(A, axis=0)
+    b = B / np.linalg.norm(B, axis=0)
+    c = np.sum(a * b, axis=0)
+    a = a * np.where(c.real < 0, -1.0, 1.0)  # eigenvector signs are arbitrary: point a along b
+    c = np.sum(a * b, axis=0)
+    u = (b * (np.conj(c) / np.where(np.abs(c) > 0, np.abs(c), 1.0))).real
+    return u - a * np.sum(a * u, axis=0)
+
+
+def _modal_residual(setup: _Setup, k_row: np.ndarray, match: list[np.ndarray] | None = None,
+                    offset: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """The stiffness stage's criterion as a smooth residual vector, at every position of ``setup``.
+
+    Per reference mode: ``(omega_model - omega_ref) / (2 xi_ref omega_ref)`` (the weight the MACXP gives a
+    frequency error), then :func:`_shape_terms` of the matched real model shape and the reference shape.
+    Per pair the squares sum to 1 - MACXP within a few per cent, without its floor from the imaginary part
+    of the shapes; unlike ``sqrt(1 - MACXP)`` the vector is smooth at the optimum, which a Jacobian needs.
+    Model modes are matched by MACXP unless ``match`` fixes them; ``offset`` (:func:`_a1_offset`) is
+    subtracted. Returns (residual, block label per entry: -1 frequency, k >= 0 the shape of pair k, matches).
+    """
+    rf, rs, lab, matches = [], [], [], []
+    k = 0
+    for i, s in enumerate(setup.positions):
+        omega, Phi = setup.model.real_modes_batch(k_row[None, :setup.n_k], s, setup.n_model_modes)
+        A = setup.model.observation(s) @ Phi[0]
+        if match is None:
+            mx = _stiffness_macxp(omega, A[None], setup.shapes[i], setup.lam[i], setup.xi[i])[0]
+            m = np.argmax(mx, axis=0)
+        else:
+            m = match[i]
+        matches.append(m)
+        w_ref = np.abs(setup.lam[i])
+        rf.append((omega[0][m] - w_ref) / (2 * setup.xi[i] * w_ref))
+        e = _shape_terms(A[:, m], setup.shapes[i])
+        for j in range(e.shape[1]):
+            rs.append(e[:, j])
+            lab.append(np.full(e.shape[0], k))
+            k += 1
+    r = np.concatenate(rf + rs)
+    blocks = np.concatenate([np.full(sum(x.size for x in rf), -1)] + lab)
+    return (r if offset is None else r - offset), blocks, matches
+
+
+def _a1_offset(setup: _Setup, p: np.ndarray) -> np.ndarray:
+    """What :func:`_modal_residual` leaves at the right parameters: the model's undamped modes against the
+    same model's damped modes at ``p`` (stiffness and damping), with the reference's weights.
+
+    Assumption A1 (undamped shapes and frequencies for the stiffness stage) shifts the optimum by this
+    residual's projection - in the reduced ideal case by up to about one std of a stiffness parameter.
+    Subtracting it from the residual removes that shift to first order (the damping comes from the damping
+    stage; it needs only be roughly right).
+    """
+    rf, rs = [], []
+    for i, s in enumerate(setup.positions):
+        omega, Phi = setup.model.real_modes_batch(p[None, :setup.n_k], s, setup.n_model_modes)
+        A = setup.model.observation(s) @ Phi[0]
+        mx = _stiffness_macxp(omega, A[None], setup.shapes[i], setup.lam[i], setup.xi[i])[0]
+        m = np.argmax(mx, axis=0)
+        cm = setup.model.complex_modes(p, s, setup.n_model_modes)
+        kc = np.argmin(np.abs(cm.freq[None, :] - omega[0][m][:, None] / (2 * np.pi)), axis=1)
+        w_ref = np.abs(setup.lam[i])
+        rf.append((omega[0][m] - np.abs(cm.lam[kc])) / (2 * setup.xi[i] * w_ref))
+        e = _shape_terms(A[:, m], cm.shapes[:, kc])
+        rs += [e[:, j] for j in range(e.shape[1])]
+    return np.concatenate(rf + rs)
+
+
+def _a1_damping_shift(setup: _Setup, p: np.ndarray) -> list[np.ndarray]:
+    """Per position and reference mode: the model's damping ratio from its complex modes at ``p`` minus the
+    light-damping formula's (``xi0 + Q c``, undamped shapes). Added to the formula's known part, it removes
+    the formula's own error to first order (non-proportional damping, e.g. the coupling's, is where the
+    formula is worst)."""
+    out = []
+    for i, s in enumerate(setup.positions):
+        xi0, Q, _ = _damping_rows(setup, p, i)
+        omega, Phi = setup.model.real_modes_batch(p[None, :setup.n_k], s, setup.n_model_modes)
+        A = setup.model.observation(s) @ Phi[0]
+        m = np.argmax(_stiffness_macxp(omega, A[None], setup.shapes[i], setup.lam[i], setup.xi[i])[0], axis=0)
+        cm = setup.model.complex_modes(p, s, setup.n_model_modes)
+        kc = np.argmin(np.abs(cm.freq[None, :] - omega[0][m][:, None] / (2 * np.pi)), axis=1)
+        out.append(cm.xi[kc] - (xi0 + Q @ p[setup.n_k:]))
+    return out
+
+
+def _jacobian(fun: Callable[[np.ndarray], np.ndarray], x: np.ndarray, h: float = 1e-5) -> np.ndarray:
+    """Central differences (step ``h`` in the scaled parameters)."""
+    cols = []
+    for q in range(x.size):
+        d = np.zeros_like(x)
+        d[q] = h
+        cols.append((fun(x + d) - fun(x - d)) / (2 * h))
+    return np.array(cols).T
+
+
+def _bartlett(ss: np.ndarray, dof: np.ndarray) -> float:
+    """p-value of Bartlett's test that blocks with sums of squares ``ss`` and ``dof`` share one variance."""
+    ok = dof >= 1
+    ss, dof = ss[ok], dof[ok]
+    if ss.size < 2 or np.any(ss <= 0):
+        return 1.0
+    v = ss / dof
+    pooled = ss.sum() / dof.sum()
+    stat = dof.sum() * np.log(pooled) - np.sum(dof * np.log(v))
+    c = 1.0 + (np.sum(1.0 / dof) - 1.0 / dof.sum()) / (3.0 * (ss.size - 1))
+    return float(scipy.stats.chi2.sf(stat / c, ss.size - 1))
+
+
+@dataclass
+class _LsqCov:
+    """Covariance of a least-squares estimate in scaled units (NaN rows/columns for unseen parameters)."""
+
+    classic: np.ndarray
+    robust: np.ndarray
+    seen: np.ndarray  # bool per column: the data determine it
+    s2: float
+    dof: float
+    block_var: dict[int, float]
+    block_dof: dict[int, float]  # residual degrees of freedom of each block's variance
+    p_iid: float
+    pinv: np.ndarray  # (p, n) pseudo-inverse over the seen directions
+    dof_robust: np.ndarray  # per parameter: Satterthwaite degrees of freedom of its sandwich variance
+    step: np.ndarray  # Gauss-Newton step from the estimate (scaled units)
+
+
+def _lsq_covariance(J: np.ndarray, r: np.ndarray, blocks: np.ndarray | None = None,
+                    lost: dict[int, float] | None = None) -> _LsqCov:
+    """``s2 (J^T J)^-1`` and the block sandwich ``(J^T J)^-1 J^T diag(s_b^2) J (J^T J)^-1``, PSD-safe.
+
+    ``blocks`` labels each residual with its block (entries of one block share a variance; default: one
+    block); ``lost`` the residual degrees of freedom a block loses to constraints of its own (a projection).
+    The pseudo-inverse keeps the singular directions whose std stays below the box width
+    (:data:`MAX_SCALED_STD`); a parameter loading on a dropped direction gets NaN.
+    """
+    n, p = J.shape
+    blocks = np.zeros(n, dtype=int) if blocks is None else np.asarray(blocks)
+    lost = lost or {}
+    if p == 0:
+        e = np.zeros((0, 0))
+        return _LsqCov(e, e, np.zeros(0, bool), math.nan, 0.0, {}, {}, 1.0, np.zeros((0, n)), np.zeros(0),
+                       np.zeros(0))
+    U, s, Vt = np.linalg.svd(J, full_matrices=False)
+    n_lost = float(sum(lost.get(int(b), 0.0) for b in np.unique(blocks)))
+    rank = int(np.sum(s > 1e-10 * max(s[0], 1e-300)))
+    dof = n - rank - n_lost
+    s2 = float(r @ r) / dof if dof > 0 else math.nan
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keep = (s > 1e-10 * max(s[0], 1e-300)) & (np.sqrt(s2) / s < MAX_SCALED_STD)
+    unseen = np.sum(Vt[~keep] ** 2, axis=0)
+    seen = unseen < MAX_UNSEEN_LOADING
+    pinv = (Vt[keep].T / s[keep]) @ U[:, keep].T
+    # block variances from E[r_b^T r_b] = sum_c s_c^2 sum_(i in b, j in c) (I - H)_ij^2 (unbiased under
+    # the block model whatever the leverage; non-negative least squares keeps them >= 0)
+    labels = np.unique(blocks)
+    idx = np.searchsorted(labels, blocks)
+    R = np.eye(n) - U[:, keep] @ U[:, keep].T
+    R2 = R ** 2
+    onehot = np.zeros((n, labels.size))
+    onehot[np.arange(n), idx] = 1.0
+    M = onehot.T @ R2 @ onehot
+    ss = onehot.T @ (r ** 2)
+    M -= np.diag([lost.get(int(b), 0.0) for b in labels]) * (np.diag(M) > 0)
+    v, _ = scipy.optimize.nnls(M, ss)
+    dofs = np.diag(M)
+    var = v[idx]
+    block_var = {int(b): float(x) for b, x in zip(labels, v, strict=True)}
+    block_dof = {int(b): float(x) for b, x in zip(labels, dofs, strict=True)}
+    classic = s2 * pinv @ pinv.T
+    robust = (pinv * var) @ pinv.T
+    # each parameter's variance is a sum of block variances, each estimated with its own dof: Satterthwaite
+    parts = ((pinv ** 2) @ onehot) * v[None, :]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dof_r = parts.sum(axis=1) ** 2 / np.sum(parts ** 2 / np.maximum(dofs, 1.0)[None, :], axis=1)
+    for C in (classic, robust):
+        C[~seen, :] = np.nan
+        C[:, ~seen] = np.nan
+    return _LsqCov(classic, robust, seen, s2, dof, block_var, block_dof, _bartlett(ss, dofs), pinv,
+                   np.nan_to_num(dof_r, nan=1.0), -pinv @ r)
+
+
+def _std(C: np.ndarray) -> np.ndarray:
+    """Square roots of a covariance diagonal; NaN (never a root of a negative number) where it is not >= 0."""
+    d = np.diag(C).copy() if C.size else np.zeros(0)
+    ok = np.isfinite(d) & (d >= 0)
+    out = np.full(d.shape, np.nan)
+    out[ok] = np.sqrt(d[ok])
+    return out
+
+
+@dataclass
+class GSAIntervals:
+    """Standard errors and intervals of every GSA-identified parameter, with the verdict on their validity.
+
+    Stiffness: the Jacobian of the stiffness stage's residual (:func:`_modal_residual`) in the fit's scaling
+    (the box mapped to [0, 1]); classic ``s2 (J^T J)^-1`` and a sandwich with one variance per residual block
+    (the frequencies; each mode shape), the sandwich used when Bartlett's test rejects equal variances.
+    Damping: the linear least squares of the damping stage, ``s2 (A^T A)^-1``, plus the stiffness
+    uncertainty carried through the damping rows (two-stage delta method). Units: physical.
+    """
+
+    names: list[str]
+    estimate: np.ndarray
+    std: np.ndarray  # the reported std (NaN: not identifiable)
+    std_classic: np.ndarray
+    std_robust: np.ndarray
+    method: str  # "classic" or "sandwich" (stiffness); damping always classic + propagation
+    reasons: dict[str, str]  # per parameter with no interval: why
+    checks: dict  # p-values and ratios of the adequacy checks
+    problems: list[str]  # failed checks (empty: intervals valid)
+    level: float = 0.95
+    covariance: np.ndarray | None = field(default=None, repr=False)
+    dof: np.ndarray | None = None  # per parameter: degrees of freedom of its variance (t quantile)
+
+    @property
+    def intervals_valid(self) -> bool:
+        return not self.problems
+
+    @property
+    def quantiles(self) -> np.ndarray:
+        """Per parameter: the two-sided ``level`` quantile of Student's t with the variance's dof (the
+        frequency block, which carries most of the stiffness information, has few residual dof)."""
+        q = (1 - self.level) / 2
+        if self.dof is None:
+            return np.full(len(self.names), scipy.stats.norm.isf(q))
+        d = np.where(np.isfinite(self.dof) & (self.dof > 0), self.dof, 1.0)
+        return scipy.stats.t.isf(q, np.maximum(d, 1.0))
+
+    @property
+    def identifiable(self) -> dict[str, bool]:
+        """Identifiable only with valid intervals and a finite std below half the value."""
+        ok = self.intervals_valid
+        return {n: bool(ok and np.isfinite(s) and s < 0.5 * abs(v))
+                for n, v, s in zip(self.names, self.estimate, self.std, strict=True)}
+
+    def ci95(self) -> dict[str, list[float | None]]:
+        out = {}
+        for n, v, s, z in zip(self.names, self.estimate, self.std, self.quantiles, strict=True):
+            ok = np.isfinite(s)
+            out[n] = [float(v - z * s) if ok else None, float(v + z * s) if ok else None]
+        return out
+
+    @property
+    def statement(self) -> str:
+        if self.intervals_valid:
+            return ("fit residuals consistent with the held-back positions and the estimate at the "
+                    "residual's optimum: the intervals apply (they count the scatter of the modal data about "
+                    "the model, not a bias the modal data share)")
+        return "intervals NOT valid - " + "; ".join(self.problems)
+
+    def adequacy_dict(self) -> dict:
+        return {"intervals_valid": self.intervals_valid, "statement": self.statement, "method": self.method,
+                **self.checks}
+
+    def to_dict(self) -> dict:
+        def f(x):
+            return float(x) if np.isfinite(x) else None
+
+        def per_name(v):
+            return {n: f(x) for n, x in zip(self.names, v, strict=True)}
+
+        return {"level": self.level, "ci95": self.ci95(), "std": per_name(self.std),
+                "std_classic": per_name(self.std_classic), "std_robust": per_name(self.std_robust),
+                "dof": None if self.dof is None else per_name(self.dof),
+                "identifiable": self.identifiable, "not_identifiable_reasons": self.reasons,
+                "adequacy": self.adequacy_dict()}
+
+    def format_table(self) -> str:
+        lines = [f"{100 * self.level:g} % intervals of the identified parameters ({self.method} covariance "
+                 "for stiffness; damping with the stiffness uncertainty carried through)",
+                 f"  {'parameter':<10} {'estimate':>11} {'std':>10} {'rel. std':>9} {'lo':>11} {'hi':>11}"
+                 "  identifiable"]
+        idf = self.identifiable
+        for n, v, s, z in zip(self.names, self.estimate, self.std, self.quantiles, strict=True):
+            if np.isfinite(s):
+                lines.append(f"  {n:<10} {v:>11.4g} {s:>10.3g} {100 * s / abs(v):>8.1f}% {v - z * s:>11.4g} "
+                             f"{v + z * s:>11.4g}  {'yes' if idf[n] else 'no'}")
+            else:
+                lines.append(f"  {n:<10} {v:>11.4g} {'-':>10} {'-':>9} {'-':>11} {'-':>11}  no "
+                             f"({self.reasons.get(n, 'no interval')})")
+        lines.append("verdict on the intervals: " + ("valid - " if self.intervals_valid else "")
+                     + self.statement)
+        return "\n".join(lines)
+
+
+def _f_check(r: np.ndarray, var: np.ndarray, dof_fit: float, lost: float = 0.0) -> tuple[float, float]:
+    """Mean square of held-back residuals over their predicted variance, and the one-sided p-value of that
+    ratio as F(n, ``dof_fit``) (the variance is an estimate with ``dof_fit`` degrees of freedom)."""
+    n = max(r.size - lost, 1.0)
+    ratio = float(np.sum(r ** 2 / var)) / n
+    return ratio, float(scipy.stats.f.sf(ratio, n, max(dof_fit, 1.0)))
+
+
+def parameter_intervals(model, reference: ModalReference, estimate: np.ndarray,
+                        stiffness_names: Sequence[str], damping_names: Sequence[str], lo: np.ndarray,
+                        hi: np.ndarray, damping_pairs: Sequence[tuple[int, int]], *,
+                        validation: ModalReference | None = None, n_extra_modes: int = 4,
+                        level: float = 0.95, check_level: float = 0.01) -> GSAIntervals:
+    """Standard errors and ``level`` intervals of a GSA estimate (see :class:`GSAIntervals`).
+
+    Checks that make the intervals not valid (each at ``check_level``, Bonferroni over the checks):
+    the residuals at the held-back ``validation`` positions larger than the fit's residual scale plus the
+    parameter uncertainty predicts (the structure does not carry over: model error); the estimate away from
+    the optimum of the residual the covariance describes (a Gauss-Newton step of more than one std).
+    Parameters on a box bound, or on directions the data do not see, get NaN and a reason.
+    """
+    names = list(stiffness_names) + list(damping_names)
+    n_k, p = len(stiffness_names), len(names)
+    est = np.asarray(estimate, dtype=float)
+    lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    span = hi - lo
+    x = (est - lo) / span
+    n_mm = reference.n_modes + int(n_extra_modes)
+    setup = _Setup(model=model, positions=list(reference.positions), lam=reference.lam,
+                   shapes=reference.shapes, xi=reference.xi, n_k=n_k, n_model_modes=n_mm)
+    reasons: dict[str, str] = {}
+    at_bound = (x <= 1e-6) | (x >= 1 - 1e-6)
+    for q in np.flatnonzero(at_bound):
+        reasons[names[q]] = "on the box bound: the data push it outside the search box"
+
+    # stiffness: Jacobian of the smooth stage residual in the [0, 1] scaling, bound parameters held
+    off = _a1_offset(setup, est)
+    r0, blocks, match = _modal_residual(setup, est, offset=off)
+    free_k = np.flatnonzero(~at_bound[:n_k])
+
+    def res_k(xf, setup=setup, match=match):
+        row = est.copy()
+        row[free_k] = lo[free_k] + xf * span[free_k]
+        return _modal_residual(setup, row, match, off)[0]
+
+    Jk = _jacobian(res_k, x[free_k])
+    n_pairs = int(blocks.max()) + 1 if blocks.size else 0
+    lc = _lsq_covariance(Jk, r0, blocks, {b: 1.0 for b in range(n_pairs)})
+    method = "sandwich" if lc.p_iid < IID_LEVEL else "classic"
+    cov_k_s = lc.robust if method == "sandwich" else lc.classic  # scaled units, free stiffness only
+    cov = np.full((p, p), np.nan)
+    std_c, std_r = np.full(p, np.nan), np.full(p, np.nan)
+    dof = np.full(p, np.nan)
+    fk = free_k
+    cov[np.ix_(fk, fk)] = cov_k_s * np.outer(span[fk], span[fk])
+    std_c[fk] = _std(lc.classic) * span[fk]
+    std_r[fk] = _std(lc.robust) * span[fk]
+    dof[fk] = lc.dof_robust if method == "sandwich" else lc.dof
+    for q, ok in zip(fk, lc.seen, strict=True):
+        if not ok:
+            reasons[names[q]] = "the modal data do not see it (near-singular direction of the Jacobian)"
+    checks: dict = {"stiffness_residual_dof": lc.dof, "p_equal_block_variances": lc.p_iid}
+    problems: list[str] = []
+    n_checks = 2 + (validation is not None)
+    alpha = check_level / n_checks
+    with np.errstate(invalid="ignore"):
+        zstep = np.abs(lc.step) / np.sqrt(np.diag(cov_k_s))
+    zmax = float(np.nanmax(zstep)) if np.any(np.isfinite(zstep)) else 0.0
+    checks["gauss_newton_step_std"] = zmax
+    if zmax > 1.0:
+        q = fk[int(np.nanargmax(zstep))]
+        problems.append(f"the estimate is {zmax:.2g} std from the optimum of the residual ({names[q]}): "
+                        "the fit did not converge there, the intervals are not centred")
+
+    # damping: the linear stage, plus the stiffness uncertainty through its rows
+    n_c = len(damping_names)
+    if n_c and damping_pairs:
+        shift = _a1_damping_shift(setup, est)
+
+        def rows_at(k_row):
+            A, b = [], []
+            got = {}
+            for i, j in damping_pairs:
+                if i not in got:
+                    xi0, Q, _ = _damping_rows(setup, k_row, i)
+                    got[i] = (xi0 + shift[i], Q)
+                xi0, Q = got[i]
+                xr = reference.xi[i][j]
+                A.append(Q[j] / xr)
+                b.append((xr - xi0[j]) / xr)
+            return np.array(A), np.array(b)
+
+        A, b = rows_at(est)
+        fc = np.flatnonzero(~at_bound[n_k:])
+        fixed = np.flatnonzero(at_bound[n_k:])
+        rc = b - A[:, fc] @ est[n_k + fc] - A[:, fixed] @ est[n_k + fixed]
+        As = A[:, fc] * span[n_k + fc]
+        ld = _lsq_covariance(As, rc)
+
+        def res_c(xf):
+            row = est.copy()
+            row[free_k] = lo[free_k] + xf * span[free_k]
+            A2, b2 = rows_at(row)
+            return b2 - A2 @ est[n_k:]
+
+        G = _jacobian(res_c, x[free_k])
+        prop = G @ np.nan_to_num(cov_k_s) @ G.T
+        cov_c = ld.classic + ld.pinv @ prop @ ld.pinv.T
+        cov_c[~ld.seen, :] = np.nan
+        cov_c[:, ~ld.seen] = np.nan
+        fcg = n_k + fc
+        cov[np.ix_(fcg, fcg)] = cov_c * np.outer(span[fcg], span[fcg])
+        cov[np.ix_(fcg, fk)] = (-ld.pinv @ G @ cov_k_s) * np.outer(span[fcg], span[fk])
+        cov[np.ix_(fk, fcg)] = cov[np.ix_(fcg, fk)].T
+        std_c[fcg] = _std(cov_c) * span[fcg]
+        std_r[fcg] = std_c[fcg]
+        dof[fcg] = ld.dof
+        checks["damping_residual_dof"] = ld.dof
+        if not ld.dof > 0:
+            for q in fcg:
+                reasons.setdefault(names[q], "no residual degrees of freedom left in the damping stage")
+                std_c[q] = std_r[q] = np.nan
+        for q, ok in zip(fcg, ld.seen, strict=True):
+            if not ok:
+                reasons.setdefault(names[q], "the damping rows do not see it (near-singular direction)")
+        s2_c = ld.s2
+    else:
+        s2_c = math.nan
+        for q in range(n_k, p):
+            reasons.setdefault(names[q], "no damping rows")
+    std = std_r if method == "sandwich" else std_c
+    std = np.where(at_bound, np.nan, std)
+
+    # validation: do the held-back positions scatter as the fit's residuals predict?
+    if validation is not None:
+        vs = _Setup(model=model, positions=list(validation.positions), lam=validation.lam,
+                    shapes=validation.shapes, xi=validation.xi, n_k=n_k, n_model_modes=n_mm)
+        off_v = _a1_offset(vs, est)
+        rv, bv, mv = _modal_residual(vs, est, offset=off_v)
+
+        def res_v(xf, vs=vs, mv=mv):
+            row = est.copy()
+            row[free_k] = lo[free_k] + xf * span[free_k]
+            return _modal_residual(vs, row, mv, off_v)[0]
+
+        Jv = _jacobian(res_v, x[free_k])
+        pv = np.einsum("ij,jk,ik->i", Jv, np.nan_to_num(cov_k_s), Jv)
+        shape_b = [b_ for b_ in lc.block_var if b_ >= 0]
+        shape_var = float(np.mean([lc.block_var[b_] for b_ in shape_b])) if shape_b else math.nan
+        var = np.where(bv < 0, lc.block_var.get(-1, lc.s2), shape_var) + pv
+        fsel = bv < 0
+        n_vp = int(bv.max()) + 1 if bv.size else 0
+        rat_f, p_f = _f_check(rv[fsel], var[fsel], lc.block_dof.get(-1, lc.dof))
+        rat_s, p_s = _f_check(rv[~fsel], var[~fsel], sum(lc.block_dof[b_] for b_ in shape_b), float(n_vp))
+        ps = [p_f, p_s]
+        checks.update(validation_frequency_ratio=rat_f, validation_shape_ratio=rat_s)
+        if np.isfinite(s2_c) and n_c:
+            xi_v = []
+            shift_v = _a1_damping_shift(vs, est)
+            for i in range(len(validation.positions)):
+                xi0, Q, _ = _damping_rows(vs, est, i)
+                xi_v.append((validation.xi[i] - xi0 - shift_v[i] - Q @ est[n_k:]) / validation.xi[i])
+            rd = np.concatenate(xi_v)
+            rat_d, p_d = _f_check(rd, np.full(rd.size, s2_c), checks["damping_residual_dof"])
+            checks.update(validation_damping_ratio=rat_d)
+            ps.append(p_d)
+        ratios = [checks[k] for k in ("validation_frequency_ratio", "validation_shape_ratio",
+                                      "validation_damping_ratio") if k in checks]
+        checks["p_validation"] = checks["p_value"] = float(min(1.0, len(ps) * min(ps)))
+        big = [p_ for p_, r_ in zip(ps, ratios, strict=True) if r_ >= VALIDATION_RATIO]
+        if big and len(ps) * min(big) < alpha:
+            parts = [f"{k.split('_')[1]} {checks[k]:.3g}x" for k in
+                     ("validation_frequency_ratio", "validation_shape_ratio", "validation_damping_ratio")
+                     if k in checks]
+            problems.append("the held-back positions' residuals exceed what the fit's residual scale and "
+                            f"parameter uncertainty predict (mean square / predicted: {', '.join(parts)}; "
+                            f"p = {checks['p_validation']:.2g}): the model's structure does not carry over "
+                            "(modelling error), so the estimate may sit off the truth by more than its std")
+    return GSAIntervals(names=names, estimate=est, std=std, std_classic=std_c, std_robust=std_r,
+                        method=method, reasons=reasons, checks=checks, problems=problems, level=float(level),
+                        covariance=cov, dof=dof)
 
 
 # ------------------------------------------------------------------------------ evaluation
@@ -377,6 +869,9 @@ class GSAIdentificationResult:
     seconds: dict[str, float]
     n_evaluations: int
     truth: np.ndarray | None = None
+    intervals: GSAIntervals | None = None  # standard errors, 95 % intervals, validity verdict
+    #: (position, mode) pairs, least stiffness-sensitive NDD^2 first (the damping stage's order)
+    damping_ranking: list[tuple[int, int]] = field(default_factory=list)
 
     def as_dict_params(self) -> dict[str, float]:
         return {n: float(v) for n, v in zip(self.names, self.estimate, strict=True)}
@@ -398,9 +893,13 @@ class GSAIdentificationResult:
                 lines.append(f"  {label:<14}" + "".join(f"{100 * ev['table'][c][key]:>9.2f}" for c in cols))
         dev = self.relative_deviation()
         if dev is not None:
-            lines.append("parameter deviation from truth, %")
-            for n, d, e in zip(self.names, dev, self.estimate, strict=True):
-                lines.append(f"  {n:<10} {e:>12.4g} {100 * d:>+8.2f}")
+            lines.append("parameter deviation from truth, % (and in interval std, where there is one)")
+            std = self.intervals.std if self.intervals is not None else np.full(len(self.names), np.nan)
+            for n, d, e, t, sd in zip(self.names, dev, self.estimate, self.truth, std, strict=True):
+                z = f" {(e - t) / sd:>+7.2f} std" if np.isfinite(sd) and sd > 0 else ""
+                lines.append(f"  {n:<10} {e:>12.4g} {100 * d:>+8.2f}{z}")
+        if self.intervals is not None:
+            lines.append(self.intervals.format_table())
         lines.append("wall time: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items()))
         return "\n".join(lines)
 
@@ -431,10 +930,67 @@ class GSAIdentificationResult:
             "validation": ev(self.validation),
             "seconds": self.seconds,
             "n_evaluations": self.n_evaluations,
+            "ci95": self.intervals.ci95() if self.intervals is not None else None,
+            "adequacy": self.intervals.adequacy_dict() if self.intervals is not None else None,
+            "intervals": self.intervals.to_dict() if self.intervals is not None else None,
         }
 
 
 # ------------------------------------------------------------------------------ the procedure
+def _damping_stage(setup: _Setup, reference: ModalReference, est: np.ndarray, ranked: list[tuple[int, int]],
+                   lo: np.ndarray, hi: np.ndarray, n_damping_pairs: int, min_residual_damping: float,
+                   shift: list[np.ndarray] | None = None) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Damping parameters by bounded linear least squares on the relative residual modal damping of the
+    first ``n_damping_pairs`` of ``ranked`` (pairs least influenced by stiffness first); returns the
+    damping values and the pairs used. ``shift`` (:func:`_a1_damping_shift`) corrects the formula."""
+    n_k = setup.n_k
+    n_c = lo.size - n_k
+    rows = {i: _damping_rows(setup, est, i) for i in range(len(setup.positions))}
+    if shift is not None:
+        rows = {i: (xi0 + shift[i], Q, mx) for i, (xi0, Q, mx) in rows.items()}
+    chosen_rows = []
+    for i, j in ranked[:max(int(n_damping_pairs), n_c)]:
+        xi0, Q, _ = rows[i]
+        chosen_rows.append((i, j, reference.xi[i][j] - xi0[j], Q[j], reference.xi[i][j]))
+    keep = [r for r in chosen_rows if r[2] >= min_residual_damping]
+    if len(keep) < n_c:
+        keep = chosen_rows
+    A = np.array([qrow / xr for _, _, _, qrow, xr in keep])
+    b = np.array([res / xr for _, _, res, _, xr in keep])
+    sol = scipy.optimize.lsq_linear(A, b, bounds=(lo[n_k:], hi[n_k:]))
+    return sol.x, [(i, j) for i, j, _, _, _ in keep]
+
+
+def local_refit(model, reference: ModalReference, stiffness_names: Sequence[str],
+                damping_names: Sequence[str], lo: Sequence[float], hi: Sequence[float], start: np.ndarray,
+                damping_ranking: Sequence[tuple[int, int]], *, validation: ModalReference | None = None,
+                maxiter: int = 60, n_damping_pairs: int = 20, min_residual_damping: float = 0.005,
+                n_extra_modes: int = 4) -> tuple[np.ndarray, GSAIntervals]:
+    """The local part of :func:`identify` from ``start`` (its joint stiffness step, then the damping stage
+    on the pairs in ``damping_ranking`` order) and the intervals of the result.
+
+    Skips the Sobol partition and the subproblems (which find the basin): for Monte Carlo refits of one
+    configuration whose pair ranking (``GSAIdentificationResult.damping_ranking``) is known.
+    """
+    lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    n_k = len(stiffness_names)
+    setup = _Setup(model=model, positions=list(reference.positions), lam=reference.lam,
+                   shapes=reference.shapes, xi=reference.xi, n_k=n_k,
+                   n_model_modes=reference.n_modes + int(n_extra_modes))
+    est = np.asarray(start, dtype=float).copy()
+    dpairs: list[tuple[int, int]] = []
+    for corrected in (False, True):
+        off = _a1_offset(setup, est) if corrected else None
+        shift = _a1_damping_shift(setup, est) if corrected else None
+        est[:n_k] = _refine(setup, est, lo, hi, maxiter, off)
+        if len(damping_names):
+            est[n_k:], dpairs = _damping_stage(setup, reference, est, list(damping_ranking), lo, hi,
+                                               n_damping_pairs, min_residual_damping, shift)
+    iv = parameter_intervals(model, reference, est, stiffness_names, damping_names, lo, hi, dpairs,
+                             validation=validation, n_extra_modes=n_extra_modes)
+    return est, iv
+
+
 def identify(model, reference: ModalReference, stiffness_names: Sequence[str], damping_names: Sequence[str],
              lo: Sequence[float], hi: Sequence[float], *, validation: ModalReference | None = None,
              start: np.ndarray | None = None, sobol_n: int = 128, threshold: float = 0.01,
@@ -509,38 +1065,37 @@ def identify(model, reference: ModalReference, stiffness_names: Sequence[str], d
     t0 = time.perf_counter()
     n_c = len(damping_names)
     dpairs: list[tuple[int, int]] = []
+    ranked: list[tuple[int, int]] = []
     if n_c:
         inter = s_ndd.ST[:, :n_k].sum(axis=1)
         ranked = [pairs[k] for k in np.argsort(inter)]
-        rows = {i: _damping_rows(setup, est, i) for i in range(n_pos)}
-        A, b = [], []
-        chosen_rows = []
-        for i, j in ranked[:max(int(n_damping_pairs), n_c)]:
-            xi0, Q, _ = rows[i]
-            res = reference.xi[i][j] - xi0[j]
-            chosen_rows.append((i, j, res, Q[j], reference.xi[i][j]))
-        keep = [r for r in chosen_rows if r[2] >= min_residual_damping]
-        if len(keep) < n_c:
-            keep = chosen_rows
-        for i, j, res, qrow, xr in keep:
-            A.append(qrow / xr)
-            b.append(res / xr)
-            dpairs.append((i, j))
-        sol = scipy.optimize.lsq_linear(np.array(A), np.array(b), bounds=(lo[n_k:], hi[n_k:]))
-        est[n_k:] = sol.x
+        est[n_k:], dpairs = _damping_stage(setup, reference, est, ranked, lo, hi, n_damping_pairs,
+                                           min_residual_damping)
+    if refine:  # once more, with assumption A1's own shift (at the estimate) taken out of both stages
+        say("stiffness and damping: correction for the undamped-mode assumption")
+        off, shift = _a1_offset(setup, est), _a1_damping_shift(setup, est)
+        est[:n_k] = _refine(setup, est, lo, hi, maxiter, off)
+        if n_c:
+            est[n_k:], dpairs = _damping_stage(setup, reference, est, ranked, lo, hi, n_damping_pairs,
+                                               min_residual_damping, shift)
     seconds["damping"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     ev_id = evaluate_model(model, est, reference, n_extra_modes)
     ev_val = evaluate_model(model, est, validation, n_extra_modes) if validation is not None else None
     seconds["evaluation"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    iv = parameter_intervals(model, reference, est, stiffness_names, damping_names, lo, hi, dpairs,
+                             validation=validation, n_extra_modes=n_extra_modes)
+    seconds["intervals"] = time.perf_counter() - t0
     seconds["total"] = time.perf_counter() - t_all
     return GSAIdentificationResult(
         names=names, stiffness_names=list(stiffness_names), damping_names=list(damping_names), estimate=est,
         start=start, lo=lo, hi=hi, sobol_macxp=s_mac, sobol_ndd2=s_ndd, pairs=pairs, subproblems=subs,
         chosen_subproblem=chosen, spread=spread, damping_pairs=dpairs, identification=ev_id,
         validation=ev_val, seconds=seconds, n_evaluations=int(n_eval),
-        truth=None if truth is None else np.asarray(truth, dtype=float))
+        truth=None if truth is None else np.asarray(truth, dtype=float), intervals=iv,
+        damping_ranking=ranked)
 
 
 def fraction_within(result: GSAIdentificationResult, tol: float = 0.05, which: str = "stiffness") -> float:

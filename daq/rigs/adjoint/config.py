@@ -127,6 +127,9 @@ class SequentialTable(Table, kw_only=True):
     shrink: Annotated[float, Meta(gt=0, le=1)] = 0.25   # warm start = shrink * previous input
     cold_start: bool = True           # also design from F0 and keep the better (a far-off old design traps
                                       # the warm start: see identification.sequential_design.redesign)
+    accumulate: bool = True           # a redesign maximises the information of all runs together (the
+                                      # earlier inputs' Fisher matrix at the estimate as prior); false: the
+                                      # new run's own, as if it were the only one
     alpha: Annotated[float, Meta(gt=0, lt=1)] = 0.05  # level of the confidence ellipsoid in the estimates
     wait_timeout: Wait = 120.0        # s the plan waits for a run's estimate
 

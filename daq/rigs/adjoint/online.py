@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -235,21 +236,31 @@ async def decide(ctx: Context, ident: DriveIdentifier, n_runs: int,
     return reason, est
 
 
-def redesigned_signal(cfg: AdjointRigConfig, values: dict[str, float], u_prev: np.ndarray,
-                      run: int) -> tuple[np.ndarray, dict]:
+def redesigned_signal(cfg: AdjointRigConfig, values: dict[str, float], u_prev: np.ndarray, run: int,
+                      earlier: Sequence[np.ndarray] | None = None) -> tuple[np.ndarray, dict]:
     """The adjoint input re-solved at ``values`` (warm start from ``u_prev``), with the info the
     trajectory events carry (as :func:`daq.rigs.adjoint.design.signal_of`). Blocking: call it off the
-    loop."""
+    loop.
+
+    ``earlier``: every input run so far (default: ``u_prev`` alone). With ``[sequential] accumulate`` (the
+    default) the design maximises the information of those runs and the new one together - their Fisher
+    matrix at ``values`` is the design's prior (``identification.sequential_design.redesign``) - so the new
+    input targets what is still uncertain; else the new run's own. The info records which (``objective``,
+    ``prior_fisher``) and the predicted std of the new run alone and of all runs together."""
     from identification.adjoint_design import evaluate  # lazy: scipy
     from identification.adjoint_plants import design_problem, reference_inputs  # lazy: scipy
-    from identification.sequential_design import redesign  # lazy: scipy
+    from identification.sequential_design import earlier_fisher, redesign  # lazy: scipy
 
     a = cfg.adjoint
     pb = design_problem(a.plant, {**nominal_values(cfg), **values}, a.spec())
+    ran = [np.asarray(u_prev, float)] if earlier is None else [np.asarray(u, float) for u in earlier]
+    held = earlier_fisher(pb, ran)  # at the estimate: what the runs so far hold
+    accumulate = cfg.sequential.accumulate
     cold = reference_inputs(pb, a.start)["F0"] if cfg.sequential.cold_start else None
     t0 = time.perf_counter()
     res = redesign(pb, u_prev, shrink=cfg.sequential.shrink, also_from=cold, method=a.method,
-                   max_iter=a.max_iter, rounds=a.rounds, end_tol=a.end_tol)
+                   max_iter=a.max_iter, rounds=a.rounds, end_tol=a.end_tol,
+                   earlier=ran if accumulate else None)
     force = res.u[:, 0].copy()
     ev = evaluate(pb, force[:, None], gradient=False)
     names = list(pb.model.state_names)
@@ -259,6 +270,12 @@ def redesigned_signal(cfg: AdjointRigConfig, values: dict[str, float], u_prev: n
             "design_s": time.perf_counter() - t0, "parameters": list(pb.model.param_names),
             "design_point": pb.b.tolist(), "fisher": ev.fisher.tolist(),
             "predicted_std": fisher_std(ev.fisher).tolist(),
+            "accumulate": accumulate,
+            "objective": (f"information of all {len(ran) + 1} runs together (the {len(ran)} earlier inputs' "
+                          f"Fisher matrix at the estimate as prior)") if accumulate else
+                         "information of this run alone",
+            "prior_fisher": held.tolist() if accumulate else None,
+            "predicted_std_all_runs": fisher_std(ev.fisher + held).tolist(),
             "end_residuals": {names[c.index]: float(r) for c, r in zip(pb.end_conditions, ev.end_residuals,
                                                                         strict=True)},
             "input_dt": pb.dt, "peak_force": float(np.abs(force).max())}

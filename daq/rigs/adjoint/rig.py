@@ -322,8 +322,10 @@ class AdjointRig(drive.DriveRig[AdjointRigConfig, Runs | None, AdjointAnalysis])
         ident = await online.start(ctx)
         t_plan = time.monotonic()
         loop = asyncio.get_running_loop()
+        ran: list[np.ndarray] = []  # every input run so far: a redesign adds to their information
         while True:
             await self._run_once(ctx, dt, force, dict(info, run=ctx.summary["runs"]))
+            ran.append(force)
             n = ctx.summary["runs"]
             reason, est = await online.decide(ctx, ident, n, time.monotonic() - t_plan)
             if reason is not None:
@@ -331,7 +333,7 @@ class AdjointRig(drive.DriveRig[AdjointRigConfig, Runs | None, AdjointAnalysis])
             if seq.redesign and est is not None:
                 values = dict(zip(est["parameters"], est["values"], strict=True))
                 force, info = await loop.run_in_executor(None, online.redesigned_signal, ctx.config,
-                                                         values, force, n)
+                                                         values, force, n, tuple(ran))
                 check_signal(ctx, force, info)
                 ctx.advance(0, f"redesigned at {values} in {info['design_s']:.1f} s")
 

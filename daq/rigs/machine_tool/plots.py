@@ -63,9 +63,14 @@ def write_plots(result, directory: str | Path) -> list[Path]:
     if dev is None:
         dev = (g.estimate - g.start) / g.start
     fig, ax = plt.subplots(figsize=(11, 4))
-    ax.bar(x, 100 * dev, color=["C0"] * len(g.stiffness_names) + ["C1"] * len(g.damping_names))
+    iv = getattr(g, "intervals", None)
+    # 95 % half-widths relative to the reference value (no bar: no interval - not identifiable)
+    ref_value = g.truth if g.truth is not None else g.start
+    err = None if iv is None else 100 * iv.quantiles * np.nan_to_num(iv.std, nan=0.0) / np.abs(ref_value)
+    ax.bar(x, 100 * dev, color=["C0"] * len(g.stiffness_names) + ["C1"] * len(g.damping_names), yerr=err,
+           capsize=2, ecolor="0.3")
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xticks(x, g.names, rotation=90)
-    ax.set_ylabel(f"deviation from {ref_label} [%]")
+    ax.set_ylabel(f"deviation from {ref_label} [%]" + ("" if iv is None else ", 95 % interval"))
     files.append(save_figure(fig, out / "parameter_deviation.png", dpi=110))
     return files

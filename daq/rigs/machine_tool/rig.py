@@ -189,7 +189,8 @@ MODAL_STD_NOTE = ("  (std = spread of the pole over the stabilisation orders and
                   "modal viscous, bias of the H1 FRF estimate, residual terms for modes beyond the band - "
                   "moves the poles by more: on a known-answer FRF set the 95 % intervals hold ~95 %, on the "
                   "simulated machine tool the frequencies lie up to ~15 std off (small in Hz, but a bias): "
-                  "read the intervals as lower bounds)")
+                  "read the intervals as lower bounds; the parameter intervals below do not use them: they "
+                  "come from the scatter of the modal data about the identified model)")
 
 
 @dataclass
