@@ -130,11 +130,15 @@ def test_acquisition_keeps_its_rate_while_the_identifier_works(session):
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # no sequence gaps
     assert stats["gap_count"] == 0
     dt = np.diff(force.t)
-    assert abs(np.median(dt) - 1 / rate) < 0.2 / rate
-    for t in t_est:  # around every published estimate (the fit ran just before it)
-        near = (force.t[1:] > t - 0.5) & (force.t[1:] < t + 0.5)
-        assert near.sum() > 10
-        assert abs(np.median(dt[near]) - 1 / rate) < 0.2 / rate
+    # the rate over the run (a late poll is caught up, so count samples rather than read one spacing)
+    assert abs((force.t[-1] - force.t[0]) / len(dt) - 1 / rate) < 0.1 / rate
+    inside = [t for t in t_est if force.t[0] + 0.5 < t < force.t[-1] - 0.5]
+    assert inside
+    for t in inside:  # the second around every published estimate (the fit ran just before it)
+        n = np.count_nonzero((force.t > t - 0.5) & (force.t < t + 0.5))
+        # samples per second as anywhere else: the identifier's work neither stalls nor thins the
+        # acquisition (on a loaded machine a late poll is caught up within the second, so count)
+        assert abs(n - rate) < 0.2 * rate, (t, n)
 
 
 async def test_watch_prints_replayed_estimates_as_json_lines(session, capsys):
