@@ -37,6 +37,7 @@ from identification.adjoint_design import (
 from identification.drive_simulation import DEFAULT_FRICTION_EPS, prepare_input, simulate
 from identification.model_selection import fit_structure, parse_name
 from identification.ode_models import PENDULUM_PARAMS, CartPendulumModel, crane_model, oscillator_model
+from identification.residual_adequacy import hac_covariance
 from identification.sequential_design import Record, fit_runs
 
 __all__ = ["DEFAULT_SPECS", "DESIGN_VALUES", "design_problem", "start_input", "reference_inputs", "PLANTS",
@@ -157,6 +158,10 @@ class RecordFit:
     t: np.ndarray                 # instants of y_fit, s (runs one after the other)
     y_fit: np.ndarray
     n_runs: int = 1               # records fitted together
+    robust_cov: np.ndarray | None = None    # Newey-West sandwich at the estimate (issue 21); None: none
+    hac_bandwidth: float = math.nan
+    residuals: np.ndarray | None = None     # model - measured on the fitted samples, runs stacked
+    run_sizes: tuple[int, ...] = ()         # fitted samples per run
 
     @property
     def predicted_std(self) -> np.ndarray:
@@ -166,6 +171,14 @@ class RecordFit:
     @property
     def residual_based_std(self) -> np.ndarray:
         return np.sqrt(np.diag(self.residual_cov))
+
+    @property
+    def robust_std(self) -> np.ndarray:
+        """Marginal std of the robust (HAC) covariance; NaN where it is not computed or not PSD."""
+        if self.robust_cov is None:
+            return np.full(self.estimate.size, np.nan)
+        d = np.diag(self.robust_cov)
+        return np.sqrt(np.where(d >= 0, d, np.nan))
 
 
 def analysis_model(plant: str, values: dict, names: list[str]):
@@ -242,7 +255,8 @@ def fit_records(plant: str, values: dict, params: list[str], nuisance: dict[str,
         t0 += yf.shape[0] * r.dt
     return RecordFit(names, len(params), fit.b, b_design, sigma**2 * _inv(J.T @ J), fit.covariance,
                      fit.residual_std, J.shape[0], fit.success, fit.nfev, fit.message, np.concatenate(t),
-                     np.concatenate(y_fit), n_runs=len(runs))
+                     np.concatenate(y_fit), n_runs=len(runs), robust_cov=fit.robust_covariance,
+                     hac_bandwidth=fit.hac_bandwidth, residuals=fit.residuals, run_sizes=fit.run_sizes)
 
 
 def _fit_crane(names, n_design, point, b_design, b0, u, dt, y, sigma, skip, decimate, eps) -> RecordFit:
@@ -266,7 +280,10 @@ def _fit_crane(names, n_design, point, b_design, b0, u, dt, y, sigma, skip, deci
     est = np.array([fit.params[n] for n in names])
     at_fit = simulate(s, fit.params, inp, sensitivities=False, friction_eps=eps)
     n_used = Jf.shape[0]
+    res = (np.asarray(at_fit.y, float) - np.asarray(y, float)[::decimate][: at_fit.y.size])[skip:][:n_used]
+    robust, bw = hac_covariance(Jf[: res.size], res) if res.size == n_used else (None, math.nan)
     return RecordFit(names, n_design, est, b_design, sigma**2 * _inv(J.T @ J), fit.sigma2 * _inv(Jf.T @ Jf),
                      math.sqrt(fit.sigma2), n_used, not fit.at_bound, fit.n_evals,
                      f"at bound: {fit.at_bound}" if fit.at_bound else "ok",
-                     np.arange(at_fit.y.size) * dt * decimate, np.asarray(at_fit.y, float))
+                     np.arange(at_fit.y.size) * dt * decimate, np.asarray(at_fit.y, float),
+                     robust_cov=robust, hac_bandwidth=bw, residuals=res, run_sizes=(int(res.size),))

@@ -175,21 +175,45 @@ def _andrews_bandwidth(G: np.ndarray) -> float:
     return float(min(1.1447 * (a1 * n) ** (1 / 3), n / 4))
 
 
-def hac_covariance(S: np.ndarray, r: np.ndarray, bandwidth: float | None = None) -> tuple[np.ndarray, float]:
-    """Newey-West sandwich covariance of a least-squares estimate with output sensitivity ``S`` (n, p) and
-    residuals ``r`` (n,): ``(S^T S)^-1 Omega (S^T S)^-1``,
-    ``Omega = sum_|l|<=L (1 - |l|/(L+1)) sum_t g_t g_{t+l}^T``
-    with ``g_t = S_t r_t`` (scaled by n / (n - p)). Returns (covariance, bandwidth L)."""
-    S = np.asarray(S, float)
-    r = np.asarray(r, float).ravel()
-    n, p = S.shape
-    G = S * r[:, None]
-    L = _andrews_bandwidth(G) if bandwidth is None else float(bandwidth)
+def _bartlett_long_run(G: np.ndarray, L: float) -> np.ndarray:
+    """``sum_|l|<=L (1 - |l|/(L+1)) sum_t g_t g_{t+l}^T`` of the score series G (n, p); PSD for any L."""
     Omega = G.T @ G
     for lag in range(1, int(np.floor(L)) + 1):
         w = 1.0 - lag / (L + 1.0)
         Gam = G[lag:].T @ G[:-lag]
         Omega += w * (Gam + Gam.T)
+    return Omega
+
+
+def hac_covariance(S: np.ndarray, r: np.ndarray, bandwidth: float | None = None,
+                   runs: Sequence[int] | None = None) -> tuple[np.ndarray, float]:
+    """Newey-West sandwich covariance of a least-squares estimate with output sensitivity ``S`` (n, p) and
+    residuals ``r`` (n,): ``(S^T S)^-1 Omega (S^T S)^-1``,
+    ``Omega = sum_|l|<=L (1 - |l|/(L+1)) sum_t g_t g_{t+l}^T``
+    with ``g_t = S_t r_t`` (scaled by n / (n - p)). Returns (covariance, bandwidth L).
+
+    ``runs``: lengths of consecutive independent records stacked in ``S`` and ``r`` (several runs of a
+    rig): the lag sums stay inside each record, and each gets its own bandwidth (the largest is returned).
+    The Bartlett weights keep every record's ``Omega`` positive semi-definite, also when the scores are
+    negatively correlated from sample to sample (a speed differenced from encoder counts), where the
+    truncated sum removes the white-noise part that cancels over time; the AR(1) plug-in rule grows with
+    ``rho^2``, so a negative lag-1 correlation widens the window as a positive one does."""
+    S = np.asarray(S, float)
+    r = np.asarray(r, float).ravel()
+    n, p = S.shape
+    G = S * r[:, None]
+    sizes = [n] if runs is None else [int(k) for k in runs]
+    if sum(sizes) != n:
+        raise ValueError(f"run lengths {sizes} do not add up to the {n} residuals")
+    Omega, L, i = np.zeros((p, p)), 0.0, 0
+    for k in sizes:
+        if k == 0:
+            continue
+        Gk = G[i:i + k]
+        i += k
+        Lk = (_andrews_bandwidth(Gk) if k > 2 else 0.0) if bandwidth is None else float(bandwidth)
+        Omega += _bartlett_long_run(Gk, Lk)
+        L = max(L, Lk)
     Omega *= n / max(n - p, 1)
     d = np.linalg.norm(S, axis=0)
     d = np.where(d > 0, d, 1.0)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import scipy.optimize
@@ -37,6 +37,7 @@ from identification.adjoint_design import (
 )
 from identification.ellipsoid import confidence_ellipsoid
 from identification.ode_models import ODEModel
+from identification.residual_adequacy import hac_covariance
 
 __all__ = ["Record", "RunsFit", "fit_runs", "scan_start", "stop_reason", "redesign", "predicted_std",
            "earlier_fisher"]
@@ -67,7 +68,12 @@ class RunsFit:
     """Estimate over ``n_runs`` records (one shape for every call of :func:`fit_runs`).
 
     ``covariance = s2 * (J^T J)^-1`` with ``s2`` the pooled residual variance (output units squared),
-    i.e. the noise is estimated from the records, not taken from the design's assumed sigma.
+    i.e. the noise is estimated from the records, not taken from the design's assumed sigma. It takes
+    the residuals as white: when they are correlated in time (a speed differenced from encoder counts
+    has negatively correlated quantisation noise, issue 21) it misstates the noise at the frequencies
+    that carry the information. ``robust_covariance`` is the Newey-West sandwich over time
+    (:func:`identification.residual_adequacy.hac_covariance`, lags inside each run) that stays honest
+    then; ``residuals`` and ``run_sizes`` (samples per run, after ``skip``) let a caller check whiteness.
     """
 
     names: list[str]
@@ -86,6 +92,18 @@ class RunsFit:
     alpha: float
     semi_axes: np.ndarray       # of the (1 - alpha) confidence ellipsoid, eigenvector order
     axes: np.ndarray
+    robust_covariance: np.ndarray | None = None   # HAC sandwich (None: not computed)
+    hac_bandwidth: float = math.nan               # Bartlett window, samples (largest over the runs)
+    residuals: np.ndarray | None = field(default=None, repr=False)  # model - measured, runs stacked
+    run_sizes: tuple[int, ...] = ()
+
+    @property
+    def robust_std(self) -> np.ndarray:
+        """Square roots of the robust covariance's diagonal (NaN where it is not computed)."""
+        if self.robust_covariance is None:
+            return np.full(self.b.size, np.nan)
+        d = np.diag(self.robust_covariance)
+        return np.sqrt(np.where(d >= 0, d, np.nan))
 
     @property
     def residual_std(self) -> float:
@@ -96,7 +114,9 @@ class RunsFit:
         parameters of a fit that also estimated nuisance parameters."""
         cov = self.covariance[:k, :k]
         ell = confidence_ellipsoid(self.b[:k], cov, self.alpha) if np.all(np.isfinite(cov)) else None
+        rob = None if self.robust_covariance is None else self.robust_covariance[:k, :k]
         return replace(self, names=self.names[:k], b=self.b[:k], covariance=cov, std=self.std[:k],
+                       robust_covariance=rob,
                        rel_std=self.rel_std[:k], start=self.start[:k],
                        semi_axes=ell.semi_axes if ell else np.full(k, np.inf),
                        axes=ell.axes if ell else np.eye(k))
@@ -108,7 +128,9 @@ class RunsFit:
                 "ellipse_semi_axes": self.semi_axes.tolist(), "ellipse_axes": self.axes.tolist(),
                 "alpha": self.alpha, "used": self.n_runs, "n_obs": self.n_obs, "s2": self.s2,
                 "residual_std": self.residual_std, "nfev": self.nfev, "success": self.success,
-                "scanned": self.scanned}
+                "scanned": self.scanned,
+                "robust_std": [float(x) if math.isfinite(x) else None for x in self.robust_std],
+                "hac_bandwidth": float(self.hac_bandwidth) if math.isfinite(self.hac_bandwidth) else None}
 
 
 def _stacked(model: ODEModel, b: np.ndarray, runs: Sequence[Record]) -> tuple[np.ndarray, np.ndarray]:
@@ -201,11 +223,14 @@ def _fit_from(model: ODEModel, runs: Sequence[Record], b0: np.ndarray, alpha: fl
     std = np.sqrt(np.abs(np.diag(cov)))
     rel = std / np.where(b != 0, np.abs(b), np.nan)
     ell = confidence_ellipsoid(b, cov, alpha) if np.all(np.isfinite(cov)) else None
+    sizes = tuple(int(run.y[run.skip:].size) for run in runs)
+    robust, bw = hac_covariance(J, r.fun, runs=sizes)
     return RunsFit(names=list(model.param_names), b=b, covariance=cov, std=std, rel_std=rel, s2=s2,
                    n_runs=len(runs), n_obs=n_obs, nfev=int(r.nfev), success=bool(r.success),
                    message=str(r.message), start=b0, scanned=0, alpha=alpha,
                    semi_axes=ell.semi_axes if ell else np.full(b.size, np.inf),
-                   axes=ell.axes if ell else np.eye(b.size)), float(r.cost)
+                   axes=ell.axes if ell else np.eye(b.size), robust_covariance=robust, hac_bandwidth=bw,
+                   residuals=np.asarray(r.fun, float).copy(), run_sizes=sizes), float(r.cost)
 
 
 def stop_reason(names: Sequence[str], rel_std: Sequence[float] | None, target: float, n_runs: int,

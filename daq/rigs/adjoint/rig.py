@@ -23,6 +23,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -44,7 +45,10 @@ from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, RunContext
 from daq.store.reader import SessionReader
 
-__all__ = ["AdjointAnalysis", "AdjointRig", "Record", "Runs", "analyze"]
+if TYPE_CHECKING:  # annotations only: the adequacy check loads scipy
+    from identification.residual_adequacy import AdequacyResult
+
+__all__ = ["AdjointAnalysis", "AdjointRig", "Record", "Runs", "RobustChoice", "analyze", "robust_choice"]
 
 Context = RunContext[AdjointRigConfig, drive.DriveRigDevices]
 
@@ -142,6 +146,23 @@ class AdjointAnalysis:
     elapsed_s: float = 0.0
     n_runs: int = 1                   # runs fitted together
     n_recorded: int = 1               # trajectories the session started (an aborted one is not fitted)
+    robust_std: np.ndarray | None = None   # Newey-West sandwich (HAC over time), marginal
+    intervals: RobustChoice | None = None  # which std the 95 % intervals use, and the adequacy check
+
+    @property
+    def reported_std(self) -> np.ndarray:
+        """The std of the intervals (``ci95``): the robust one when the residuals are coloured, else the
+        residual-based one (both at the estimate)."""
+        if self.intervals is not None and self.intervals.robust and self.robust_std is not None:
+            return self.robust_std
+        return self.residual_std
+
+    @property
+    def ci95(self) -> dict[str, list[float | None]]:
+        """95 % interval per design parameter, ``estimate -+ 1.96 reported_std``."""
+        z = 1.959963984540054
+        return {n: [_finite(v - z * s), _finite(v + z * s)]
+                for n, v, s in zip(self.names, self.estimate, self.reported_std, strict=True)}
 
     @property
     def compare_std(self) -> np.ndarray:
@@ -177,6 +198,12 @@ class AdjointAnalysis:
                          f"{self.nuisance_std[j]:>10.3g} {'':>10} {tail:>12}")
         lines.append("std compared: the larger of the predicted (design noise, marginal over the nuisance "
                      "parameters) and the residual-based one")
+        if self.intervals is not None:
+            rob = self.robust_std if self.robust_std is not None else np.full(len(self.names), np.nan)
+            lines.append("95 % intervals (" + self.intervals.statement + "):")
+            for j, (name, (lo, hi)) in enumerate(self.ci95.items()):
+                lines.append(f"  {name:<22} [{_g(lo)}, {_g(hi)}]  resid. std {self.residual_std[j]:.3g}, "
+                             f"robust std {rob[j]:.3g}")
         return "\n".join(lines)
 
     @property
@@ -201,7 +228,67 @@ class AdjointAnalysis:
                              for j, n in enumerate(self.nuisance)},
                 "residual_rms": self.residual_rms, "n_used": self.n_used, "n_runs": self.n_runs,
                 "n_recorded": self.n_recorded, "fit_success": self.fit_success,
-                "nfev": self.nfev, "elapsed_s": self.elapsed_s}
+                "nfev": self.nfev, "elapsed_s": self.elapsed_s,
+                "robust_std": named(self.robust_std), "reported_std": named(self.reported_std),
+                "ci95": self.ci95, "adequacy": None if self.intervals is None else self.intervals.to_dict()}
+
+
+def _finite(x) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _g(x: float | None) -> str:
+    return "-" if x is None else f"{x:.6g}"
+
+
+@dataclass
+class RobustChoice:
+    """Which std the rig's intervals use, and why (issue 21).
+
+    ``whiteness``: Ljung-Box on every fitted residual - coloured residuals (e.g. the MA(1) quantisation
+    error of a speed differenced from encoder counts) make the classic ``s2 (J^T J)^-1`` wrong, and the
+    robust (Newey-West) covariance is used. ``adequacy``: the model check on residuals thinned to
+    ``ADEQUACY_STEP`` (whiteness and independence of the input, as the crane kind does): a sensor's
+    sample-to-sample noise does not survive the thinning, a structure error does; it decides
+    ``intervals_valid``."""
+
+    robust: bool
+    p_white: float          # Ljung-Box p-value on all residuals
+    bandwidth: float        # of the robust covariance, samples
+    adequacy: AdequacyResult
+
+    @property
+    def statement(self) -> str:
+        use = (f"robust Newey-West std, bandwidth {self.bandwidth:.1f} samples: residuals coloured, "
+               f"Ljung-Box p = {self.p_white:.2g}" if self.robust else
+               f"residual-based std: residuals white, Ljung-Box p = {self.p_white:.2g}")
+        return use + "; adequacy: " + self.adequacy.statement
+
+    def to_dict(self) -> dict:
+        d = self.adequacy.to_dict()
+        d.update(residuals_white=not self.robust, p_white_all_samples=self.p_white, std_used="robust"
+                 if self.robust else "residual", hac_bandwidth=self.bandwidth, statement=self.statement)
+        return d
+
+
+#: the grid (s) the adequacy check judges residuals on: the crane kind's (its chosen_intervals)
+ADEQUACY_STEP = 5e-4
+
+
+def robust_choice(residuals: np.ndarray | None, u: np.ndarray, dt: float, bandwidth: float,
+                  level: float = 0.05, lags: int = 25) -> RobustChoice | None:
+    """The choice of :class:`RobustChoice` from the fit's residuals and the input on the same samples."""
+    from identification.residual_adequacy import ljung_box, residual_adequacy  # lazy: scipy
+
+    if residuals is None or residuals.size < 3 * lags or not math.isfinite(bandwidth):
+        return None
+    e = np.asarray(residuals, float).ravel()
+    _, p = ljung_box(e[np.isfinite(e)], lags)
+    stride = max(1, int(round(ADEQUACY_STEP / dt)))
+    return RobustChoice(robust=p < level, p_white=p, bandwidth=float(bandwidth),
+                        adequacy=residual_adequacy(e, np.asarray(u, float)[: e.size], lags=lags, level=level,
+                                                   stride=stride))
 
 
 def analyze(recs: Runs | None, cfg: AdjointRigConfig,
@@ -233,11 +320,16 @@ def analyze(recs: Runs | None, cfg: AdjointRigConfig,
         fit = fit_record(plant, values, names, nuisance, u, rec.dt, rec.output, cfg.adjoint.sigma,
                          start=cfg.fit.start, skip=skip, decimate=cfg.fit.decimate,
                          friction_eps=cfg.fit.friction_speed_eps)
+        u_fit = u[::max(1, cfg.fit.decimate)][skip:] if plant == "crane" else u[skip:]
+        dt_fit = rec.dt * (max(1, cfg.fit.decimate) if plant == "crane" else 1)
     else:
         data = [FitRecord(lagged_mean(r.force_cmd, cfg.fit.input_lag, r.dt), r.output, r.dt,
                           int(round(cfg.fit.skip / r.dt))) for r in runs]
         fit = fit_records(plant, values, names, nuisance, data, cfg.adjoint.sigma, start=cfg.fit.start,
                           scan=cfg.sequential.enabled, friction_eps=cfg.fit.friction_speed_eps)
+        u_fit = np.concatenate([d.u[d.skip:, 0] for d in data])
+        dt_fit = runs[0].dt
+    choice = robust_choice(fit.residuals, u_fit, dt_fit, fit.hac_bandwidth)
     k = fit.n_design
     truth = nuisance_truth = None
     sim = simulator_truth(cfg)
@@ -254,7 +346,9 @@ def analyze(recs: Runs | None, cfg: AdjointRigConfig,
                            design_std=_design_std(runs), nuisance=fit.names[k:],
                            nuisance_estimate=fit.estimate[k:], nuisance_std=fit.predicted_std[k:],
                            nuisance_truth=nuisance_truth or [], n_used=fit.n_used,
-                           elapsed_s=time.perf_counter() - t0, n_runs=len(runs), n_recorded=recs.recorded)
+                           elapsed_s=time.perf_counter() - t0, n_runs=len(runs), n_recorded=recs.recorded,
+                           robust_std=None if fit.robust_cov is None else fit.robust_std[:k],
+                           intervals=choice)
 
 
 def _design_std(runs: list[Record]) -> np.ndarray | None:
