@@ -25,12 +25,12 @@ from tests.polling import finished
 
 @pytest.fixture
 def tmpfs(tmp_path):
-    """A 2 MiB tmpfs at ``tmp_path/mnt``, unmounted afterwards whatever happens."""
+    """A 4 MiB tmpfs at ``tmp_path/mnt``, unmounted afterwards whatever happens."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True,
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True,
                          text=True)
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip() or res.returncode}")

@@ -39,6 +39,7 @@ from daq.run.commands import CommandServer
 from daq.run.recorder import Recorder
 from daq.run.safety import OperatorStop, PlanAborted, SafeStateGuard
 from daq.store.read_write import SessionStore
+from daq.store.reserve import DiskReserve
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +250,9 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
     stopper = OperatorStop(on_first=ctx.request_stop)
     if handle_sigint or handle_term:
         stopper.install(sigint=handle_sigint, terminate=handle_term)  # ours until the clean-up is done
+    reserve = DiskReserve(store_path)
     try:
+        reserve.hold()  # room for the outcome and the session's end should the disk fill (daq.store.reserve)
         await publisher.wait_for_subscribers(1)
         devices = await rig.open_devices(cfg, device_cfg)
         ctx.devices = devices
@@ -304,12 +307,16 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
             rec_error = _recorder_error(recorder)
             if rec_error and status == "complete":
                 status, reason = "aborted", _recorder_reason(recorder.error or rec_error)
+        reserve.release()  # the recorder has stopped: what is left to write gets the room held back
         if outcome is None and rec_error_of(recorder):  # on the bus, but the recorder had already failed
             outcome = published
+        # after a full disk the writer still holds the rows that did not fit: a second commit of them would
+        # eat the room just released, so the last writes go through a fresh connection
+        full = recorder is not None and getattr(recorder.error, "disk_full", False)
         if outcome is not None and session_id:  # the recorder has stopped: the store is ours alone
-            _record_outcome(store, store_path, session_id, outcome)
+            _record_outcome(None if full else store, store_path, session_id, outcome)
         if session_id:
-            _finish_session(store, store_path, session_id, status, reason)
+            _finish_session(None if full else store, store_path, session_id, status, reason)
         if devices is not None:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(TASK_STOP_TIMEOUT):
@@ -331,13 +338,14 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
                      list(guard.errors) if guard else [], ctx.summary, str(store_path))
 
 
-def _finish_session(store: SessionStore, store_path: Path, session_id: str, status: str,
+def _finish_session(store: SessionStore | None, store_path: Path, session_id: str, status: str,
                     reason: str | None) -> None:
-    """Mark the session; after a failed commit (disk full) the writer still holds the rows that did not
-    fit, so a fresh connection marks it instead (an UPDATE of one row needs no new pages)."""
+    """Mark the session; after a failed commit (disk full; ``store`` None) the writer still holds the rows
+    that did not fit, so a fresh connection marks it instead (an UPDATE of one row)."""
     try:
-        store.finish(session_id, status, reason)
-        return
+        if store is not None:
+            store.finish(session_id, status, reason)
+            return
     except Exception as exc:  # noqa: BLE001 - try the second way before giving up
         log.warning("could not finish session %s on the writer: %s", session_id, exc)
     try:
@@ -347,22 +355,25 @@ def _finish_session(store: SessionStore, store_path: Path, session_id: str, stat
         log.error("session %s could not be marked %s (%s); it shows as incomplete", session_id, status, exc)
 
 
-def _record_outcome(store: SessionStore, store_path: Path, session_id: str, outcome: Event) -> None:
-    """Store the plan_outcome directly; after a failed commit (disk full) the writer still holds the rows
-    that did not fit, so a fresh connection writes the one small event alone (room permitting)."""
-    with contextlib.suppress(Exception):  # the recorder may have committed it before it failed
-        if any(e.seq == outcome.seq for e in store.events(session_id, kind="plan_outcome")):
+def _record_outcome(store: SessionStore | None, store_path: Path, session_id: str, outcome: Event) -> None:
+    """Store the plan_outcome directly; after a failed commit (disk full; ``store`` None) the writer still
+    holds the rows that did not fit, so a fresh connection writes the one small event alone (in the room the
+    run held back: :mod:`daq.store.reserve`)."""
+    if store is not None:
+        with contextlib.suppress(Exception):  # the recorder may have committed it before it failed
+            if any(e.seq == outcome.seq for e in store.events(session_id, kind="plan_outcome")):
+                return
+        try:
+            store.append(session_id, outcome)
+            store.flush()
             return
-    try:
-        store.append(session_id, outcome)
-        store.flush()
-        return
-    except Exception as exc:  # noqa: BLE001 - e.g. the disk that failed the recorder: try the second way
-        log.warning("plan outcome of session %s not recorded on the writer: %s", session_id, exc)
+        except Exception as exc:  # noqa: BLE001 - e.g. the disk that failed the recorder: the second way
+            log.warning("plan outcome of session %s not recorded on the writer: %s", session_id, exc)
     try:
         with SessionStore(store_path, recover=False) as fresh:
-            fresh.append(session_id, outcome)
-            fresh.flush()
+            if not any(e.seq == outcome.seq for e in fresh.events(session_id, kind="plan_outcome")):
+                fresh.append(session_id, outcome)
+                fresh.flush()
     except Exception as exc:  # noqa: BLE001
         log.error("plan outcome of session %s not recorded: %s", session_id, exc)
 
