@@ -36,6 +36,7 @@ from daq.config.load import ConfigError, store_path_for
 from daq.rigs import check_rules, parse_config
 from daq.rigs.base import Devices, Rig
 from daq.run.commands import CommandServer
+from daq.run.progress import ProgressBar
 from daq.run.recorder import Recorder
 from daq.run.safety import OperatorStop, PlanAborted, SafeStateGuard
 from daq.store.read_write import SessionStore
@@ -233,7 +234,7 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
     publisher = BusPublisher(cfg.bus.data, lossless=True, send_timeout=cfg.bus.send_timeout,
                              tap_endpoint=cfg.bus.tap, keys=keys)
     rec_sub = BusSubscriber(publisher.endpoint, keys=keys)
-    progress = _Progress(rig.kind, rig.progress_total(cfg)) if show_progress else None
+    progress = ProgressBar(rig.kind, rig.progress_total(cfg)) if show_progress else None
     ctx = RunContext(rig, cfg, raw, publisher, progress.advance if progress else None)
     ctx.keys = keys
     ctx.steps_total = rig.progress_total(cfg)
@@ -562,40 +563,3 @@ class _CommandChannel:
         if self.server is not None:
             await self.server.stop()
             self.server.close()
-
-
-# ----------------------------------------------------------------------------------------- progress
-
-
-class _Progress:
-    """A rich progress bar on stderr (stdout stays clean for --json)."""
-
-    def __init__(self, kind: str, total: int | None):
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TimeElapsedColumn(), console=Console(stderr=True), transient=False)
-        self._task = self._bar.add_task(f"{kind} plan", total=total)
-        self._bar.start()
-
-    def advance(self, n: int = 1, description: str | None = None) -> None:
-        kw = {"description": description} if description else {}
-        with _terminal_may_be_gone():
-            self._bar.update(self._task, advance=n, **kw)
-
-    def close(self) -> None:
-        with _terminal_may_be_gone():
-            self._bar.stop()
-
-
-@contextlib.contextmanager
-def _terminal_may_be_gone():
-    """The bar is decoration: when its terminal has closed (SIGHUP) or the reader of a pipe died, rich
-    raises SystemExit on the broken pipe (OSError/ValueError elsewhere) - which, raised from the run's
-    clean-up, skipped finishing the session. Drop the bar instead; the run ends as it would have."""
-    try:
-        yield
-    except (OSError, ValueError, SystemExit) as exc:
-        log.warning("progress bar dropped: its terminal is gone (%s)", type(exc).__name__)
-
