@@ -17,6 +17,8 @@ import logging
 import os
 from pathlib import Path
 
+from daq.store.store_file import pid_alive
+
 log = logging.getLogger(__name__)
 
 RESERVE_BYTES = 512 * 1024  # the outcome and the session's end: a handful of 32 KiB pages, with a margin
@@ -73,16 +75,6 @@ def _remove_stale(folder: Path, store_name: str) -> None:
             pid = int(path.name.rsplit("-", 1)[1])
         except ValueError:
             continue
-        if pid != os.getpid() and not _alive(pid):
+        if pid != os.getpid() and not pid_alive(pid):
             with contextlib.suppress(OSError):
                 path.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -262,21 +262,11 @@ class SessionWriter:
             (session_id, ordinal, stream, seq, t0, dt, n, 0, int(msg.replay), payload, tail[0], t_min, t_max)
         )
         tail[0] += n
-        counts = self._pending_counts.get((session_id, stream))
         if n:
             tail[1] = t_max
-            t_lo, t_hi = t_min, t_max
+            self._note_stream(session_id, stream, n, t_min, t_max)
         else:
-            t_lo = t_hi = t0
-        if counts is None:
-            self._pending_counts[(session_id, stream)] = [1, n, t_lo, t_hi]
-        else:
-            counts[0] += 1
-            counts[1] += n
-            if t_lo < counts[2]:
-                counts[2] = t_lo
-            if t_hi > counts[3]:
-                counts[3] = t_hi
+            self._note_stream(session_id, stream, n, t0, t0)
         self._buffered_bytes += len(payload)
         self._ord[session_id] = ordinal + 1
         now = time.monotonic()
