@@ -34,6 +34,7 @@ from identification.adjoint_design import (
     StateLimit,
     simulate_output,
 )
+from identification.covariance import marginal_std
 from identification.drive_simulation import DEFAULT_FRICTION_EPS, prepare_input, simulate
 from identification.model_selection import fit_structure, parse_name
 from identification.ode_models import PENDULUM_PARAMS, CartPendulumModel, crane_model, oscillator_model
@@ -175,10 +176,7 @@ class RecordFit:
     @property
     def robust_std(self) -> np.ndarray:
         """Marginal std of the robust (HAC) covariance; NaN where it is not computed or not PSD."""
-        if self.robust_cov is None:
-            return np.full(self.estimate.size, np.nan)
-        d = np.diag(self.robust_cov)
-        return np.sqrt(np.where(d >= 0, d, np.nan))
+        return marginal_std(self.robust_cov, self.estimate.size)
 
 
 def analysis_model(plant: str, values: dict, names: list[str]):

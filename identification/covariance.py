@@ -80,3 +80,12 @@ def fd_second_derivatives(jac, p: np.ndarray, rel_step: float = 1e-4) -> np.ndar
         cols.append((np.asarray(jac(p + e)) - np.asarray(jac(p - e))) / (2 * steps[m]))
     R2 = np.stack(cols, axis=2)  # [i, l, m] = d/dp_m of dr_i/dp_l
     return 0.5 * (R2 + R2.transpose(0, 2, 1))
+
+
+def marginal_std(cov: np.ndarray | None, n: int) -> np.ndarray:
+    """Square roots of a covariance's diagonal; NaN where it is not computed (None) or a diagonal entry is
+    negative (not PSD), never the square root of a negative number."""
+    if cov is None:
+        return np.full(n, np.nan)
+    d = np.diag(cov)
+    return np.sqrt(np.where(d >= 0, d, np.nan))

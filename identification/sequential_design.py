@@ -35,6 +35,7 @@ from identification.adjoint_design import (
     optimize_input,
     simulate_output,
 )
+from identification.covariance import marginal_std
 from identification.ellipsoid import confidence_ellipsoid
 from identification.ode_models import ODEModel
 from identification.residual_adequacy import hac_covariance
@@ -100,10 +101,7 @@ class RunsFit:
     @property
     def robust_std(self) -> np.ndarray:
         """Square roots of the robust covariance's diagonal (NaN where it is not computed)."""
-        if self.robust_covariance is None:
-            return np.full(self.b.size, np.nan)
-        d = np.diag(self.robust_covariance)
-        return np.sqrt(np.where(d >= 0, d, np.nan))
+        return marginal_std(self.robust_covariance, self.b.size)
 
     @property
     def residual_std(self) -> float:

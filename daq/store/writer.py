@@ -209,6 +209,10 @@ class SessionWriter:
             self._note_stream(session_id, msg.stream, 0, float(msg.t), float(msg.t))
         else:
             raise StoreError(f"cannot store {type(msg).__name__}; expected Frame or Event")
+        self._buffered(session_id, ordinal)
+
+    def _buffered(self, session_id: str, ordinal: int) -> None:
+        """A message is in the buffer: advance the session's ordinal, flush when the batch is due."""
         self._ord[session_id] = ordinal + 1
         now = time.monotonic()
         if self._oldest is None:
@@ -268,12 +272,7 @@ class SessionWriter:
         else:
             self._note_stream(session_id, stream, n, t0, t0)
         self._buffered_bytes += len(payload)
-        self._ord[session_id] = ordinal + 1
-        now = time.monotonic()
-        if self._oldest is None:
-            self._oldest = now
-        if now - self._oldest >= self.flush_interval or self._buffered_bytes >= FLUSH_BYTES:
-            self.flush()
+        self._buffered(session_id, ordinal)
         return True
 
     def _require_running(self, session_id: str) -> None:
