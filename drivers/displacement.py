@@ -59,7 +59,10 @@ class DisplacementSensor:
 
     async def read(self) -> float:
         """One displacement reading in metres; implausible values raise BadResponse."""
-        value = await self._read_raw()
+        return self.check_value(await self._read_raw())
+
+    def check_value(self, value: float) -> float:
+        """``value`` if it is finite and inside the sensor's range, else BadResponse naming it."""
         if not math.isfinite(value) or not self.range[0] <= value <= self.range[1]:
             raise BadResponse(self.name, self.address, f"implausible displacement {value!r} m "
                               f"(range {self.range[0]:g}..{self.range[1]:g} m)")
@@ -87,6 +90,8 @@ class ModbusDisplacementSensor(DisplacementSensor):
         self.regs = RegisterMap.from_config(cfg.get("registers", {}), ("displacement",))
         self.transport = ModbusTransport(name, cfg)
         self.protocol = self.transport.protocol
+        self._spec = self.regs["displacement"]
+        self._lo, self._hi = self.range
 
     @property
     def address(self) -> str:
@@ -100,6 +105,14 @@ class ModbusDisplacementSensor(DisplacementSensor):
 
     async def _read_raw(self) -> float:
         return await self.transport.read(self.regs["displacement"])
+
+    async def read(self) -> float:
+        """One displacement reading in metres, as :meth:`DisplacementSensor.read`, flattened for the poll's
+        hot path: the transport's read (finite, register range) and one comparison for the sensor range."""
+        value = await self.transport.read(self._spec)
+        if self._lo <= value <= self._hi:
+            return value
+        return self.check_value(value)
 
 
 class SerialDisplacementSensor(DisplacementSensor):

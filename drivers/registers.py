@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from drivers.errors import RegisterMapError
@@ -103,15 +103,29 @@ class RegisterSpec:
             return False
         return self.range is None or self.range[0] <= value <= self.range[1]
 
-    def decode(self, regs: list[int]) -> float:
+    def decode(self, regs: Sequence[int]) -> float:
         """Registers -> value in SI units. NaN/inf floats are passed through (the caller judges them)."""
-        words, value = _WORDS.get(len(regs)), _VALUES[self.type]  # precompiled structs (a poll's hot path)
-        if len(regs) != value[1]:
+        if len(regs) != self.count:
             raise ValueError(f"{self.name}: expected {self.count} registers, got {len(regs)}")
+        return self.decoder()(regs)
+
+    def decoder(self) -> Callable[[Sequence[int]], float]:
+        """The decode of this entry as one precompiled function (registers -> SI value), made once by a driver
+        for its poll's hot path: the structs, word order, scale and offset are bound, nothing is looked up
+        per call. The caller guarantees the register count (the Modbus reply check does)."""
+        pack = _WORDS[self.count].pack
+        unpack = _VALUES[self.type][0].unpack
+        scale, offset = self.scale, self.offset
         if self.word_order == "little":
-            regs = regs[::-1]
-        raw = value[0].unpack(words.pack(*regs))[0]
-        return raw * self.scale + self.offset
+            def decode_swapped(regs: Sequence[int]) -> float:
+                return unpack(pack(*reversed(regs)))[0] * scale + offset
+
+            return decode_swapped
+
+        def decode(regs: Sequence[int]) -> float:
+            return unpack(pack(*regs))[0] * scale + offset
+
+        return decode
 
     def encode(self, value: float) -> list[int]:
         """Value in SI units -> registers. Integers are rounded; out-of-range raises ValueError."""
