@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sqlite3
 import statistics
@@ -307,6 +308,7 @@ def main() -> None:
     n_samples = n_frames * ROWS * N_CH
     size = store_path.stat().st_size / 1e9
     print(f"session {sid}: {minutes:g} min, {n_samples / 1e6:.0f} M samples, {size:.2f} GB")
+    print("load average (1, 5, 15 min): " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     print(f"{'what':<24}{'time s':>9}{'peak RSS MB':>13}{'output GB':>11}{'CPU s':>9}")
     results = {}
     runs = [(fmt, False) for fmt in args.formats.split(",")]
@@ -358,6 +360,7 @@ def main() -> None:
     if args.replay:
         r = child(CHILD_REPLAY.format(root=str(ROOT), store=str(store_path), sid=sid))
         print(f"{'replay --burst':<24}{r['s']:>9.2f}{r['rss_mb']:>13.0f}")
+    print("load average (1, 5, 15 min) at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     ours, plain = window_reads(store_path, sid, minutes)
     print(
         f"read 1 s window: {ours:.2f} ms via the index, {plain:.1f} ms scanning the frame rows (median of 20)"

@@ -44,6 +44,7 @@ import numpy as np
 
 from daq.bus.frames import Event
 from daq.export.csv_files import _to_csv
+from daq.export.hdf5_files import to_hdf5
 from daq.export.layout import (
     _SUFFIX,
     CHUNK_SAMPLES,
@@ -59,6 +60,7 @@ from daq.export.layout import (
     Progress,
     StreamPlan,
     check_count,
+    events_by_stream,
     session_metadata,
     strict_json,
     time_base,
@@ -128,13 +130,21 @@ def export(
     if fmt == "csv":
         chunk_samples = min(chunk_samples, CSV_CHUNK_SAMPLES)
 
-    def chunks(plan: StreamPlan):
-        it = store.iter_stream(info.id, plan.name, chunk_samples, t_start=t_start, t_stop=t_stop)
-        for chunk in _read_ahead(it, READ_AHEAD):
-            yield chunk, plan.label_columns(chunk)
-            done[0] += len(chunk)
-            if progress is not None:
-                progress(done[0], total)
+    def chunks(plan: StreamPlan, size: int = chunk_samples, ahead: bool = True):
+        """(chunk, label columns) of a stream in chunks of ``size`` samples. ``ahead``: read by a
+        background thread while the previous chunks are written; else read here, on demand, into one
+        reused pair of arrays (each chunk valid until the next is taken) - for a writer that holds
+        the GIL while it writes (h5py), which a reading thread would only wait for."""
+        it = store.iter_stream(info.id, plan.name, size, t_start=t_start, t_stop=t_stop, reuse=not ahead)
+        try:
+            for chunk in _read_ahead(it, READ_AHEAD) if ahead else it:
+                yield chunk, plan.label_columns(chunk)
+                done[0] += len(chunk)
+                if progress is not None:
+                    progress(done[0], total)
+        finally:
+            if not ahead:
+                it.close()  # its SQLite connection, now rather than when collected
 
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -142,7 +152,7 @@ def export(
             if fmt == "csv":
                 _to_csv(info, plans, events, part, chunks, result)
             elif fmt == "hdf5":
-                _to_hdf5(info, plans, events, part, chunks, result, compress, chunk_samples)
+                to_hdf5(info, plans, events, part, chunks, result, compress, chunk_samples)
             else:
                 result.mat_version = _choose_mat_version(info, plans, events, mat_version)
                 writer = MatV5Writer if result.mat_version == "5" else MatV73Writer
@@ -277,91 +287,6 @@ def _plan(store: SessionStore, info: SessionInfo, name: str, t_start, t_stop) ->
     return plan
 
 
-# ----------------------------------------------------------------------------- HDF5
-
-
-def _str_array(strings: list[str]):
-    import h5py
-
-    return np.array(strings, dtype=object).astype(h5py.string_dtype()) if strings else []
-
-
-def _to_hdf5(info, plans, events, out: Path, chunks, result: ExportResult, compress: bool, chunk_samples):
-    import h5py
-
-    meta = session_metadata(info)
-    str_dt = h5py.string_dtype()
-    filters = {"compression": "gzip", "compression_opts": 4, "shuffle": True} if compress else {}
-    with h5py.File(out, "w") as f:
-        for key in ("id", "kind", "status", "software_version"):
-            f.attrs[key] = meta[key]
-        f.attrs["reason"] = info.reason or ""
-        f.attrs["started"] = info.started
-        f.attrs["ended"] = info.ended if info.ended is not None else np.nan
-        f.attrs["time_base"] = result.time_base
-        f.attrs["time_base_description"] = time_base_text(result.time_base)
-        f.attrs["t_start"] = np.nan if result.t_start is None else result.t_start
-        f.attrs["t_stop"] = np.nan if result.t_stop is None else result.t_stop
-        f.attrs["config_json"] = strict_json(info.config)
-        f.attrs["devices_json"] = strict_json(info.devices)
-        f.attrs["metadata_json"] = strict_json(meta, default=str)
-        streams = f.create_group("streams")
-        for plan in plans:
-            si = plan.info
-            g = streams.create_group(plan.name)
-            g.attrs["channels"] = _str_array(si.channels)
-            g.attrs["units"] = _str_array(si.units)
-            g.attrs["rate_hz"] = si.rate or np.nan
-            g.attrs["n_samples"] = plan.n
-            n_ch = len(si.channels)
-            rows = max(1, min(chunk_samples, max(plan.n, 1), (1 << 20) // max(1, 8 * n_ch)))
-            dtype = np.dtype(si.dtype)
-
-            def column(name, dt, width=None, rows=rows, g=g, n=plan.n):
-                # sized from the index up front (no resize per chunk); still resizable (maxshape None)
-                shape, maxshape = ((n,), (None,)) if width is None else ((n, width), (None, width))
-                chunks_ = (rows,) if width is None else ((rows, width) if width else True)
-                return g.create_dataset(name, shape, dtype=dt, maxshape=maxshape, chunks=chunks_, **filters)
-
-            t = column("t", np.float64)
-            t.attrs["units"] = "s"
-            t.attrs["time_base"] = result.time_base
-            d = column("data", dtype, n_ch)
-            d.attrs["channels"] = g.attrs["channels"]
-            d.attrs["units"] = g.attrs["units"]
-            labels = {c: column(c, np.int64) for c in plan.labels}
-            k = 0
-            for chunk, extra in chunks(plan):
-                m = len(chunk)
-                if k + m > plan.n:
-                    for ds in (t, d, *labels.values()):
-                        ds.resize(k + m, axis=0)
-                t[k : k + m] = chunk.t
-                d[k : k + m] = chunk.data
-                for c, ds in labels.items():
-                    ds[k : k + m] = extra[c]
-                k += m
-            check_count(plan, k)
-        evg = f.create_group("events")
-        for name, evs in _by_stream(events).items():
-            g = evg.create_group(name)
-            g.create_dataset("t", data=np.array([e.t for e in evs], dtype=np.float64)).attrs["units"] = "s"
-            g.create_dataset("seq", data=np.array([e.seq for e in evs], dtype=np.int64))
-            g.create_dataset("kind", data=np.array([e.kind for e in evs], dtype=object), dtype=str_dt)
-            g.create_dataset(
-                "body", data=np.array([strict_json(e.body) for e in evs], dtype=object), dtype=str_dt
-            )
-
-
-
-
-def _by_stream(events: list[Event]) -> dict[str, list[Event]]:
-    out: dict[str, list[Event]] = {}
-    for ev in events:
-        out.setdefault(ev.stream, []).append(ev)
-    return out
-
-
 # ----------------------------------------------------------------------------- MAT
 
 
@@ -411,7 +336,7 @@ def _mat_variables(info: SessionInfo, plans: list[StreamPlan], events: list[Even
         streams[matlab_name(plan.name, taken)] = fields
     taken = set()
     evs = {}
-    for name, group in _by_stream(events).items():
+    for name, group in events_by_stream(events).items():
         evs[matlab_name(name, taken)] = {
             "name": name,
             "t": np.array([e.t for e in group], dtype=np.float64).reshape(-1, 1),
@@ -474,16 +399,6 @@ def _to_mat(writer_cls, info, plans, events, out: Path, chunks, result, compress
                     w.write_rows(f"{i}/{col}", k, values.reshape(-1, 1))
                 k += len(chunk)
             check_count(plan, k)
-
-
-
-
-
-
-
-
-
-
 
 
 __all__ = [

@@ -67,9 +67,16 @@ def read_range(db, sid: str, si: StreamInfo, start: int, stop: int) -> StreamDat
     return join(si, [], contiguous=True, first=start)
 
 
-def range_chunks(db, sid: str, si: StreamInfo, start: int, stop: int, chunk: int) -> Iterator[StreamData]:
+def range_chunks(
+    db, sid: str, si: StreamInfo, start: int, stop: int, chunk: int, reuse: bool = False
+) -> Iterator[StreamData]:
     """Samples [start, stop) in chunks of ``chunk`` samples: each chunk is one preallocated array
-    that frames are copied into (one copy of the data, little per-frame work)."""
+    that frames are copied into (one copy of the data, little per-frame work).
+
+    ``reuse``: every chunk is copied into the same two arrays (the last one into their first rows),
+    so a chunk is valid only until the next one is asked for - for a consumer that writes each
+    chunk out before it takes the next: the arrays stay in the CPU cache instead of a fresh
+    allocation per chunk whose first touch misses it."""
     dtype = SUPPORTED_DTYPES[si.dtype]
     native = dtype.newbyteorder("=")
     n_ch = len(si.channels)
@@ -78,6 +85,8 @@ def range_chunks(db, sid: str, si: StreamInfo, start: int, stop: int, chunk: int
     pos = start
     t = data = None
     k = 0
+    t_buf = np.empty(min(chunk, stop - start) if reuse else 0, dtype=np.float64)
+    data_buf = np.empty((len(t_buf), n_ch), dtype=native)
     for s0, t0, dt, n, has_ts, payload in range_rows(db, sid, si, start, stop):
         a = max(0, pos - s0)
         b = min(n, stop - s0)
@@ -85,8 +94,11 @@ def range_chunks(db, sid: str, si: StreamInfo, start: int, stop: int, chunk: int
         while a < b:
             if t is None:
                 size = min(chunk, stop - pos)
-                t = np.empty(size, dtype=np.float64)
-                data = np.empty((size, n_ch), dtype=native)
+                if reuse:
+                    t, data = t_buf[:size], data_buf[:size]
+                else:
+                    t = np.empty(size, dtype=np.float64)
+                    data = np.empty((size, n_ch), dtype=native)
                 k = 0
             m = min(b - a, len(t) - k)
             if has_ts:

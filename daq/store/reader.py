@@ -184,12 +184,15 @@ class SessionReader:
         stop: int | None = None,
         t_start: float | None = None,
         t_stop: float | None = None,
+        reuse: bool = False,
     ) -> Iterator[StreamData]:
         """A frame stream (or a sample range / time window of it) in chunks of ``chunk_samples``
         samples (the last one shorter), each a :class:`StreamData` with its position in the stream.
 
         Memory stays bounded by the chunk and one frame. The iterator reads one consistent snapshot
-        on its own connection, so the store stays usable while it is suspended.
+        on its own connection, so the store stays usable while it is suspended. ``reuse``: the
+        chunks of a monotonic stream share two arrays, each chunk valid only until the next one is
+        taken (for a consumer that writes every chunk out at once, like the HDF5 export).
         """
         if not (isinstance(chunk_samples, int) and chunk_samples > 0):
             raise StoreError(f"chunk_samples must be a positive integer, got {chunk_samples!r}")
@@ -206,7 +209,7 @@ class SessionReader:
                     pieces = ranges.window_pieces(db, sid, si, t_start, t_stop, start=lo, stop=hi)
                     yield from ranges.rechunk(si, pieces, chunk_samples, contiguous=False)
                     return
-            yield from ranges.range_chunks(db, sid, si, lo, hi, chunk_samples)
+            yield from ranges.range_chunks(db, sid, si, lo, hi, chunk_samples, reuse)
         finally:
             db.close()
 
