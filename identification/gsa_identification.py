@@ -79,6 +79,9 @@ class ModalReference:
     ``lam[i]``: complex eigenvalues (rad/s) of the reference modes at ``positions[i]``;
     ``shapes[i]``: complex shapes at the measured DOFs (n_obs, n_modes); ``xi[i]``: modal damping.
     ``frf[i]``: (n_inputs, n_obs, n_freq) receptances at ``freq`` for forces at ``inputs``.
+    ``freq_std[i]`` (Hz) and ``xi_std[i]``: the uncertainty the modal extraction reports for each natural
+    frequency and damping ratio (``ModalFit.freq_std`` / ``xi_std``; None: not known). They give
+    :func:`parameter_intervals` a noise scale that a model error does not inflate.
     """
 
     positions: list[float]
@@ -88,6 +91,8 @@ class ModalReference:
     freq: np.ndarray | None = None
     inputs: list = field(default_factory=list)
     frf: list[np.ndarray] | None = None
+    freq_std: list[np.ndarray] | None = None
+    xi_std: list[np.ndarray] | None = None
 
     @property
     def n_modes(self) -> int:
@@ -97,7 +102,9 @@ class ModalReference:
         return ModalReference(
             positions=[self.positions[i] for i in idx], lam=[self.lam[i] for i in idx],
             shapes=[self.shapes[i] for i in idx], xi=[self.xi[i] for i in idx], freq=self.freq,
-            inputs=list(self.inputs), frf=None if self.frf is None else [self.frf[i] for i in idx])
+            inputs=list(self.inputs), frf=None if self.frf is None else [self.frf[i] for i in idx],
+            freq_std=None if self.freq_std is None else [self.freq_std[i] for i in idx],
+            xi_std=None if self.xi_std is None else [self.xi_std[i] for i in idx])
 
 
 def reference_from_model(model, params, positions: Sequence[float], n_modes: int,
@@ -344,6 +351,9 @@ IID_LEVEL = 0.01
 #: (std x 1.4) and significantly: with hundreds of shape entries a 1.3x variance, which widens an interval
 #: by 14 %, is already "significant"; the check looks for a misfit that matters
 VALIDATION_RATIO = 2.0
+#: frequency residuals flag a model error when their mean square exceeds what the modal extraction's own
+#: uncertainty explains by this factor, and significantly (benchmarks/bench_machine_tool_calibration.py)
+MEASUREMENT_RATIO = 2.0
 
 
 def _shape_terms(A: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -592,7 +602,10 @@ class GSAIntervals:
     @property
     def statement(self) -> str:
         if self.intervals_valid:
-            return ("fit residuals consistent with the held-back positions and the estimate at the "
+            own = ("the natural frequencies within the modal extraction's own uncertainty (no model error "
+                   "seen), " if "measurement_frequency_ratio" in self.checks else
+                   "no model-error check (the modal data carry no std of their own), ")
+            return (own + "fit residuals consistent with the held-back positions and the estimate at the "
                     "residual's optimum: the intervals apply (they count the scatter of the modal data about "
                     "the model, not a bias the modal data share)")
         return "intervals NOT valid - " + "; ".join(self.problems)
@@ -627,6 +640,12 @@ class GSAIntervals:
             else:
                 lines.append(f"  {n:<10} {v:>11.4g} {'-':>10} {'-':>9} {'-':>11} {'-':>11}  no "
                              f"({self.reasons.get(n, 'no interval')})")
+        c = self.checks
+        if "measurement_frequency_ratio" in c:
+            lines.append(f"model-error check: the frequencies' mean square misfit is "
+                         f"{c['measurement_frequency_ratio']:.3g}x what the modal extraction's own std "
+                         f"explains (p = {c['p_measurement']:.2g}; flagged at >= {MEASUREMENT_RATIO:g}x and "
+                         "significant)")
         lines.append("verdict on the intervals: " + ("valid - " if self.intervals_valid else "")
                      + self.statement)
         return "\n".join(lines)
@@ -640,6 +659,62 @@ def _f_check(r: np.ndarray, var: np.ndarray, dof_fit: float, lost: float = 0.0) 
     return ratio, float(scipy.stats.f.sf(ratio, n, max(dof_fit, 1.0)))
 
 
+def _frequency_sigma(ref: ModalReference) -> np.ndarray | None:
+    """The modal data's own std of each frequency residual of :func:`_modal_residual` (position-major), from
+    the extraction's ``freq_std``: ``sigma_f / (2 xi f)``; None when the reference carries no std."""
+    if ref.freq_std is None:
+        return None
+    out = []
+    for lam, xi, fs in zip(ref.lam, ref.xi, ref.freq_std, strict=True):
+        f = np.abs(lam) / (2 * np.pi)
+        out.append(np.asarray(fs, dtype=float) / (2 * xi * f))
+    sig = np.concatenate(out)
+    return sig if np.all(np.isfinite(sig) & (sig > 0)) else None
+
+
+def _measurement_check(J: np.ndarray, r: np.ndarray, blocks: np.ndarray, sigma: np.ndarray,
+                       block_var: dict[int, float], pinv: np.ndarray, Jv: np.ndarray | None = None,
+                       rv: np.ndarray | None = None, sigma_v: np.ndarray | None = None
+                       ) -> tuple[float, float, float]:
+    """Frequency residuals against the modal data's own uncertainty, not the fit's residual scale.
+
+    Linearised, the identification residual is ``(I - H) e`` (``H`` the hat matrix of ``J``) and a
+    held-back frequency residual ``e_v - J_v pinv e``; ``e`` has the extraction's frequency variances and,
+    for the shape entries, the fit's shape block variances (they enter only through the hat matrix). The
+    sum of squares of all frequency residuals is compared with its expectation under a right structure, as
+    a scaled chi-square (Satterthwaite). A model error adds a misfit that the extraction's std does not
+    contain, so the ratio grows with it - unlike the fit's own scale, which the misfit inflates as well.
+    Returns (mean square / expected, p-value, effective degrees of freedom).
+    """
+    n = r.size
+    U, s, _ = np.linalg.svd(J, full_matrices=False)
+    rank = int(np.sum(s > 1e-10 * max(s[0], 1e-300))) if s.size else 0
+    fsel = np.flatnonzero(blocks < 0)
+    var = np.array([block_var.get(int(b), 0.0) for b in blocks])
+    var[fsel] = sigma ** 2
+    Uf = U[fsel, :rank]
+    L = np.eye(n)[fsel] - Uf @ U[:, :rank].T  # frequency rows of I - H
+    rows, q, got = [L], [r[fsel]], [sigma]
+    if Jv is not None and rv is not None and sigma_v is not None:
+        rows.append(-Jv @ pinv)
+        q.append(rv)
+        got.append(sigma_v)
+    n_v = sum(x.size for x in q) - fsel.size
+    # covariance of the stacked frequency residuals: the identification errors through L (and the
+    # prediction), plus the held-back positions' own errors on the diagonal
+    Lall = np.vstack(rows)
+    V = (Lall * var) @ Lall.T
+    if n_v:
+        V[fsel.size:, fsel.size:] += np.diag(got[-1] ** 2)
+    qq = np.concatenate(q)
+    tr, tr2 = float(np.trace(V)), float(np.sum(V * V))
+    if not tr > 0:
+        return math.nan, 1.0, 0.0
+    g, h = tr2 / tr, tr ** 2 / tr2
+    ss = float(qq @ qq)
+    return ss / tr, float(scipy.stats.chi2.sf(ss / g, h)), h
+
+
 def parameter_intervals(model, reference: ModalReference, estimate: np.ndarray,
                         stiffness_names: Sequence[str], damping_names: Sequence[str], lo: np.ndarray,
                         hi: np.ndarray, damping_pairs: Sequence[tuple[int, int]], *,
@@ -648,9 +723,13 @@ def parameter_intervals(model, reference: ModalReference, estimate: np.ndarray,
     """Standard errors and ``level`` intervals of a GSA estimate (see :class:`GSAIntervals`).
 
     Checks that make the intervals not valid (each at ``check_level``, Bonferroni over the checks):
-    the residuals at the held-back ``validation`` positions larger than the fit's residual scale plus the
-    parameter uncertainty predicts (the structure does not carry over: model error); the estimate away from
-    the optimum of the residual the covariance describes (a Gauss-Newton step of more than one std).
+    model error - the natural frequencies (identification and held-back positions) miss the model by more
+    than the modal extraction's own std explains (:func:`_measurement_check`, needs ``freq_std`` in the
+    references; at least :data:`MEASUREMENT_RATIO` x the expected mean square, and significant); the residuals
+    at the held-back ``validation`` positions larger than the fit's residual scale plus the parameter
+    uncertainty predicts; the estimate away from the optimum of the residual the covariance describes (a
+    Gauss-Newton step of more than one std). The fit's residual scale alone cannot show a model error: the
+    misfit inflates it as much as the held-back residuals (issue 21: 57 % of wrong-structure refits caught).
     Parameters on a box bound, or on directions the data do not see, get NaN and a reason.
     """
     names = list(stiffness_names) + list(damping_names)
@@ -695,7 +774,9 @@ def parameter_intervals(model, reference: ModalReference, estimate: np.ndarray,
             reasons[names[q]] = "the modal data do not see it (near-singular direction of the Jacobian)"
     checks: dict = {"stiffness_residual_dof": lc.dof, "p_equal_block_variances": lc.p_iid}
     problems: list[str] = []
-    n_checks = 2 + (validation is not None)
+    sigma_f = _frequency_sigma(reference)
+    sigma_fv = _frequency_sigma(validation) if validation is not None else None
+    n_checks = 2 + (validation is not None) + (sigma_f is not None)
     alpha = check_level / n_checks
     with np.errstate(invalid="ignore"):
         zstep = np.abs(lc.step) / np.sqrt(np.diag(cov_k_s))
@@ -703,8 +784,10 @@ def parameter_intervals(model, reference: ModalReference, estimate: np.ndarray,
     checks["gauss_newton_step_std"] = zmax
     if zmax > 1.0:
         q = fk[int(np.nanargmax(zstep))]
-        problems.append(f"the estimate is {zmax:.2g} std from the optimum of the residual ({names[q]}): "
-                        "the fit did not converge there, the intervals are not centred")
+        step_problem = (f"the estimate is {zmax:.2g} std from the optimum of the residual ({names[q]}): "
+                        "the fit stopped short of it, the intervals are not centred")
+    else:
+        step_problem = ""
 
     # damping: the linear stage, plus the stiffness uncertainty through its rows
     n_c = len(damping_names)
@@ -766,6 +849,7 @@ def parameter_intervals(model, reference: ModalReference, estimate: np.ndarray,
     std = np.where(at_bound, np.nan, std)
 
     # validation: do the held-back positions scatter as the fit's residuals predict?
+    Jv = rv = bv = None
     if validation is not None:
         vs = _Setup(model=model, positions=list(validation.positions), lam=validation.lam,
                     shapes=validation.shapes, xi=validation.xi, n_k=n_k, n_model_modes=n_mm)
@@ -810,6 +894,25 @@ def parameter_intervals(model, reference: ModalReference, estimate: np.ndarray,
                             f"parameter uncertainty predict (mean square / predicted: {', '.join(parts)}; "
                             f"p = {checks['p_validation']:.2g}): the model's structure does not carry over "
                             "(modelling error), so the estimate may sit off the truth by more than its std")
+
+    # model error: the frequency residuals against the modal data's own uncertainty
+    if sigma_f is not None:
+        fv = None if bv is None or sigma_fv is None else bv < 0
+        rat_m, p_m, dof_m = _measurement_check(
+            Jk, r0, blocks, sigma_f, lc.block_var, lc.pinv, None if fv is None else Jv[fv],
+            None if fv is None else rv[fv], sigma_fv)
+        checks.update(measurement_frequency_ratio=rat_m, p_measurement=p_m, measurement_dof=dof_m)
+        if rat_m >= MEASUREMENT_RATIO and p_m < alpha:
+            where = "identification and held-back positions" if fv is not None else "identification positions"
+            problems.insert(0, (
+                f"model error: the natural frequencies at the {where} miss the model by {rat_m:.3g}x the "
+                f"variance the modal extraction reports for them (p = {p_m:.2g}) - the "
+                "model's structure (masses, joints, constants it holds fixed) does not match the machine, or "
+                "the modal data carry a bias beyond their reported std; the intervals then count the misfit "
+                "as if it were noise and the estimate may sit off the truth by more than its std"))
+    if step_problem:
+        problems.append(step_problem + (" (the misfit above also bends the residual away from its "
+                                         "linearisation)" if problems else ""))
     return GSAIntervals(names=names, estimate=est, std=std, std_classic=std_c, std_robust=std_r,
                         method=method, reasons=reasons, checks=checks, problems=problems, level=float(level),
                         covariance=cov, dof=dof)

@@ -9,6 +9,7 @@ import pytest
 from identification.gsa_identification import (
     ModalReference,
     _lsq_covariance,
+    _measurement_check,
     _std,
     local_refit,
     parameter_intervals,
@@ -34,7 +35,9 @@ def _truth() -> np.ndarray:
 
 
 def _noisy(ref: ModalReference, rng: np.random.Generator) -> ModalReference:
-    lam, shapes, xis = [], [], []
+    """Noisy modal data, with the std an EMA would report for each frequency and damping ratio (the noise's
+    own, taken at the noisy values: the extraction knows only those)."""
+    lam, shapes, xis, fstd, xstd = [], [], [], [], []
     for L, S, X in zip(ref.lam, ref.shapes, ref.xi, strict=True):
         w = np.abs(L) * (1 + 0.05 * X * rng.standard_normal(L.size))
         x = X * (1 + 0.05 * rng.standard_normal(X.size))
@@ -43,7 +46,9 @@ def _noisy(ref: ModalReference, rng: np.random.Generator) -> ModalReference:
         rms = np.linalg.norm(S, axis=0) / np.sqrt(S.shape[0])
         noise = rng.standard_normal(S.shape) + 1j * rng.standard_normal(S.shape)
         shapes.append(S + 0.02 * rms * noise / 2**0.5)
-    return ModalReference(list(ref.positions), lam, shapes, xis)
+        fstd.append(0.05 * x * w / (2 * np.pi))
+        xstd.append(0.05 * x)
+    return ModalReference(list(ref.positions), lam, shapes, xis, freq_std=fstd, xi_std=xstd)
 
 
 def test_covariance_known_answer_and_spread_of_linear_refits():
@@ -140,6 +145,8 @@ def test_every_parameter_has_an_interval_or_a_reason(refit):
     # the truth lies inside for most parameters with an interval (a loose bound on one seed)
     inside = np.abs(est - truth) <= 1.96 * iv.std
     assert inside[finite].mean() >= 0.7
+    # the frequencies scatter about the model as the modal data's own std says: no model error
+    assert 0.2 < iv.checks["measurement_frequency_ratio"] < 2.0 and iv.checks["p_measurement"] > 0.01
     d = iv.to_dict()
     assert d["adequacy"]["intervals_valid"] is True and set(d["ci95"]) == set(names)
 
@@ -170,3 +177,60 @@ def test_structure_error_widens_the_intervals(refit):
     for n in ("ME1_ky", "ME2_ky", "ME3_ky", "FB_kz"):
         j = iv.names.index(n)
         assert iv.std[j] > 2.5 * ideal.std[j], n
+
+
+def test_structure_error_is_called_model_error():
+    """A disturbed machine (other masses, joints and screw constants than the model) whose refit the
+    residual-scale checks call valid (held-back positions within the fit's inflated scale, estimate at the
+    optimum): against the modal extraction's own frequency std the misfit shows, and the verdict names it."""
+    truth = _truth()
+    plant = MachineTool(MachineToolConstants().disturbed())
+    rng = np.random.default_rng(12)
+    ref = _noisy(reference_from_model(plant, truth, [0.05, 0.55], 8), rng)
+    val = _noisy(reference_from_model(plant, truth, [0.3], 8), rng)
+    lo, hi = param_bounds()
+    _, iv = local_refit(MachineTool(), ref, STIFFNESS_NAMES, DAMPING_NAMES, lo, hi, as_vector(None), PAIRS,
+                        validation=val, maxiter=40)
+    assert not iv.intervals_valid
+    assert len(iv.problems) == 1 and iv.problems[0].startswith("model error"), iv.problems
+    assert iv.checks["measurement_frequency_ratio"] > 5.0 and iv.checks["p_measurement"] < 1e-6
+    assert iv.checks["gauss_newton_step_std"] < 1.0  # the old checks: passed
+    assert "model error" in iv.statement and not any(iv.identifiable.values())
+    # without the extraction's std the check cannot run, and the old verdict (valid) is what remains
+    bare = ModalReference(ref.positions, ref.lam, ref.shapes, ref.xi)
+    bare_v = ModalReference(val.positions, val.lam, val.shapes, val.xi)
+    iv0 = parameter_intervals(MachineTool(), bare, iv.estimate, STIFFNESS_NAMES, DAMPING_NAMES, lo, hi, PAIRS,
+                              validation=bare_v)
+    assert iv0.intervals_valid and "measurement_frequency_ratio" not in iv0.checks
+
+
+def _linear_case(seed: int, misfit: float) -> tuple[float, float]:
+    """A linear least-squares fit with the block layout of the modal residual: 20 'frequency' entries with
+    known, unequal std, 4 'shape' blocks of 30, 8 held-back frequencies; ``misfit`` x a fixed smooth curve
+    (which the model cannot follow) added to every frequency entry."""
+    rng = np.random.default_rng(1000 + seed)
+    basis = np.random.default_rng(5)
+    J = basis.standard_normal((140, 6))
+    Jv = basis.standard_normal((8, 6))
+    blocks = np.concatenate([np.full(20, -1), np.repeat(np.arange(4), 30)])
+    sig = np.linspace(0.5, 2.0, 20)
+    sig_v = np.linspace(0.7, 1.5, 8)
+    var = np.concatenate([sig ** 2, np.repeat([0.3, 0.6, 1.0, 2.0], 30)])
+    bump = np.concatenate([sig * np.sin(np.linspace(0, 6, 20)), np.zeros(120)])
+    y = J @ np.ones(6) + np.sqrt(var) * rng.standard_normal(140) + misfit * bump
+    yv = Jv @ np.ones(6) + sig_v * rng.standard_normal(8) + misfit * sig_v * np.cos(np.linspace(0, 3, 8))
+    b = np.linalg.lstsq(J, y, rcond=None)[0]
+    lc = _lsq_covariance(J, y - J @ b, blocks)
+    ratio, p, _ = _measurement_check(J, y - J @ b, blocks, sig, lc.block_var, lc.pinv, Jv, yv - Jv @ b, sig_v)
+    return ratio, p
+
+
+def test_measurement_check_level_and_power_on_a_linear_known_answer():
+    """Right structure: the mean square over its expectation averages 1 and p < 0.05 in about 5 % of the
+    seeds (the hat matrix and the held-back prediction are accounted for); a misfit of 3 std in the
+    frequencies gives ratios of several and tiny p-values - the fit's own scale would have absorbed it."""
+    null = np.array([_linear_case(s, 0.0) for s in range(400)])
+    assert abs(null[:, 0].mean() - 1.0) < 0.05
+    assert 0.025 <= np.mean(null[:, 1] < 0.05) <= 0.08
+    alt = np.array([_linear_case(s, 3.0) for s in range(50)])
+    assert np.all(alt[:, 0] > 2.5) and np.all(alt[:, 1] < 1e-4)

@@ -189,8 +189,9 @@ MODAL_STD_NOTE = ("  (std = spread of the pole over the stabilisation orders and
                   "modal viscous, bias of the H1 FRF estimate, residual terms for modes beyond the band - "
                   "moves the poles by more: on a known-answer FRF set the 95 % intervals hold ~95 %, on the "
                   "simulated machine tool the frequencies lie up to ~15 std off (small in Hz, but a bias): "
-                  "read the intervals as lower bounds; the parameter intervals below do not use them: they "
-                  "come from the scatter of the modal data about the identified model)")
+                  "read the intervals as lower bounds; the parameter intervals below come from the scatter "
+                  "of the modal data about the identified model; only the model-error check compares the "
+                  "frequencies' misfit with these std, so a bias of the extraction can also trip it)")
 
 
 @dataclass
@@ -254,7 +255,8 @@ def analyze(arrays: MTArrays, cfg: MachineToolConfig, progress=None, executor=No
     freq = arrays.freq[band]
     w2 = (2 * np.pi * freq) ** 2
     refs: dict[str, dict] = {
-        r: {"positions": [], "lam": [], "shapes": [], "xi": [], "frf": []} for r in ROLES
+        r: {"positions": [], "lam": [], "shapes": [], "xi": [], "frf": [], "freq_std": [], "xi_std": []}
+        for r in ROLES
     }
     fits = []
     for p, role, H in zip(arrays.positions, arrays.roles, arrays.H, strict=True):
@@ -271,6 +273,8 @@ def analyze(arrays: MTArrays, cfg: MachineToolConfig, progress=None, executor=No
         r["lam"].append(fit.lam)
         r["shapes"].append(fit.shapes)
         r["xi"].append(fit.xi)
+        r["freq_std"].append(fit.freq_std)  # the extraction's own uncertainty: the model-error check's scale
+        r["xi_std"].append(fit.xi_std)
         r["frf"].append(-H[..., band] / w2)  # receptance, as the model's FRFs
 
     def reference(role: str) -> ModalReference | None:
@@ -285,6 +289,8 @@ def analyze(arrays: MTArrays, cfg: MachineToolConfig, progress=None, executor=No
             freq=freq,
             inputs=list(arrays.inputs),
             frf=r["frf"],
+            freq_std=None if any(v is None for v in r["freq_std"]) else r["freq_std"],
+            xi_std=None if any(v is None for v in r["xi_std"]) else r["xi_std"],
         )
 
     ref = reference("identification")
