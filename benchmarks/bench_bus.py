@@ -5,6 +5,10 @@ Both sides run in two processes over tcp loopback and are lossless (XPUB_NODROP,
 "ours" builds a Frame per message, publishes it with BusPublisher (asyncio) and decodes every
 message with BusSubscriber into numpy arrays. Timing is taken at the receiver, first to last message.
 
+Besides the rate, each side's CPU time per message is reported (process CPU, ZeroMQ's I/O thread
+included): on a machine shared with other jobs the rates move with the load, the CPU per message much
+less, and it shows which side costs what. The load average is printed before and after.
+
     .venv/bin/python benchmarks/bench_bus.py [--repeat 3]
 """
 
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import os
 import statistics
 import time
 
@@ -34,7 +39,7 @@ def make_frame(payload_bytes: int, seq: int = 0):
 # ----------------------------------------------------------------------------- senders (child process)
 
 
-def plain_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int) -> None:
+def plain_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int, cpu_q: mp.Queue) -> None:
     from daq.bus.frames import encode
 
     parts = [bytes(p) for p in encode(make_frame(payload_bytes))]
@@ -46,6 +51,7 @@ def plain_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int) -> None:
     endpoint_q.put(f"tcp://127.0.0.1:{port}")
     sock.recv()  # wait for the subscription
     copy = payload_bytes < 64 * 1024
+    cpu = time.process_time()
     for _ in range(n):
         while True:
             try:
@@ -53,11 +59,12 @@ def plain_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int) -> None:
                 break
             except zmq.Again:
                 time.sleep(0.0002)
+    cpu_q.put(time.process_time() - cpu)
     sock.close()
     ctx.term()
 
 
-def ours_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int) -> None:
+def ours_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int, cpu_q: mp.Queue) -> None:
     from daq.bus.pubsub import BusPublisher
 
     frame = make_frame(payload_bytes)
@@ -66,9 +73,11 @@ def ours_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int) -> None:
         pub = BusPublisher()
         endpoint_q.put(pub.endpoint)
         await pub.wait_for_subscribers(1, timeout=30)
+        cpu = time.process_time()
         for _ in range(n):
             frame.seq = pub.next_seq("bench.s")
             await pub.publish(frame)
+        cpu_q.put(time.process_time() - cpu)
         await asyncio.sleep(0.5)  # let the queue drain before closing (linger=0)
         pub.close()
 
@@ -78,65 +87,73 @@ def ours_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int) -> None:
 # ----------------------------------------------------------------------------- receivers (this process)
 
 
-def plain_receive(endpoint: str, n: int) -> float:
+def plain_receive(endpoint: str, n: int) -> tuple[float, float]:
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.SUB)
     sock.setsockopt(zmq.SUBSCRIBE, b"")
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(endpoint)
     sock.recv_multipart()
-    t0 = time.perf_counter()
+    t0, cpu = time.perf_counter(), time.process_time()
     for _ in range(n - 1):
         sock.recv_multipart(copy=False)
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - cpu
     sock.close()
-    return dt
+    return dt, cpu
 
 
-def ours_receive(endpoint: str, n: int) -> float:
+def ours_receive(endpoint: str, n: int) -> tuple[float, float]:
     from daq.bus.pubsub import BusSubscriber
 
-    async def go() -> float:
+    async def go() -> tuple[float, float]:
         sub = BusSubscriber(endpoint)
         await sub.recv(timeout=30)
-        t0 = time.perf_counter()
+        t0, cpu = time.perf_counter(), time.process_time()
         for _ in range(n - 1):
             msg = await sub.recv(timeout=30)
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - cpu
         assert msg.seq == n - 1 and sub.stats.missing == 0, "lossless run lost messages"
         sub.close()
-        return dt
+        return dt, cpu
 
     return asyncio.run(go())
 
 
-def run_once(kind: str, payload_bytes: int, n: int) -> float:
+def run_once(kind: str, payload_bytes: int, n: int) -> tuple[float, float, float]:
+    """Messages per second, and the sender's and receiver's CPU microseconds per message."""
     ctx = mp.get_context("spawn")
-    q = ctx.Queue()
+    q, cpu_q = ctx.Queue(), ctx.Queue()
     sender = plain_sender if kind == "plain" else ours_sender
-    p = ctx.Process(target=sender, args=(q, payload_bytes, n))
+    p = ctx.Process(target=sender, args=(q, payload_bytes, n, cpu_q))
     p.start()
     endpoint = q.get(timeout=30)
-    dt = (plain_receive if kind == "plain" else ours_receive)(endpoint, n)
+    dt, recv_cpu = (plain_receive if kind == "plain" else ours_receive)(endpoint, n)
+    send_cpu = cpu_q.get(timeout=30)
     p.join(30)
-    return (n - 1) / dt  # messages per second
+    return (n - 1) / dt, send_cpu / n * 1e6, recv_cpu / (n - 1) * 1e6
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3, help="runs per case (median reported)")
     args = ap.parse_args()
-    print(f"{'payload':>8} {'impl':>6} {'msg/s':>10} {'MB/s':>9} {'ours/plain':>11}")
+    print("load average", " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(f"{'payload':>8} {'impl':>6} {'msg/s':>10} {'MB/s':>9} {'ours/plain':>11} {'send us/msg':>12} "
+          f"{'recv us/msg':>12}  (CPU)")
     for payload, n in CASES:
-        runs: dict[str, list[float]] = {"plain": [], "ours": []}
+        runs: dict[str, list[tuple[float, float, float]]] = {"plain": [], "ours": []}
         for _ in range(args.repeat):  # interleaved, so that load from other processes hits both alike
             for kind in runs:
                 runs[kind].append(run_once(kind, payload, n))
-        rates = {kind: statistics.median(r) for kind, r in runs.items()}
+        med = {kind: [statistics.median(col) for col in zip(*r, strict=True)] for kind, r in runs.items()}
         for kind in ("plain", "ours"):
-            r = rates[kind]
-            ratio = f"{rates['ours'] / rates['plain']:.2f}" if kind == "ours" else ""
-            print(f"{payload // 1024:>6}kB {kind:>6} {r:>10.0f} {r * payload / 1e6:>9.1f} {ratio:>11}")
+            rate, send_cpu, recv_cpu = med[kind]
+            ratio = f"{rate / med['plain'][0]:.2f}" if kind == "ours" else ""
+            print(
+                f"{payload // 1024:>6}kB {kind:>6} {rate:>10.0f} {rate * payload / 1e6:>9.1f} {ratio:>11} "
+                f"{send_cpu:>12.1f} {recv_cpu:>12.1f}"
+            )
+    print("load average", " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":

@@ -26,65 +26,32 @@ import msgspec
 import numpy as np
 
 from daq.bus import header_json
-from daq.errors import ProtocolError
+from daq.bus.frame_checks import (  # the limits and FrameError belong to this module's interface too
+    _DTYPE_NAMES,
+    MAX_HEADER_BYTES,
+    MAX_PAYLOAD_BYTES,
+    SEQ_LIMIT,
+    SUPPORTED_DTYPES,
+    FrameError,
+    _all_finite,
+    _check_body,
+    _check_names,
+    _check_seq,
+    _check_session_id,
+    _check_stream,
+    _check_text,
+    _dtype_name,
+    _finite,
+)
+from daq.bus.frame_checks import ERROR_KINDS as ERROR_KINDS  # re-exported
+from daq.bus.frame_checks import MAX_NESTING as MAX_NESTING  # re-exported
 
 SCHEMA_VERSION = 1
-
-#: Largest payload a decoder accepts (bytes); bigger frames are dropped as "oversized".
-MAX_PAYLOAD_BYTES = 256 * 1024 * 1024
-#: Largest header a decoder accepts (bytes).
-MAX_HEADER_BYTES = 1024 * 1024
-#: Deepest nesting of lists/objects accepted in an event body (JSON parsers recurse).
-MAX_NESTING = 64
-#: Sequence numbers are unsigned 63-bit (they are stored as SQLite INTEGER).
-SEQ_LIMIT = 2**63
-
-#: dtypes allowed on the bus, by their canonical name in the header.
-SUPPORTED_DTYPES: dict[str, np.dtype] = {
-    name: np.dtype(name).newbyteorder("<") if np.dtype(name).itemsize > 1 else np.dtype(name)
-    for name in (
-        "float64",
-        "float32",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "bool",
-    )
-}
 
 _F8 = SUPPORTED_DTYPES["float64"]
 
 DATA_PREFIX = b"data/"
 EVENT_PREFIX = b"event/"
-
-#: Kinds of malformed input reported by :class:`FrameError`.
-ERROR_KINDS = (
-    "parts",  # not three message parts
-    "topic",  # topic does not match the header
-    "json",  # header is not a UTF-8 JSON object
-    "nesting",  # JSON nested too deeply
-    "schema",  # unknown schema version
-    "header",  # missing field or wrong type
-    "text",  # a name that is not valid UTF-8 text (e.g. a lone surrogate)
-    "range",  # seq outside [0, 2**63) or a non-finite time
-    "dtype",  # unsupported dtype
-    "size",  # shape and payload disagree
-    "oversized",  # header or payload over the limit
-)
-
-
-class FrameError(ProtocolError, ValueError):
-    """A message that cannot be encoded or decoded; ``kind`` is one of :data:`ERROR_KINDS`."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(f"{kind}: {message}")
-        self.kind = kind
-        self.message = message
 
 
 @dataclass
@@ -130,92 +97,6 @@ Message = Frame | Event
 
 
 # ----------------------------------------------------------------------------- encode
-
-
-def _check_text(value: str, what: str) -> str:
-    """``value`` must encode as UTF-8 (Python strings may hold lone surrogates, which do not)."""
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise FrameError("text", f"{what} is not valid UTF-8 text: {value[:40]!r}") from None
-    return value
-
-
-def _check_stream(stream: Any) -> str:
-    if not isinstance(stream, str) or not stream or "\x00" in stream:
-        raise FrameError("header", f"stream name must be a non-empty string, got {stream!r}")
-    return _check_text(stream, "stream name")
-
-
-def _check_seq(seq: Any) -> int:
-    if not 0 <= seq < SEQ_LIMIT:
-        raise FrameError("range", f"sequence number {seq} outside [0, 2**63)")
-    return seq
-
-
-def _finite(value: Any, what: str) -> float:
-    """``value`` as a finite float (huge JSON integers overflow; NaN/inf are refused)."""
-    try:
-        x = float(value)
-    except OverflowError:
-        x = math.inf
-    if not math.isfinite(x):
-        raise FrameError("range", f"{what} must be finite, got {value!r:.40}")
-    return x
-
-
-def _all_finite(x: np.ndarray) -> bool:
-    """No NaN or inf in ``x`` (short arrays through Python floats: cheaper than a ufunc call)."""
-    if x.size <= 64:
-        return all(map(math.isfinite, x.tolist()))
-    return bool(np.isfinite(x).all())
-
-
-def _check_names(names: list[str], what: str) -> list[str]:
-    for name in names:
-        _check_text(name, what)
-    return names
-
-
-def _check_body(body: dict) -> dict:
-    """An event body: JSON-like, nested at most MAX_NESTING deep, keys and strings valid UTF-8."""
-    stack: list[tuple[Any, int]] = [(body, 1)]
-    while stack:
-        obj, depth = stack.pop()
-        if depth > MAX_NESTING:
-            raise FrameError("nesting", f"event body nested deeper than {MAX_NESTING} levels")
-        if isinstance(obj, dict):
-            for key, value in obj.items():
-                if isinstance(key, str):
-                    _check_text(key, "event body key")
-                if isinstance(value, dict | list | tuple | str):
-                    stack.append((value, depth + 1))
-        elif isinstance(obj, list | tuple):
-            stack.extend((value, depth + 1) for value in obj if isinstance(value, dict | list | tuple | str))
-        elif isinstance(obj, str):
-            _check_text(obj, "event body text")
-    return body
-
-
-def _check_session_id(sid: Any) -> Any:
-    if type(sid) is str and not sid.isascii():
-        _check_text(sid, "session id")
-    return sid
-
-
-#: Native little-endian dtypes by object (dict lookup; ``dtype.name`` is slow).
-_DTYPE_NAMES: dict[np.dtype, str] = {dt: name for name, dt in SUPPORTED_DTYPES.items()}
-
-
-def _dtype_name(arr: np.ndarray) -> str:
-    name = _DTYPE_NAMES.get(arr.dtype)
-    if name is not None:
-        return name
-    name = arr.dtype.name
-    if name not in SUPPORTED_DTYPES:
-        raise FrameError("dtype", f"unsupported dtype {arr.dtype} (supported: {', '.join(SUPPORTED_DTYPES)})")
-    return name
 
 
 def frame_header(frame: Frame) -> dict:
@@ -307,20 +188,30 @@ def topic_of(msg: Message) -> bytes:
     return prefix + msg.stream.encode("utf-8")
 
 
-class _EncodeLayout(NamedTuple):
-    """A stream's validated, JSON-encoded static header part and what it was made from."""
+class _EncodeLayout:
+    """A stream's validated, JSON-encoded header parts and what they were made from.
 
-    channels: list | tuple
-    units: list | tuple
-    dtype: np.dtype
-    topic: bytes
-    static: bytes
+    ``static``: stream, channels, units and dtype as JSON text. ``tail``: the time base, shape, session id
+    and replay flag, then ``static`` and the closing brace; valid for frames whose ``tail_key`` is equal."""
+
+    __slots__ = ("channels", "units", "dtype", "native", "topic", "static", "tail_key", "tail")
+
+    def __init__(self, frame: Frame, static: str):
+        self.channels = _snapshot(frame.channels)
+        self.units = _snapshot(frame.units)
+        self.dtype = frame.data.dtype
+        self.native = self.dtype in _DTYPE_NAMES  # little-endian already: the array's bytes are the payload
+        self.topic = topic_of(frame)
+        self.static = static
+        self.tail_key: tuple | None = None
+        self.tail = ""
 
 
 # Per stream, the layout of its last frame: the parts of a frame header that rarely change (stream,
-# channels, units, dtype) are validated and JSON-encoded once; a steady stream only compares them
-# (list equality, cheaper than building a hashable key); seq, time base, shape and flags are
-# formatted per frame. This keeps encoding cheap for small, fast frames. The bytes are plain JSON.
+# channels, units, dtype; then time base, shape, session and replay flag) are validated and JSON-encoded
+# once; a steady stream only compares them (list and tuple equality, cheaper than building a hashable
+# key), and only the sequence number and t0 are formatted per frame. The bytes are plain JSON, the same
+# as formatting every field each time.
 _ENCODE_LAYOUTS: dict[str, _EncodeLayout] = {}
 _ENCODE_LAYOUTS_MAX = 4096
 
@@ -332,18 +223,12 @@ def _snapshot(names: Any) -> list | tuple:
 
 def _encode_layout(frame: Frame) -> _EncodeLayout:
     h = frame_header(frame)  # full validation of the layout
-    static = _dumps({k: h[k] for k in ("stream", "channels", "units", "dtype")})[1:-1]
-    layout = _EncodeLayout(
-        _snapshot(frame.channels), _snapshot(frame.units), frame.data.dtype, topic_of(frame), static
-    )
+    static = _dumps({k: h[k] for k in ("stream", "channels", "units", "dtype")})[1:-1].decode("ascii")
+    layout = _EncodeLayout(frame, static)
     if len(_ENCODE_LAYOUTS) >= _ENCODE_LAYOUTS_MAX:
         _ENCODE_LAYOUTS.clear()
     _ENCODE_LAYOUTS[frame.stream] = layout
     return layout
-
-
-def _jstr(s: str) -> str:  # UTF-8 text; callers have refused lone surrogates (_check_text)
-    return header_json.ENCODER.encode(s).decode()
 
 
 def _jfloat(x: float, what: str) -> str:
@@ -352,40 +237,61 @@ def _jfloat(x: float, what: str) -> str:
     return repr(x)
 
 
-def _encode_frame_fast(frame: Frame) -> list:
-    data, stream = frame.data, frame.stream
-    if not isinstance(data, np.ndarray) or data.ndim != 2 or type(stream) is not str:
-        return [topic_of(frame), _dumps(frame_header(frame)), frame_payload(frame)]  # raises clearly
-    layout = _ENCODE_LAYOUTS.get(stream)
-    if (
-        layout is None
-        or layout.dtype != data.dtype
-        or len(layout.channels) != data.shape[1]
-        or layout.channels != frame.channels
-        or layout.units != frame.units
-    ):
-        layout = _encode_layout(frame)
-    ts = frame.timestamps
-    if ts is None:
+def _encode_tail(frame: Frame, layout: _EncodeLayout, key: tuple) -> str:
+    """Validate and encode the header fields after t0; remembered when ``key`` stands for its text."""
+    if frame.timestamps is None:
         dt = float(frame.dt) if frame.dt is not None else math.nan
         if not (dt > 0 and math.isfinite(dt)):
             frame_header(frame)  # raises the precise error
         time_base = f'"dt":{_jfloat(dt, "dt")},"timestamps":false'
     else:
-        if np.shape(ts) != (data.shape[0],) or not _all_finite(ts):
-            frame_header(frame)
         time_base = '"dt":null,"timestamps":true'
-    sid = frame.session_id
-    sid_json = "null" if sid is None else _jstr(_check_session_id(str(sid)))
+    sid = frame.session_id  # UTF-8 text checked by _check_session_id; msgspec writes it as it is
+    sid_json = "null" if sid is None else header_json.ENCODER.encode(_check_session_id(str(sid))).decode()
+    n, n_ch = frame.data.shape
+    tail = (
+        f'{time_base},"shape":[{n},{n_ch}],"session_id":{sid_json},'
+        f'"replay":{"true" if frame.replay else "false"},{layout.static}}}'
+    )
+    # Remembered only for values that are immutable and whose equality means equal text (1 == True, but
+    # str(1) != str(True); a 0-d array dt could change in place).
+    plain = isinstance(frame.dt, float | int | None) and type(frame.replay) is bool
+    if plain and (sid is None or type(sid) is str):
+        layout.tail_key, layout.tail = key, tail
+    return tail
+
+
+def _encode_frame_fast(frame: Frame) -> list:
+    data, stream = frame.data, frame.stream
+    if not isinstance(data, np.ndarray) or data.ndim != 2 or type(stream) is not str:
+        return [topic_of(frame), _dumps(frame_header(frame)), frame_payload(frame)]  # raises clearly
+    layout = _ENCODE_LAYOUTS.get(stream)
+    dtype, shape = data.dtype, data.shape
+    if (
+        layout is None
+        or (layout.dtype is not dtype and layout.dtype != dtype)
+        or len(layout.channels) != shape[1]
+        or layout.channels != frame.channels
+        or layout.units != frame.units
+    ):
+        layout = _encode_layout(frame)
+    ts = frame.timestamps
+    if ts is not None and (np.shape(ts) != (shape[0],) or not _all_finite(ts)):
+        frame_header(frame)  # raises the precise error
+    key = (ts is None, frame.dt, shape, frame.session_id, frame.replay)
+    tail = layout.tail if key == layout.tail_key else _encode_tail(frame, layout, key)
     seq = int(frame.seq)
     if not 0 <= seq < SEQ_LIMIT:
         _check_seq(seq)
-    head = (
-        f'{{"v":{SCHEMA_VERSION},"type":"frame","seq":{seq},"t0":{_jfloat(float(frame.t0), "t0")},'
-        f'{time_base},"shape":[{data.shape[0]},{data.shape[1]}],"session_id":{sid_json},'
-        f'"replay":{"true" if frame.replay else "false"},'
-    ).encode()
-    return [layout.topic, head + layout.static + b"}", frame_payload(frame)]
+    t0 = float(frame.t0)
+    if not math.isfinite(t0):
+        _finite(t0, "t0")
+    header = f'{{"v":{SCHEMA_VERSION},"type":"frame","seq":{seq},"t0":{t0!r},{tail}'.encode()  # one encode
+    if ts is None and layout.native and data.flags.c_contiguous and data.size:
+        payload: bytes | memoryview = memoryview(data).cast("B")  # frame_payload's common case
+    else:
+        payload = frame_payload(frame)
+    return [layout.topic, header, payload]
 
 
 def encode(msg: Message) -> list[bytes]:
@@ -569,6 +475,50 @@ def event_from_header(h: dict) -> Event:
     )
 
 
+def _steady_frame(topic: bytes, raw_header: bytes, payload: bytes | memoryview) -> Frame | None:
+    """The frame of a stream whose layout is known, or None to let the full decoder judge the message.
+
+    msgspec checks the header's types and ranges (:func:`daq.bus.header_json.frame_head`); the stream's
+    dtype, channels and units are compared with the layout the full decoder validated; the payload size,
+    topic and timestamps are checked here. It accepts nothing the full decoder refuses and builds the
+    same frame: a header it does not take (the first of a stream, an event, anything unusual or wrong)
+    goes the full way, which names what is wrong.
+    """
+    h = header_json.frame_head(raw_header)
+    if h is None:
+        return None
+    n, n_ch = h.shape
+    channels, units = h.channels, h.units
+    layout = _LAYOUTS.get(h.stream)
+    if (
+        layout is None
+        or layout.dtype_name != h.dtype
+        or len(layout.channels) != n_ch
+        or layout.channels != channels
+        or layout.units != units
+    ):
+        return None
+    has_ts, dt, t0 = h.timestamps, h.dt, h.t0
+    if has_ts:
+        dt = None
+    elif dt is None or not math.isfinite(dt):
+        return None
+    dtype = layout.dtype
+    n_data = n * n_ch * dtype.itemsize
+    expected = n_data + 8 * n if has_ts else n_data
+    if len(payload) != expected or expected > MAX_PAYLOAD_BYTES or not math.isfinite(t0):
+        return None
+    if topic != layout.topic and bytes(topic) != layout.topic:
+        return None
+    data = np.ndarray((n, n_ch), dtype, payload)  # a view, read-only if the payload is
+    timestamps = None
+    if has_ts:
+        timestamps = np.ndarray((n,), _F8, payload, n_data)
+        if not _all_finite(timestamps):
+            return None
+    return Frame(h.stream, h.seq, t0, dt, channels, units, data, timestamps, h.session_id, h.replay)
+
+
 def decode(parts: list[bytes], *, max_payload: int | None = None) -> Message:
     """Decode ``[topic, header, payload]``; raises :class:`FrameError` on malformed input.
 
@@ -580,6 +530,10 @@ def decode(parts: list[bytes], *, max_payload: int | None = None) -> Message:
     limit = MAX_PAYLOAD_BYTES if max_payload is None else max_payload
     if len(payload) > limit:
         raise FrameError("oversized", f"payload of {len(payload)} bytes exceeds {limit}")
+    if type(raw_header) is bytes and len(raw_header) <= MAX_HEADER_BYTES:
+        frame = _steady_frame(topic, raw_header, payload)
+        if frame is not None:
+            return frame
     h = parse_header(raw_header)
     kind = h.get("type")
     if kind == "frame":

@@ -124,8 +124,10 @@ class BusPublisher:
                 self._sock.setsockopt(zmq.XPUB_NODROP, 1)
                 self._sock.setsockopt(zmq.XPUB_VERBOSE, 1)
             self._secure(self._sock, endpoint, keys)
-            # Non-blocking sends go through a plain (sync) shadow of the same socket: cheaper than a future.
+            # Non-blocking sends go through a plain (sync) shadow of the same socket: cheaper than a future;
+            # and straight to pyzmq's backend send (its Socket.send only adds routing_id/group, unused here).
             self._sync = zmq.Socket.shadow(self._sock.underlying)
+            self._send = super(zmq.Socket, self._sync).send
             self.endpoint = bind_endpoint(self._sock, endpoint)
             self.tap_endpoint: str | None = None
             if tap_endpoint is not None:
@@ -157,23 +159,34 @@ class BusPublisher:
 
     async def publish(self, msg: Message) -> None:
         """Publish one frame or event (lossless mode waits while subscribers are full)."""
-        await self.send_parts(encode(msg))
+        parts = encode(msg)  # send_parts' steps, without a second coroutine per message
+        copy = len(parts[-1]) < ZERO_COPY_THRESHOLD
+        if not self._offer(parts, copy):
+            await self._send_blocked(parts, copy)
+        elif self._sent % _YIELD_EVERY == 0:
+            await asyncio.sleep(0)
+        if self._tap is not None:
+            self._send_tap(parts, copy)
 
     async def send_parts(self, parts: list) -> None:
         """Send already encoded parts (used by replay and benchmarks)."""
         copy = len(parts[-1]) < ZERO_COPY_THRESHOLD
+        if not self._offer(parts, copy):
+            await self._send_blocked(parts, copy)
+        elif self._sent % _YIELD_EVERY == 0:
+            await asyncio.sleep(0)
+        if self._tap is not None:
+            self._send_tap(parts, copy)
+
+    def _offer(self, parts: list, copy: bool) -> bool:
+        """Send without waiting; False when a lossless send was refused (then wait and retry). A lossy
+        publisher drops the message when the queue is full."""
         self._sent += 1
         try:
             self._send_nowait(parts, copy)
         except zmq.Again:
-            if self.lossless:
-                await self._send_blocked(parts, copy)
-            # lossy: a full queue means "drop"
-        else:
-            if self._sent % _YIELD_EVERY == 0:
-                await asyncio.sleep(0)
-        if self._tap is not None:
-            self._send_tap(parts, copy)
+            return not self.lossless
+        return True
 
     def _send_tap(self, parts: list, copy: bool) -> None:
         """The lossy copy for external subscribers: a plain PUB never blocks (drops at its HWM)."""
@@ -188,10 +201,14 @@ class BusPublisher:
     def _send_nowait(self, parts: list, copy: bool) -> None:
         """Send part by part with int flags (cheaper than send_multipart). Only the first part can
         raise zmq.Again: ZeroMQ checks the high-water mark per whole message."""
-        send = self._sync.send
-        for part in parts[:-1]:
-            send(part, _NOBLOCK_MORE)
-        send(parts[-1], _NOBLOCK, copy=copy)
+        send = self._send
+        if len(parts) == 3:
+            send(parts[0], _NOBLOCK_MORE)
+            send(parts[1], _NOBLOCK_MORE)
+        else:
+            for part in parts[:-1]:
+                send(part, _NOBLOCK_MORE)
+        send(parts[-1], _NOBLOCK, copy)
 
     async def _send_blocked(self, parts: list, copy: bool) -> None:
         """Back-pressure: retry a refused send until it goes through (or send_timeout)."""
@@ -324,11 +341,13 @@ class BusSubscriber:
 
     async def recv(self, timeout: float | None = None) -> Message:
         """Next well-formed message; raises BusTimeout if none arrives within ``timeout`` s."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None  # set at the first wait: a queued message needs no clock
         while True:
             try:
                 parts = self._recv_nowait()
             except zmq.Again:
+                if deadline is None and timeout is not None:
+                    deadline = time.monotonic() + timeout
                 await self._wait_readable(deadline)
                 continue
             self._n += 1
