@@ -132,13 +132,14 @@ def test_acquisition_keeps_its_rate_while_the_identifier_works(session):
     dt = np.diff(force.t)
     # the rate over the run (a late poll is caught up, so count samples rather than read one spacing)
     assert abs((force.t[-1] - force.t[0]) / len(dt) - 1 / rate) < 0.1 / rate
-    inside = [t for t in t_est if force.t[0] + 0.5 < t < force.t[-1] - 0.5]
+    inside = [t for t in t_est if force.t[0] + 1.0 < t < force.t[-1] - 1.0]
     assert inside
-    for t in inside:  # the second around every published estimate (the fit ran just before it)
-        n = np.count_nonzero((force.t > t - 0.5) & (force.t < t + 0.5))
+    for t in inside:  # the two seconds around every published estimate (the fit ran just before it)
+        n = np.count_nonzero((force.t > t - 1.0) & (force.t < t + 1.0))
         # samples per second as anywhere else: the identifier's work neither stalls nor thins the
-        # acquisition (on a loaded machine a late poll is caught up within the second, so count)
-        assert abs(n - rate) < 0.2 * rate, (t, n)
+        # acquisition (on a loaded machine a late poll is caught up a little later, with its own time
+        # stamp: 262 in a one-second window was seen at load 6, so count over two seconds)
+        assert abs(n - 2 * rate) < 0.2 * 2 * rate, (t, n)
 
 
 async def test_watch_prints_replayed_estimates_as_json_lines(session, capsys):
