@@ -8,8 +8,9 @@ short rounds (load from other jobs hits both alike; the median of the per-round 
 * "plain": ``AsyncModbusTcpClient.read_input_registers(0, count=2, device_id=1)`` and
   ``client.convert_from_registers(regs, FLOAT32)`` - what a script written against pymodbus does;
 * "ours":  ``ModbusDisplacementSensor.read()`` - the same request through ``ModbusTransport`` with
-  its reply check (device id, function code, register count), the timeout guard, the cancellation
-  check, the register-map decode and the plausibility checks (finite, register range, sensor range).
+  its reply check (device id, function code, register count), the request guard (a per-connection
+  watchdog), the cancellation check, the register-map decode and the plausibility checks (finite,
+  register range, sensor range).
 
     .venv/bin/python benchmarks/bench_modbus.py [--requests 500] [--repeat 20]
 """
