@@ -17,7 +17,11 @@ Per parameter: the Monte Carlo spread of the estimates (sample std over the seed
 * ``robust``: the fit's Newey-West sandwich std over time (HAC, Bartlett weights, Andrews' bandwidth),
   median over seeds, and how often the rig reported it (``ci95`` uses it when the fit's residuals fail
   Ljung-Box, else the residual-based std) - the classic std takes the residuals as white, the crane's
-  speed differenced from encoder counts has negatively correlated quantisation noise.
+  speed differenced from encoder counts has negatively correlated quantisation noise;
+* ``noise``: the fit's noise std (``hil analyze --json`` ``noise_std``): the sandwich with the part of the
+  residual the input explains taken out as model error
+  (:func:`identification.residual_adequacy.noise_covariance`), median over seeds - what the spread of
+  repeated runs should be, from the record alone.
 Ratio = MC std / reported std; the issue's target is 0.8-1.2. The mean error (bias) is shown beside it in
 units of the MC std: a spread can be calibrated while the estimate is off (unmodelled friction).
 
@@ -96,7 +100,7 @@ def noise_only(cfg, force: np.ndarray, seeds: int) -> np.ndarray:
         a = analyze(Runs([rec], 1), cfg)
         synth = dataclasses.replace(rec, output=a.y_fit[: rec.output.size] + (rec.output - clean.output))
         b = analyze(Runs([synth], 1), cfg)
-        out.append(b.robust_std)
+        out.append(np.concatenate([b.robust_std, b.noise_std]))
     return np.array(out)
 
 
@@ -109,13 +113,14 @@ def calibrate(kind: str, seeds: int, at_truth: bool, n_noise_only: int = 0) -> d
           f"{dict(zip(design.param_names, design.b.tolist(), strict=True))}: {design_s:.0f} s, "
           f"{design.status}", flush=True)
     force = design.u[:, 0]
-    est, pred, resid, robust, used, ok, cover = [], None, [], [], 0, 0, []
+    est, pred, resid, robust, noise, used, ok, cover = [], None, [], [], [], 0, 0, []
     t0 = time.perf_counter()
     for seed in range(seeds):
         a = analyze(Runs([simulate_run(cfg, force, seed)], 1), cfg)
         est.append(a.estimate)
         resid.append(a.residual_std)
         robust.append(a.robust_std if a.robust_std is not None else np.full(len(a.names), np.nan))
+        noise.append(a.noise_std if a.noise_std is not None else np.full(len(a.names), np.nan))
         used += bool(a.intervals is not None and a.intervals.robust)
         pred = a.predicted_std  # at the design point: the same for every seed
         ok += bool(a.fit_success)
@@ -123,29 +128,35 @@ def calibrate(kind: str, seeds: int, at_truth: bool, n_noise_only: int = 0) -> d
         cover.append([a.ci95[n][0] is not None and a.ci95[n][0] <= t <= a.ci95[n][1]
                       for n, t in zip(a.names, a.truth, strict=True)])
         if (seed + 1) % 10 == 0 and seed + 1 < seeds:  # progress: the slow crane prints as it goes
-            e, r = np.array(est), np.array(robust)
-            print(f"  {seed + 1} seeds: MC std / robust std (median) " + ", ".join(
-                f"{n} {e[:, j].std(ddof=1) / np.nanmedian(r[:, j]):.2f}" for j, n in enumerate(a.names)) +
+            e, r, q = np.array(est), np.array(robust), np.array(noise)
+            print(f"  {seed + 1} seeds: MC std / robust std, / noise std (medians) " + ", ".join(
+                f"{n} {e[:, j].std(ddof=1) / np.nanmedian(r[:, j]):.2f}, "
+                f"{e[:, j].std(ddof=1) / np.nanmedian(q[:, j]):.2f}" for j, n in enumerate(a.names)) +
                   f" ({time.perf_counter() - t0:.0f} s)", flush=True)
     fits_s = time.perf_counter() - t0
-    est, resid, robust = np.array(est), np.array(resid), np.array(robust)
+    est, resid, robust, noise = np.array(est), np.array(resid), np.array(robust), np.array(noise)
     mc = est.std(axis=0, ddof=1)
-    quiet = None
+    quiet = quiet_noise = None
     if n_noise_only:
-        quiet = np.nanmedian(noise_only(cfg, force, n_noise_only), axis=0)
+        both = np.nanmedian(noise_only(cfg, force, n_noise_only), axis=0)
+        quiet, quiet_noise = both[: len(design.param_names)], both[len(design.param_names):]
     rows = []
     for j, n in enumerate(design.param_names):
         r_med = float(np.median(resid[:, j]))
         rob_med = float(np.nanmedian(robust[:, j]))
+        noise_med = float(np.nanmedian(noise[:, j]))
         rows.append({"parameter": n, "truth": float(truth[j]), "design_point": float(design.b[j]),
                      "mc_mean": float(est[:, j].mean()), "mc_std": float(mc[j]),
                      "bias_in_mc_std": float((est[:, j].mean() - truth[j]) / mc[j]),
                      "predicted_std": float(pred[j]), "ratio_predicted": float(mc[j] / pred[j]),
                      "residual_std_median": r_med, "ratio_residual": float(mc[j] / r_med),
                      "robust_std_median": rob_med, "ratio_robust": float(mc[j] / rob_med),
+                     "noise_std_median": noise_med, "ratio_noise": float(mc[j] / noise_med),
                      "ci95_covers_truth": float(np.mean(np.array(cover)[:, j])),
                      "robust_noise_only_median": None if quiet is None else float(quiet[j]),
-                     "ratio_robust_noise_only": None if quiet is None else float(mc[j] / quiet[j])})
+                     "ratio_robust_noise_only": None if quiet is None else float(mc[j] / quiet[j]),
+                     "noise_std_noise_only_median": None if quiet is None else float(quiet_noise[j]),
+                     "ratio_noise_noise_only": None if quiet is None else float(mc[j] / quiet_noise[j])})
     return {"kind": kind, "seeds": seeds, "at_truth": at_truth, "design_status": design.status,
             "robust_reported": used, "noise_only_seeds": n_noise_only if quiet is not None else 0,
             "design_s": design_s, "fits_s": fits_s, "fits_converged": ok, "rows": rows}
@@ -154,7 +165,7 @@ def calibrate(kind: str, seeds: int, at_truth: bool, n_noise_only: int = 0) -> d
 def table(results: list[dict]) -> str:
     lines = ["| rig | parameter | truth | design point | MC mean | bias / MC std | MC std | pred. std | "
              "MC / pred. | resid. std (median) | MC / resid. | robust std (median) | MC / robust | "
-             "robust reported | ci95 covers truth |", "|---" * 15 + "|"]
+             "noise std (median) | MC / noise | robust reported | ci95 covers truth |", "|---" * 17 + "|"]
     for res in results:
         for r in res["rows"]:
             def mark(x: float) -> str:
@@ -164,12 +175,15 @@ def table(results: list[dict]) -> str:
                          f"{r['mc_std']:.3g} | {r['predicted_std']:.3g} | {mark(r['ratio_predicted'])} | "
                          f"{r['residual_std_median']:.3g} | {mark(r['ratio_residual'])} | "
                          f"{r['robust_std_median']:.3g} | {mark(r['ratio_robust'])} | "
+                         f"{r['noise_std_median']:.3g} | {mark(r['ratio_noise'])} | "
                          f"{res['robust_reported']}/{res['seeds']} | {100 * r['ci95_covers_truth']:.0f} % |")
             if r.get("robust_noise_only_median") is not None:
-                lines.append(f"| {res['kind']} | {r['parameter']}: robust std without the model error "
+                lines.append(f"| {res['kind']} | {r['parameter']}: without the model error "
                              f"({res['noise_only_seeds']} seeds) | | | | | | | | | | "
                              f"{r['robust_noise_only_median']:.3g} | "
-                             f"{mark(r['ratio_robust_noise_only'])} | | |")
+                             f"{mark(r['ratio_robust_noise_only'])} | "
+                             f"{r['noise_std_noise_only_median']:.3g} | "
+                             f"{mark(r['ratio_noise_noise_only'])} | | |")
     return "\n".join(lines)
 
 
@@ -181,7 +195,8 @@ def main() -> int:
                     help="design at the simulator truth: best case, a real rig has no truth")
     ap.add_argument("--json", default=None, help="also write the results to this file")
     ap.add_argument("--noise-only", type=int, default=0, metavar="K",
-                    help="also the robust std of K refits without the model error (evaluation only)")
+                    help="also the robust and noise std of K refits without the model error "
+                         "(evaluation only)")
     a = ap.parse_args()
     results = []
     for kind in a.only.split(","):

@@ -163,6 +163,7 @@ class RecordFit:
     hac_bandwidth: float = math.nan
     residuals: np.ndarray | None = None     # model - measured on the fitted samples, runs stacked
     run_sizes: tuple[int, ...] = ()         # fitted samples per run
+    jacobian: np.ndarray | None = None      # output sensitivities at the estimate, rows of ``residuals``
 
     @property
     def predicted_std(self) -> np.ndarray:
@@ -245,16 +246,18 @@ def fit_records(plant: str, values: dict, params: list[str], nuisance: dict[str,
     fit = fit_runs(model, runs, b0, scan=scan, scan_dims=len(params))
     J = np.concatenate([simulate_output(model, b_design, r.u, r.dt, 1)[2][r.skip:].reshape(-1, len(names))
                         for r in runs])
-    t, y_fit, t0 = [], [], 0.0
+    t, y_fit, jac, t0 = [], [], [], 0.0
     for r in runs:
-        _, yf, _ = simulate_output(model, fit.b, r.u, r.dt, 1)
+        _, yf, sf = simulate_output(model, fit.b, r.u, r.dt, 1)
         t.append(t0 + np.arange(yf.shape[0]) * r.dt)
         y_fit.append(yf[:, 0])
+        jac.append(sf[r.skip:].reshape(-1, len(names)))
         t0 += yf.shape[0] * r.dt
     return RecordFit(names, len(params), fit.b, b_design, sigma**2 * _inv(J.T @ J), fit.covariance,
                      fit.residual_std, J.shape[0], fit.success, fit.nfev, fit.message, np.concatenate(t),
                      np.concatenate(y_fit), n_runs=len(runs), robust_cov=fit.robust_covariance,
-                     hac_bandwidth=fit.hac_bandwidth, residuals=fit.residuals, run_sizes=fit.run_sizes)
+                     hac_bandwidth=fit.hac_bandwidth, residuals=fit.residuals, run_sizes=fit.run_sizes,
+                     jacobian=np.concatenate(jac))
 
 
 def _fit_crane(names, n_design, point, b_design, b0, u, dt, y, sigma, skip, decimate, eps) -> RecordFit:
@@ -284,4 +287,5 @@ def _fit_crane(names, n_design, point, b_design, b0, u, dt, y, sigma, skip, deci
                      math.sqrt(fit.sigma2), n_used, not fit.at_bound, fit.n_evals,
                      f"at bound: {fit.at_bound}" if fit.at_bound else "ok",
                      np.arange(at_fit.y.size) * dt * decimate, np.asarray(at_fit.y, float),
-                     robust_cov=robust, hac_bandwidth=bw, residuals=res, run_sizes=(int(res.size),))
+                     robust_cov=robust, hac_bandwidth=bw, residuals=res, run_sizes=(int(res.size),),
+                     jacobian=Jf[: res.size])

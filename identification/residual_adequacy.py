@@ -30,6 +30,7 @@ import scipy.linalg
 import scipy.stats
 
 __all__ = ["AdequacyResult", "residual_adequacy", "ljung_box", "input_correlation_test", "hac_covariance",
+           "NoiseCovariance", "noise_covariance", "input_basis",
            "IntervalReport", "interval_report", "INADEQUATE"]
 
 INADEQUATE = ("model inadequate / residuals coloured: intervals from the model covariance are too narrow "
@@ -365,3 +366,140 @@ def interval_report(names: Sequence[str], values: np.ndarray, S: np.ndarray, r: 
                           std_robust=std_r,
                           level=float(level), bandwidth=float(L), adequacy=adequacy, units=dict(units or {}),
                           step_bias=bias, step_note=step_note)
+
+
+# ------------------------------------------------------------ noise std: model error taken out (issue 21)
+
+
+def input_basis(u: np.ndarray, n: int, hold: int = 1, memory: float = 1 / 3) -> np.ndarray:
+    """Regressors of the input's linear response (n, k): a constant and the input delayed by 0, ``hold``,
+    2 ``hold``, ... samples, over ``memory`` of the record (a fraction). ``hold``: the samples one input
+    value is held for - a delay finer than that adds no new column to a held input."""
+    u = np.asarray(u, float).ravel()[:n]
+    u = np.concatenate([u - u.mean(), np.zeros(n - u.size)])
+    hold = max(1, int(hold))
+    k = max(1, int(memory * n / hold))
+    cols = [np.ones(n)] + [np.concatenate([np.zeros(j * hold), u[: n - j * hold]]) for j in range(k)]
+    return np.stack(cols, axis=1)
+
+
+@dataclass
+class NoiseCovariance:
+    """Covariance of an estimate from the record's noise alone (:func:`noise_covariance`).
+
+    ``explained``: share of the residual's sum of squares the input's linear response takes out (model
+    error, and the noise that happens to lie along the regressors); ``correction``: per parameter, the
+    variance factor that puts back what the clean-up takes from noise of the estimated colour (>= 1)."""
+
+    cov: np.ndarray
+    bandwidth: float
+    explained: float
+    correction: np.ndarray
+    n_basis: int
+
+    @property
+    def std(self) -> np.ndarray:
+        d = np.diag(self.cov)
+        return np.sqrt(np.where(d >= 0, d, np.nan))
+
+
+def _coloured_noise(acov: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """A Gaussian series of length n with autocovariance ``acov`` (lags 0..L, zero beyond): circulant
+    embedding, negative spectral lines (rounding) set to zero."""
+    m = 1 << int(np.ceil(np.log2(2 * n)))
+    c = np.zeros(m)
+    c[: acov.size] = acov
+    c[m - acov.size + 1:] = acov[1:][::-1]
+    lam = np.clip(np.fft.fft(c).real, 0.0, None)
+    z = rng.standard_normal(m) + 1j * rng.standard_normal(m)
+    return np.fft.fft(np.sqrt(lam / m) * z).real[:n]
+
+
+def _bartlett_acov(e: np.ndarray, L: float) -> np.ndarray:
+    """Bartlett-weighted sample autocovariance of e at lags 0..floor(L) (a positive semi-definite
+    sequence)."""
+    n = e.size
+    lags = np.arange(int(np.floor(L)) + 1)
+    c = np.array([float(e[k:] @ e[: n - k]) / n for k in lags])
+    return c * (1.0 - lags / (L + 1.0))
+
+
+def _sandwich_toeplitz(S: np.ndarray, acov: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
+    """``A S^T Sigma S A`` for noise of autocovariance ``acov`` inside each run (independent runs),
+    ``A = (S^T S)^-1``: the covariance such noise gives a least-squares estimate."""
+    p = S.shape[1]
+    M, i = np.zeros((p, p)), 0
+    for k in sizes:
+        Sk = S[i:i + k]
+        i += k
+        M += acov[0] * Sk.T @ Sk
+        for lag in range(1, min(acov.size, k)):
+            X = Sk[lag:].T @ Sk[:-lag]
+            M += acov[lag] * (X + X.T)
+    A = np.linalg.inv(S.T @ S)
+    return A @ M @ A
+
+
+def noise_covariance(S: np.ndarray, r: np.ndarray, u: np.ndarray, *, hold: int = 1, memory: float = 1 / 3,
+                     runs: Sequence[int] | None = None, draws: int = 16, seed: int = 0) -> NoiseCovariance:
+    """Covariance of a least-squares estimate from the record's noise alone, the model error taken out.
+
+    ``S`` (n, p): output sensitivities at the estimate, ``r`` (n,): residuals, ``u``: the input on the same
+    samples (runs stacked, ``runs`` their lengths). The part of the residual that the input explains is
+    not noise but the model's misfit (dynamics the model lacks; :func:`input_correlation_test` tests the
+    same thing): it does not scatter the estimate between repeated runs, it biases it. So the residual is
+    first regressed on the input's linear response (:func:`input_basis`, per run) and the Newey-West
+    sandwich (:func:`hac_covariance`) is taken with what is left. The clean-up also takes away the noise
+    that lies along the regressors - in the band that carries the information, so the sandwich would
+    come out too narrow: ``draws`` series of noise with the cleaned residual's own (Bartlett-weighted)
+    autocovariance go through the same clean-up and sandwich (seeded), and each parameter's variance is
+    scaled by the exact variance over the mean of the draws' (never below 1: the result is never
+    smaller than what the noise alone explains).
+
+    What it is not: a bound on the error against the truth - the model error's bias is outside it, and
+    whether intervals from it are valid stays with :func:`residual_adequacy`."""
+    S = np.asarray(S, float)
+    r = np.asarray(r, float).ravel()
+    u = np.asarray(u, float).ravel()
+    n, p = S.shape
+    sizes = [n] if runs is None else [int(k) for k in runs]
+    if sum(sizes) != n:
+        raise ValueError(f"run lengths {sizes} do not add up to the {n} residuals")
+    blocks, i = [], 0
+    for k in sizes:
+        blocks.append(input_basis(u[i:i + k], k, hold, memory))
+        i += k
+    X = scipy.linalg.block_diag(*blocks)
+    # projector on the regressors from their Gram matrix (a QR of the tall basis is several times slower);
+    # directions with no input in them (rank) are dropped
+    w, V = np.linalg.eigh(X.T @ X)
+    keep = w > 1e-10 * w.max()
+    B = V[:, keep] / np.sqrt(w[keep])  # X B has orthonormal columns
+    XB = X @ B
+    n_basis = int(keep.sum())
+
+    def clean(e: np.ndarray) -> np.ndarray:
+        return e - XB @ (XB.T @ e)
+
+    e = clean(r)
+    explained = 1.0 - float(e @ e) / float(r @ r) if float(r @ r) > 0 else 0.0
+    scale = n / max(n - n_basis - p, 1)  # degrees of freedom the clean-up and the fit used
+    cov, L = hac_covariance(S, e * np.sqrt(scale), runs=sizes)
+    # the clean-up's bias for noise of this colour, by simulation
+    acov = np.zeros(int(np.floor(L)) + 1)
+    i = 0
+    for k in sizes:
+        acov += _bartlett_acov(e[i:i + k] * np.sqrt(scale), L) * k / n
+        i += k
+    exact = np.diag(_sandwich_toeplitz(S, acov, sizes))
+    rng = np.random.default_rng(seed)
+    got = np.zeros(p)
+    for _ in range(draws):
+        z = np.concatenate([_coloured_noise(acov, k, rng) for k in sizes])
+        c, _ = hac_covariance(S, clean(z) * np.sqrt(scale), bandwidth=L, runs=sizes)
+        got += np.diag(c) / draws
+    with np.errstate(divide="ignore", invalid="ignore"):
+        corr = np.where(got > 0, np.maximum(exact / got, 1.0), 1.0)
+    d = np.sqrt(corr)
+    return NoiseCovariance(cov=cov * np.outer(d, d), bandwidth=float(L), explained=explained, correction=corr,
+                           n_basis=n_basis)

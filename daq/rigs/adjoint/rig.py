@@ -148,6 +148,19 @@ class AdjointAnalysis:
     n_recorded: int = 1               # trajectories the session started (an aborted one is not fitted)
     robust_std: np.ndarray | None = None   # Newey-West sandwich (HAC over time), marginal
     intervals: RobustChoice | None = None  # which std the 95 % intervals use, and the adequacy check
+    noise_std: np.ndarray | None = None    # the record's noise alone, model error taken out (precision)
+    noise_explained: float = math.nan      # share of the residual the input's response took out
+
+    @property
+    def noise_statement(self) -> str:
+        """What the noise std says, and (adequacy failed) what it does not."""
+        text = ("noise std: how much the estimate would scatter between repeated runs, from this record's "
+                "noise alone (the residual's part the input explains, "
+                f"{100 * self.noise_explained:.0f} % of it, taken out as model error)")
+        if self.intervals is not None and not self.intervals.adequacy.intervals_valid:
+            text += ("; the model check failed: the model error biases the estimate, and that bias is NOT in "
+                     "the noise std - estimate -+ 2 noise std is not an interval for the true value")
+        return text
 
     @property
     def reported_std(self) -> np.ndarray:
@@ -200,10 +213,13 @@ class AdjointAnalysis:
                      "parameters) and the residual-based one")
         if self.intervals is not None:
             rob = self.robust_std if self.robust_std is not None else np.full(len(self.names), np.nan)
+            noise = self.noise_std if self.noise_std is not None else np.full(len(self.names), np.nan)
             lines.append("95 % intervals (" + self.intervals.statement + "):")
             for j, (name, (lo, hi)) in enumerate(self.ci95.items()):
                 lines.append(f"  {name:<22} [{_g(lo)}, {_g(hi)}]  resid. std {self.residual_std[j]:.3g}, "
-                             f"robust std {rob[j]:.3g}")
+                             f"robust std {rob[j]:.3g}, noise std {noise[j]:.3g}")
+        if self.noise_std is not None:
+            lines.append(self.noise_statement)
         return "\n".join(lines)
 
     @property
@@ -230,7 +246,9 @@ class AdjointAnalysis:
                 "n_recorded": self.n_recorded, "fit_success": self.fit_success,
                 "nfev": self.nfev, "elapsed_s": self.elapsed_s,
                 "robust_std": named(self.robust_std), "reported_std": named(self.reported_std),
-                "ci95": self.ci95, "adequacy": None if self.intervals is None else self.intervals.to_dict()}
+                "ci95": self.ci95, "noise_std": named(self.noise_std),
+                "noise_std_statement": None if self.noise_std is None else self.noise_statement,
+                "adequacy": None if self.intervals is None else self.intervals.to_dict()}
 
 
 def _finite(x) -> float | None:
@@ -274,6 +292,25 @@ class RobustChoice:
 
 #: the grid (s) the adequacy check judges residuals on: the crane kind's (its chosen_intervals)
 ADEQUACY_STEP = 5e-4
+#: how far back (share of the record) the input's response reaches in the noise std's clean-up: the
+#: plants' slowest modes (the crane's mast, 15 Hz at 2 % damping: ~0.5 s) within half a record
+NOISE_MEMORY = 0.5
+
+
+def noise_std(fit, u: np.ndarray, dt: float, input_dt: float) -> tuple[np.ndarray | None, float]:
+    """The noise std of a fit (:func:`identification.residual_adequacy.noise_covariance`, marginal) and
+    the share of the residual the input explained; (None, nan) without residuals or sensitivities."""
+    from identification.residual_adequacy import noise_covariance  # lazy: scipy
+
+    if fit.residuals is None or fit.jacobian is None or fit.jacobian.shape[0] != fit.residuals.size:
+        return None, math.nan
+    try:
+        nc = noise_covariance(fit.jacobian, fit.residuals, np.asarray(u, float)[: fit.residuals.size],
+                              hold=max(1, int(round(input_dt / dt))), memory=NOISE_MEMORY,
+                              runs=fit.run_sizes or None)
+    except (np.linalg.LinAlgError, ValueError):
+        return None, math.nan
+    return nc.std, nc.explained
 
 
 def robust_choice(residuals: np.ndarray | None, u: np.ndarray, dt: float, bandwidth: float,
@@ -330,6 +367,7 @@ def analyze(recs: Runs | None, cfg: AdjointRigConfig,
         u_fit = np.concatenate([d.u[d.skip:, 0] for d in data])
         dt_fit = runs[0].dt
     choice = robust_choice(fit.residuals, u_fit, dt_fit, fit.hac_bandwidth)
+    precision, explained = noise_std(fit, u_fit, dt_fit, float(runs[0].info.get("input_dt", cfg.adjoint.dt)))
     k = fit.n_design
     truth = nuisance_truth = None
     sim = simulator_truth(cfg)
@@ -348,7 +386,8 @@ def analyze(recs: Runs | None, cfg: AdjointRigConfig,
                            nuisance_truth=nuisance_truth or [], n_used=fit.n_used,
                            elapsed_s=time.perf_counter() - t0, n_runs=len(runs), n_recorded=recs.recorded,
                            robust_std=None if fit.robust_cov is None else fit.robust_std[:k],
-                           intervals=choice)
+                           intervals=choice, noise_std=None if precision is None else precision[:k],
+                           noise_explained=explained)
 
 
 def _design_std(runs: list[Record]) -> np.ndarray | None:
