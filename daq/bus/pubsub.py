@@ -159,14 +159,7 @@ class BusPublisher:
 
     async def publish(self, msg: Message) -> None:
         """Publish one frame or event (lossless mode waits while subscribers are full)."""
-        parts = encode(msg)  # send_parts' steps, without a second coroutine per message
-        copy = len(parts[-1]) < ZERO_COPY_THRESHOLD
-        if not self._offer(parts, copy):
-            await self._send_blocked(parts, copy)
-        elif self._sent % _YIELD_EVERY == 0:
-            await asyncio.sleep(0)
-        if self._tap is not None:
-            self._send_tap(parts, copy)
+        await self.send_parts(encode(msg))
 
     async def send_parts(self, parts: list) -> None:
         """Send already encoded parts (used by replay and benchmarks)."""
