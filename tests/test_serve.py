@@ -369,10 +369,12 @@ def test_served_press_stop_the_first_the_second_starts_and_sigterm_ends_it_safe(
     the first, the second starts; SIGTERM to the server aborts the second through the safe state."""
     configs = tmp_path / "configs"
     configs.mkdir()
-    text = Path("configs/press-sim.toml").read_text()
-    for key, value in (("n_series", 3), ("n_steps_up", 4), ("n_samples", 4)):
-        text = re.sub(rf"(?m)^{key} = \d+", f"{key} = {value}", text)
-    (configs / "press.toml").write_text(text)
+    for name, n_series in (("press.toml", 3), ("press-long.toml", 30)):
+        # the second run must outlast the first one's analysis (a loaded machine slows that down)
+        text = Path("configs/press-sim.toml").read_text()
+        for key, value in (("n_series", n_series), ("n_steps_up", 4), ("n_samples", 4)):
+            text = re.sub(rf"(?m)^{key} = \d+", f"{key} = {value}", text)
+        (configs / name).write_text(text)
     store, tokens = tmp_path / "s.sqlite", tmp_path / "tokens"
     proc = subprocess.Popen([str(Path(sys.executable).parent / "hil"), "--store", str(store), "serve",
                              "--configs", str(configs), "--port", "0", "--token-file", str(tokens)],
@@ -386,7 +388,7 @@ def test_served_press_stop_the_first_the_second_starts_and_sigterm_ends_it_safe(
             url, token = (m.group(1), m.group(2)) if m else (None, None)
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
             first = http.post("/api/runs", json={"config": "press.toml"}).json()
-            second = http.post("/api/runs", json={"config": "press.toml"}).json()
+            second = http.post("/api/runs", json={"config": "press-long.toml"}).json()
             wait_run(http, first["id"], ("running",), timeout=60)
             poll_until(lambda: ((http.get("/api/runs").json()["current"] or {}).get("live") or {})
                        .get("progress", {}).get("done", 0) >= 2, timeout=60, period=0.2)
