@@ -8,8 +8,8 @@ the transport is used from a second event loop, and a TCP reply that does not an
 function code, wrong register count), a Modbus exception and implausible values are refused with the
 same typed errors as before.
 
-Devices: the project's simulated sensor (``ModbusSensorSim``) and, for replies no correct server sends, a
-hand-framed Modbus TCP device on 127.0.0.1 (port 0) that answers per a script.
+Devices: the project's simulated sensor (``ModbusSensorSim``) and, for replies no correct server sends, the
+project's scripted faulty device (``simulators.scripted_modbus``) on 127.0.0.1, port 0.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import math
 import socket
-import struct
 
 import pytest
 
 from drivers.displacement import ModbusDisplacementSensor
 from drivers.errors import BadResponse, DeviceRefused, DeviceTimeout
 from simulators.displacement_sim import ModbusSensorSim
+from simulators.scripted_modbus import ScriptedModbusTcpDevice
+from simulators.scripted_modbus import scripted_value as _value
 from tests.polling import finished, wait_until
 
 REGS = {"displacement": {"table": "input", "address": 0, "type": "float32", "unit": "m",
@@ -155,64 +156,8 @@ def test_the_guard_works_from_a_second_event_loop():
 
 
 # -- replies that do not answer the request, over TCP -------------------------------------------------------
-def _value(address: int) -> float:
-    """What the scripted device answers for the float32 at ``address``."""
-    return 1e-4 * (address // 2 + 1)
-
-
-class ScriptedTcpDevice:
-    """A Modbus TCP device (unit 1, input and holding registers alike) that answers each read per
-    ``script``: "ok", "extra" (two registers too many), "fc" (the other read function), "exception"
-    (Modbus exception 2), or a float to answer for the first value instead of the usual one."""
-
-    def __init__(self, script: list) -> None:
-        self.script = list(script)
-        self.n_requests = 0
-        self._server: asyncio.Server | None = None
-        self.port = 0
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readexactly(7)
-                tid, _, length, unit = struct.unpack(">HHHB", head)
-                pdu = await reader.readexactly(length - 1)
-                writer.write(self._answer(tid, unit, pdu))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    def _answer(self, tid: int, unit: int, pdu: bytes) -> bytes:
-        self.n_requests += 1
-        mode = self.script.pop(0) if self.script else "ok"
-        fc, address, count = pdu[0], *struct.unpack(">HH", pdu[1:5])
-        if mode == "exception":
-            body = bytes([fc | 0x80, 2])
-        else:
-            values = [_value(a) for a in range(address, address + count, 2)]
-            if isinstance(mode, float):
-                values[0] = mode
-            regs = [w for v in values for w in struct.unpack(">HH", struct.pack(">f", v))][:count]
-            if mode == "extra":
-                regs += [0, 0]
-            answer_fc = (3 if fc == 4 else 4) if mode == "fc" else fc
-            body = bytes([answer_fc, 2 * len(regs)]) + struct.pack(f">{len(regs)}H", *regs)
-        return struct.pack(">HHHB", tid, 0, len(body) + 1, unit) + body
-
-
 async def scripted(script: list, **kw):
-    device = ScriptedTcpDevice(script)
+    device = ScriptedModbusTcpDevice(script)
     await device.start()
     sensor = ModbusDisplacementSensor("D1", sensor_cfg(device.port, **kw))
     await sensor.connect()
