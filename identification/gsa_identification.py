@@ -352,6 +352,11 @@ BOX_STD = 1.0 / math.sqrt(12.0)
 #: the loading (before issue 21's fix: < 0.1 of the unit vector) let a precise parameter keep an interval far
 #: narrower than the flat direction moves it, and took one from a vague parameter it barely changes
 MAX_UNSEEN_SHARE = 0.5
+#: a free damper gets no interval when a damper on its box bound, moved by its own std (at most
+#: :data:`BOX_STD`) with every damper free, would account for more than this share of its variance (issue 21:
+#: held at the bound, ME2_cy's std was 6x narrower than its scatter whenever ME3_cy sat on its bound, 0 % of
+#: those intervals covered the truth; at 0.5 the well-determined ME1_cy lost its interval in 15 % of refits)
+MAX_TIED_SHARE = 0.7
 #: p-value below which the residual blocks are taken as having different variances (-> sandwich covariance)
 IID_LEVEL = 0.01
 #: held-back residuals flag a structure error when their mean square exceeds the prediction by this factor
@@ -724,6 +729,28 @@ def _two_stage_covariance(k: _LsqCov, c: _LsqCov, method: str, d_kc: np.ndarray,
     return _unseen(cov, null)
 
 
+def _tied_to_bound(every: np.ndarray, held: np.ndarray, rows: np.ndarray, bound: np.ndarray,
+                   first: int) -> dict[int, int]:
+    """Which parameters of the held covariance ``held`` (the box-bound dampers held at their bound) move with
+    a damper on its bound: {row of ``held``: column of ``every`` of that damper}.
+
+    ``every`` is the joint covariance with every damper free (``rows``: its rows in the order of ``held``,
+    ``bound``: its rows of the bound dampers). Regressed on the bound dampers, a parameter moves by
+    ``beta = C_pb C_bb^-1`` per unit of theirs; a bound damper may sit anywhere within its std of the
+    bound (at most :data:`BOX_STD`: the box holds it), so the held covariance lacks ``(beta sd)^2``. Where
+    that exceeds :data:`MAX_TIED_SHARE` of the whole, the interval says where the box clips the damper, not
+    what the data say. Only rows from ``first`` on (the dampers): the stiffness sees the damping only through
+    the A1 offset, and its intervals stay calibrated whatever the dampers' bounds (issue 21)."""
+    cbb = every[np.ix_(bound, bound)]
+    beta = every[np.ix_(rows, bound)] @ np.linalg.pinv(cbb)
+    moves = beta * np.minimum(np.sqrt(np.clip(np.diag(cbb), 0.0, None)), BOX_STD)[None, :]
+    extra = np.sum(moves ** 2, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = extra / (np.diag(held) + extra)
+    return {int(q): int(bound[np.argmax(np.abs(moves[q]))]) for q in range(first, rows.size)
+            if share[q] > MAX_TIED_SHARE}
+
+
 def _f_check(r: np.ndarray, var: np.ndarray, dof_fit: float, lost: float = 0.0) -> tuple[float, float]:
     """Mean square of held-back residuals over their predicted variance, and the one-sided p-value of that
     ratio as F(n, ``dof_fit``) (the variance is an estimate with ``dof_fit`` degrees of freedom)."""
@@ -803,7 +830,8 @@ def parameter_intervals(model, reference: ModalReference, estimate: np.ndarray,
     uncertainty predicts; the estimate away from the optimum of the residual the covariance describes (a
     Gauss-Newton step of more than one std). The fit's residual scale alone cannot show a model error: the
     misfit inflates it as much as the held-back residuals (issue 21: 57 % of wrong-structure refits caught).
-    Parameters on a box bound, or on directions the data do not see, get NaN and a reason.
+    Parameters on a box bound, or on directions the data do not see, get NaN and a reason; so do dampers
+    that move with one on its bound (:func:`_tied_to_bound`) or whose interval would reach past the box.
     """
     names = list(stiffness_names) + list(damping_names)
     n_k, p = len(stiffness_names), len(names)
@@ -902,6 +930,21 @@ def parameter_intervals(model, reference: ModalReference, estimate: np.ndarray,
                           np.vstack([-lc.pinv @ D_all[:, bound_c - n_k] * sd_c, moves_c])])
         for m_ in ("classic", "sandwich"):
             joint[m_] = _two_stage_covariance(lc, ld, m_, D, G, held)
+        if bound_c.size:  # a free damper that moves with one on its bound: no interval (issue 21)
+            nk_ = free_k.size
+            every = _two_stage_covariance(lc, full_c, method, D_all, G,
+                                          np.vstack([moves_k, -full_c.pinv @ G_all[:, bound_k] * sd_k]))[0]
+            tied = _tied_to_bound(every, joint[method][0], np.concatenate([np.arange(nk_), nk_ + fc - n_k]),
+                                  nk_ + bound_c - n_k, nk_)
+            for row, col in tied.items():
+                if not joint[method][1][row]:
+                    continue
+                on = names[n_k + col - nk_]
+                reasons[names[fc[row - nk_]]] = (
+                    f"moves with {on}, which sits on its box bound: its value depends on where the box clips "
+                    f"{on}, which the data do not say")
+                for m_ in joint:
+                    joint[m_][1][row] = False
         free = np.concatenate([free_k, fc])
         dof[fc] = ld.dof
         checks["damping_residual_dof"] = ld.dof
@@ -947,6 +990,16 @@ def parameter_intervals(model, reference: ModalReference, estimate: np.ndarray,
         step_problem = ""
     std = std_r if method == "sandwich" else std_c
     std = np.where(at_bound, np.nan, std)
+    if ld is not None:  # a damper's interval that reaches past the box: the bounded solve clips its scatter
+        tq = scipy.stats.t.isf((1 - level) / 2, np.maximum(np.nan_to_num(dof[fc], nan=1.0), 1.0))
+        past = np.isfinite(std[fc]) & ((est[fc] - tq * std[fc] < lo[fc]) | (est[fc] + tq * std[fc] > hi[fc]))
+        for q in fc[past]:
+            reasons[names[q]] = (
+                f"its {level:.0%} interval reaches past the box bound: the damping solve clips its scatter "
+                "at the bound (it sits on it in other data sets), which the linear std does not describe - "
+                "too wide where it is clipped, off-centre where a partner is")
+            std[q] = std_c[q] = std_r[q] = np.nan
+            cov[q, :] = cov[:, q] = np.nan
 
     # validation: do the held-back positions scatter as the fit's residuals predict?
     Jv = rv = bv = None

@@ -142,7 +142,9 @@ def test_every_parameter_has_an_interval_or_a_reason(refit):
     for n in ("ME1_ky", "ME2_ky", "ME3_ky", "FB_kz"):
         j = names.index(n)
         assert finite[j] and iv.std[j] < 0.02 * est[j] and iv.identifiable[n]
-    assert finite[:16].sum() >= 12 and finite[16:].sum() >= 4
+    # the dampers: ME1_cx, ME1_cy, BSD_crz (the others are unseen, on or moving with a bound, or their
+    # interval would reach past the box - see the test of the dampers next to a bound one below)
+    assert finite[:16].sum() >= 12 and finite[16:].sum() >= 3
     # the truth lies inside for most parameters with an interval (a loose bound on one seed)
     inside = np.abs(est - truth) <= 1.96 * iv.std
     assert inside[finite].mean() >= 0.7
@@ -304,3 +306,29 @@ def test_two_stage_covariance_carries_each_stage_into_the_other():
     assert np.all(np.abs(ratio - 1) < 0.1), ratio
     ratio_old = np.sqrt(np.mean(old, axis=0)) / spread
     assert ratio_old[:3].min() < 0.85, ratio_old
+
+
+def test_damper_that_moves_with_one_on_its_bound_has_no_interval(refit):
+    """In this refit ME2_cy sits on its lower box bound, and ME3_cy moves with it (of the back mounts'
+    y-dampers the damping rows see mostly a combination). Held at the bound, ME2_cy fixed ME3_cy: a std of
+    8 % of its value with the truth 3.5 std away (issue 21: over the Monte Carlo refits with ME2_cy on its
+    bound, 4 % of ME3_cy's intervals covered the truth). It gets NaN naming ME2_cy; a damper whose interval
+    would reach past the box (the damping solve clips it there in other data sets, 100 % coverage with a std
+    far above the scatter) gets NaN as well; the well-determined dampers keep theirs, and they cover."""
+    truth, _, _, est, iv = refit
+    lo, hi = param_bounds()
+    names = STIFFNESS_NAMES + DAMPING_NAMES
+    assert "bound" in iv.reasons["ME2_cy"]
+    assert np.isnan(iv.std[names.index("ME3_cy")]) and "moves with ME2_cy" in iv.reasons["ME3_cy"]
+    assert not iv.identifiable["ME3_cy"] and iv.ci95()["ME3_cy"] == [None, None]
+    for n in ("ME1_cz", "ME2_cz", "ME3_cz"):
+        assert np.isnan(iv.std[names.index(n)]) and "past the box bound" in iv.reasons[n], n
+    for n in ("ME1_cx", "ME1_cy", "BSD_crz"):
+        j = names.index(n)
+        assert np.isfinite(iv.std[j]) and n not in iv.reasons, n
+        assert abs(est[j] - truth[j]) <= iv.quantiles[j] * iv.std[j], n
+    for n, (a, b) in iv.ci95().items():  # every damper interval given lies inside the box
+        j = names.index(n)
+        if j >= len(STIFFNESS_NAMES) and a is not None:
+            assert lo[j] <= a and b <= hi[j], n
+    assert np.isnan(iv.covariance[names.index("ME2_cz"), names.index("ME1_cx")])
