@@ -165,18 +165,25 @@ def test_parameter_the_model_cannot_see_is_not_identifiable(refit):
     assert np.isfinite(iv.std[iv.names.index("ME1_ky")])
 
 
-def test_structure_error_widens_the_intervals(refit):
-    """Data from a machine with other masses and joint stiffness than the model (same truth, same noise
-    draw as the ideal fixture): the misfit enters the residual scale, so the intervals of the
-    well-determined springs widen several-fold instead of staying at the noise-only width."""
-    truth, _, _, _, ideal = refit
+def _disturbed_refit(truth, seed: int):
+    """The intervals of a refit, from the nominal values, to data of a machine with other masses, joints
+    and screw constants than the model (``seed``: the noise draw); with the modal data it was fitted to."""
     plant = MachineTool(MachineToolConstants().disturbed())
-    rng = np.random.default_rng(11)
+    rng = np.random.default_rng(seed)
     ref = _noisy(reference_from_model(plant, truth, [0.05, 0.55], 8), rng)
     val = _noisy(reference_from_model(plant, truth, [0.3], 8), rng)
     lo, hi = param_bounds()
     _, iv = local_refit(MachineTool(), ref, STIFFNESS_NAMES, DAMPING_NAMES, lo, hi, as_vector(None), PAIRS,
                         validation=val, maxiter=40)
+    return iv, ref, val
+
+
+def test_structure_error_widens_the_intervals(refit):
+    """Data from a machine with other masses and joint stiffness than the model (same truth, same noise
+    draw as the ideal fixture): the misfit enters the residual scale, so the intervals of the
+    well-determined springs widen several-fold instead of staying at the noise-only width."""
+    truth, _, _, _, ideal = refit
+    iv, _, _ = _disturbed_refit(truth, 11)
     for n in ("ME1_ky", "ME2_ky", "ME3_ky", "FB_kz"):
         j = iv.names.index(n)
         assert iv.std[j] > 2.5 * ideal.std[j], n
@@ -186,14 +193,8 @@ def test_structure_error_is_called_model_error():
     """A disturbed machine (other masses, joints and screw constants than the model) whose refit the
     residual-scale checks call valid (held-back positions within the fit's inflated scale, estimate at the
     optimum): against the modal extraction's own frequency std the misfit shows, and the verdict names it."""
-    truth = _truth()
-    plant = MachineTool(MachineToolConstants().disturbed())
-    rng = np.random.default_rng(12)
-    ref = _noisy(reference_from_model(plant, truth, [0.05, 0.55], 8), rng)
-    val = _noisy(reference_from_model(plant, truth, [0.3], 8), rng)
+    iv, ref, val = _disturbed_refit(_truth(), 12)
     lo, hi = param_bounds()
-    _, iv = local_refit(MachineTool(), ref, STIFFNESS_NAMES, DAMPING_NAMES, lo, hi, as_vector(None), PAIRS,
-                        validation=val, maxiter=40)
     assert not iv.intervals_valid
     assert len(iv.problems) == 1 and iv.problems[0].startswith("model error"), iv.problems
     assert iv.checks["measurement_frequency_ratio"] > 5.0 and iv.checks["p_measurement"] < 1e-6

@@ -45,6 +45,17 @@ def disable_pymodbus_timeout(sensor: ModbusDisplacementSensor) -> None:
     client.ctx.comm_params.timeout_connect = 3600.0
 
 
+async def hung_read(sim, sensor: ModbusDisplacementSensor) -> asyncio.Task:
+    """A read on the line that only the driver's guard (or a cancellation) can end: one good read first,
+    then pymodbus' timeout off and the device holding every request; returns once it is in flight."""
+    assert await sensor.read() == pytest.approx(TRUE_DISPLACEMENT)
+    disable_pymodbus_timeout(sensor)
+    sim.server.stall = math.inf
+    task = asyncio.create_task(sensor.read())
+    await wait_until(lambda: sensor.transport.request_in_flight, timeout=5.0, period=0.005)
+    return task
+
+
 @pytest.fixture
 async def sim_sensor():
     sim = ModbusSensorSim("D1", {"protocol": "modbus_tcp", "host": "127.0.0.1", "port": 0, "device_id": 1,
@@ -81,11 +92,7 @@ async def test_a_hung_request_is_bounded_when_pymodbus_never_times_out(sim_senso
 
 async def test_a_cancelled_read_stays_cancelled_and_the_watchdog_spares_idle_tasks(sim_sensor):
     sim, sensor = sim_sensor
-    assert await sensor.read() == pytest.approx(TRUE_DISPLACEMENT)
-    disable_pymodbus_timeout(sensor)
-    sim.server.stall = math.inf
-    task = asyncio.create_task(sensor.read())
-    await wait_until(lambda: sensor.transport.request_in_flight, timeout=5.0, period=0.005)
+    task = await hung_read(sim, sensor)
     task.cancel()  # e.g. the plan ends while a poll is on the line
     done, _ = await asyncio.wait({task}, timeout=5.0)
     assert task in done and task.cancelled()  # not turned into a DeviceTimeout
@@ -109,11 +116,7 @@ async def test_a_cancelled_read_stays_cancelled_and_the_watchdog_spares_idle_tas
 
 async def test_a_cancellation_at_the_moment_the_guard_expires_is_not_lost(sim_sensor):
     sim, sensor = sim_sensor
-    assert await sensor.read() == pytest.approx(TRUE_DISPLACEMENT)
-    disable_pymodbus_timeout(sensor)
-    sim.server.stall = math.inf
-    task = asyncio.create_task(sensor.read())
-    await wait_until(lambda: sensor.transport.request_in_flight, timeout=5.0, period=0.005)
+    task = await hung_read(sim, sensor)
     # due in the same loop iteration as the watchdog: the outside cancellation must win over the timeout
     asyncio.get_running_loop().call_at(sensor.transport._guard_deadline, task.cancel)
     done, _ = await asyncio.wait({task}, timeout=10.0)
