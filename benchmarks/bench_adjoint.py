@@ -34,16 +34,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from daq.rigs.adjoint.design import lagged_mean  # noqa: E402
-from identification.adjoint_design import (  # noqa: E402
+from identification.analyses.adjoint_plants import design_problem, fit_record, reference_inputs  # noqa: E402
+from identification.design.adjoint_design import (  # noqa: E402
     DesignProblem,
     evaluate,
     fit_parameters,
     optimize_input,
     simulate_output,
 )
-from identification.adjoint_plants import design_problem, fit_record, reference_inputs  # noqa: E402
-from identification.model_selection import fit_structure  # noqa: E402
-from identification.multisine import design_multisine  # noqa: E402
+from identification.design.multisine import design_multisine  # noqa: E402
+from identification.selection.model_selection import fit_structure  # noqa: E402
 from simulators.physics import oscillator as osc_sim  # noqa: E402
 from simulators.physics import pendulum as pend_sim  # noqa: E402
 from simulators.physics.crane import CraneTruth, simulate_axis  # noqa: E402

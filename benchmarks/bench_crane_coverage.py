@@ -29,8 +29,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from identification.model_selection import chosen_intervals, fit_structure  # noqa: E402
-from identification.multisine import design_multisine  # noqa: E402
+from identification.design.multisine import design_multisine  # noqa: E402
+from identification.selection.model_selection import chosen_intervals, fit_structure  # noqa: E402
 from simulators.physics.crane import CraneTruth, simulate_axis  # noqa: E402
 
 CASES = {"right": ({"coulomb": 0.0, "stribeck_torque": 0.0}, "3m+visc+dt"),

@@ -20,7 +20,8 @@ Per parameter: the Monte Carlo spread of the estimates (sample std over the seed
   speed differenced from encoder counts has negatively correlated quantisation noise;
 * ``noise``: the fit's noise std (``hil analyze --json`` ``noise_std``): the sandwich with the part of the
   residual the input explains taken out as model error
-  (:func:`identification.residual_adequacy.noise_covariance`), median over seeds - what the spread of
+  (:func:`identification.estimation.residual_adequacy.noise_covariance`), median over seeds - what the
+  spread of
   repeated runs should be, from the record alone.
 Ratio = MC std / reported std; the issue's target is 0.8-1.2. The mean error (bias) is shown beside it in
 units of the MC std: a spread can be calibrated while the estimate is off (unmodelled friction).

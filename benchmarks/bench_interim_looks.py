@@ -7,7 +7,7 @@ every look n of the plan, and alpha_min per model and split is kept. Any alpha-s
 threshold on those numbers, so one pass gives the per-look and family-wise rejection rate of every rule:
 "none" (each look at the full level, today's online verdict), Bonferroni over the looks, and the
 Lan-DeMets O'Brien-Fleming and Pocock spending functions
-(:func:`identification.uncertainty_test.look_levels`).
+(:func:`identification.selection.uncertainty_test.look_levels`).
 
     nice .venv/bin/python benchmarks/bench_interim_looks.py --seeds 200 --first 4 [--json out.json]
     nice .venv/bin/python benchmarks/bench_interim_looks.py --load out.json [--table-from 6]  # tables only
@@ -31,8 +31,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from identification.online_press import model_verdict  # noqa: E402
-from identification.uncertainty_test import SPENDING_RULES, look_levels  # noqa: E402
+from identification.analyses.online_press import model_verdict  # noqa: E402
+from identification.selection.uncertainty_test import SPENDING_RULES, look_levels  # noqa: E402
 from simulators.physics.press import PressTruth, simulate_staircase, staircase_forces  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "press-sim.toml"
@@ -63,9 +63,9 @@ def one_seed(seed: int, first: int, base: dict) -> dict:
 def exact_model(n_rep: int, looks: list[int], seed: int = 12345) -> list[dict]:
     """M1 exactly correct: data from the linkage model itself + Gaussian noise (as the FWER test of
     tests/test_uncertainty_test.py), one staircase per series; look n fits the first n series."""
-    from identification.least_squares import fit_state_model
-    from identification.press_models import PressLinkageModel
-    from identification.uncertainty_test import press_scenarios, run_uncertainty_test
+    from identification.estimation.least_squares import fit_state_model
+    from identification.models.press_models import PressLinkageModel
+    from identification.selection.uncertainty_test import press_scenarios, run_uncertainty_test
 
     rng = np.random.default_rng(seed)
     sig = np.array([1.518e-5, 4.895e-6, 3.904e-6])

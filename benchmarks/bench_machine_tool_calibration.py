@@ -35,13 +35,13 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from identification.gsa_identification import (  # noqa: E402
+from identification.gsa.gsa_identification import (  # noqa: E402
     ModalReference,
     identify,
     local_refit,
     reference_from_model,
 )
-from identification.machine_tool_model import (  # noqa: E402
+from identification.models.machine_tool_model import (  # noqa: E402
     DAMPING_NAMES,
     PARAM_NAMES,
     STIFFNESS_NAMES,

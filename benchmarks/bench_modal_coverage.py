@@ -4,7 +4,8 @@ For every noise seed: the modal test of configs/machine-tool-sim.toml at one axi
 simulator's physics without devices (three references T1x/T1y/T1z, random-phase multisine of 2048
 samples at 1024 Hz over 10-240 Hz, 3 settling + 2 recorded periods, 100 N rms, noise 1e-3 m/s^2 and
 0.05 N), H1 FRFs as the rig computes them (one period per segment, boxcar), then
-:func:`identification.modal_extraction.extract_modes` (8 modes in 20-220 Hz, as the rig's [analysis]).
+:func:`identification.frequency.modal_extraction.extract_modes` (8 modes in 20-220 Hz, as the rig's
+[analysis]).
 Every extracted mode is matched to the simulator's complex mode nearest in frequency; printed: the
 z-scores (error / std) and how often the 95 % intervals hold the true frequency and damping ratio, and
 the damping error in %, per mode.
@@ -24,9 +25,9 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from identification.frf_estimation import h1_estimate  # noqa: E402
-from identification.machine_tool_model import complex_modes_of  # noqa: E402
-from identification.modal_extraction import extract_modes  # noqa: E402
+from identification.frequency.frf_estimation import h1_estimate  # noqa: E402
+from identification.frequency.modal_extraction import extract_modes  # noqa: E402
+from identification.models.machine_tool_model import complex_modes_of  # noqa: E402
 from simulators.physics.machine_tool import MachineToolTruth, simulate_modal_test  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "machine-tool-sim.toml"

@@ -14,7 +14,8 @@ Training and validation runs: 2 s multisines at 10 kHz (the [excitation] setting
 Dask LocalCluster of 2 workers with ``--dask``).
 
 ``--engines python compiled`` runs each selection with both simulation engines side by side in this one
-process (``python``: the step loop before issue 23; ``compiled``: identification/drive_kernels.py), prints
+process (``python``: the step loop before issue 23; ``compiled``:
+identification/models/drive_kernels.py), prints
 the wall-time ratio and checks the verdict: same chosen model, every estimate of it within one standard
 error of the other engine's.
 
@@ -31,10 +32,10 @@ import time
 
 import numpy as np
 
-from identification.crane_analysis import analyze_crane, selection_options
-from identification.drive_simulation import set_engine
-from identification.model_selection import select_model
-from identification.multisine import design_multisine
+from identification.analyses.crane_analysis import analyze_crane, selection_options
+from identification.design.multisine import design_multisine
+from identification.models.drive_simulation import set_engine
+from identification.selection.model_selection import select_model
 from simulators.physics.crane import CraneTruth, simulate_axis
 
 TRUE_MODEL = {"linear": "3m+visc+dt", "shipped": "3m+visc+coul+dt"}

@@ -34,7 +34,7 @@ def main() -> None:
     from daq.rigs.press.session import press_arrays
     from daq.run.lifecycle import run
     from daq.store.read_write import SessionStore
-    from identification.online_press import estimate_stiffness, model_verdict
+    from identification.analyses.online_press import estimate_stiffness, model_verdict
 
     cfg = copy.deepcopy(load_config("configs/press-sim.toml"))
     cfg["plan"].update(n_series=args.series, n_steps_up=args.steps_up, n_samples=4, settle_time=0.02,

@@ -99,7 +99,7 @@ def _plant_truth(seed: int, base: dict, args) -> dict:
     import numpy as np
 
     from daq.rigs.press.online import StopRule, verdict_options
-    from identification.online_press import estimate_stiffness, model_verdict
+    from identification.analyses.online_press import estimate_stiffness, model_verdict
     from simulators.physics.press import PressTruth, simulate_staircase, staircase_forces
 
     n_fixed = base["plan"]["n_series"]

@@ -6,7 +6,7 @@ far (first fit: grid scan + Levenberg-Marquardt from the prior, later fits warm-
 when every relative std is <= the target or after ``--max-runs``.
 
 * repeat:     run the initial input again and again;
-* sequential: re-solve the adjoint design at the current estimate (``identification.sequential_design.
+* sequential: re-solve the adjoint design at the current estimate (``identification.design.sequential_design.
               redesign``: from the previous input, and with ``--start both`` also from F0, the better kept)
               and run that.
 
@@ -39,9 +39,9 @@ sys.path.insert(0, str(ROOT))
 
 from daq.rigs.adjoint.design import lagged_mean  # noqa: E402
 from daq.rigs.config import load_config  # noqa: E402
-from identification.adjoint_design import evaluate, optimize_input, simulate_output  # noqa: E402
-from identification.adjoint_plants import design_problem, fit_records, reference_inputs  # noqa: E402
-from identification.sequential_design import (  # noqa: E402
+from identification.analyses.adjoint_plants import design_problem, fit_records, reference_inputs  # noqa: E402
+from identification.design.adjoint_design import evaluate, optimize_input, simulate_output  # noqa: E402
+from identification.design.sequential_design import (  # noqa: E402
     Record,
     earlier_fisher,
     fit_runs,
@@ -258,7 +258,7 @@ def latency(plant: str, n_runs: int) -> dict:
     from daq.rigs.adjoint.design import problem_of
     from daq.run.lifecycle import run
     from daq.store.read_write import SessionStore
-    from identification.adjoint_design import fit_parameters
+    from identification.design.adjoint_design import fit_parameters
 
     cfg = load_config(ROOT / "configs" / f"{plant}-sim.toml")
     cfg.pop("store", None)

@@ -2,7 +2,7 @@
 
 A multistart fit of the crane's drive-model kit (``fit_structure``, ``select_model``,
 ``crane_analysis.fit_runs``) starts first at the centre of its scaled box, log-scaled where the range spans a
-decade or more. The default bounds (``identification.drive_models.DEFAULT_BOUNDS``, the same values as
+decade or more. The default bounds (``identification.models.drive_models.DEFAULT_BOUNDS``, the same values as
 ``[model_selection.bounds]`` in configs/crane-sim.toml) put that centre on the simulated crane's truth: J1,
 J2, J3, k23 and stribeck_speed exactly, k12 5 % off, gravity_torque at 0. A test with one start per fit
 would start at the truth. :data:`CRANE_BOUNDS` are the same ranges moved so that the centre lies at least
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from identification.drive_models import DEFAULT_BOUNDS
-from identification.model_selection import _Scaling
+from identification.models.drive_models import DEFAULT_BOUNDS
+from identification.selection.model_selection import _Scaling
 from simulators.physics.crane import CraneTruth
 
 #: log-scaled ranges shifted by a factor (the centre moves by the same factor; the ratio hi/lo stays)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from identification.adjoint_design import (
+from identification.analyses.adjoint_plants import design_problem, reference_inputs
+from identification.design.adjoint_design import (
     DesignProblem,
     EndCondition,
     StateLimit,
@@ -17,9 +18,8 @@ from identification.adjoint_design import (
     simulate_output,
     to_bounded,
 )
-from identification.adjoint_plants import design_problem, reference_inputs
-from identification.ode_models import CartPendulumModel, oscillator_model
-from identification.ode_sensitivity import integrate
+from identification.models.ode_models import CartPendulumModel, oscillator_model
+from identification.models.ode_sensitivity import integrate
 from simulators.physics.crane import CraneTruth
 from simulators.physics.oscillator import OscillatorTruth
 from simulators.physics.oscillator import simulate as simulate_oscillator

@@ -166,7 +166,7 @@ def test_crane_adjoint_design_run_analyze_mast_parameters(tmp_path):
 
 def test_pendulum_model_nuisance_jacobians_match_finite_differences():
     """The cart-pendulum model with the friction nuisances: f_x and f_b against central differences."""
-    from identification.ode_models import PENDULUM_PARAMS, CartPendulumModel
+    from identification.models.ode_models import PENDULUM_PARAMS, CartPendulumModel
 
     m = CartPendulumModel({"f_c": 0.01, "f_p": 2e-5, "eps": 0.003}, param_names=PENDULUM_PARAMS)
     b = np.array([0.2, 0.01, 2.0, 0.01, 2e-5])
@@ -193,9 +193,9 @@ def test_fit_records_pools_runs_and_one_record_is_the_single_run_fit():
     of the analysis model (the single-run analysis unchanged); ``fit_records`` over two noise seeds of the
     same input shrinks the predicted std by exactly sqrt(2) and the residual-based one by about that."""
     from daq.rigs.adjoint.design import lagged_mean
-    from identification.adjoint_design import fit_parameters
-    from identification.adjoint_plants import analysis_model, design_problem, fit_record, fit_records
-    from identification.sequential_design import Record
+    from identification.analyses.adjoint_plants import analysis_model, design_problem, fit_record, fit_records
+    from identification.design.adjoint_design import fit_parameters
+    from identification.design.sequential_design import Record
     from simulators.physics import pendulum as sim
 
     cfg = load_config("configs/pendulum-sim.toml")

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from scipy.stats import chi2
 
-from identification.covariance import covariance_matrix
-from identification.ellipsoid import alpha_min, confidence_ellipsoid
-from identification.least_squares import fit_residuals, fit_state_model
-from identification.press_models import PressLinkageModel
+from identification.estimation.covariance import covariance_matrix
+from identification.estimation.ellipsoid import alpha_min, confidence_ellipsoid
+from identification.estimation.least_squares import fit_residuals, fit_state_model
+from identification.models.press_models import PressLinkageModel
 
 P_TRUE = np.array([2.0e8, 1.5e8])
 P_START = P_TRUE * np.array([0.8, 1.25])  # every fit starts well away from the truth

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from identification.model_selection import chosen_intervals, fit_structure, select_model
-from identification.multisine import design_multisine
-from identification.residual_adequacy import INADEQUATE, hac_covariance, residual_adequacy
+from identification.design.multisine import design_multisine
+from identification.estimation.residual_adequacy import INADEQUATE, hac_covariance, residual_adequacy
+from identification.selection.model_selection import chosen_intervals, fit_structure, select_model
 from simulators.physics.crane import CraneTruth, simulate_axis
 
 DT = 1e-4

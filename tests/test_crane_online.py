@@ -22,7 +22,7 @@ from daq.rigs.crane.rig import CraneConfig, crane_arrays
 from daq.run.lifecycle import run
 from daq.run.replay import replay_session
 from daq.store.read_write import SessionStore
-from identification.crane_analysis import fit_runs
+from identification.analyses.crane_analysis import fit_runs
 from tests.fit_starts import CRANE_BOUNDS
 
 MODEL = "3m+visc+coul+dt"

@@ -4,15 +4,15 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from identification.drive_models import (
+from identification.design.multisine import design_multisine
+from identification.models.drive_models import (
     DriveStructure,
     all_structures,
     friction_torque,
     linear_matrices,
     parse_name,
 )
-from identification.drive_simulation import ENGINES, get_engine, prepare_input, simulate
-from identification.multisine import design_multisine
+from identification.models.drive_simulation import ENGINES, get_engine, prepare_input, simulate
 from simulators.physics.crane import CraneTruth, linear_state_space, simulate_axis
 
 P = dict(J1=0.02, J2=0.06, J3=0.04, k12=2100.0, k23=240.0, d12=0.6, d23=0.1, viscous=0.05, coulomb=0.3,
@@ -111,7 +111,8 @@ def test_stiff_friction_stays_stable(torque):
 
 
 def test_compiled_engine_equals_python_loop_on_every_candidate(torque):
-    """The compiled step loop (identification/drive_kernels.py, the default) runs the same recursion as the
+    """The compiled step loop (identification/models/drive_kernels.py, the default) runs the same
+    recursion as the
     Python loop / numpy block lifting it replaced: outputs and sensitivities agree to round-off, and repeat
     bit for bit."""
     assert get_engine() == "compiled" and ENGINES == ("compiled", "python")

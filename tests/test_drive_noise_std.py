@@ -21,11 +21,11 @@ import scipy.signal
 from daq.rigs import parse_config
 from daq.rigs.adjoint.rig import Record, Runs, analyze, noise_std
 from daq.rigs.config import load_config
-from identification.adjoint_design import simulate_output
-from identification.adjoint_plants import fit_records
-from identification.ode_models import oscillator_model
-from identification.residual_adequacy import noise_covariance, residual_adequacy
-from identification.sequential_design import Record as FitRecord
+from identification.analyses.adjoint_plants import fit_records
+from identification.design.adjoint_design import simulate_output
+from identification.design.sequential_design import Record as FitRecord
+from identification.estimation.residual_adequacy import noise_covariance, residual_adequacy
+from identification.models.ode_models import oscillator_model
 
 TRUTH = {"m1": 1.0, "m2": 1.0, "c1": 2000.0, "c2": 1100.0, "d1": 2.0, "d2": 1.5}
 DT, N, HOLD = 0.001, 1500, 5

@@ -3,8 +3,9 @@
 A speed differenced from encoder counts carries quantisation noise that is negatively correlated from one
 sample to the next (``q_k - q_{k-1}``): the residual variance counts it in full, but at the low frequencies
 where an oscillator's output carries the information about its stiffness it nearly cancels. The classic
-``s2 (J^T J)^-1`` of :func:`identification.sequential_design.fit_runs` is then too wide; the sandwich over
-time (:func:`identification.residual_adequacy.hac_covariance`) follows the spread of the estimate.
+``s2 (J^T J)^-1`` of :func:`identification.design.sequential_design.fit_runs` is then too wide; the
+sandwich over
+time (:func:`identification.estimation.residual_adequacy.hac_covariance`) follows the spread of the estimate.
 
 Problem: the two-mass oscillator, c2 free, 1.5 s of a random staircase force at 1 ms; noise white
 (std 1e-5 m) plus a differenced white sequence (std 1.73e-5 m before differencing, the crane's ratio of
@@ -17,10 +18,10 @@ import numpy as np
 import pytest
 
 from daq.rigs.adjoint.rig import robust_choice
-from identification.adjoint_design import simulate_output
-from identification.ode_models import oscillator_model
-from identification.residual_adequacy import hac_covariance
-from identification.sequential_design import Record, fit_runs
+from identification.design.adjoint_design import simulate_output
+from identification.design.sequential_design import Record, fit_runs
+from identification.estimation.residual_adequacy import hac_covariance
+from identification.models.ode_models import oscillator_model
 
 TRUTH = {"m1": 1.0, "m2": 1.0, "c1": 2000.0, "c2": 1100.0, "d1": 2.0, "d2": 1.5}
 DT = 0.001

@@ -5,18 +5,18 @@ import pytest
 from dask.distributed import Client, LocalCluster
 
 from daq.run.executor import DaskExecutor, LocalExecutor, SerialExecutor, make_executor
-from identification.drive_models import parse_name
-from identification.drive_simulation import prepare_input, simulate
-from identification.gsa_identification import identify, reference_from_model
-from identification.machine_tool_model import (
+from identification.design.multisine import design_multisine
+from identification.gsa.gsa_identification import identify, reference_from_model
+from identification.models.drive_models import parse_name
+from identification.models.drive_simulation import prepare_input, simulate
+from identification.models.machine_tool_model import (
     DAMPING_NAMES,
     STIFFNESS_NAMES,
     MachineTool,
     as_vector,
     param_bounds,
 )
-from identification.model_selection import select_model
-from identification.multisine import design_multisine
+from identification.selection.model_selection import select_model
 from tests.fit_starts import CRANE_BOUNDS, alternating
 
 

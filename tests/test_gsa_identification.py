@@ -3,8 +3,13 @@
 import numpy as np
 import pytest
 
-from identification.gsa_identification import fraction_within, identify, reference_from_model, sobol_indices
-from identification.machine_tool_model import (
+from identification.gsa.gsa_identification import (
+    fraction_within,
+    identify,
+    reference_from_model,
+    sobol_indices,
+)
+from identification.models.machine_tool_model import (
     DAMPING_NAMES,
     STIFFNESS_NAMES,
     MachineTool,

@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from identification.gsa_identification import (
+from identification.gsa.gsa_identification import (
     ModalReference,
     _lsq_covariance,
     _measurement_check,
@@ -16,7 +16,7 @@ from identification.gsa_identification import (
     parameter_intervals,
     reference_from_model,
 )
-from identification.machine_tool_model import (
+from identification.models.machine_tool_model import (
     DAMPING_NAMES,
     STIFFNESS_NAMES,
     MachineTool,

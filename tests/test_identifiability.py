@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from identification.identifiability import analyze_identifiability, profile_likelihood
+from identification.estimation.identifiability import analyze_identifiability, profile_likelihood
 
 
 def _columns(seed=0, n=400, k=3):

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from identification.covariance import covariance_matrix
-from identification.least_squares import fit_residuals
-from identification.online_press import look_tol
-from identification.uncertainty_test import SPENDING_RULES, look_levels, spent_alpha
+from identification.analyses.online_press import look_tol
+from identification.estimation.covariance import covariance_matrix
+from identification.estimation.least_squares import fit_residuals
+from identification.selection.uncertainty_test import SPENDING_RULES, look_levels, spent_alpha
 
 
 def _rank_one_jacobian(seed: int) -> np.ndarray:

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from identification.covariance import second_order_term
-from identification.least_squares import fit_residuals, fit_state_model, state_sensitivities
-from identification.press_models import PressLinkageModel
+from identification.estimation.covariance import second_order_term
+from identification.estimation.least_squares import fit_residuals, fit_state_model, state_sensitivities
+from identification.models.press_models import PressLinkageModel
 
 P_TRUE = np.array([2.0e8, 1.5e8])
 P_START = P_TRUE * np.array([0.75, 1.25])  # fits start well away from the truth in every parameter

@@ -6,8 +6,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from identification.frf_estimation import h1_estimate
-from identification.machine_tool_model import (
+from identification.frequency.frf_estimation import h1_estimate
+from identification.models.machine_tool_model import (
     DAMPING_NAMES,
     NOMINAL,
     PARAM_NAMES,

@@ -11,9 +11,9 @@ from daq.cli.main import main
 from daq.config.load import read_toml
 from daq.run.lifecycle import run
 from daq.store.read_write import SessionStore
-from identification.machine_tool_model import MachineTool
-from identification.modal_extraction import extract_modes, synthesize
-from identification.modal_metrics import macxp_matrix
+from identification.frequency.modal_extraction import extract_modes, synthesize
+from identification.frequency.modal_metrics import macxp_matrix
+from identification.models.machine_tool_model import MachineTool
 
 CONFIG = read_toml("configs/machine-tool-sim.toml")
 

@@ -14,10 +14,16 @@ from daq.config.load import parse, read_toml
 from daq.rigs.machine_tool.rig import MachineToolConfig, analyze, mt_arrays
 from daq.run.lifecycle import run
 from daq.store.read_write import SessionStore
-from identification.gsa_identification import fraction_within
-from identification.machine_tool_model import complex_modes_of
-from identification.modal_extraction import extract_modes, lscf_poles, lsfd, stable_poles, synthesize
-from identification.modal_metrics import macxp_matrix
+from identification.frequency.modal_extraction import (
+    extract_modes,
+    lscf_poles,
+    lsfd,
+    stable_poles,
+    synthesize,
+)
+from identification.frequency.modal_metrics import macxp_matrix
+from identification.gsa.gsa_identification import fraction_within
+from identification.models.machine_tool_model import complex_modes_of
 from simulators.physics.machine_tool import MachineToolTruth
 
 # a synthetic structure: a close pair (41.0 / 42.5 Hz), a heavily damped top mode, one mode just above

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from identification.modal_extraction import extract_modes
+from identification.frequency.modal_extraction import extract_modes
 
 F_TRUE = np.array([41.0, 42.5, 75.0, 120.0, 185.0, 215.0, 262.0])  # Hz (as tests/test_modal_extraction.py)
 XI_TRUE = np.array([0.010, 0.012, 0.018, 0.022, 0.040, 0.015, 0.020])

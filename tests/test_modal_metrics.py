@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from identification.modal_metrics import csf, frac, macxp, macxp_matrix, ndd, summary_stats
+from identification.frequency.modal_metrics import csf, frac, macxp, macxp_matrix, ndd, summary_stats
 
 
 def _mode(rng, n=12):

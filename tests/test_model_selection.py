@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from daq.rigs.crane.plots import write_plots
-from identification.crane_analysis import analyze_crane, selection_options
-from identification.drive_models import parse_name
-from identification.drive_simulation import prepare_input, simulate
-from identification.model_selection import fit_structure, select_model
-from identification.multisine import design_multisine
+from identification.analyses.crane_analysis import analyze_crane, selection_options
+from identification.design.multisine import design_multisine
+from identification.models.drive_models import parse_name
+from identification.models.drive_simulation import prepare_input, simulate
+from identification.selection.model_selection import fit_structure, select_model
 from simulators.physics.crane import CraneTruth, simulate_axis
 from tests.fit_starts import CRANE_BOUNDS
 

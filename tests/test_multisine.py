@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from daq.plots.excitation import export_trajectory, plot_multisine
-from identification.multisine import crest_factor, design_multisine, multisine_lines
+from identification.design.multisine import crest_factor, design_multisine, multisine_lines
 
 
 def test_crest_factor_100_flat_lines():

@@ -21,7 +21,7 @@ from daq.rigs.press.session import press_arrays
 from daq.run.lifecycle import run
 from daq.run.replay import replay_session
 from daq.store.read_write import SessionStore
-from identification.online_press import estimate_stiffness, model_verdict, verdict_settled
+from identification.analyses.online_press import estimate_stiffness, model_verdict, verdict_settled
 
 N_SERIES = 5
 MIN_SERIES = 3

@@ -7,8 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from identification.adjoint_design import simulate_output
-from identification.ode_models import CartPendulumModel, oscillator_model
+from identification.design.adjoint_design import simulate_output
+from identification.models.ode_models import CartPendulumModel, oscillator_model
 from simulators.physics import oscillator, pendulum
 from simulators.physics.oscillator import OscillatorTruth
 from simulators.physics.pendulum import PendulumTruth

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from daq.rigs.press.plots import plot_estimates, plot_force_displacement
-from identification.press_analysis import analyze_press
+from identification.analyses.press_analysis import analyze_press
 from simulators.physics.press import PressTruth, simulate_staircase, staircase_forces
 
 # Per-setpoint values are means over a hold window of 100 samples of sensors with the paper's sigmas, as in
@@ -69,7 +69,7 @@ def test_to_dict_is_json_and_plots(result, tmp_path):
     assert set(d["models"]) == {"M1", "M2", "M3"}
     assert d["sensor_selection"]["combination"] == "110"
     assert len(d["models"]["M1"]["tests"]) == 4
-    from identification.press_models import PressLinkageModel, train_friction_models
+    from identification.models.press_models import PressLinkageModel, train_friction_models
 
     tr = train_friction_models(z, q, SIG, list(range(8)))
     m = PressLinkageModel()

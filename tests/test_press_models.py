@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from identification.press_models import (
+from identification.models.press_models import (
     CoulombFriction,
     MemoryFriction,
     PressLinkageModel,
@@ -66,7 +66,7 @@ def test_friction_models_trained_through_inverse_model():
 
 def test_friction_coefficient_covariance_matches_monte_carlo():
     """The coefficient covariance that the uncertainty test propagates agrees with the spread of re-fits."""
-    from identification.press_models import _fit_with_nuisance
+    from identification.models.press_models import _fit_with_nuisance
 
     rng = np.random.default_rng(7)
     q = np.tile(staircase_forces(), 4)

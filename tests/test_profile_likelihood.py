@@ -10,11 +10,11 @@ import scipy.stats
 from daq.rigs.crane.plots import plot_profiles
 from daq.rigs.crane.rig import report_text
 from daq.run.executor import LocalExecutor, SerialExecutor
-from identification.drive_models import parse_name
-from identification.drive_simulation import prepare_input, simulate
-from identification.model_selection import select_model
-from identification.multisine import design_multisine
-from identification.profile_likelihood import lr_threshold, profile_likelihood_intervals
+from identification.design.multisine import design_multisine
+from identification.estimation.profile_likelihood import lr_threshold, profile_likelihood_intervals
+from identification.models.drive_models import parse_name
+from identification.models.drive_simulation import prepare_input, simulate
+from identification.selection.model_selection import select_model
 from tests.fit_starts import CRANE_BOUNDS
 
 

@@ -5,12 +5,12 @@ import itertools
 import numpy as np
 import pytest
 
-from identification.press_models import PressLinkageModel
-from identification.sensor_selection import (
+from identification.design.sensor_selection import (
     design_criterion,
     enumerate_sensor_sets,
     select_sensors_bnb,
 )
+from identification.models.press_models import PressLinkageModel
 
 SIG = np.array([1.518e-5, 4.895e-6, 3.904e-6])
 
@@ -18,7 +18,7 @@ SIG = np.array([1.518e-5, 4.895e-6, 3.904e-6])
 def _press_info():
     m = PressLinkageModel()
     q = np.tile(np.linspace(0, 20000, 15)[1:], 2)
-    from identification.least_squares import state_sensitivities
+    from identification.estimation.least_squares import state_sensitivities
 
     s = state_sensitivities(m, np.array([2e8, 1.5e8]), q, second=False)
     J = s.dh / SIG[None, :, None]  # (N, 3, 2)

@@ -19,9 +19,9 @@ import pytest
 from daq.rigs import parse_config
 from daq.rigs.adjoint.online import redesigned_signal
 from daq.rigs.config import load_config
-from identification.adjoint_design import criterion_value, evaluate, optimize_input
-from identification.adjoint_plants import design_problem, reference_inputs
-from identification.sequential_design import earlier_fisher, predicted_std, redesign
+from identification.analyses.adjoint_plants import design_problem, reference_inputs
+from identification.design.adjoint_design import criterion_value, evaluate, optimize_input
+from identification.design.sequential_design import earlier_fisher, predicted_std, redesign
 
 NOMINAL = {"m1": 1.0, "m2": 1.0, "c1": 2000.0, "c2": 900.0, "d1": 2.0, "d2": 1.5}
 ESTIMATE = {**NOMINAL, "c2": 1080.0, "d2": 2.1}

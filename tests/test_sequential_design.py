@@ -25,9 +25,9 @@ from daq.rigs.config import load_config
 from daq.run.lifecycle import run
 from daq.run.replay import replay_session
 from daq.store.read_write import SessionStore
-from identification.adjoint_design import simulate_output
-from identification.adjoint_plants import design_problem, reference_inputs
-from identification.sequential_design import Record, fit_runs, stop_reason
+from identification.analyses.adjoint_plants import design_problem, reference_inputs
+from identification.design.adjoint_design import simulate_output
+from identification.design.sequential_design import Record, fit_runs, stop_reason
 
 KIND = "oscillator"
 TARGET = 2.5e-5

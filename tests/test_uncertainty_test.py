@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from identification.ellipsoid import alpha_min
-from identification.least_squares import fit_state_model
-from identification.press_models import PressLinkageModel
-from identification.uncertainty_test import (
+from identification.estimation.ellipsoid import alpha_min
+from identification.estimation.least_squares import fit_state_model
+from identification.models.press_models import PressLinkageModel
+from identification.selection.uncertainty_test import (
     paired_differences,
     press_scenarios,
     random_splits,

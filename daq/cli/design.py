@@ -49,7 +49,7 @@ def adjoint(ctx: click.Context, config_path: str, out_dir: str | None, prior_ses
     )
     from daq.rigs.adjoint.plots import plot_design  # lazy: matplotlib
     from daq.rigs.config import load_config  # lazy: the registry loads every rig kind
-    from identification.adjoint_plants import reference_inputs  # lazy: scipy
+    from identification.analyses.adjoint_plants import reference_inputs  # lazy: scipy
 
     raw = load_config(config_path)
     _, cfg = parse_config(raw, config_path)

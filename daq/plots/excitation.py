@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from identification.multisine import MultisineResult
+from identification.design.multisine import MultisineResult
 
 
 def export_trajectory(result: MultisineResult, path: str | Path, peak: float = 1.0,

@@ -16,7 +16,7 @@ from daq.config.load import Invalid
 from daq.config.schema import Hz, PathStr, Seed, Table
 
 if TYPE_CHECKING:
-    from identification.multisine import MultisineResult
+    from identification.design.multisine import MultisineResult
 
 ROLES = ("training", "validation")
 
@@ -75,7 +75,7 @@ class ExcitationTable(Table, kw_only=True):
 def design_excitation(exc: ExcitationTable, role: str, torque_limit: float
                       ) -> tuple[float, np.ndarray, dict[str, Any], MultisineResult, float]:
     """Torque trajectory of ``role``: (dt, torque samples N*m, info, multisine result, peak)."""
-    from identification.multisine import design_multisine  # lazy: scipy
+    from identification.design.multisine import design_multisine  # lazy: scipy
 
     r = exc.role(role)
     ms = design_multisine(r["f_min"], r["f_max"], r["n_lines"], r["dt"], n_periods=r["n_periods"],

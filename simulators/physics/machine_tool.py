@@ -1,7 +1,8 @@
 """Simulated structure of a one-axis machine tool (seed paper 003, section 3.1): the simulator's truth.
 
 This is the plant behind the simulated modal-test front end (:mod:`simulators.machine_tool_sim`), not a
-candidate model: the identification has its own model (``identification.machine_tool_model``). Today the
+candidate model: the identification has its own model (``identification.models.machine_tool_model``).
+Today the
 truth has the same structure and the same known constants as that model (the identification can reach
 it exactly); ``TruthConstants.disturbed()`` (the front end's ``variant = "disturbed"``) makes the
 simulated machine differ from the model in what the identification does not estimate.

@@ -1,7 +1,7 @@
 """Two-mass oscillator of seed paper 002 (sec. 4.1) as a simulated plant.
 
 Chain: wall -- (c1, d1) -- m1 -- (c2, d2) -- m2; the force acts on m1, the position x2 of m2
-is measured. Besides what the design model (``identification.ode_models.oscillator_model``)
+is measured. Besides what the design model (``identification.models.ode_models.oscillator_model``)
 knows, the truth has effects it lacks: Coulomb friction on both masses (smooth sign
 ``tanh(v/eps)``), a first-order lag of the applied force, and a position sensor with
 Gaussian noise and quantisation.
@@ -62,7 +62,8 @@ class OscillatorTruth:
             raise ValueError("oscillator truth: substeps must be >= 1")
 
     def model_values(self) -> dict[str, float]:
-        """The values the design model knows (``identification.ode_models.OSCILLATOR_NOMINAL`` keys)."""
+        """The values the design model knows (``identification.models.ode_models.OSCILLATOR_NOMINAL``
+        keys)."""
         return {k: getattr(self, k) for k in ("m1", "m2", "c1", "c2", "d1", "d2")}
 
 

@@ -4,7 +4,7 @@ A cart (mass ``m_c``, viscous friction ``d_c``) on a straight rail carries a pen
 its centre (mass ``m_p``, inertia ``J_p`` about its centre of gravity at ``s_p`` from the joint,
 joint damping ``d_p``); the force acts on the cart, the absolute pendulum angle is measured
 (0 = hanging down). The truth adds what the design model
-(``identification.ode_models.CartPendulumModel``) lacks: Coulomb friction of the cart and of
+(``identification.models.ode_models.CartPendulumModel``) lacks: Coulomb friction of the cart and of
 the joint (smooth sign), a first-order lag of the applied force, and an angle encoder
 (quantisation to ``encoder_counts`` per revolution plus Gaussian noise).
 """
@@ -64,7 +64,7 @@ class PendulumTruth:
             raise ValueError("pendulum truth: substeps must be >= 1")
 
     def model_values(self) -> dict[str, float]:
-        """The values the design model knows (``identification.ode_models.PENDULUM_NOMINAL`` keys)."""
+        """The values the design model knows (``identification.models.ode_models.PENDULUM_NOMINAL`` keys)."""
         return {k: getattr(self, k) for k in ("m_c", "m_p", "J_p", "s_p", "d_p", "d_c", "g")}
 
 

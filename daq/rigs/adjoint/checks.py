@@ -47,14 +47,14 @@ def _check_fit_names(cfg: AdjointRigConfig) -> None:
     values = nominal_values(cfg)
     nuisance = nuisance_starts(cfg, values)
     if plant == "crane":
-        from identification.drive_models import DEFAULT_BOUNDS  # lazy: scipy
+        from identification.models.drive_models import DEFAULT_BOUNDS  # lazy: scipy
 
         unknown = sorted(set(nuisance) - set(DEFAULT_BOUNDS))
         if unknown:
             raise Invalid(f"fit.nuisance.{unknown[0]}", f"not a parameter of the crane's drive models "
                                                         f"(known: {', '.join(sorted(DEFAULT_BOUNDS))})")
         return
-    from identification.adjoint_plants import analysis_model  # lazy: scipy
+    from identification.analyses.adjoint_plants import analysis_model  # lazy: scipy
 
     try:
         analysis_model(plant, {**values, **nuisance}, [*cfg.adjoint.parameters, *nuisance])
@@ -93,7 +93,7 @@ def _check_trajectory(cfg: AdjointRigConfig, pb) -> None:
 
 def _check_multisine(cfg: AdjointRigConfig) -> tuple[str, float, int]:
     """The crane's multisine as comparison input: its grid fits the band, it lasts ``t_f``."""
-    from identification.multisine import multisine_lines  # lazy: scipy
+    from identification.design.multisine import multisine_lines  # lazy: scipy
 
     if cfg.excitation is None:
         raise Invalid("plan.design", "'multisine' needs an [excitation] table")

@@ -53,7 +53,7 @@ class Simulator(Table, kw_only=True):
 
 
 class AdjointTable(Table, kw_only=True):
-    """The design (``identification.adjoint_plants.design_problem`` spec plus optimiser settings)."""
+    """The design (``identification.analyses.adjoint_plants.design_problem`` spec plus optimiser settings)."""
 
     plant: str
     parameters: Annotated[list[str], Meta(min_length=1)]
@@ -126,7 +126,7 @@ class SequentialTable(Table, kw_only=True):
     redesign: bool = True             # re-solve the adjoint design at each new estimate
     shrink: Annotated[float, Meta(gt=0, le=1)] = 0.25   # warm start = shrink * previous input
     cold_start: bool = True           # also design from F0 and keep the better (a far-off old design traps
-                                      # the warm start: see identification.sequential_design.redesign)
+                                      # the warm start: see identification.design.sequential_design.redesign)
     accumulate: bool = True           # a redesign maximises the information of all runs together (the
                                       # earlier inputs' Fisher matrix at the estimate as prior); false: the
                                       # new run's own, as if it were the only one

@@ -34,7 +34,7 @@ def nominal_values(cfg: AdjointRigConfig, prior: dict[str, float] | None = None)
     identification), with ``prior`` (an earlier session's estimate, ``hil design adjoint --prior``) over it.
     Never the simulator truth: a real rig has none. ConfigError naming ``[adjoint.nominal]`` and the
     missing values when the design model's values are not all given."""
-    from identification.adjoint_plants import DESIGN_VALUES  # lazy: scipy
+    from identification.analyses.adjoint_plants import DESIGN_VALUES  # lazy: scipy
 
     values = {k: float(v) for k, v in cfg.adjoint.nominal.items()}
     values.update(prior or {})
@@ -68,7 +68,7 @@ def problem_of(cfg: AdjointRigConfig, prior: dict[str, float] | None = None,
                prior_fisher: np.ndarray | None = None):
     """The design problem at the design point (:func:`nominal_values`); ``prior_fisher``: information the
     new run adds to (an earlier session's, the inverse of its covariance), physical units."""
-    from identification.adjoint_plants import design_problem  # lazy: scipy
+    from identification.analyses.adjoint_plants import design_problem  # lazy: scipy
 
     pb = design_problem(cfg.adjoint.plant, nominal_values(cfg, prior), cfg.adjoint.spec())
     pb.prior_fisher = prior_fisher
@@ -77,9 +77,9 @@ def problem_of(cfg: AdjointRigConfig, prior: dict[str, float] | None = None,
 
 def run_design(cfg: AdjointRigConfig, prior: dict[str, float] | None = None,
                prior_fisher: np.ndarray | None = None):
-    """The adjoint design of the config (``identification.adjoint_design.optimize_input`` from F0)."""
-    from identification.adjoint_design import optimize_input  # lazy: scipy
-    from identification.adjoint_plants import reference_inputs  # lazy: scipy
+    """The adjoint design of the config (``identification.design.adjoint_design.optimize_input`` from F0)."""
+    from identification.analyses.adjoint_plants import reference_inputs  # lazy: scipy
+    from identification.design.adjoint_design import optimize_input  # lazy: scipy
 
     a = cfg.adjoint
     pb = problem_of(cfg, prior, prior_fisher)
@@ -134,7 +134,7 @@ def signal_of(cfg: AdjointRigConfig, design: str | None = None) -> tuple[np.ndar
     crane's shipped training multisine at its own sample time (``[excitation]``). The predicted
     standard deviations come from the design model's Fisher matrix for this very signal.
     """
-    from identification.adjoint_plants import reference_inputs  # lazy: scipy
+    from identification.analyses.adjoint_plants import reference_inputs  # lazy: scipy
 
     design = design or cfg.plan.design
     pb = problem_of(cfg)
@@ -169,7 +169,7 @@ def signal_of(cfg: AdjointRigConfig, design: str | None = None) -> tuple[np.ndar
 def multisine_of(cfg: AdjointRigConfig, pb, info: dict) -> tuple[np.ndarray, dict]:
     """The crane's training multisine (``[excitation]``, built as the crane rig builds it) at its own
     sample time, scaled to the peak ``u_max``: the same duration and peak torque as the adjoint design."""
-    from identification.adjoint_design import DesignProblem  # lazy: scipy
+    from identification.design.adjoint_design import DesignProblem  # lazy: scipy
 
     if cfg.excitation is None:
         raise ValueError("[plan] design = 'multisine' needs an [excitation] table")
@@ -187,7 +187,7 @@ def multisine_of(cfg: AdjointRigConfig, pb, info: dict) -> tuple[np.ndarray, dic
 def predicted(pb, u: np.ndarray, dt: float) -> dict:
     """What the design model predicts for input ``u`` (sample time ``dt``): Fisher matrix, standard
     deviations at the design point, end-condition residuals, peak."""
-    from identification.adjoint_design import evaluate  # lazy: scipy
+    from identification.design.adjoint_design import evaluate  # lazy: scipy
 
     ev = evaluate(pb, u[:, None], gradient=False)
     names = list(pb.model.state_names)
@@ -266,7 +266,7 @@ def prior_from_analysis(session: str, config: dict, result: dict) -> Prior:
 def criterion_of(pb, fisher: np.ndarray, info_scale: float | None = None) -> float:
     """The design criterion (the value the optimiser minimises, prior information included) of an
     input with Fisher matrix ``fisher``; A and E divided by ``info_scale`` as in the optimiser."""
-    from identification.adjoint_design import criterion_value  # lazy: scipy
+    from identification.design.adjoint_design import criterion_value  # lazy: scipy
 
     held = fisher if pb.prior_fisher is None else fisher + np.asarray(pb.prior_fisher, float)
     value = criterion_value(held * np.outer(pb.scales, pb.scales), pb.criterion, pb.e_power)[0]
@@ -277,8 +277,8 @@ def compare_inputs(cfg: AdjointRigConfig, pb, designed: np.ndarray) -> dict[str,
     """Criterion value and predicted std of the designed input against F0 (constant), the sine and, where
     the config has one of the same duration (crane), the shipped multisine:
     ``{input: {"criterion": J, "std": {name: s}}}``."""
-    from identification.adjoint_design import evaluate  # lazy: scipy
-    from identification.adjoint_plants import reference_inputs  # lazy: scipy
+    from identification.analyses.adjoint_plants import reference_inputs  # lazy: scipy
+    from identification.design.adjoint_design import evaluate  # lazy: scipy
 
     fishers = {"adjoint": evaluate(pb, designed[:, None], gradient=False).fisher}
     for name, u in reference_inputs(pb, cfg.adjoint.start).items():

@@ -3,7 +3,7 @@
 It reads ``<kind>.plan`` events and the ``<kind>.trace`` frames between ``trajectory_start`` and
 ``trajectory_end`` (live from the run's bus, or from ``hil replay``), keeps every completed run, and
 after each one fits the identified parameters over all runs so far
-(:func:`identification.sequential_design.fit_runs`: the first fit scans from the design point, later
+(:func:`identification.design.sequential_design.fit_runs`: the first fit scans from the design point, later
 ones start at the previous estimate). Each result goes out as an ``estimate`` event on
 ``<kind>.online`` (the common body of issue 10); the recorder stores it like any event.
 
@@ -78,7 +78,7 @@ class DriveIdentifier(OnlineEstimates):
         self.all_names = list(model.param_names)
         self.n_design = len(self.all_names) if n_design is None else int(n_design)
         self.names = self.all_names[:self.n_design]
-        self.runs: list = []               # identification.sequential_design.Record, in run order
+        self.runs: list = []               # identification.design.sequential_design.Record, in run order
         self.attempted = 0                 # runs whose fit was attempted (estimate or failure published)
         self._receiver = TrajectoryReceiver(self.plan_stream, self.trace_stream)
         self._b: np.ndarray | None = None  # warm start
@@ -100,7 +100,7 @@ class DriveIdentifier(OnlineEstimates):
         await self._refit(tr.end, run)
 
     def _record(self, tr: ReceivedTrajectory):
-        from identification.sequential_design import Record  # lazy: scipy
+        from identification.design.sequential_design import Record  # lazy: scipy
 
         if not tr.channels:
             raise ValueError("trajectory without trace frames")
@@ -113,7 +113,7 @@ class DriveIdentifier(OnlineEstimates):
         return Record(lagged_mean(cmd, self.input_lag, tr.dt), out, tr.dt, skip)
 
     async def _refit(self, trigger: Event, run: int) -> None:
-        from identification.sequential_design import fit_runs  # lazy: scipy
+        from identification.design.sequential_design import fit_runs  # lazy: scipy
 
         runs = list(self.runs)
         first = self._b is None
@@ -142,7 +142,7 @@ class DriveIdentifier(OnlineEstimates):
         if len(set(units)) == 1:
             body["unit"] = units[0]
         if self.target is not None:
-            from identification.sequential_design import stop_reason  # lazy: scipy
+            from identification.design.sequential_design import stop_reason  # lazy: scipy
 
             why = stop_reason(self.names, body["rel_std"], self.target, len(runs), max_runs=10**9)
             if why is not None:
@@ -174,7 +174,7 @@ def from_config(cfg: AdjointRigConfig, emit: Emit, target: float | None = None) 
     values = nominal_values(cfg)  # prior knowledge only, never the simulator truth
     nuisance = {n: v for n, v in nuisance_starts(cfg, values).items() if n not in params}
     if nuisance:  # the analysis model: the design's parameters, then the nuisances at their start values
-        from identification.adjoint_plants import analysis_model  # lazy: scipy
+        from identification.analyses.adjoint_plants import analysis_model  # lazy: scipy
 
         point = {**values, **nuisance}
         if getattr(cfg.fit, "friction_speed_eps", None) is not None:
@@ -218,7 +218,7 @@ async def decide(ctx: Context, ident: DriveIdentifier, n_runs: int,
                  elapsed_s: float) -> tuple[str | None, dict | None]:
     """After run ``n_runs``: wait for its estimate and apply the stopping rule; a stop is recorded as a
     ``plan_stop`` event and in the session summary. Returns (reason or None, estimate or None)."""
-    from identification.sequential_design import stop_reason  # lazy: scipy
+    from identification.design.sequential_design import stop_reason  # lazy: scipy
 
     s = ctx.config.sequential
     est = await ident.wait_for(n_runs, s.wait_timeout)
@@ -244,12 +244,13 @@ def redesigned_signal(cfg: AdjointRigConfig, values: dict[str, float], u_prev: n
 
     ``earlier``: every input run so far (default: ``u_prev`` alone). With ``[sequential] accumulate`` (the
     default) the design maximises the information of those runs and the new one together - their Fisher
-    matrix at ``values`` is the design's prior (``identification.sequential_design.redesign``) - so the new
+    matrix at ``values`` is the design's prior (``identification.design.sequential_design.redesign``) -
+    so the new
     input targets what is still uncertain; else the new run's own. The info records which (``objective``,
     ``prior_fisher``) and the predicted std of the new run alone and of all runs together."""
-    from identification.adjoint_design import evaluate  # lazy: scipy
-    from identification.adjoint_plants import design_problem, reference_inputs  # lazy: scipy
-    from identification.sequential_design import earlier_fisher, redesign  # lazy: scipy
+    from identification.analyses.adjoint_plants import design_problem, reference_inputs  # lazy: scipy
+    from identification.design.adjoint_design import evaluate  # lazy: scipy
+    from identification.design.sequential_design import earlier_fisher, redesign  # lazy: scipy
 
     a = cfg.adjoint
     pb = design_problem(a.plant, {**nominal_values(cfg), **values}, a.spec())

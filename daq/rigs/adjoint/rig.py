@@ -46,7 +46,7 @@ from daq.rigs.base import AnalysisProgress, RunContext
 from daq.store.reader import SessionReader
 
 if TYPE_CHECKING:  # annotations only: the adequacy check loads scipy
-    from identification.residual_adequacy import AdequacyResult
+    from identification.estimation.residual_adequacy import AdequacyResult
 
 __all__ = ["AdjointAnalysis", "AdjointRig", "Record", "Runs", "RobustChoice", "analyze", "robust_choice"]
 
@@ -298,9 +298,10 @@ NOISE_MEMORY = 0.5
 
 
 def noise_std(fit, u: np.ndarray, dt: float, input_dt: float) -> tuple[np.ndarray | None, float]:
-    """The noise std of a fit (:func:`identification.residual_adequacy.noise_covariance`, marginal) and
+    """The noise std of a fit (:func:`identification.estimation.residual_adequacy.noise_covariance`,
+    marginal) and
     the share of the residual the input explained; (None, nan) without residuals or sensitivities."""
-    from identification.residual_adequacy import noise_covariance  # lazy: scipy
+    from identification.estimation.residual_adequacy import noise_covariance  # lazy: scipy
 
     if fit.residuals is None or fit.jacobian is None or fit.jacobian.shape[0] != fit.residuals.size:
         return None, math.nan
@@ -316,7 +317,7 @@ def noise_std(fit, u: np.ndarray, dt: float, input_dt: float) -> tuple[np.ndarra
 def robust_choice(residuals: np.ndarray | None, u: np.ndarray, dt: float, bandwidth: float,
                   level: float = 0.05, lags: int = 25) -> RobustChoice | None:
     """The choice of :class:`RobustChoice` from the fit's residuals and the input on the same samples."""
-    from identification.residual_adequacy import ljung_box, residual_adequacy  # lazy: scipy
+    from identification.estimation.residual_adequacy import ljung_box, residual_adequacy  # lazy: scipy
 
     if residuals is None or residuals.size < 3 * lags or not math.isfinite(bandwidth):
         return None
@@ -336,8 +337,8 @@ def analyze(recs: Runs | None, cfg: AdjointRigConfig,
     over the design's parameters, then Levenberg-Marquardt), so the analysis ends at its last estimate; a
     single plain run as before (from ``[fit].start`` times the design point). The crane is fitted on its
     first run only (its friction and dead-time model fits one record)."""
-    from identification.adjoint_plants import fit_record, fit_records  # lazy: scipy
-    from identification.sequential_design import Record as FitRecord  # lazy: scipy
+    from identification.analyses.adjoint_plants import fit_record, fit_records  # lazy: scipy
+    from identification.design.sequential_design import Record as FitRecord  # lazy: scipy
 
     if recs is None:
         raise AnalysisError("no trajectory recorded")

@@ -18,7 +18,7 @@ from daq.config.load import Invalid
 from daq.config.schema import Finite, Range, RigConfig, Seed, Table, Wait
 from daq.rigs.drive import DriveDevicesTable, DriveSimTable, check_drive
 from daq.rigs.excitation import ROLES, ExcitationTable
-from identification.drive_models import DEFAULT_BOUNDS, all_structures, parse_name
+from identification.models.drive_models import DEFAULT_BOUNDS, all_structures, parse_name
 
 TRACE_STREAM = "crane.trace"
 PLAN_STREAM = "crane.plan"
@@ -76,7 +76,7 @@ class ModelSelectionTable(Table, kw_only=True):
                 raise Invalid("candidates", f"{c!r}: {exc}") from None
 
     def options(self) -> dict:
-        """Keyword arguments of identification.model_selection.select_model."""
+        """Keyword arguments of identification.selection.model_selection.select_model."""
         bounds = {**DEFAULT_BOUNDS, **{k: (float(v[0]), float(v[1])) for k, v in self.bounds.items()}}
         candidates = ([parse_name(c) for c in self.candidates] if self.candidates
                       else all_structures(self.max_masses))
@@ -164,7 +164,7 @@ def check_rig(cfg: CraneConfig, config_dir: Path) -> None:
     """What `hil run` needs before the first byte, checked by `hil check` too: each role's multisine grid
     fits its band (the lines the design will excite), the export folder can be one, the drive's security
     files and the simulated drive accept the inputs (:func:`daq.rigs.drive.check_drive`)."""
-    from identification.multisine import multisine_lines  # lazy: scipy
+    from identification.design.multisine import multisine_lines  # lazy: scipy
 
     inputs = []
     for role in ROLES:

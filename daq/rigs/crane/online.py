@@ -3,7 +3,8 @@
 It reads ``trajectory_start``/``trajectory_end`` on ``crane.plan`` and the ``crane.trace`` frames between
 them (live from the run's bus, or from ``hil replay``), and after each trajectory fits the configured
 candidate of the 96-model kit on all completed trajectories jointly
-(:func:`identification.crane_analysis.fit_runs`), warm-started from the previous estimate. The estimate,
+(:func:`identification.analyses.crane_analysis.fit_runs`), warm-started from the previous estimate. The
+estimate,
 its covariance and the confidence-ellipsoid axes go out as an ``estimate`` event on ``crane.online``
 (the common online contract: model, parameters, values, std, rel_std, covariance, ellipse_semi_axes,
 used, elapsed_s); the recorder stores it like any event.
@@ -43,7 +44,7 @@ TOPICS = ("event/" + PLAN_STREAM, "data/" + TRACE_STREAM)
 
 def _fit(model: str, runs: list, start: dict | None, kwargs: dict):
     """The refit (module level: runs in the worker process)."""
-    from identification.crane_analysis import fit_runs  # lazy: scipy
+    from identification.analyses.crane_analysis import fit_runs  # lazy: scipy
 
     return fit_runs(model, runs, start=start, **kwargs)
 
@@ -56,7 +57,7 @@ def _init_worker() -> None:
 
 def _warm_up() -> None:
     """Import the fit's modules in the worker before the first trajectory ends."""
-    import identification.crane_analysis  # noqa: F401  # lazy: scipy
+    import identification.analyses.crane_analysis  # noqa: F401  # lazy: scipy
 
 
 class CraneOnlineIdentifier(OnlineEstimates):

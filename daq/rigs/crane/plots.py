@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from identification.drive_models import PARAM_UNITS
-from identification.model_selection import SelectionResult
+from identification.models.drive_models import PARAM_UNITS
+from identification.selection.model_selection import SelectionResult
 
 __all__ = ["write_plots", "plot_profiles"]
 

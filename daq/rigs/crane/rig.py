@@ -30,10 +30,10 @@ from daq.rigs.crane.online import TOPICS, CraneOnlineIdentifier
 from daq.rigs.excitation import ROLES, design_excitation
 from daq.run.executor import make_executor
 from daq.store.reader import SessionReader
-from identification.drive_models import PARAM_UNITS
+from identification.models.drive_models import PARAM_UNITS
 
 if TYPE_CHECKING:  # annotations only: the model selection loads scipy
-    from identification.model_selection import SelectionResult
+    from identification.selection.model_selection import SelectionResult
 
 __all__ = ["RIG", "CraneConfig", "CraneRig", "crane_arrays", "report_text"]
 
@@ -158,7 +158,7 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
     def analyze(self, arrays: CraneRuns, cfg: CraneConfig,
                 progress: AnalysisProgress | None = None) -> SelectionResult:
         """Model selection over the kit on the training run, validated on the validation run."""
-        from identification.model_selection import select_model  # lazy: scipy
+        from identification.selection.model_selection import select_model  # lazy: scipy
 
         missing = set(ROLES) - set(arrays)
         if missing:

@@ -14,7 +14,7 @@ from msgspec import field as sfield
 from daq.config.load import Invalid, to_dict
 from daq.config.schema import Hz, Port, RigConfig, Seed, Table, Timeout
 from drivers.modal_frontend import ModalFrontEnd
-from identification.machine_tool_model import MachineTool, MachineToolConstants, as_vector
+from identification.models.machine_tool_model import MachineTool, MachineToolConstants, as_vector
 
 #: a stiffness (N/m) or damping (N*s/m) of a machine-tool joint: positive, below what steel can have
 Joint = Annotated[float, Meta(gt=0, le=1e12)]

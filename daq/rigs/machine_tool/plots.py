@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from daq.plots import save_figure
-from identification.machine_tool_model import MachineTool
+from identification.models.machine_tool_model import MachineTool
 
 __all__ = ["write_plots"]
 

@@ -25,15 +25,15 @@ from daq.rigs.machine_tool.config import MachineToolConfig, check_rig
 from daq.rigs.machine_tool.plots import write_plots
 from daq.run.executor import make_executor
 from drivers.modal_frontend import ModalFrontEnd
-from identification.frf_estimation import h1_estimate
-from identification.machine_tool_model import (
+from identification.frequency.frf_estimation import h1_estimate
+from identification.frequency.modal_extraction import extract_modes
+from identification.models.machine_tool_model import (
     DAMPING_NAMES,
     STIFFNESS_NAMES,
     MachineTool,
     as_vector,
     param_bounds,
 )
-from identification.modal_extraction import extract_modes
 
 FORCE_STREAM = "mt.force"
 ACCEL_STREAM = "mt.accel"
@@ -236,7 +236,7 @@ class MTAnalysisResult:
 
 def analyze(arrays: MTArrays, cfg: MachineToolConfig, progress=None, executor=None) -> MTAnalysisResult:
     """EMA per position, then the GSA identification through the executor (progress on ``progress``)."""
-    from identification.gsa_identification import ModalReference, identify  # lazy: SALib is heavy
+    from identification.gsa.gsa_identification import ModalReference, identify  # lazy: SALib is heavy
 
     a = cfg.analysis
     model = MachineTool()

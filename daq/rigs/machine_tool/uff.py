@@ -54,7 +54,7 @@ from daq.bus.frames import Event, Frame
 from daq.config.load import parse, read_toml
 from daq.export.session_export import ExportError
 from daq.rigs.machine_tool.rig import FRF_STREAM, PLAN_STREAM, MachineToolConfig, MTArrays
-from identification.machine_tool_model import MachineTool
+from identification.models.machine_tool_model import MachineTool
 
 FUNC_FRF = 4
 FUNC_COHERENCE = 6

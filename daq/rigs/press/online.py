@@ -2,7 +2,7 @@
 
 It reads the ``measurement`` events of ``press.plan`` (live from the run's bus, or from ``hil replay``),
 collects z[series, setpoint, sensor] and q[series, setpoint], and when a series is complete it runs
-:func:`identification.online_press.estimate_stiffness` (warm-started from the previous estimate) and
+:func:`identification.analyses.online_press.estimate_stiffness` (warm-started from the previous estimate) and
 publishes an ``estimate`` event on ``press.online``; the recorder stores it like any event.
 
 The fit runs in a one-thread pool, off the event loop, so the acquisition tasks keep their timing.
@@ -11,7 +11,7 @@ its inputs are a few kB, and a process would add start-up and pickling per serie
 worker keeps the estimates in series order with their warm starts.
 
 From the second series on, the same event also carries the running model-uncertainty ``verdict``
-(:func:`identification.online_press.model_verdict`: M1/M2/M3, the offline splits and Bonferroni
+(:func:`identification.analyses.online_press.model_verdict`: M1/M2/M3, the offline splits and Bonferroni
 level, M3's estimate). Every look is a test of the same models, so the looks share one alpha: each is
 tested at its increment of an alpha-spending function over the planned looks (``spending``, default
 O'Brien-Fleming type; the plan's ``n_series`` from ``plan_start``), the interim verdicts are marked
@@ -36,12 +36,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import identification.online_press  # noqa: F401
-import identification.press_analysis  # noqa: F401
+import identification.analyses.online_press  # noqa: F401
+import identification.analyses.press_analysis  # noqa: F401
 from daq.bus.frames import Event
 from daq.online.estimates import Emit, OnlineEstimates
 from daq.online.estimates import publisher_emit as _publisher_emit
-from identification.online_press import estimate_stiffness, model_verdict, verdict_settled
+from identification.analyses.online_press import estimate_stiffness, model_verdict, verdict_settled
 
 PLAN_STREAM = "press.plan"
 ONLINE_STREAM = "press.online"

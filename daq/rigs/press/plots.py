@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from daq.plots import save_figure  # noqa: E402
-from identification.ellipsoid import confidence_ellipsoid  # noqa: E402
+from identification.estimation.ellipsoid import confidence_ellipsoid  # noqa: E402
 
 _save = save_figure  # lay out, write, close
 

@@ -27,7 +27,7 @@ from daq.rigs.press.session import PressArrays, press_arrays
 from daq.rigs.press.setpoint_correction import CorrectionResult, CorrectionSettings, SetpointCorrector
 from drivers.displacement import open_sensor
 from drivers.force_source import ForceSource
-from identification.press_analysis import PressAnalysisResult, analyze_press
+from identification.analyses.press_analysis import PressAnalysisResult, analyze_press
 from simulators import press_rig
 
 SENSOR_STREAM = "press.sensors"

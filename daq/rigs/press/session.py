@@ -8,7 +8,7 @@ import numpy as np
 
 from daq.store.errors import StoreError
 from daq.store.read_write import SessionStore
-from identification.press_analysis import corrected_displacements
+from identification.analyses.press_analysis import corrected_displacements
 
 
 class NotAPressSession(StoreError):

@@ -28,17 +28,17 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import scipy.optimize
 
-from identification.adjoint_design import (
+from identification.design.adjoint_design import (
     DesignProblem,
     DesignResult,
     evaluate,
     optimize_input,
     simulate_output,
 )
-from identification.covariance import marginal_std
-from identification.ellipsoid import confidence_ellipsoid
-from identification.ode_models import ODEModel
-from identification.residual_adequacy import hac_covariance
+from identification.estimation.covariance import marginal_std
+from identification.estimation.ellipsoid import confidence_ellipsoid
+from identification.estimation.residual_adequacy import hac_covariance
+from identification.models.ode_models import ODEModel
 
 __all__ = ["Record", "RunsFit", "fit_runs", "scan_start", "stop_reason", "redesign", "predicted_std",
            "earlier_fisher"]
@@ -47,7 +47,7 @@ __all__ = ["Record", "RunsFit", "fit_runs", "scan_start", "stop_reason", "redesi
 @dataclass
 class Record:
     """One run: input ``u`` (N,) or (N, n_u) held for ``dt`` each, output ``y`` (N,) or (N, n_y) at
-    ``t_k = k*dt`` (before u_k acts, as :func:`identification.adjoint_design.simulate_output`);
+    ``t_k = k*dt`` (before u_k acts, as :func:`identification.design.adjoint_design.simulate_output`);
     the first ``skip`` samples stay out of the fit."""
 
     u: np.ndarray
@@ -73,7 +73,8 @@ class RunsFit:
     the residuals as white: when they are correlated in time (a speed differenced from encoder counts
     has negatively correlated quantisation noise, issue 21) it misstates the noise at the frequencies
     that carry the information. ``robust_covariance`` is the Newey-West sandwich over time
-    (:func:`identification.residual_adequacy.hac_covariance`, lags inside each run) that stays honest
+    (:func:`identification.estimation.residual_adequacy.hac_covariance`, lags inside each run) that
+    stays honest
     then; ``residuals`` and ``run_sizes`` (samples per run, after ``skip``) let a caller check whiteness.
     """
 

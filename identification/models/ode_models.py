@@ -16,7 +16,7 @@ Plants (seed paper 002, sec. 4, and the stacker crane of seed 004):
 * :func:`oscillator_model` - wall -- c1, d1 -- m1 -- c2, d2 -- m2, force on m1, x2 measured;
 * :class:`CartPendulumModel` - cart with a pendulum hinged at its centre, force on the cart,
   absolute pendulum angle measured (0 = hanging down);
-* :func:`crane_model` - the three-mass drive chain of ``identification.drive_models`` with viscous
+* :func:`crane_model` - the three-mass drive chain of ``identification.models.drive_models`` with viscous
   friction only, motor speed measured.
 """
 
@@ -29,7 +29,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from identification.drive_models import DriveStructure, linear_matrices
+from identification.models.drive_models import DriveStructure, linear_matrices
 
 __all__ = [
     "ODEModel",

@@ -17,7 +17,7 @@ Same operations in the same order as the Python loop except the sums of the matr
 fast-math, so a run is bit-for-bit repeatable on any machine. Compiled once per machine (``cache=True``:
 ~2-5 s the first time, then loaded from ``__pycache__`` by every process, pool and Dask workers included).
 
-The engine is chosen by :func:`identification.drive_simulation.set_engine` or the environment variable
+The engine is chosen by :func:`identification.models.drive_simulation.set_engine` or the environment variable
 ``HIL_SIM_ENGINE`` (``compiled`` | ``python``), read when a process first imports this package; without
 numba the Python loop is used.
 """

@@ -14,7 +14,7 @@ Because M1 ignores friction, its residual variance RSS/dof is above 1; ``inflate
 covariance by max(1, RSS/dof) so that a stopping rule does not trust a precision the misfit denies.
 
 ``model_verdict(z, q, q_desired, sigmas, sensor_names, ...)`` is the running answer to "which friction
-model is adequate": the offline press analysis (:func:`identification.press_analysis.analyze_press`,
+model is adequate": the offline press analysis (:func:`identification.analyses.press_analysis.analyze_press`,
 the same training/test series, sensor selection, splits and Bonferroni level) on the series so far,
 condensed to the per-model verdict, alpha_min per split and M3's estimate. ``verdict_settled`` tells
 whether the pattern of rejected models has stopped changing.
@@ -23,7 +23,7 @@ Several looks, one family: testing the series so far after every series at ``tol
 model far more often than ``tol`` over the whole run (each look is another chance). Given the planned
 number of series, ``model_verdict(..., n_planned=N, first_look=k0, spending="obrien-fleming")`` tests
 look n at the increment of an alpha-spending function at information fraction n / N
-(:func:`identification.uncertainty_test.look_levels`), so the levels of all looks add up to ``tol``
+(:func:`identification.selection.uncertainty_test.look_levels`), so the levels of all looks add up to ``tol``
 and the family-wise false-rejection rate over the looks stays at most ``tol``; the verdict says which
 level it used and that an interim verdict is provisional. Without ``n_planned`` it is the single
 analysis of the offline test (``tol``, as ``hil analyze`` runs it).
@@ -35,11 +35,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from identification.ellipsoid import confidence_ellipsoid
-from identification.least_squares import fit_state_model
-from identification.press_analysis import analyze_press
-from identification.press_models import P_NAMES, PressConstants, PressLinkageModel
-from identification.uncertainty_test import SPENDING_RULES, look_levels
+from identification.analyses.press_analysis import analyze_press
+from identification.estimation.ellipsoid import confidence_ellipsoid
+from identification.estimation.least_squares import fit_state_model
+from identification.models.press_models import P_NAMES, PressConstants, PressLinkageModel
+from identification.selection.uncertainty_test import SPENDING_RULES, look_levels
 
 UNIT = "N/m"
 

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from identification.covariance import covariance_matrix, second_order_term
-from identification.least_squares import FitResult, fit_state_model, state_sensitivities
-from identification.press_models import OUTPUT_NAMES, P_NAMES, PressConstants, train_friction_models
-from identification.sensor_selection import SensorSelectionResult, enumerate_sensor_sets
-from identification.uncertainty_test import (
+from identification.design.sensor_selection import SensorSelectionResult, enumerate_sensor_sets
+from identification.estimation.covariance import covariance_matrix, second_order_term
+from identification.estimation.least_squares import FitResult, fit_state_model, state_sensitivities
+from identification.models.press_models import OUTPUT_NAMES, P_NAMES, PressConstants, train_friction_models
+from identification.selection.uncertainty_test import (
     NormalityRow,
     UncertaintyTestResult,
     press_scenarios,

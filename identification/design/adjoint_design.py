@@ -32,7 +32,7 @@ terminal ("scrap") penalty (eq. 14 with ``p(t_f) = dJ/dx(t_f)``) in augmented-La
 are updated between inner solves so that the end conditions are met, not only approached.
 State limits ``|x_i| <= limit_i`` are a smooth quadratic penalty on the excess.
 
-Gradient: the exact discrete adjoint of the RK4 integration (``identification.ode_sensitivity``);
+Gradient: the exact discrete adjoint of the RK4 integration (``identification.models.ode_sensitivity``);
 one gradient costs one forward solve plus one reverse sweep, independent of N.
 
 Optimisers: ``"gradient"`` - the paper's step ``w <- w - kappa*dJ/dw`` (eq. 16) with a
@@ -50,9 +50,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.optimize
 
-from identification.model_selection import single_thread_blas
-from identification.ode_models import ODEModel
-from identification.ode_sensitivity import (
+from identification.estimation.blas import single_thread_blas
+from identification.models.ode_models import ODEModel
+from identification.models.ode_sensitivity import (
     adjoint_gradient,
     integrate,
     output_cotangents,

@@ -32,7 +32,7 @@ the MACXP the model's eigenvalue carries the reference damping ratio, so damping
 no influence on it (the MACXP weighs eigenvalues, and a damping mismatch would otherwise lower it).
 The final tables use the full complex modal analysis of the identified model.
 
-The model is duck-typed (``identification.machine_tool_model.MachineTool`` fits):
+The model is duck-typed (``identification.models.machine_tool_model.MachineTool`` fits):
 ``real_modes_batch(kmat, s, n)``, ``observation(s)``, ``damping_parts(s)``,
 ``complex_modes(p, s, n)``, ``frf(p, s, freq, input)``. Every batch of model evaluations goes
 through ``executor`` (any ``map(fn, items) -> list``; default: the builtin, in this process).
@@ -52,7 +52,7 @@ import scipy.stats
 from SALib.analyze import sobol as sobol_analyze
 from SALib.sample import sobol as sobol_sample
 
-from identification.modal_metrics import csf, frac, macxp_matrix, ndd, summary_stats
+from identification.frequency.modal_metrics import csf, frac, macxp_matrix, ndd, summary_stats
 
 __all__ = [
     "ModalReference", "reference_from_model", "SobolResult", "sobol_indices", "GSAIdentificationResult",

@@ -18,7 +18,7 @@ Keys (all optional; SI units)::
     profile_points = 9          # grid points per parameter of the profile likelihood
     n_jobs = 2                  # worker processes
 
-    [model_selection.bounds]    # name = [lo, hi]; defaults: identification.drive_models.DEFAULT_BOUNDS
+    [model_selection.bounds]    # name = [lo, hi]; defaults: identification.models.drive_models.DEFAULT_BOUNDS
 """
 
 from __future__ import annotations
@@ -29,16 +29,17 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.optimize
 
-from identification.drive_models import (
+from identification.estimation.blas import single_thread_blas
+from identification.estimation.ellipsoid import confidence_ellipsoid
+from identification.models.drive_models import (
     DEFAULT_BOUNDS,
     PARAM_UNITS,
     DriveStructure,
     all_structures,
     parse_name,
 )
-from identification.drive_simulation import DEFAULT_FRICTION_EPS, prepare_input
-from identification.ellipsoid import confidence_ellipsoid
-from identification.model_selection import (
+from identification.models.drive_simulation import DEFAULT_FRICTION_EPS, prepare_input
+from identification.selection.model_selection import (
     CandidateResult,
     SelectionResult,
     _nrmse,
@@ -47,7 +48,6 @@ from identification.model_selection import (
     _starts,
     as_run,
     select_model,
-    single_thread_blas,
 )
 
 __all__ = ["analyze_crane", "selection_options", "DEFAULTS", "RunsFit", "fit_runs"]

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from identification.least_squares import fit_state_model
+from identification.estimation.least_squares import fit_state_model
 
 P_NAMES = ("k5", "k7")
 
@@ -73,7 +73,7 @@ def _bar_matrix(i: int, j: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 class PressLinkageModel:
-    """Batched state model of the linkage for ``identification.least_squares.fit_state_model``."""
+    """Batched state model of the linkage for ``identification.estimation.least_squares.fit_state_model``."""
 
     n_p = 2
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from identification import drive_kernels
-from identification.drive_models import DriveStructure, linear_matrices
+from identification.models import drive_kernels
+from identification.models.drive_models import DriveStructure, linear_matrices
 
 __all__ = ["SimResult", "StepInput", "prepare_input", "discretize", "simulate", "DEFAULT_FRICTION_EPS",
            "ENGINES", "get_engine", "set_engine"]
@@ -37,7 +37,8 @@ __all__ = ["SimResult", "StepInput", "prepare_input", "discretize", "simulate", 
 #: Speed scale of the smooth sign ``tanh(w/eps)`` in the candidate models, rad/s.
 DEFAULT_FRICTION_EPS = 0.05
 
-#: ``compiled``: the step loop in :mod:`identification.drive_kernels` (numba); ``python``: the loop below
+#: ``compiled``: the step loop in :mod:`identification.models.drive_kernels` (numba); ``python``: the
+#: loop below
 #: (nonlinear candidates) and the numpy block lifting (linear ones), the implementation before issue 23.
 ENGINES = ("compiled", "python")
 
@@ -256,7 +257,7 @@ def simulate(structure: DriveStructure, params: dict[str, float], inp: StepInput
 
 def _compiled_steps(s: DriveStructure, p: dict[str, float], names: list[str], Ad, Bd, dAd, Gam, w_in, Gf,
                     sensitivities: bool, friction_eps: float) -> np.ndarray:
-    """The step loop in :mod:`identification.drive_kernels` (no BLAS: repeatable to the bit)."""
+    """The step loop in :mod:`identification.models.drive_kernels` (no BLAS: repeatable to the bit)."""
     nl = s.nonlinear
     return drive_kernels.drive_steps(
         Ad, dAd, Bd, Gam, w_in, Gf, len(names), sensitivities, nl,

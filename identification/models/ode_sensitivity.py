@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from identification.ode_models import ODEModel
+from identification.models.ode_models import ODEModel
 
 __all__ = ["Trajectory", "integrate", "adjoint_gradient", "output_cotangents", "output_sensitivities"]
 

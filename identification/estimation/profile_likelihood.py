@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.stats
 
-from identification.identifiability import ProfileResult
+from identification.estimation.identifiability import ProfileResult
 
 __all__ = ["ProfileLikelihoodResult", "profile_likelihood_intervals", "lr_threshold"]
 

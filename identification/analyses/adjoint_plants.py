@@ -17,7 +17,7 @@ may carry nuisance parameters the design model leaves out (friction of the cart,
 friction and dead time of the crane): they are fitted alongside, and the predicted uncertainty of
 the design's parameters is their marginal std from the full covariance. ``fit_records`` does the same
 jointly over several runs (oscillator, pendulum: a sequential-design session), through
-:func:`identification.sequential_design.fit_runs`, the fit the online identifier runs.
+:func:`identification.design.sequential_design.fit_runs`, the fit the online identifier runs.
 """
 
 from __future__ import annotations
@@ -28,18 +28,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from identification.adjoint_design import (
+from identification.design.adjoint_design import (
     DesignProblem,
     EndCondition,
     StateLimit,
     simulate_output,
 )
-from identification.covariance import marginal_std
-from identification.drive_simulation import DEFAULT_FRICTION_EPS, prepare_input, simulate
-from identification.model_selection import fit_structure, parse_name
-from identification.ode_models import PENDULUM_PARAMS, CartPendulumModel, crane_model, oscillator_model
-from identification.residual_adequacy import hac_covariance
-from identification.sequential_design import Record, fit_runs
+from identification.design.sequential_design import Record, fit_runs
+from identification.estimation.covariance import marginal_std
+from identification.estimation.residual_adequacy import hac_covariance
+from identification.models.drive_simulation import DEFAULT_FRICTION_EPS, prepare_input, simulate
+from identification.models.ode_models import PENDULUM_PARAMS, CartPendulumModel, crane_model, oscillator_model
+from identification.selection.model_selection import fit_structure, parse_name
 
 __all__ = ["DEFAULT_SPECS", "DESIGN_VALUES", "design_problem", "start_input", "reference_inputs", "PLANTS",
            "RecordFit", "analysis_model", "fit_record", "fit_records", "CRANE_STRUCTURE"]
@@ -136,7 +136,7 @@ def reference_inputs(problem: DesignProblem, start: float = 0.5) -> dict[str, np
 
 
 # ------------------------------------------------------------------------------ fit of a recorded run
-#: The crane's analysis structure (``identification.drive_models``): three masses, viscous, Coulomb and
+#: The crane's analysis structure (``identification.models.drive_models``): three masses, viscous, Coulomb and
 #: Stribeck friction on the motor, input dead time - what the simulated axis has but the design model lacks.
 CRANE_STRUCTURE = "3m+visc+coul+strib+dt"
 
@@ -226,7 +226,7 @@ def fit_records(plant: str, values: dict, params: list[str], nuisance: dict[str,
                 friction_eps: float | None = None) -> RecordFit:
     """Joint least-squares fit of ``params`` (and the ``nuisance`` names) over every record of ``runs``
     (oscillator, pendulum): the model, start and nuisance handling of :func:`fit_record`, residuals of
-    all runs stacked (:func:`identification.sequential_design.fit_runs`; each record starts at rest and
+    all runs stacked (:func:`identification.design.sequential_design.fit_runs`; each record starts at rest and
     keeps its own ``skip``). ``scan=True`` also starts from a log grid over the design's parameters and
     keeps the least cost, as the online identifier's first fit does (a far design point can otherwise
     end in a local minimum). One record without scan is :func:`fit_record`'s fit.

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.stats import norm, shapiro
 
-from identification.ellipsoid import alpha_min as _alpha_min
+from identification.estimation.ellipsoid import alpha_min as _alpha_min
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from scipy.optimize import least_squares
 
-from identification.covariance import covariance_matrix, fd_second_derivatives, second_order_term
+from identification.estimation.covariance import covariance_matrix, fd_second_derivatives, second_order_term
 
 
 @runtime_checkable

@@ -2,7 +2,7 @@
 
 Every candidate structure is fitted to the training run (multistart bounded nonlinear least
 squares with the sensitivity Jacobian), checked for practical identifiability at its optimum
-(:mod:`identification.identifiability`) and simulated on the validation run with the training
+(:mod:`identification.estimation.identifiability`) and simulated on the validation run with the training
 parameters. The choice is the accepted candidate with the fewest parameters whose validation cost
 is within ``(1 + parsimony_tol)`` of the best accepted one (ties: better validation). The default
 tolerance of 1 % settles near-ties: a spurious term (a gravity torque fitted to ~0 on a horizontal
@@ -11,7 +11,8 @@ axis) can win by a cost difference in the sixth digit, which says nothing about 
 A profile likelihood is traced for the chosen model (intervals next to the Fisher intervals).
 Both take the residuals as white noise and the structure as right; the chosen model therefore also gets
 the adequacy check of its validation residuals (whiteness, independence of the input) and robust
-(Newey-West sandwich) intervals beside the model-based ones (:mod:`identification.residual_adequacy`),
+(Newey-West sandwich) intervals beside the model-based ones
+(:mod:`identification.estimation.residual_adequacy`),
 plus the shift of its estimate caused by the model's time step (``decimate``): the intervals are called
 valid, and a parameter identifiable, only when these pass.
 """
@@ -19,28 +20,31 @@ valid, and a parameter identifiable, only when these pass.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
 import math
 import multiprocessing
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.optimize
-from threadpoolctl import threadpool_limits
 
-from identification.drive_models import (
+from identification.estimation.blas import limit_blas_to_one_thread, single_thread_blas
+from identification.estimation.identifiability import (
+    IdentifiabilityResult,
+    ProfileResult,
+    analyze_identifiability,
+)
+from identification.estimation.profile_likelihood import ProfileLikelihoodResult, profile_likelihood_intervals
+from identification.estimation.residual_adequacy import IntervalReport, interval_report, residual_adequacy
+from identification.models.drive_models import (
     DEFAULT_BOUNDS,
     PARAM_UNITS,
     DriveStructure,
     all_structures,
     parse_name,
 )
-from identification.drive_simulation import DEFAULT_FRICTION_EPS, StepInput, prepare_input, simulate
-from identification.identifiability import IdentifiabilityResult, ProfileResult, analyze_identifiability
-from identification.profile_likelihood import ProfileLikelihoodResult, profile_likelihood_intervals
-from identification.residual_adequacy import IntervalReport, interval_report, residual_adequacy
+from identification.models.drive_simulation import DEFAULT_FRICTION_EPS, StepInput, prepare_input, simulate
 
 __all__ = [
     "FitResult",
@@ -67,24 +71,6 @@ def as_run(run: Run) -> tuple[np.ndarray, np.ndarray, float]:
     if u.size != y.size:
         raise ValueError("input and output of a run differ in length")
     return u, y, float(dt)
-
-
-# ------------------------------------------------------------------------------------ BLAS threads
-@contextlib.contextmanager
-def single_thread_blas() -> Iterator[None]:
-    """Run BLAS single-threaded inside the block (threadpoolctl).
-
-    The matrices here are tiny (tens of columns); multi-threaded OpenBLAS only adds
-    synchronisation, and with a process per core it oversubscribes the machine (measured
-    5x slower fits on 2 cores).
-    """
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-
-
-def _worker_init() -> None:
-    threadpool_limits(limits=1, user_api="blas")
-
 
 
 # ---------------------------------------------------------------------------------- parametrisation
@@ -486,7 +472,8 @@ def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] 
         # spawn, not fork: the caller may hold threads (asyncio executors, ZeroMQ I/O threads, BLAS
         # pools) whose locks a forked child would inherit in a locked state and wait on forever
         ctx = multiprocessing.get_context("spawn")
-        with cf.ProcessPoolExecutor(max_workers=int(n_jobs), initializer=_worker_init, mp_context=ctx) as ex:
+        with cf.ProcessPoolExecutor(max_workers=int(n_jobs),
+                                         initializer=limit_blas_to_one_thread, mp_context=ctx) as ex:
             futs = [ex.submit(_evaluate_candidate, s, train, valid, bounds, opts) for s in order]
             for f in cf.as_completed(futs):
                 r = f.result()
@@ -589,7 +576,7 @@ def profile_chosen(chosen: CandidateResult, train, bounds, opts: dict, n_grid: i
                    executor=None) -> ProfileLikelihoodResult:
     """Profile likelihood of every parameter of ``chosen`` on the training run.
 
-    Traced from the optimum outwards (:mod:`identification.profile_likelihood`) with warm-started
+    Traced from the optimum outwards (:mod:`identification.estimation.profile_likelihood`) with warm-started
     re-fits, at most ``n_grid`` steps per side plus one refinement of each crossing, until the 95 %
     likelihood-ratio threshold (chi-square, 1 dof; sigma^2 from the residuals of thousands of samples,
     so F(1, n-p) differs by < 0.1 %) is crossed or a bound is hit; Fisher intervals (normal quantile)
