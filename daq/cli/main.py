@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from daq.cli import bus, design, keys, rig, serve, sessions, uff, watch
+from daq.cli import bus, design, keys, lab, rig, serve, sessions, uff, watch
 from daq.cli.common import CliState, OneLineError, exit_code, quiet_broken_pipe
 from daq.config.load import ENV_STORE, default_store_path
 
@@ -88,5 +88,10 @@ for command in (
     uff.import_group,
     watch.watch,
     serve.serve,
+    lab.lab,
 ):
     main.add_command(command)
+
+
+if __name__ == "__main__":  # python -m daq.cli.main (a child process of ours, e.g. the background push)
+    main()

@@ -15,6 +15,7 @@ from msgspec import Meta, field
 
 from daq.bus.keys import is_local
 from daq.config.load import Invalid
+from daq.lab.settings import LabTable
 
 # Every number of a config is finite and bounded: the generic aliases carry a backstop bound (no inf, no
 # 1e300), fields with a physical meaning use the tighter aliases below or their own Meta.
@@ -78,6 +79,7 @@ class RigConfig(Table, kw_only=True):
     rig: RigTable
     bus: BusTable = field(default_factory=BusTable)
     store: StoreTable = field(default_factory=StoreTable)
+    lab: LabTable | None = None  # where sessions are replicated (daq/lab/settings.py, docs/lab.md)
 
 
 # ----------------------------------------------------------------------------------------- devices

@@ -1,0 +1,50 @@
+"""Opening the lab with Tiled's client: a quick probe first, so a lab that is down or a wrong key is one
+clear line at once instead of the client's minute of retries."""
+
+from __future__ import annotations
+
+from daq.lab.settings import LabError, LabUnreachable
+
+#: s the probe waits for the lab's answer.
+PROBE_TIMEOUT = 5.0
+
+
+def probe(url: str, key: str, timeout: float = PROBE_TIMEOUT) -> None:
+    """Raise LabUnreachable when nothing answers at ``url``, LabError when it refuses ``key``."""
+    import httpx  # lazy: only commands that talk to a lab need it
+
+    try:
+        resp = httpx.get(url.rstrip("/") + "/api/v1/metadata/", headers={"Authorization": f"Apikey {key}"},
+                         timeout=timeout, verify=True)
+    except httpx.HTTPError as exc:
+        raise LabUnreachable(f"lab {url} unreachable ({type(exc).__name__}: {exc}); "
+                             "will retry later") from None
+    if resp.status_code in (401, 403):
+        raise LabError(f"lab {url} refused the key (HTTP {resp.status_code}): "
+                       "check --key-file / $HIL_LAB_KEY")
+    if resp.status_code >= 400:
+        raise LabError(f"lab {url} answered HTTP {resp.status_code} to a probe; is it a Tiled server?")
+
+
+def open_lab(url: str, key: str):
+    """The Tiled client's root container of the lab at ``url`` (probed first)."""
+    probe(url, key)
+    from tiled.client import from_uri  # lazy: tiled's client loads pandas, dask and more
+
+    try:
+        return from_uri(url, api_key=key)
+    except Exception as exc:
+        raise from_client_error(url, exc) from None
+
+
+def from_client_error(url: str, exc: BaseException) -> LabError:
+    """A Tiled client or HTTP failure as one of our errors (one line)."""
+    import httpx  # lazy: as above
+
+    text = " ".join(str(exc).split())[:300]
+    if isinstance(exc, httpx.TransportError):
+        return LabUnreachable(f"lab {url} stopped answering ({type(exc).__name__}: {text}); will retry later")
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if status in (401, 403):
+        return LabError(f"lab {url} refused the key (HTTP {status})")
+    return LabError(f"lab {url}: {text}")

@@ -1,0 +1,66 @@
+"""Pushing from a local store to a lab as one call (``hil lab push`` and the background push after a run):
+open the lab, push each session, and turn an unreachable lab or a refused key into one line."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from daq.lab.connect import open_lab
+from daq.lab.marks import Marks
+from daq.lab.push import Pusher, PushResult
+from daq.lab.settings import ENV_KEY, LabTable
+from daq.store.reader import SessionReader
+from daq.store.records import FINAL_STATUSES
+
+log = logging.getLogger("hil.lab")
+
+
+def pending_sessions(store: SessionReader, marks: Marks, lab: str) -> list[str]:
+    """Finished sessions of the store that ``lab`` does not hold verified yet, oldest first."""
+    done = marks.labs_by_session()
+    return [i.id for i in store.list_sessions()
+            if i.status in FINAL_STATUSES and lab.rstrip("/") not in done.get(i.id, [])]
+
+
+def push_sessions(store_path: str | os.PathLike, url: str, key: str, sessions: Iterable[str] | None,
+                  say: Callable[[str], None] = print, on_block=None) -> list[PushResult]:
+    """Push ``sessions`` (None: every pending one) of the store to the lab at ``url``."""
+    root = open_lab(url, key)
+    results = []
+    with SessionReader(store_path, recover=False) as store, Marks(store_path) as marks:
+        todo = pending_sessions(store, marks, url) if sessions is None else list(sessions)
+        pusher = Pusher(root, url, store, marks, on_block=on_block)
+        for sid in todo:
+            result = pusher.push(sid)
+            say(result.line())
+            results.append(result)
+    return results
+
+
+def push_in_background(store_path: str | os.PathLike, lab: LabTable | None) -> subprocess.Popen | None:
+    """Start ``hil lab push --pending`` for the store in a process of its own (it outlives the run, and
+    the run never waits on it); its lines go to ``<store folder>/lab-push.log``. None without [lab]."""
+    if lab is None or not lab.push:
+        return None
+    folder = Path(store_path).resolve().parent
+    cmd = [sys.executable, "-m", "daq.cli.main", "--store", str(store_path), "lab", "push", "--pending",
+           "--to", lab.url]
+    env = dict(os.environ)
+    if lab.key_file:
+        cmd += ["--key-file", lab.key_file]
+    elif not env.get(ENV_KEY):
+        log.warning("[lab] has no key_file and $%s is not set: sessions are not pushed", ENV_KEY)
+        return None
+    try:
+        logf = open(folder / "lab-push.log", "a")  # noqa: SIM115 - the child owns it
+    except OSError as exc:
+        log.warning("cannot write %s: %s; sessions are not pushed", folder / "lab-push.log", exc)
+        return None
+    with logf:
+        return subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)

@@ -1,0 +1,125 @@
+"""``hil lab serve``: Tiled's own server for the lab, run in this process.
+
+The catalogue is a SQL database (SQLite in the data folder by default, PostgreSQL by URI for a lab of
+many rigs); arrays and tables are written by Tiled under the data folder. One API key (a 0600 file made
+on first start) guards reading and writing. The server binds loopback unless given a TLS certificate.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from daq.lab.settings import LabError, ensure_key_file
+
+log = logging.getLogger("hil.lab")
+
+#: Names inside the data folder.
+CATALOG_FILE = "catalog.db"
+ARRAYS_DIR = "data"
+KEY_FILE = "lab.key"
+
+
+@dataclass
+class ServeOptions:
+    """What ``hil lab serve`` was asked for."""
+
+    data_dir: Path
+    catalog: str | None = None  # a database URI; default sqlite in data_dir
+    key_file: Path | None = None  # default data_dir/lab.key
+    host: str = "127.0.0.1"
+    port: int = 8000
+    certfile: str | None = None
+    keyfile: str | None = None
+    arrays: str | None = None  # a writable location for arrays (folder or s3://...); default data_dir/data
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.certfile and self.keyfile)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_options(opts: ServeOptions) -> None:
+    """Refuse what would expose the lab unencrypted: beyond loopback only with TLS."""
+    if bool(opts.certfile) != bool(opts.keyfile):
+        raise LabError("give both --certfile and --keyfile for TLS")
+    if not is_loopback(opts.host) and not opts.tls:
+        raise LabError(f"--host {opts.host} is reachable from other machines: give --certfile and --keyfile "
+                       "(TLS), or bind 127.0.0.1")
+
+
+def catalog_uri(opts: ServeOptions) -> str:
+    if opts.catalog:
+        uri = opts.catalog
+        if uri.startswith("postgresql://"):
+            uri = "postgresql+asyncpg://" + uri[len("postgresql://"):]
+        return uri
+    return f"sqlite+aiosqlite:///{opts.data_dir / CATALOG_FILE}"
+
+
+def build_lab_app(opts: ServeOptions, key: str):
+    """Tiled's app over the lab catalogue (created on first start), guarded by ``key``."""
+    from tiled.catalog import from_uri  # lazy: tiled's server side is heavy and only the lab server needs it
+    from tiled.config import Authentication  # lazy: as above
+    from tiled.server.app import build_app  # lazy: as above
+
+    arrays = opts.arrays or str(opts.data_dir / ARRAYS_DIR)
+    if "://" not in arrays:
+        Path(arrays).mkdir(parents=True, exist_ok=True)
+    try:
+        tree = from_uri(catalog_uri(opts), writable_storage=[arrays], init_if_not_exists=True)
+    except Exception as exc:  # tiled's init runs in a subprocess; its error names the database problem
+        raise LabError(f"cannot open the lab catalogue: {' '.join(str(exc).split())[-400:]}") from None
+    return build_app(tree, Authentication(single_user_api_key=key, allow_anonymous_access=False))
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket (port 0: a free one), so the URL is known before the server starts."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise LabError(f"cannot bind {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(128)
+    return sock
+
+
+def url_of(opts: ServeOptions, sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    host = f"[{host}]" if ":" in host else host
+    return f"{'https' if opts.tls else 'http'}://{host}:{port}"
+
+
+def serve(opts: ServeOptions, say=print) -> None:
+    """Run the lab server until SIGINT/SIGTERM (uvicorn's own handlers end it cleanly)."""
+    import uvicorn  # lazy: only the servers need it
+
+    check_options(opts)
+    opts.data_dir.mkdir(parents=True, exist_ok=True)
+    key_file = opts.key_file or opts.data_dir / KEY_FILE
+    key, created = ensure_key_file(key_file)
+    app = build_lab_app(opts, key)
+    sock = bind(opts.host, opts.port)
+    config = uvicorn.Config(app, log_level="warning", ssl_certfile=opts.certfile, ssl_keyfile=opts.keyfile,
+                            timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    say(f"lab key {'written to' if created else 'in'} {key_file}")
+    say(url_of(opts, sock))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()

@@ -1,0 +1,80 @@
+"""The ``[lab]`` table of a rig config, the lab's API key and the lab's errors.
+
+The key is a secret: it is never in a config or a URL, only in a 0600 file (``--key-file``,
+``[lab].key_file``) or in ``$HIL_LAB_KEY``. This module imports nothing of ``daq`` so that the config
+schema (the floor) can hold the table.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import stat
+from pathlib import Path
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from drivers.errors import HilError
+
+ENV_KEY = "HIL_LAB_KEY"
+KEY_PATTERN = re.compile(r"^[A-Za-z0-9]{16,256}$")  # what Tiled accepts as a single-user key
+
+
+class LabError(HilError):
+    """The lab refused or could not be reached; one line for the user, never a failed run."""
+
+
+class LabUnreachable(LabError):
+    """No answer from the lab server (down, wrong address, network): retry later."""
+
+
+class LabTable(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """``[lab]``: where sessions are replicated. With it, ``hil run`` and ``hil serve`` push each session
+    in the background when it ends."""
+
+    url: Annotated[str, Meta(pattern=r"^https?://\S+$")]
+    key_file: Annotated[str, Meta(min_length=1, extra={"path": True})] | None = None  # else $HIL_LAB_KEY
+    push: bool = True  # false: keep the table for `hil lab push` only, no background push
+
+
+def default_lab_dir() -> Path:
+    """The data folder of ``hil lab serve`` by default: ``$XDG_DATA_HOME/hil/lab``."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "hil" / "lab"
+
+
+def read_key(key_file: str | os.PathLike | None) -> str:
+    """The key from ``key_file`` (the key alone on its first line), else from ``$HIL_LAB_KEY``."""
+    if key_file is not None:
+        try:
+            text = Path(key_file).read_text().strip().splitlines()
+        except OSError as exc:
+            raise LabError(f"cannot read the lab key file {key_file}: {exc.strerror or exc}") from None
+        key = text[0].strip() if text else ""
+        where = str(key_file)
+    else:
+        key, where = os.environ.get(ENV_KEY, "").strip(), f"${ENV_KEY}"
+        if not key:
+            raise LabError(f"no lab key: give --key-file, set {ENV_KEY} or [lab].key_file")
+    if not KEY_PATTERN.match(key):
+        raise LabError(f"the lab key in {where} must be 16 to 256 letters and digits")
+    return key
+
+
+def ensure_key_file(path: Path) -> tuple[str, bool]:
+    """The key in ``path``; a new random one written with mode 0600 when the file does not exist.
+    Returns (key, created). An existing file readable by others is refused."""
+    if path.exists():
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            raise LabError(f"{path} is readable by others (mode {mode:o}): chmod 600 {path}")
+        return read_key(path), False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_hex(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    return key, True
