@@ -118,6 +118,7 @@ class CliState:
     store_option: str | None
     config_path: str | None
     _config: dict | None = field(default=None, repr=False)
+    lab_key_file: str | None = None  # --key-file: the lab's API key when --store is a lab URL
 
     @property
     def config(self) -> dict | None:
@@ -134,7 +135,18 @@ class CliState:
         (relative to the config's folder), else the user data directory."""
         return store_path_for(self.store_option, self.config)
 
+    @property
+    def is_lab(self) -> bool:
+        """--store names a lab (http:// or https://) instead of a local file."""
+        return (self.store_option or "").startswith(("http://", "https://"))
+
     def open_store(self, create: bool = False) -> SessionStore:
+        if self.is_lab:  # a lab: read-only, the same reads as a local store (daq/lab/reader.py)
+            from daq.lab.reader import LabReader  # lazy: tiled's client
+            from daq.lab.settings import read_key  # lazy: as above
+
+            table = (self.config or {}).get("lab") or {}
+            return LabReader(self.store_option, read_key(self.lab_key_file or table.get("key_file")))
         return SessionStore(self.store_path, create=create)
 
 

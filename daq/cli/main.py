@@ -48,21 +48,24 @@ class HilGroup(click.Group):
     "store_option",
     metavar="PATH",
     default=None,
-    help=f"Session store file (default: ${ENV_STORE}, the --config's [store].path, "
+    help=f"Session store file, or a lab's URL (default: ${ENV_STORE}, the --config's [store].path, "
     f"or {default_store_path()}).",
 )
 @click.option("--config", "config_path", metavar="PATH", default=None, help="Rig config (TOML).")
+@click.option("--key-file", "lab_key_file", metavar="PATH", default=None,
+              help="The lab's API key file, for a --store URL (default: $HIL_LAB_KEY, else [lab].key_file).")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 @click.version_option(package_name="hil-lab", prog_name="hil")
 @click.pass_context
-def main(ctx: click.Context, store_option: str | None, config_path: str | None, verbose: int) -> None:
+def main(ctx: click.Context, store_option: str | None, config_path: str | None, lab_key_file: str | None,
+         verbose: int) -> None:
     """Hardware-in-the-loop lab service: record, inspect, replay and export sessions."""
     logging.basicConfig(
         level=logging.WARNING - 10 * min(verbose, 2), format="%(levelname)s %(name)s: %(message)s"
     )
     if not verbose:  # pymodbus logs hex dumps of recent frames with every client error; ours say it in words
         logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
-    ctx.obj = CliState(store_option, config_path)
+    ctx.obj = CliState(store_option, config_path, lab_key_file=lab_key_file)
     if config_path is not None:
         _ = ctx.obj.config  # fail early and clearly on a malformed config
 

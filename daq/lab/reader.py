@@ -1,0 +1,339 @@
+"""A lab as a read-only session store: :class:`LabReader` answers what :class:`daq.store.reader.SessionReader`
+answers (sessions, sample ranges, time windows, chunks, events, messages in arrival order), from the Tiled
+catalogue, so ``hil --store URL show|export|analyze|replay`` run the code they run on a local store and
+give the same numbers. Reads fetch what they need: a time window reads the blocks of the time axis at its
+two edges and the window's rows of data, never the whole stream."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Self
+
+import numpy as np
+
+from daq import json_codec
+from daq.bus.frames import SUPPORTED_DTYPES, Event, Frame
+from daq.lab import layout
+from daq.lab.connect import from_client_error, open_lab
+from daq.lab.search import Filters, run_search
+from daq.lab.timing import stream_timing
+from daq.store.errors import StoreError, UnknownSession
+from daq.store.reader import CHUNK_SAMPLES, LATEST
+from daq.store.records import SessionInfo, StreamData, StreamInfo, StreamTiming
+
+
+class LabReader:
+    """Read the sessions the lab at ``url`` holds verified (``key``: its API key)."""
+
+    def __init__(self, url: str, key: str):
+        self.path = url.rstrip("/")
+        self.root = open_lab(self.path, key)
+        self._nodes: dict[str, object] = {}
+
+    # ------------------------------------------------------------------ sessions
+
+    def search(self, filters: Filters | None = None) -> list[SessionInfo]:
+        """Verified sessions matching ``filters``, oldest first."""
+        try:
+            found = run_search(self.root, filters or Filters())
+            infos = [layout.session_info(layout.plain(meta)) for meta in _metadata(found)]
+        except Exception as exc:
+            raise _lab_error(self.path, exc) from None
+        return sorted(infos, key=lambda i: (i.started, i.id))
+
+    def list_sessions(self) -> list[SessionInfo]:
+        return self.search()
+
+    def session_metadata(self, session: str) -> dict:
+        """The session container's whole metadata (who, safe outcome, replication, analysis...)."""
+        return layout.plain(self._node(session).metadata)
+
+    def get_session(self, session_id_or_unique_prefix: str) -> SessionInfo:
+        return layout.session_info(self.session_metadata(session_id_or_unique_prefix))
+
+    def _node(self, key: str):
+        key = str(key)
+        if key in self._nodes:
+            return self._nodes[key]
+        try:
+            node = self.root[key] if key and "/" not in key else None
+        except KeyError:
+            node = None
+        except Exception as exc:
+            raise _lab_error(self.path, exc) from None
+        if node is not None and not _verified(node.metadata):
+            node = None
+        if node is None:
+            node = self._by_prefix(key)
+        self._nodes[key] = self._nodes[node.metadata["id"]] = node
+        return node
+
+    def _by_prefix(self, key: str):
+        infos = self.list_sessions()
+        if key == LATEST and infos:
+            return self.root[max(infos, key=lambda i: (i.started, i.id)).id]
+        hits = [i.id for i in infos if key and i.id.startswith(key)]
+        if len(hits) > 1:
+            raise UnknownSession(f"session prefix {key!r} is ambiguous ({', '.join(hits[:3])}...)")
+        if not hits:
+            raise UnknownSession(f"unknown session {key!r} in {self.path}")
+        return self.root[hits[0]]
+
+    # ------------------------------------------------------------------ frame streams
+
+    def _frame_stream(self, session_id: str, stream: str) -> tuple[str, StreamInfo, object]:
+        info = self.get_session(session_id)
+        si = info.streams.get(stream)
+        if si is None or si.type != "frame":
+            names = [s for s, x in info.streams.items() if x.type == "frame"]
+            raise StoreError(f"session {info.id} has no frame stream {stream!r} (frame streams: {names})")
+        return info.id, si, (self._node(info.id)[stream] if si.n_samples else None)
+
+    def read_stream(self, session_id: str, stream: str) -> StreamData:
+        return self.read_range(session_id, stream)
+
+    def read_range(self, session_id: str, stream: str, start: int = 0, stop: int | None = None) -> StreamData:
+        _, si, snode = self._frame_stream(session_id, stream)
+        lo = max(0, min(int(start or 0), si.n_samples))
+        hi = si.n_samples if stop is None else max(lo, min(int(stop), si.n_samples))
+        return self._slice(si, snode, lo, hi)
+
+    def _slice(self, si: StreamInfo, snode, lo: int, hi: int) -> StreamData:
+        dtype = SUPPORTED_DTYPES[si.dtype]
+        if snode is None or hi <= lo:
+            return StreamData(si.name, np.empty(0), np.empty((0, len(si.channels)), dtype=dtype),
+                              list(si.channels), list(si.units), start=lo)
+        try:
+            t = np.asarray(snode[layout.TIME][lo:hi], dtype=np.float64)
+            data = np.asarray(snode[layout.DATA][lo:hi], dtype=dtype).reshape(hi - lo, len(si.channels))
+        except Exception as exc:
+            raise _lab_error(self.path, exc) from None
+        return StreamData(si.name, t, data, list(si.channels), list(si.units), start=lo)
+
+    def window_range(self, session_id: str, stream: str, t_start: float | None = None,
+                     t_stop: float | None = None) -> tuple[int, int] | None:
+        """``[start, stop)`` of a time window of a monotonic stream from the blocks at its edges."""
+        _, si, snode = self._frame_stream(session_id, stream)
+        if not si.monotonic:
+            return None
+        if snode is None:
+            return 0, 0
+        lo = 0 if t_start is None else self._edge(snode, si, t_start)
+        hi = si.n_samples if t_stop is None else self._edge(snode, si, t_stop)
+        return lo, max(lo, hi)
+
+    def _edge(self, snode, si: StreamInfo, t: float) -> int:
+        """The first sample at or after ``t``: the block it lies in from the block start times, then
+        that block's time axis."""
+        meta = snode.metadata
+        rows, firsts = int(meta["chunk_rows"]), list(meta["chunk_t_first"])
+        b = int(np.searchsorted(np.asarray(firsts, dtype=np.float64), t, side="left")) - 1
+        if b < 0:
+            return 0
+        lo, hi = b * rows, min(si.n_samples, (b + 1) * rows)
+        times = np.asarray(snode[layout.TIME][lo:hi], dtype=np.float64)
+        return lo + int(np.searchsorted(times, t, side="left"))
+
+    def read_window(self, session_id: str, stream: str, t_start: float | None = None,
+                    t_stop: float | None = None) -> StreamData:
+        rng = self.window_range(session_id, stream, t_start, t_stop)
+        if rng is not None:
+            return self.read_range(session_id, stream, *rng)
+        chunks = list(self.iter_stream(session_id, stream, 1 << 62, t_start=t_start, t_stop=t_stop))
+        _, si, _ = self._frame_stream(session_id, stream)
+        if chunks:
+            return chunks[0]
+        return StreamData(stream, np.empty(0), np.empty((0, len(si.channels)), SUPPORTED_DTYPES[si.dtype]),
+                          list(si.channels), list(si.units), index=np.empty(0, dtype=np.int64))
+
+    def count_samples(self, session_id: str, stream: str, t_start: float | None = None,
+                      t_stop: float | None = None) -> int:
+        rng = self.window_range(session_id, stream, t_start, t_stop)
+        if rng is not None:
+            return rng[1] - rng[0]
+        return sum(len(c) for c in self.iter_stream(session_id, stream, CHUNK_SAMPLES, t_start=t_start,
+                                                    t_stop=t_stop))
+
+    def iter_stream(self, session_id: str, stream: str, chunk_samples: int = CHUNK_SAMPLES, *,
+                    start: int | None = None, stop: int | None = None, t_start: float | None = None,
+                    t_stop: float | None = None, reuse: bool = False) -> Iterator[StreamData]:
+        """Chunks of ``chunk_samples`` samples (the last shorter), as the local store gives them."""
+        if not (isinstance(chunk_samples, int) and chunk_samples > 0):
+            raise StoreError(f"chunk_samples must be a positive integer, got {chunk_samples!r}")
+        _, si, snode = self._frame_stream(session_id, stream)
+        lo = max(0, min(int(start or 0), si.n_samples))
+        hi = si.n_samples if stop is None else max(lo, min(int(stop), si.n_samples))
+        windowed = t_start is not None or t_stop is not None
+        if windowed and si.monotonic:
+            w0, w1 = self.window_range(session_id, stream, t_start, t_stop)
+            lo, hi = max(lo, w0), max(max(lo, w0), min(hi, w1))
+        elif windowed:
+            yield from self._filtered(si, snode, lo, hi, chunk_samples, t_start, t_stop)
+            return
+        step = min(chunk_samples, int(snode.metadata["chunk_rows"]) if snode is not None else chunk_samples)
+        buf: list[StreamData] = []
+        have, first = 0, lo
+        for a in range(lo, hi, step):  # read block by block, hand out chunks of the size asked for
+            buf.append(self._slice(si, snode, a, min(hi, a + step)))
+            have += len(buf[-1])
+            while have >= chunk_samples:
+                chunk, buf, have = _take(si, buf, chunk_samples, first)
+                first += len(chunk)
+                yield chunk
+        if have:
+            yield _take(si, buf, have, first)[0]
+
+    def _filtered(self, si, snode, lo, hi, chunk_samples, t_start, t_stop) -> Iterator[StreamData]:
+        """A window of a stream whose times go back: the samples inside it, with their indices."""
+        rows = int(snode.metadata["chunk_rows"]) if snode is not None else 1
+        for a in range(lo, hi, rows):
+            part = self._slice(si, snode, a, min(hi, a + rows))
+            keep = np.ones(len(part), dtype=bool)
+            if t_start is not None:
+                keep &= part.t >= t_start
+            if t_stop is not None:
+                keep &= part.t < t_stop
+            idx = part.sample_index()[keep]
+            for k in range(0, len(idx), chunk_samples):
+                sel = slice(k, k + chunk_samples)
+                yield StreamData(si.name, part.t[keep][sel], part.data[keep][sel], list(si.channels),
+                                 list(si.units), start=int(idx[sel][0]), index=idx[sel])
+
+    def frames_table(self, session_id: str, stream: str) -> dict[str, np.ndarray]:
+        _, si, snode = self._frame_stream(session_id, stream)
+        if snode is None:
+            return {c: np.empty(0) for c in layout.FRAME_COLUMNS}
+        df = snode[layout.FRAMES].read()
+        return {c: df[c].to_numpy() for c in layout.FRAME_COLUMNS}
+
+    def frame_index(self, session_id: str, stream: str) -> list[tuple[int, int, float | None, float | None]]:
+        cols = self.frames_table(session_id, stream)
+        return [(int(s0), int(n), _none(a), _none(b)) for s0, n, a, b in
+                zip(cols["s0"], cols["n"], cols["t_min"], cols["t_max"], strict=True)]
+
+    def stream_timing(self, session_id: str, stream: str, max_frames: int = 32) -> StreamTiming:
+        _, si, _ = self._frame_stream(session_id, stream)
+        return stream_timing(si, self.frames_table(session_id, stream),
+                             lambda lo, hi: self.read_range(session_id, stream, lo, hi).t, max_frames)
+
+    # ------------------------------------------------------------------ events and messages
+
+    def _event_rows(self, sid: str) -> list[tuple]:
+        node = self._node(sid)
+        if layout.EVENTS not in node:
+            return []
+        df = node[layout.EVENTS].read()
+        return list(zip(*(df[c].tolist() for c in layout.EVENT_COLUMNS), strict=True))
+
+    def events(self, session_id: str, kind: str | None = None, stream: str | None = None, *,
+               t_start: float | None = None, t_stop: float | None = None) -> list[Event]:
+        sid = self.get_session(session_id).id
+        out = []
+        for _, s, k, q, t, r, b in self._event_rows(sid):
+            if (kind is None or k == kind) and (stream is None or s == stream) \
+                    and (t_start is None or t >= t_start) and (t_stop is None or t < t_stop):
+                out.append(Event(stream=s, kind=k, seq=int(q), t=float(t), body=json_codec.loads(b),
+                                 session_id=sid, replay=bool(r)))
+        return out
+
+    def event_counts(self, session_id: str) -> dict[tuple[str, str], int]:
+        counts: dict[tuple[str, str], int] = {}
+        for row in self._event_rows(self.get_session(session_id).id):
+            counts[(row[1], row[2])] = counts.get((row[1], row[2]), 0) + 1
+        return dict(sorted(counts.items()))
+
+    def messages(self, session_id: str, streams: list[str] | None = None) -> Iterator[Frame | Event]:
+        """Every frame and event in the original order; each stream read a block at a time."""
+        info = self.get_session(session_id)
+        items: list[tuple[int, str, int]] = []  # (ord, stream or "", row)
+        tables = {}
+        for name, si in info.streams.items():
+            if si.type == "frame" and si.n_samples and (streams is None or name in streams):
+                tables[name] = self.frames_table(info.id, name)
+                items += [(int(o), name, k) for k, o in enumerate(tables[name]["ord"])]
+        events = [e for e in self._event_rows(info.id) if streams is None or e[1] in streams]
+        items += [(int(e[0]), "", k) for k, e in enumerate(events)]
+        items.sort()
+        cursors = {name: _Cursor(self, info.id, info.streams[name]) for name in tables}
+        for _, name, k in items:
+            if not name:
+                _, s, kind, q, t, r, b = events[k]
+                yield Event(stream=s, kind=kind, seq=int(q), t=float(t), body=json_codec.loads(b),
+                            session_id=info.id, replay=bool(r))
+                continue
+            col = tables[name]
+            s0, n, has_ts = int(col["s0"][k]), int(col["n"][k]), bool(col["has_ts"][k])
+            t, data = cursors[name].rows(s0, s0 + n)
+            si = info.streams[name]
+            yield Frame(stream=name, seq=int(col["seq"][k]), t0=float(col["t0"][k]),
+                        dt=None if has_ts else float(col["dt"][k]), channels=list(si.channels),
+                        units=list(si.units), data=data, timestamps=t if has_ts else None,
+                        session_id=info.id, replay=bool(col["replay"][k]))
+
+    # ------------------------------------------------------------------ analysis results
+
+    def record_analysis(self, session_id: str, analysis: dict) -> None:
+        """Put an analysis summary into the session's metadata (searchable by ``hil sessions``)."""
+        node = self._node(session_id)
+        try:
+            node.update_metadata({"analysis": analysis}, drop_revision=True)
+        except Exception as exc:
+            raise _lab_error(self.path, exc) from None
+
+    # ------------------------------------------------------------------ life cycle
+
+    def close(self) -> None:
+        self._nodes.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class _Cursor:
+    """Rows of one stream read a block at a time, for frames taken in sample order."""
+
+    def __init__(self, reader: LabReader, sid: str, si: StreamInfo):
+        self.reader, self.sid, self.si = reader, sid, si
+        self.lo, self.part = 0, None
+
+    def rows(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.part is None or a < self.lo or b > self.lo + len(self.part):
+            rows = int(self.reader._node(self.sid)[self.si.name].metadata["chunk_rows"])
+            self.lo = a
+            self.part = self.reader.read_range(self.sid, self.si.name, a, max(b, a + rows))
+        return self.part.t[a - self.lo:b - self.lo], self.part.data[a - self.lo:b - self.lo]
+
+
+def _take(si: StreamInfo, buf: list[StreamData], n: int, first: int) -> tuple[StreamData, list, int]:
+    """The first ``n`` samples of the buffered parts as one chunk, and what is left."""
+    t = np.concatenate([p.t for p in buf]) if len(buf) > 1 else buf[0].t
+    d = np.concatenate([p.data for p in buf]) if len(buf) > 1 else buf[0].data
+    chunk = StreamData(si.name, t[:n], d[:n], list(si.channels), list(si.units), start=first)
+    rest = [StreamData(si.name, t[n:], d[n:], list(si.channels), list(si.units), start=first + n)]
+    left = len(t) - n
+    return chunk, (rest if left else []), left
+
+
+def _none(x) -> float | None:
+    x = float(x)
+    return None if math.isnan(x) else x
+
+
+def _verified(meta) -> bool:
+    rep = meta.get("replication") or {}
+    return rep.get("state") == layout.VERIFIED
+
+
+def _metadata(found) -> Iterator[dict]:
+    for _, node in found.items():
+        yield node.metadata
+
+
+def _lab_error(url: str, exc: BaseException):
+    if isinstance(exc, StoreError):
+        return exc
+    return from_client_error(url, exc)

@@ -1,0 +1,47 @@
+"""The filters of ``hil --store URL sessions`` as Tiled queries on the session containers' metadata
+(run by the catalogue's database: SQLite or PostgreSQL, never by scanning sessions here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from daq.lab import layout
+
+
+@dataclass
+class Filters:
+    rig: str | None = None  # [rig].name
+    kind: str | None = None
+    status: str | None = None
+    since: float | None = None  # started at or after, unix time
+    until: float | None = None  # started before
+    by: str | None = None
+    verdict: str | None = None
+    params: list[tuple[str, float, float]] = field(default_factory=list)  # estimate within [lo, hi]
+
+
+def session_query(filters: Filters) -> list:
+    """Tiled queries whose conjunction selects the verified sessions matching ``filters``."""
+    from tiled.queries import Comparison, Eq  # lazy: tiled's client side
+
+    qs = [Eq("replication.state", layout.VERIFIED)]
+    for key, value in (("rig.name", filters.rig), ("kind", filters.kind), ("status", filters.status),
+                       ("by", filters.by), ("analysis.verdict", filters.verdict)):
+        if value is not None:
+            qs.append(Eq(key, value))
+    if filters.since is not None:
+        qs.append(Comparison("ge", "started", float(filters.since)))
+    if filters.until is not None:
+        qs.append(Comparison("lt", "started", float(filters.until)))
+    for name, lo, hi in filters.params:
+        qs.append(Comparison("ge", f"analysis.estimates.{name}", float(lo)))
+        qs.append(Comparison("le", f"analysis.estimates.{name}", float(hi)))
+    return qs
+
+
+def run_search(root, filters: Filters):
+    """The container of the matching sessions (queries applied one after another)."""
+    node = root
+    for q in session_query(filters):
+        node = node.search(q)
+    return node
