@@ -100,6 +100,10 @@ def analyze(state: CliState, session: str, as_json: bool, plots_dir: str | None)
     with state.open_store() as store:
         info, result, rig, files = analyze_session(store, session, plots_dir=plots_dir,
                                                    progress=progress_printer())
+        if state.is_lab:  # the estimates, intervals and verdicts go into the lab session's metadata
+            from daq.lab.analysis import analysis_metadata  # lazy: only for a lab
+
+            store.record_analysis(info.id, analysis_metadata(rig.report_dict(result)))
     if as_json:
         echo_json({"session": info.id, "kind": info.kind, **rig.report_dict(result),
                     "plots": [str(f) for f in files]})

@@ -11,7 +11,10 @@ import click
 
 from daq import json_codec
 from daq.cli.common import CliState, StderrProgress, echo_json, pass_state
-from daq.export.listing import session_detail, session_rows, started_by
+from daq.cli.lab_search import filters_from, search_options
+from daq.export.listing import session_detail, session_row, started_by
+from daq.lab.marks import replicas
+from daq.lab.search import matches
 
 
 def _fmt_time(t: float | None) -> str:
@@ -33,21 +36,34 @@ def _fmt_duration(info) -> str:
 
 
 @click.command()
+@search_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @pass_state
-def sessions(state: CliState, as_json: bool) -> None:
-    """List the sessions in the store."""
+def sessions(state: CliState, as_json: bool, **search) -> None:
+    """List the sessions in the store or the lab (--store URL), optionally only those matching filters."""
+    filters = filters_from(**search)
+    if not state.is_lab and (filters.verdict is not None or filters.params):
+        raise click.UsageError("--verdict and --param search analysis results, which a lab holds: "
+                               "give --store URL")
     with state.open_store() as store:
+        if state.is_lab:
+            infos = store.search(filters)
+            by = {i.id: store.session_metadata(i.id).get("by") for i in infos} if as_json else {}
+        else:
+            infos = store.list_sessions()
+            by = {i.id: started_by(store, i) for i in infos}
+            infos = [i for i in infos if matches(i, filters, by[i.id])]
         if as_json:
-            echo_json(session_rows(store))
+            echo_json([session_row(i, by[i.id]) for i in infos])
             return
-        infos = store.list_sessions()
     if not infos:
-        click.echo(f"no sessions in {state.store_path}")
+        click.echo(f"no sessions in {state.store_option if state.is_lab else state.store_path}")
         return
-    header = ("ID", "KIND", "STATUS", "STARTED", "DURATION", "STREAMS")
+    labs = {} if state.is_lab else replicas(state.store_path)
+    header = ("ID", "KIND", "STATUS", "STARTED", "DURATION", "STREAMS", "LAB")
     rows = [
-        (i.id, i.kind, i.status, _fmt_time(i.started), _fmt_duration(i), str(len(i.streams))) for i in infos
+        (i.id, i.kind, i.status, _fmt_time(i.started), _fmt_duration(i), str(len(i.streams)),
+         "lab" if state.is_lab else ("yes" if i.id in labs else "-")) for i in infos
     ]
     widths = [max(len(r[k]) for r in (header, *rows)) for k in range(len(header))]
     for row in (header, *rows):  # columns as wide as their content, two spaces apart; DURATION to the right

@@ -45,3 +45,14 @@ def run_search(root, filters: Filters):
     for q in session_query(filters):
         node = node.search(q)
     return node
+
+
+def matches(info, filters: Filters, by: str | None) -> bool:
+    """The same filters on a local session (analysis results are only in a lab: not used here)."""
+    rig = (info.config or {}).get("rig", {}) if isinstance(info.config, dict) else {}
+    return ((filters.rig is None or rig.get("name") == filters.rig)
+            and (filters.kind is None or info.kind == filters.kind)
+            and (filters.status is None or info.status == filters.status)
+            and (filters.by is None or by == filters.by)
+            and (filters.since is None or info.started >= filters.since)
+            and (filters.until is None or info.started < filters.until))
