@@ -25,6 +25,7 @@ from daq.cli.common import (
     progress_printer,
 )
 from daq.config.load import ConfigError, store_path_for, to_dict
+from daq.lab.replicate import push_after_run
 
 
 def _load(config_path: str):
@@ -61,6 +62,7 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
     store_path = store_path_for(state.store_option, raw)
     result = asyncio.run(run_rig(raw, store_path, file=config_path, show_progress=not no_progress,
                                  started_by=operator_name()))
+    push_after_run(store_path, raw)  # [lab]: replicate in the background, never waited for
     analysis = None
     files: list[Path] = []
     if then_analyze and result.status == "complete" and rig.has_analysis:

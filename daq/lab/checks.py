@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from daq import json_codec
-from daq.lab.layout import EVENT_COLUMNS, FRAME_COLUMNS, chunk_rows, frames_rows
+from daq.lab.layout import EVENT_COLUMNS, FRAME_COLUMNS, chunk_rows, frames_rows, index_step
 from daq.lab.settings import LabError
 from daq.store.reader import SessionReader
 from daq.store.records import SessionInfo
@@ -27,7 +27,7 @@ class StreamCheck:
     data_sha256: str
     frames: int
     frames_sha256: str
-    chunk_t_first: list[float] = field(default_factory=list)
+    t_index: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     def as_dict(self) -> dict:
         return {"rows": self.rows, "t_sha256": self.t_sha256, "data_sha256": self.data_sha256,
@@ -98,9 +98,10 @@ def check_session(store: SessionReader, info: SessionInfo) -> SessionCheck:
                            f"its frames but its table says {si.n_samples}; not pushed")
         block = chunk_rows(si)
         t_hash, d_hash, firsts, n = hashlib.sha256(), hashlib.sha256(), [], 0
+        step = index_step(block)
         try:
             for chunk in store.iter_stream(info.id, name, block):
-                firsts.append(float(chunk.t[0]))
+                firsts.append(np.array(chunk.t[::step], dtype="<f8"))
                 t_hash.update(np.ascontiguousarray(chunk.t, dtype="<f8").tobytes())
                 d_hash.update(np.ascontiguousarray(chunk.data).tobytes())
                 n += len(chunk)
@@ -111,7 +112,7 @@ def check_session(store: SessionReader, info: SessionInfo) -> SessionCheck:
             raise LabError(f"session {info.id} is corrupt: stream {name} reads {n} samples of "
                            f"{si.n_samples}; not pushed")
         streams[name] = StreamCheck(n, block, t_hash.hexdigest(), d_hash.hexdigest(), len(rows),
-                                    table_sha256(frames_rows(rows)), firsts)
+                                    table_sha256(frames_rows(rows)), np.concatenate(firsts))
     events = event_rows(store.path, info.id)
     for row in events:
         try:

@@ -7,6 +7,7 @@
     |-- <stream>                  container per frame stream, metadata: channels, units, dtype, dt, ...
     |   |-- t                     array (n,) float64, s: the time of every sample
     |   |-- data                  array (n, channels), dims (sample, channel), the stream's dtype
+    |   |-- t_index               array: every t_index_step-th sample time (finds a window's edges)
     |   `-- frames                table: one row per recorded frame (seq, t0, dt, n, s0, t_min, t_max, ...)
     `-- events                    table: ord, stream, kind, seq, t, replay, body (JSON text)
 
@@ -30,6 +31,9 @@ EVENTS = "events"
 FRAMES = "frames"
 TIME = "t"
 DATA = "data"
+T_INDEX = "t_index"
+#: Samples between entries of a stream's time index: a window's edge costs reading this many times.
+INDEX_STEP = 4096
 #: Largest block of an array, bytes (Tiled's own client uploads in pieces of this order).
 BLOCK_BYTES = 4 << 20
 FRAME_COLUMNS = ("ord", "seq", "t0", "dt", "n", "has_ts", "replay", "s0", "t_min", "t_max")
@@ -123,14 +127,19 @@ def plain(value):
     return _plain(value)
 
 
-def stream_node_fields(si: StreamInfo, rows: int, chunk_t_first: list[float]) -> dict:
-    """A stream container's metadata: the stream's fields plus how to find a time window in its blocks."""
+def index_step(rows: int) -> int:
+    """Samples per time-index entry (divides the block rows, so each block starts on an entry)."""
+    return min(INDEX_STEP, rows)
+
+
+def stream_node_fields(si: StreamInfo, rows: int) -> dict:
+    """A stream container's metadata: the stream's fields plus its blocks and time index."""
     return {
         **stream_fields(si),
         "time_unit": "s",
         "units_by_channel": dict(zip(si.channels, si.units, strict=True)),
         "chunk_rows": rows,
-        "chunk_t_first": chunk_t_first,
+        "t_index_step": index_step(rows),
     }
 
 

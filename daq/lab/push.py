@@ -156,7 +156,7 @@ class Pusher:
                           key=key, metadata=metadata)
 
     def _push_stream(self, node, info: SessionInfo, si: StreamInfo, sc: StreamCheck) -> None:
-        fields = layout.stream_node_fields(si, sc.chunk_rows, sc.chunk_t_first)
+        fields = layout.stream_node_fields(si, sc.chunk_rows)
         snode = child(node, si.name) or self._create(node, si.name, {**fields, "session": info.id},
                                                      layout.STREAM_SPEC)
         dtype = SUPPORTED_DTYPES[si.dtype]
@@ -165,6 +165,13 @@ class Pusher:
                             {"unit": "s", "time_unit": "s"}, ("sample",), t_name)
         d_arr = self._array(snode, layout.DATA, (sc.rows, len(si.channels)), dtype, sc.chunk_rows,
                             {"channels": si.channels, "units": si.units}, ("sample", "channel"), d_name)
+        index = self._array(snode, layout.T_INDEX, sc.t_index.shape, np.dtype("<f8"), max(1, len(sc.t_index)),
+                            {"unit": "s", "step": layout.index_step(sc.chunk_rows)}, ("entry",),
+                            f"{si.name}/{layout.T_INDEX}")
+        if not self.marks.done_blocks(info.id, self.lab, f"{si.name}/{layout.T_INDEX}"):
+            index.write_block(sc.t_index, (0,))
+            self.marks.block_done(info.id, self.lab, f"{si.name}/{layout.T_INDEX}", 0)
+            self.sent += sc.t_index.nbytes
         done_t = self.marks.done_blocks(info.id, self.lab, t_name)
         done_d = self.marks.done_blocks(info.id, self.lab, d_name)
         pending: deque[tuple[Future, str, int]] = deque()
@@ -217,8 +224,10 @@ class Pusher:
             got = stream_digest(snode, sc.chunk_rows, self.workers)
             want = (sc.rows, sc.t_sha256, sc.data_sha256)
             frames = table_digest(snode[layout.FRAMES])
-            if got != want or frames != (sc.frames, sc.frames_sha256):
-                self.marks.forget(info.id, self.lab, [f"{name}/{layout.TIME}", f"{name}/{layout.DATA}"])
+            index_ok = np.array_equal(np.asarray(snode[layout.T_INDEX].read()), sc.t_index)
+            if got != want or frames != (sc.frames, sc.frames_sha256) or not index_ok:
+                self.marks.forget(info.id, self.lab, [f"{name}/{n}" for n in (layout.TIME, layout.DATA,
+                                                                               layout.T_INDEX)])
                 raise LabError(f"session {info.id}: the lab's copy of {name} differs from the local one "
                                f"({got[0]} rows of {sc.rows}); push again")
         if check.events and table_digest(node[layout.EVENTS]) != (check.events, check.events_sha256):

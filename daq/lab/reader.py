@@ -30,6 +30,7 @@ class LabReader:
         self.path = url.rstrip("/")
         self.root = open_lab(self.path, key)
         self._nodes: dict[str, object] = {}
+        self._index: dict[str, np.ndarray] = {}  # time index per stream node, read once
 
     # ------------------------------------------------------------------ sessions
 
@@ -124,14 +125,16 @@ class LabReader:
         return lo, max(lo, hi)
 
     def _edge(self, snode, si: StreamInfo, t: float) -> int:
-        """The first sample at or after ``t``: the block it lies in from the block start times, then
-        that block's time axis."""
-        meta = snode.metadata
-        rows, firsts = int(meta["chunk_rows"]), list(meta["chunk_t_first"])
-        b = int(np.searchsorted(np.asarray(firsts, dtype=np.float64), t, side="left")) - 1
+        """The first sample at or after ``t``: the stretch of the time index it lies in, then that
+        stretch of the time axis (one small read each)."""
+        key = snode.uri
+        if key not in self._index:
+            self._index[key] = np.asarray(snode[layout.T_INDEX].read(), dtype=np.float64)
+        index, step = self._index[key], int(snode.metadata["t_index_step"])
+        b = int(np.searchsorted(index, t, side="left")) - 1
         if b < 0:
             return 0
-        lo, hi = b * rows, min(si.n_samples, (b + 1) * rows)
+        lo, hi = b * step, min(si.n_samples, (b + 1) * step)
         times = np.asarray(snode[layout.TIME][lo:hi], dtype=np.float64)
         return lo + int(np.searchsorted(times, t, side="left"))
 

@@ -64,3 +64,19 @@ def push_in_background(store_path: str | os.PathLike, lab: LabTable | None) -> s
     with logf:
         return subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
+
+
+def push_after_run(store_path: str | os.PathLike, raw_config: dict | None) -> subprocess.Popen | None:
+    """With a ``[lab]`` table in the run's config: push the store's pending sessions in the background
+    (``hil run`` and ``hil serve`` call this when a session ends; nothing here waits or can fail the run)."""
+    table = (raw_config or {}).get("lab")
+    if not table:
+        return None
+    try:
+        import msgspec  # lazy: only with a [lab] table
+
+        lab = table if isinstance(table, LabTable) else msgspec.convert(table, LabTable)
+        return push_in_background(store_path, lab)
+    except Exception as exc:  # noqa: BLE001 - the recording is done; a failed hand-over is a log line
+        log.warning("background push not started: %s", exc)
+        return None

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from daq.lab.replicate import push_after_run
 from daq.rigs.config import load_config
 from daq.run.commands import CommandClient
 from daq.run.lifecycle import RunContext, live_runs, run
@@ -104,6 +105,7 @@ class Runner:
             done = self.queue.finish("failed", one_line(exc))
         else:
             done = self.queue.finish(result.status, result.reason, result.to_dict(), result.safe)
+            push_after_run(self.store_path, raw)  # [lab]: replicate in the background, never waited for
         finally:
             self.ctx, self._run_loop = None, None
         await self.relay.detach(done.to_dict() if done else None)
