@@ -121,5 +121,8 @@ def serve(opts: ServeOptions, say=print) -> None:
     say(url_of(opts, sock))
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn shut down cleanly, then re-raised the Ctrl-C it caught
+        pass
     finally:
         sock.close()
+    say("lab server stopped")

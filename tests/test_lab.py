@@ -1,0 +1,287 @@
+"""The lab (issue 32) against real servers: `hil lab serve` (Tiled on 127.0.0.1, port 0, SQLite catalogue)
+started as a user starts it, sessions pushed with `hil lab push`, read back with the plain tiled client
+(no hil-lab) and through `hil --store URL` with the same numbers as the local store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from daq.bus.frames import Event, Frame
+from daq.cli.main import main
+from daq.lab.marks import replicas
+from daq.lab.reader import LabReader
+from daq.store.read_write import SessionStore
+from daq.store.reader import SessionReader
+
+ROOT = Path(__file__).resolve().parents[1]
+T0 = 1.7e9  # unix-time magnitude, as live sessions have
+
+
+class LabServer:
+    """`hil lab serve` in a child process; ``url`` once it printed it."""
+
+    def __init__(self, data: Path, *extra: str, port: int = 0, env: dict | None = None):
+        self.data = data
+        self.log = open(data.parent / f"{data.name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "daq.cli.main", "lab", "serve", "--data", str(data), "--port", str(port),
+             *extra], stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+        self.lines = [self.proc.stdout.readline().decode().strip() for _ in range(2)]
+        if not self.lines[1].startswith("http://"):
+            self.stop()
+            raise AssertionError(f"lab serve printed {self.lines}: see {self.log.name}")
+        self.url = self.lines[1]
+        self.key = (data / "lab.key").read_text().strip()
+
+    def stop(self, sig: int = signal.SIGINT) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout=60)
+        self.log.close()
+        return rc
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    server = LabServer(tmp_path_factory.mktemp("lab") / "lab")
+    yield server
+    assert server.stop() == 0  # Ctrl-C ends it cleanly
+
+
+def hil(*args: str, key: str | None = None):
+    env = {"HIL_LAB_KEY": key} if key else {}
+    return CliRunner(env=env).invoke(main, list(args), catch_exceptions=False)
+
+
+def make_session(path: Path, seconds: float = 20.0, rate: float = 1000.0, seed: int = 1,
+                 name: str = "press-a", by: str = "alice", status: str = "complete") -> str:
+    """A finished session of two streams at different rates: a regular one (t0 + k dt, three channels,
+    N/N/Pa) and a bursty timestamped float32 one (m); events with who started it and the safe outcome."""
+    rng = np.random.default_rng(seed)
+    with SessionStore(path) as store:
+        sid = store.create_session("press", {"rig": {"kind": "press", "name": name}}, {"dev": {"id": 1}})
+        store.append(sid, Event("press.run", "started", 0, T0, {"by": by}))
+        n = 100
+        for k in range(int(seconds * rate / n)):
+            t = T0 + k * n / rate
+            store.append(sid, Frame("press.force", k, t, 1 / rate, ["force_cmd", "force", "pressure"],
+                                    ["N", "N", "Pa"], rng.normal(size=(n, 3))))
+            if k % 3 == 0:
+                store.append(sid, Frame("press.sensors", k // 3, t, None, ["D_vertical"], ["m"],
+                                        rng.normal(size=(7, 1)).astype("<f4"),
+                                        timestamps=t + np.arange(7) * 5e-4))
+                store.append(sid, Event("press.plan", "step", k // 3, t, {"index": k // 3, "q": 1.5 * k}))
+        store.append(sid, Event("press.plan", "plan_outcome", 1, T0 + seconds, {"safe": True}))
+        store.finish(sid, status)
+    return sid
+
+
+@pytest.fixture(scope="module")
+def pushed(lab, tmp_path_factory):
+    """A store with one session, pushed once (the first push)."""
+    store = tmp_path_factory.mktemp("rig") / "hil.sqlite"
+    sid = make_session(store)
+    res = hil("--store", str(store), "lab", "push", sid, "--to", lab.url, key=lab.key)
+    assert res.exit_code == 0, res.output
+    return store, sid, res.output
+
+
+def lab_files(lab) -> list[str]:
+    return sorted(str(p.relative_to(lab.data)) for p in (lab.data / "data").rglob("*") if p.is_file())
+
+
+def test_serve_makes_a_private_key_prints_the_url_and_refuses_plain_http_beyond_loopback(lab, tmp_path):
+    assert lab.lines[0] == f"lab key written to {lab.data / 'lab.key'}"
+    assert stat.S_IMODE((lab.data / "lab.key").stat().st_mode) == 0o600
+    assert lab.url.startswith("http://127.0.0.1:")
+    res = hil("lab", "serve", "--data", str(tmp_path / "x"), "--host", "0.0.0.0", "--port", "0")
+    assert res.exit_code == 1 and "TLS" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_push_twice_adds_nothing_and_the_store_marks_the_session(lab, pushed):
+    store, sid, first = pushed
+    assert first.startswith(f"{sid}: pushed and verified (") and len(first.strip().splitlines()) == 1
+    files = lab_files(lab)
+    res = hil("--store", str(store), "lab", "push", sid, "--to", lab.url, key=lab.key)
+    assert res.exit_code == 0 and res.output.strip() == f"{sid}: already in the lab, verified"
+    assert lab_files(lab) == files  # nothing new written
+    res = hil("--store", str(store), "lab", "push", "--pending", "--to", lab.url, key=lab.key)
+    assert res.output.strip() == "nothing to push"
+    assert replicas(store) == {sid: [lab.url]}
+    listing = hil("--store", str(store), "sessions").output.splitlines()
+    assert listing[0].split()[-1] == "LAB" and listing[1].split()[-1] == "yes"
+
+
+PLAIN_CLIENT = textwrap.dedent("""
+    import sys
+    sys.modules["daq"] = None  # hil-lab is not installed here: only the tiled client
+    import json
+    from tiled.client import from_uri
+    url, key, sid = sys.argv[1:4]
+    session = from_uri(url, api_key=key)[sid]
+    force = session["press.force"]
+    data, t = force["data"].read(), force["t"].read()
+    events = session["events"].read()
+    print(json.dumps({
+        "rig": session.metadata["rig"], "by": session.metadata["by"], "safe": session.metadata["safe"],
+        "units": force.metadata["units_by_channel"], "time_unit": force["t"].metadata["unit"],
+        "shape": list(data.shape), "dtype": str(data.dtype), "sum": float(data.sum()), "t0": float(t[0]),
+        "t_last": float(t[-1]), "sensor_units": session["press.sensors"]["data"].metadata["units"],
+        "events": events["kind"].value_counts().to_dict(), "columns": list(events.columns),
+    }))
+""")
+
+
+def test_the_plain_tiled_client_reads_a_session_into_numpy_and_pandas_with_its_units(lab, pushed, tmp_path):
+    store, sid, _ = pushed
+    script = tmp_path / "read.py"
+    script.write_text(PLAIN_CLIENT)
+    out = subprocess.run([sys.executable, "-I", str(script), lab.url, lab.key, sid], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    local = SessionReader(store).read_stream(sid, "press.force")
+    assert got["units"] == {"force_cmd": "N", "force": "N", "pressure": "Pa"} and got["time_unit"] == "s"
+    assert got["sensor_units"] == ["m"] and got["rig"] == {"kind": "press", "name": "press-a"}
+    assert (got["by"], got["safe"]) == ("alice", True)
+    assert got["shape"] == [20000, 3] and got["dtype"] == "float64"
+    assert got["sum"] == pytest.approx(float(local.data.sum()), rel=1e-12)
+    assert (got["t0"], got["t_last"]) == (local.t[0], local.t[-1])
+    assert got["events"] == {"step": 67, "started": 1, "plan_outcome": 1}
+    assert got["columns"] == ["ord", "stream", "kind", "seq", "t", "replay", "body"]
+
+
+def test_a_lab_session_reads_as_the_local_one_show_export_replay_windows(lab, pushed, tmp_path):
+    store, sid, _ = pushed
+    for args in (("show", sid, "--json"), ("sessions", "--json")):
+        local, remote = hil("--store", str(store), *args), hil("--store", lab.url, *args, key=lab.key)
+        assert remote.exit_code == 0 and json.loads(remote.output) == json.loads(local.output)
+    for fmt, name in (("hdf5", "s.h5"), ("mat", "s.mat")):
+        a, b = tmp_path / f"local-{name}", tmp_path / f"lab-{name}"
+        assert hil("--store", str(store), "export", sid, "--format", fmt, "-o", str(a)).exit_code == 0
+        res = hil("--store", lab.url, "export", sid[:6], "--format", fmt, "-o", str(b), key=lab.key)
+        assert res.exit_code == 0, res.output
+        assert a.read_bytes() == b.read_bytes()
+    with SessionReader(store) as loc, LabReader(lab.url, lab.key) as rem:
+        mine, theirs = list(loc.messages(sid)), list(rem.messages(sid))
+        assert len(mine) == len(theirs) == 200 + 67 * 2 + 2
+        for x, y in zip(mine, theirs, strict=True):
+            assert type(x) is type(y)
+            if isinstance(x, Frame):
+                assert (x.stream, x.seq, x.t0, x.dt, x.units) == (y.stream, y.seq, y.t0, y.dt, y.units)
+                assert np.array_equal(x.data, y.data) and x.data.dtype == y.data.dtype
+                assert (x.timestamps is None and y.timestamps is None) or np.array_equal(x.timestamps,
+                                                                                         y.timestamps)
+            else:
+                assert x == y
+        for stream in ("press.force", "press.sensors"):
+            for a, b in ((T0 + 3.05, T0 + 7.5), (None, T0 + 0.3), (T0 + 19.95, None), (T0 - 5, T0 - 1)):
+                w, v = loc.read_window(sid, stream, a, b), rem.read_window(sid, stream, a, b)
+                assert w.start == v.start and np.array_equal(w.t, v.t) and np.array_equal(w.data, v.data)
+            chunks = [(c.start, len(c)) for c in rem.iter_stream(sid, stream, 3000, t_start=T0 + 1)]
+            assert chunks == [(c.start, len(c)) for c in loc.iter_stream(sid, stream, 3000, t_start=T0 + 1)]
+        assert rem.stream_timing(sid, "press.sensors") == loc.stream_timing(sid, "press.sensors")
+
+
+def test_search_by_rig_kind_status_time_and_who(lab, tmp_path):
+    store = tmp_path / "hil.sqlite"
+    ids = {make_session(store, 1.0, seed=s, name=n, by=b, status=st): (n, b, st)
+           for s, n, b, st in ((2, "crane-b", "bob", "aborted"), (3, "press-a", "bob", "complete"))}
+    assert hil("--store", str(store), "lab", "push", "--all", "--to", lab.url, key=lab.key).exit_code == 0
+
+    def found(*args: str) -> set[str]:
+        res = hil("--store", lab.url, "sessions", "--json", *args, key=lab.key)
+        assert res.exit_code == 0, res.output
+        return {row["id"] for row in json.loads(res.output)} & set(ids)
+
+    assert found() == set(ids)
+    assert found("--rig", "crane-b") == {s for s, v in ids.items() if v[0] == "crane-b"}
+    assert found("--status", "complete", "--by", "bob") == {s for s, v in ids.items() if v[2] == "complete"}
+    assert found("--since", "2023-11-14", "--until", "2023-11-15") == set(ids)  # T0 is 2023-11-14 22:13 UTC
+    assert found("--until", "2023-11-13") == set()
+    res = hil("--store", lab.url, "sessions", "--param", "k5=3:1", key=lab.key)
+    assert res.exit_code == 2 and "LO <= HI" in res.output
+
+
+def test_an_unreachable_lab_and_a_wrong_key_are_one_line_and_mark_nothing(lab, tmp_path):
+    store = tmp_path / "hil.sqlite"
+    sid = make_session(store, 1.0)
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    res = hil("--store", str(store), "lab", "push", sid, "--to", dead, key=lab.key)
+    assert res.exit_code == 1 and "unreachable" in res.output and "retry later" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    res = hil("--store", str(store), "lab", "push", sid, "--to", lab.url, key="x" * 32)
+    assert res.exit_code == 1 and "refused the key" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    res = hil("--store", lab.url, "sessions", key="y" * 32)
+    assert res.exit_code == 1 and "refused the key" in res.output
+    assert replicas(store) == {}
+
+
+def test_a_corrupt_local_session_is_refused_and_nothing_of_it_reaches_the_lab(lab, tmp_path):
+    import sqlite3
+
+    store = tmp_path / "hil.sqlite"
+    sid = make_session(store, 2.0)
+    with sqlite3.connect(store) as db:  # one frame of the last stream loses half its payload
+        db.execute("UPDATE frames SET payload = substr(payload, 1, 100) WHERE rowid = "
+                   "(SELECT MAX(rowid) FROM frames WHERE session_id=?)", (sid,))
+    res = hil("--store", str(store), "lab", "push", sid, "--to", lab.url, key=lab.key)
+    assert res.exit_code == 1 and "corrupt" in res.output and "not pushed" in res.output
+    assert not (lab.data / "data" / sid).exists()
+    with LabReader(lab.url, lab.key) as rem:
+        assert sid not in rem.root
+    assert replicas(store) == {}
+
+
+def test_a_lab_config_table_is_typed_and_checked(tmp_path):
+    from daq.rigs.config import load_config
+
+    text = (ROOT / "configs" / "press-sim.toml").read_text()
+    good = tmp_path / "good.toml"
+    good.write_text(text + '\n[lab]\nurl = "http://127.0.0.1:8000"\nkey_file = "lab.key"\n')
+    assert load_config(good)["lab"] == {"url": "http://127.0.0.1:8000", "key_file": str(tmp_path / "lab.key")}
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text + '\n[lab]\nurl = "ftp://x"\nkeyfile = "k"\n')
+    res = hil("check", str(bad))
+    assert res.exit_code == 1 and "[lab]" in res.output and "Traceback" not in res.output
+
+
+def test_window_read_fetches_only_the_window(lab, tmp_path):
+    """10 s of a 30-minute session: the bytes on the wire are those of the window plus the time index and
+    two 4096-sample stretches of the time axis, not the session's."""
+    store = tmp_path / "hil.sqlite"
+    sid = make_session(store, 1800.0, rate=200.0)
+    assert hil("--store", str(store), "lab", "push", sid, "--to", lab.url, key=lab.key).exit_code == 0
+    with LabReader(lab.url, lab.key) as rem:
+        wire = []
+        hooks = rem.root.context.http_client.event_hooks
+        hooks["response"] = [*hooks.get("response", []),
+                             lambda r: (r.read(), wire.append(r.num_bytes_downloaded))]
+        rem.get_session(sid)
+        wire.clear()
+        w = rem.read_window(sid, "press.force", T0 + 900, T0 + 910)
+        window_bytes = sum(wire)
+    assert len(w) == 2000
+    whole = 1800 * 200 * (3 + 1) * 8
+    payload = 2000 * 4 * 8 + 2 * 4096 * 8 + (1800 * 200 // 4096 + 1) * 8
+    print(f"window read: {window_bytes} B on the wire for {w.data.nbytes + w.t.nbytes} B of samples; "
+          f"whole stream {whole} B")
+    assert window_bytes < payload + 20_000 and window_bytes < whole / 50
