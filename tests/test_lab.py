@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -210,8 +211,11 @@ def test_search_by_rig_kind_status_time_and_who(lab, tmp_path):
     assert found() == set(ids)
     assert found("--rig", "crane-b") == {s for s, v in ids.items() if v[0] == "crane-b"}
     assert found("--status", "complete", "--by", "bob") == {s for s, v in ids.items() if v[2] == "complete"}
-    assert found("--since", "2023-11-14", "--until", "2023-11-15") == set(ids)  # T0 is 2023-11-14 22:13 UTC
-    assert found("--until", "2023-11-13") == set()
+    started = [SessionReader(store).get_session(s).started for s in ids]
+    since = datetime.fromtimestamp(min(started) - 1).isoformat(timespec="seconds")
+    until = datetime.fromtimestamp(max(started) + 1).isoformat(timespec="seconds")
+    assert found("--since", since, "--until", until) == set(ids)
+    assert found("--until", since) == set() and found("--since", until) == set()
     res = hil("--store", lab.url, "sessions", "--param", "k5=3:1", key=lab.key)
     assert res.exit_code == 2 and "LO <= HI" in res.output
 
