@@ -1,0 +1,219 @@
+"""The lab under faults, with real servers: a push killed with SIGKILL and started again, the lab server
+killed in the middle of a push, a stalled lab while a run records, and a PostgreSQL catalogue on a
+throwaway cluster started here."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from contextlib import closing
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from daq.bus.frames import Frame
+from daq.lab import layout
+from daq.lab.marks import replicas
+from daq.lab.reader import LabReader
+from daq.store.read_write import SessionStore
+from daq.store.reader import SessionReader
+from tests.polling import poll_until
+from tests.test_lab import ROOT, T0, LabServer, hil, make_session
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def wide_session(path: Path, seconds: float = 60.0, rate: float = 5000.0) -> str:
+    """A session of one 8-channel stream big enough for several 4 MB blocks (19 MB)."""
+    rng = np.random.default_rng(7)
+    names = [f"ch{k}" for k in range(8)]
+    with SessionStore(path) as store:
+        sid = store.create_session("crane", {"rig": {"kind": "crane", "name": "crane-w"}})
+        n = 1000
+        for k in range(int(seconds * rate / n)):
+            store.append(sid, Frame("crane.trace", k, T0 + k * n / rate, 1 / rate, names, ["N*m"] * 8,
+                                    rng.normal(size=(n, 8))))
+        store.finish(sid, "complete")
+    return sid
+
+
+def push_process(store: Path, sid: str, url: str, key: str, **env: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "daq.cli.main", "--store", str(store), "lab", "push", sid, "--to", url]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "HIL_LAB_KEY": key, **env})
+
+
+def blocks_in(store: Path) -> int:
+    with closing(sqlite3.connect(store, timeout=30)) as db:
+        try:
+            return db.execute("SELECT COUNT(*) FROM lab_progress").fetchone()[0]
+        except sqlite3.OperationalError:  # the push has not made its tables yet
+            return 0
+
+
+def assert_whole_copy(url: str, key: str, store: Path, sid: str) -> None:
+    """The lab holds the session verified, once, with exactly the local samples and nothing extra."""
+    with LabReader(url, key) as rem, SessionReader(store) as loc:
+        assert [i.id for i in rem.list_sessions()].count(sid) == 1
+        node = rem.root[sid]
+        assert sorted(node) == ["crane.trace"]
+        parts = [layout.TIME, layout.DATA, layout.T_INDEX, layout.FRAMES]
+        assert sorted(node["crane.trace"]) == sorted(parts)
+        a, b = rem.read_stream(sid, "crane.trace"), loc.read_stream(sid, "crane.trace")
+        assert np.array_equal(a.t, b.t) and np.array_equal(a.data, b.data)
+        assert len(node["crane.trace"][layout.FRAMES].read()) == 300
+
+
+@pytest.mark.slow(reason="starts a Tiled server and pushes a 19 MB session twice")
+def test_a_push_killed_with_sigkill_completes_on_the_next_push_without_duplicates(tmp_path):
+    lab = LabServer(tmp_path / "lab")
+    try:
+        store = tmp_path / "hil.sqlite"
+        sid = wide_session(store)
+        proc = push_process(store, sid, lab.url, lab.key)
+        poll_until(lambda: blocks_in(store) >= 2 or proc.poll() is not None, timeout=120)
+        proc.kill()
+        proc.wait(timeout=30)
+        assert proc.returncode == -signal.SIGKILL, proc.stdout.read()
+        assert replicas(store) == {}
+        with LabReader(lab.url, lab.key) as rem:  # half there, and not listed as a session
+            assert sid in rem.root and sid not in [i.id for i in rem.list_sessions()]
+        done_before = blocks_in(store)
+        res = hil("--store", str(store), "lab", "push", sid, "--to", lab.url, key=lab.key)
+        assert res.exit_code == 0 and "pushed and verified" in res.output, res.output
+        sent = float(re.search(r"\(([\d.]+) MB\)", res.output).group(1))
+        assert sent < 19.2 - done_before * 0.5  # the blocks already in were not sent again
+        assert replicas(store) == {sid: [lab.url]} and blocks_in(store) == 0
+        assert_whole_copy(lab.url, lab.key, store, sid)
+    finally:
+        lab.stop()
+
+
+@pytest.mark.slow(reason="starts a Tiled server twice and pushes a 19 MB session")
+def test_a_lab_killed_mid_push_is_one_line_and_the_push_completes_when_it_is_back(tmp_path):
+    lab = LabServer(tmp_path / "lab")
+    port = lab.url.rsplit(":", 1)[1]
+    store = tmp_path / "hil.sqlite"
+    sid = wide_session(store)
+    proc = push_process(store, sid, lab.url, lab.key, TILED_RETRY_ATTEMPTS="2", TILED_RETRY_TIMEOUT="2")
+    try:
+        poll_until(lambda: blocks_in(store) >= 1 or proc.poll() is not None, timeout=120)
+        lab.stop(signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 1, out
+        lines = out.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: lab ") and "retry later" in lines[0], out
+        assert replicas(store) == {}
+        lab = LabServer(tmp_path / "lab", port=int(port))
+        res = hil("--store", str(store), "lab", "push", "--pending", "--to", lab.url, key=lab.key)
+        assert res.exit_code == 0 and f"{sid}: pushed and verified" in res.output, res.output
+        assert_whole_copy(lab.url, lab.key, store, sid)
+    finally:
+        proc.kill()
+        lab.stop()
+
+
+def press_config(tmp_path: Path, lab: LabServer | None) -> Path:
+    text = (ROOT / "configs" / "press-sim.toml").read_text()
+    text = re.sub(r"(?m)^n_series = \d+", "n_series = 3", text)
+    text = re.sub(r"(?m)^n_steps_up = \d+", "n_steps_up = 3", text)
+    text = re.sub(r"(?m)^n_samples = \d+", "n_samples = 4", text)
+    text = re.sub(r"(?m)^q_max = 20000.0(\s+# N, top)", r"q_max = 8000.0\1", text)
+    if lab is not None:
+        (tmp_path / "lab.key").write_text(lab.key + "\n")
+        text += f'\n[lab]\nurl = "{lab.url}"\nkey_file = "lab.key"\n'
+    path = tmp_path / ("press-lab.toml" if lab else "press.toml")
+    path.write_text(text)
+    return path
+
+
+def force_rate(store: Path, sid: str) -> float:
+    si = SessionReader(store).get_session(sid).streams["press.force"]
+    return si.n_samples / (si.t_last - si.t_first)
+
+
+@pytest.mark.slow(reason="two simulated press runs (about 15 s each) and a Tiled server")
+def test_a_stalled_lab_never_holds_up_a_run(tmp_path):
+    lab = LabServer(tmp_path / "lab")
+    store = tmp_path / "hil.sqlite"
+    try:
+        res = hil("--store", str(store), "run", str(press_config(tmp_path, None)), "--no-progress")
+        assert res.exit_code == 0, res.output
+        plain = res.output.split()[1]
+        os.kill(lab.proc.pid, signal.SIGSTOP)  # the lab accepts connections and never answers
+        pending = make_session(store, 30.0)  # a session waiting to go while the next run records
+        stuck = push_process(store, pending, lab.url, lab.key)
+        res = hil("--store", str(store), "run", str(press_config(tmp_path, lab)), "--no-progress")
+        assert res.exit_code == 0 and " complete " in res.output, res.output
+        with_lab = res.output.split()[1]
+        out, _ = stuck.communicate(timeout=60)
+        assert stuck.returncode == 1 and "unreachable" in out and len(out.strip().splitlines()) == 1
+        rate_plain, rate_lab = force_rate(store, plain), force_rate(store, with_lab)
+        assert 0.8 < rate_lab / rate_plain < 1.25, (rate_plain, rate_lab)
+        os.kill(lab.proc.pid, signal.SIGCONT)
+        log = tmp_path / "lab-push.log"
+        poll_until(lambda: log.exists() and "unreachable" in log.read_text(), timeout=60)
+        assert replicas(store) == {}
+        res = hil("--store", str(store), "lab", "push", "--pending", "--to", lab.url, key=lab.key)
+        assert res.exit_code == 0 and res.output.count("pushed and verified") == 3, res.output
+    finally:
+        if lab.proc.poll() is None:
+            os.kill(lab.proc.pid, signal.SIGCONT)
+        lab.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def postgres():
+    """A throwaway PostgreSQL cluster on a free loopback port, run as the ``postgres`` OS user."""
+    if not (PG_BIN / "initdb").exists() or shutil.which("runuser") is None:
+        pytest.skip(f"PostgreSQL server binaries not found in {PG_BIN} (apt-get install postgresql)")
+    folder = Path(tempfile.mkdtemp(prefix="hil-pg-"))
+    shutil.chown(folder, "postgres")
+    port = free_port()
+
+    def as_pg(*cmd: str) -> None:
+        subprocess.run(["runuser", "-u", "postgres", "--", *cmd], check=True, capture_output=True,
+                       timeout=120)
+
+    as_pg(str(PG_BIN / "initdb"), "-D", str(folder / "db"), "-A", "trust", "-U", "postgres")
+    as_pg(str(PG_BIN / "pg_ctl"), "-D", str(folder / "db"), "-l", str(folder / "log"), "-w", "-o",
+          f"-p {port} -k {folder} -c listen_addresses=127.0.0.1", "start")
+    try:
+        as_pg(str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "lab")
+        yield f"postgresql://postgres@127.0.0.1:{port}/lab"
+    finally:
+        as_pg(str(PG_BIN / "pg_ctl"), "-D", str(folder / "db"), "-m", "fast", "-w", "stop")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.slow(reason="initdb, a PostgreSQL server and a Tiled server")
+def test_a_postgresql_catalogue_holds_pushed_sessions_and_answers_searches(postgres, tmp_path):
+    lab = LabServer(tmp_path / "lab", "--catalog", postgres)
+    try:
+        assert not (tmp_path / "lab" / "catalog.db").exists()
+        store = tmp_path / "hil.sqlite"
+        ids = [make_session(store, 2.0, seed=s, name=n) for s, n in ((1, "press-a"), (2, "press-b"))]
+        res = hil("--store", str(store), "lab", "push", "--all", "--to", lab.url, key=lab.key)
+        assert res.exit_code == 0 and res.output.count("pushed and verified") == 2, res.output
+        res = hil("--store", lab.url, "sessions", "--rig", "press-b", key=lab.key)
+        assert res.exit_code == 0 and ids[1] in res.output and ids[0] not in res.output
+        with LabReader(lab.url, lab.key) as rem, SessionReader(store) as loc:
+            a, b = rem.read_window(ids[0], "press.force", T0 + 0.5, T0 + 1.5), loc.read_window(
+                ids[0], "press.force", T0 + 0.5, T0 + 1.5)
+            assert len(a) == 1000 and np.array_equal(a.data, b.data) and np.array_equal(a.t, b.t)
+    finally:
+        assert lab.stop() == 0
