@@ -9,9 +9,15 @@ from daq.lab.settings import LabError, LabUnreachable
 PROBE_TIMEOUT = 5.0
 
 
+NOT_INSTALLED = "the lab needs Tiled's client: pip install 'hil-lab[lab]'"
+
+
 def probe(url: str, key: str, timeout: float = PROBE_TIMEOUT) -> None:
     """Raise LabUnreachable when nothing answers at ``url``, LabError when it refuses ``key``."""
-    import httpx  # lazy: only commands that talk to a lab need it
+    try:
+        import httpx  # lazy: only commands that talk to a lab need it (it comes with tiled's client)
+    except ImportError:
+        raise LabError(NOT_INSTALLED) from None
 
     try:
         resp = httpx.get(url.rstrip("/") + "/api/v1/metadata/", headers={"Authorization": f"Apikey {key}"},
@@ -29,7 +35,10 @@ def probe(url: str, key: str, timeout: float = PROBE_TIMEOUT) -> None:
 def open_lab(url: str, key: str):
     """The Tiled client's root container of the lab at ``url`` (probed first)."""
     probe(url, key)
-    from tiled.client import from_uri  # lazy: tiled's client loads pandas, dask and more
+    try:
+        from tiled.client import from_uri  # lazy: tiled's client loads pandas, dask and more
+    except ImportError:
+        raise LabError(NOT_INSTALLED) from None
 
     try:
         return from_uri(url, api_key=key)

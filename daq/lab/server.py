@@ -70,9 +70,12 @@ def catalog_uri(opts: ServeOptions) -> str:
 
 def build_lab_app(opts: ServeOptions, key: str):
     """Tiled's app over the lab catalogue (created on first start), guarded by ``key``."""
-    from tiled.catalog import from_uri  # lazy: tiled's server side is heavy and only the lab server needs it
-    from tiled.config import Authentication  # lazy: as above
-    from tiled.server.app import build_app  # lazy: as above
+    try:
+        from tiled.catalog import from_uri  # lazy: tiled's server side is heavy, only the lab server needs it
+        from tiled.config import Authentication  # lazy: as above
+        from tiled.server.app import build_app  # lazy: as above
+    except ImportError:
+        raise LabError("the lab server needs Tiled's server: pip install 'hil-lab[lab]'") from None
 
     arrays = opts.arrays or str(opts.data_dir / ARRAYS_DIR)
     if "://" not in arrays:
