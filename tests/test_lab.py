@@ -49,7 +49,7 @@ class LabServer:
     def stop(self, sig: int = signal.SIGINT) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        rc = self.proc.wait(timeout=60)
+        rc = self.proc.wait(timeout=180)
         self.log.close()
         return rc
 

@@ -4,6 +4,7 @@ throwaway cluster started here."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -145,7 +146,8 @@ def force_rate(store: Path, sid: str) -> float:
     return si.n_samples / (si.t_last - si.t_first)
 
 
-@pytest.mark.slow(reason="two simulated press runs (about 15 s each) and a Tiled server")
+@pytest.mark.slow(reason="two simulated press runs (about 15 s each), two analyses and a Tiled server")
+@pytest.mark.timeout(900)
 def test_a_stalled_lab_never_holds_up_a_run(tmp_path):
     lab = LabServer(tmp_path / "lab")
     store = tmp_path / "hil.sqlite"
@@ -169,6 +171,19 @@ def test_a_stalled_lab_never_holds_up_a_run(tmp_path):
         assert replicas(store) == {}
         res = hil("--store", str(store), "lab", "push", "--pending", "--to", lab.url, key=lab.key)
         assert res.exit_code == 0 and res.output.count("pushed and verified") == 3, res.output
+        local = hil("--store", str(store), "analyze", plain, "--json")
+        remote = hil("--store", lab.url, "analyze", plain, "--json", key=lab.key)
+        assert local.exit_code == 0 and remote.output == local.output  # the same estimates, to the last bit
+        with LabReader(lab.url, lab.key) as rem:
+            analysis = rem.session_metadata(plain)["analysis"]
+        report = json.loads(local.output)
+        kept = [m for m, v in report["verdicts"].items() if v == "keep"]
+        assert analysis["verdict"] == " ".join(f"{m} keep" for m in kept)
+        k5 = analysis["estimates"]["k5"]
+        assert k5 == report["models"][kept[0]]["p"][report["parameters"].index("k5")]
+        found = hil("--store", lab.url, "sessions", "--json", "--verdict", analysis["verdict"], "--param",
+                    f"k5={k5 * 0.999}:{k5 * 1.001}", key=lab.key)
+        assert [row["id"] for row in json.loads(found.output)] == [plain]
     finally:
         if lab.proc.poll() is None:
             os.kill(lab.proc.pid, signal.SIGCONT)
