@@ -9,7 +9,7 @@ and event tables and the time index, and reads the whole copy back to compare di
 session. MB/s counts the session's sample bytes (t + data) for both.
 
     .venv/bin/python benchmarks/bench_lab.py [--pushers 4 16] [--sessions 2] [--session-mb 8]
-        [--catalogue 10000] [--big-mb 1024]
+        [--catalogue 10000] [--big-mb 1024 ...]
 
 Needs PostgreSQL's server binaries (/usr/lib/postgresql/15/bin; run as root, the cluster runs as the
 postgres user). Wall times on a loaded machine are inflated: the CPU time of the child processes is
@@ -109,19 +109,26 @@ PLAIN = textwrap.dedent("""
 """)
 
 
-def run_all(cmds: list[list[str]]) -> tuple[float, float]:
-    """Run the commands at once; (wall s, CPU s of the children)."""
+def run_all(cmds: list[list[str]]) -> tuple[float, float, int]:
+    """Run the commands at once; a push that says "retry later" (the lab too busy to answer its probe)
+    is started again, as the background push would; (wall s, CPU s of the children, retries)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    procs = [subprocess.Popen(c, env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-             for c in cmds]
-    for p in procs:
-        _, err = p.communicate()
-        if p.returncode:
-            raise SystemExit(f"{' '.join(cmds[0][:6])}... failed: {err.decode()[-500:]}")
+    todo, retries = list(cmds), 0
+    while todo:
+        procs = [(c, subprocess.Popen(c, env=ENV, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+                 for c in todo]
+        todo = []
+        for c, p in procs:
+            out, _ = p.communicate()
+            if p.returncode and b"retry later" in out and retries < 3 * len(cmds):
+                todo.append(c)
+                retries += 1
+            elif p.returncode:
+                raise SystemExit(f"{' '.join(c[:6])}... failed: {out.decode()[-500:]}")
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), retries
 
 
 def bench_pushers(work: Path, url: str, key: str, n: int, sessions: int, mb: float) -> None:
@@ -132,12 +139,13 @@ def bench_pushers(work: Path, url: str, key: str, n: int, sessions: int, mb: flo
     push = [[sys.executable, "-m", "daq.cli.main", "--store", str(s), "lab", "push", "--all", "--to", url,
              "--key-file", str(work / "key")] for s in stores]
     plain = [[sys.executable, str(plain_script), url, key, str(s), f"{n}-{k}"] for k, s in enumerate(stores)]
-    w_plain, c_plain = run_all(plain)
-    w_push, c_push = run_all(push)
+    w_plain, c_plain, r_plain = run_all(plain)
+    w_push, c_push, r_push = run_all(push)
     total = n * sessions
-    for label, wall, cpu in (("plain tiled client", w_plain, c_plain), ("hil lab push", w_push, c_push)):
-        print(f"  {n:2d} processes, {label:18s}: {nbytes / 1e6 / wall:6.1f} MB/s, {total / wall * 60:6.1f} "
-              f"sessions/min  (wall {wall:.1f} s, CPU of the processes {cpu:.1f} s)")
+    for label, wall, cpu, r in (("plain tiled client", w_plain, c_plain, r_plain),
+                                ("hil lab push", w_push, c_push, r_push)):
+        print(f"  {n:2d} processes, {label:18s}: {nbytes / 1e6 / wall:6.2f} MB/s, {total / wall * 60:6.2f} "
+              f"sessions/min  (wall {wall:.1f} s, CPU of the processes {cpu:.1f} s, retries {r})", flush=True)
     print(f"  {n:2d} processes: push / plain = {w_plain / w_push:.2f}x in wall time "
           f"({total} sessions of {mb:g} MB)")
 
@@ -163,7 +171,7 @@ def bench_search(url: str, key: str, n: int) -> None:
     t0 = time.perf_counter()
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(one, range(n)))
-    print(f"  catalogue of {n} generated sessions made in {time.perf_counter() - t0:.0f} s")
+    print(f"  catalogue of {n} generated sessions made in {time.perf_counter() - t0:.0f} s", flush=True)
     lab = LabReader(url, key)
     queries = {
         "--rig rig-3": Filters(rig="rig-3"),
@@ -183,7 +191,7 @@ def bench_search(url: str, key: str, n: int) -> None:
 
 
 def bench_memory(work: Path, url: str, mb: float) -> None:
-    store = work / "big.sqlite"
+    store = work / f"big-{mb:g}.sqlite"
     make_store(store, 1, mb, seed=9)
     cmd = [sys.executable, "-m", "daq.cli.main", "--store", str(store), "lab", "push", "--all", "--to", url,
            "--key-file", str(work / "key")]
@@ -197,7 +205,8 @@ def bench_memory(work: Path, url: str, mb: float) -> None:
             pass
         time.sleep(0.2)
     out = proc.stdout.read().decode().strip()
-    print(f"  pushing one {mb:g} MB session: peak RSS {peak / 1024:.0f} MB (budget 300 MB); {out}")
+    print(f"  pushing one {mb:g} MB session: peak RSS {peak / 1024:.0f} MB (budget 300 MB); {out}",
+          flush=True)
 
 
 def main() -> None:
@@ -206,7 +215,7 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=2, help="sessions per pusher")
     ap.add_argument("--session-mb", type=float, default=8.0)
     ap.add_argument("--catalogue", type=int, default=10_000)
-    ap.add_argument("--big-mb", type=float, default=1024.0)
+    ap.add_argument("--big-mb", type=float, nargs="*", default=[1024.0])
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-lab-"))
     pg_dir = Path(tempfile.mkdtemp(prefix="bench-lab-pg-"))
@@ -218,8 +227,8 @@ def main() -> None:
         print(f"lab {url}, PostgreSQL catalogue, arrays in {work / 'lab'}")
         for n in args.pushers:
             bench_pushers(work, url, key, n, args.sessions, args.session_mb)
-        if args.big_mb:
-            bench_memory(work, url, args.big_mb)
+        for mb in args.big_mb:
+            bench_memory(work, url, mb)
         if args.catalogue:
             bench_search(url, key, args.catalogue)
     finally:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from daq.lab.settings import LabError, LabUnreachable
 
-#: s the probe waits for the lab's answer.
-PROBE_TIMEOUT = 5.0
+#: s the probe waits for the lab's answer (a busy lab with many pushers answers in seconds).
+PROBE_TIMEOUT = 20.0
 
 
 NOT_INSTALLED = "the lab needs Tiled's client: pip install 'hil-lab[lab]'"
