@@ -82,6 +82,10 @@ class DriveFault(DriveError, errors.DeviceFault):
         self.fault_code = fault_code
 
 
+class IdentityMismatch(DriveError, errors.DeviceRefused):
+    """The drive that answered is not the one the config expects (``[devices.drive.expect]``)."""
+
+
 class DriveTimeout(DriveError, errors.DeviceTimeout):
     """The drive did not reach the expected state in time."""
 
@@ -227,6 +231,7 @@ class ServoDrive:
         self._hb_task: asyncio.Task | None = None
         self._hb_count = 0
         self._connected = False
+        self._beats = True  # write the heartbeat while connected (off for a read-only look: `hil devices`)
         self.drive_limits: dict[str, float] = {}
 
     @property
@@ -245,9 +250,11 @@ class ServoDrive:
         return cls(self.name, self.url, message, *extra)
 
     # ------------------------------------------------------------------ connection
-    async def connect(self) -> None:
+    async def connect(self, heartbeat: bool = True) -> None:
         """Connect, retrying with backoff; gives up with DriveConnectionError after ``connect_timeout`` s
-        (every attempt included). Starts the heartbeat."""
+        (every attempt included). Starts the heartbeat unless ``heartbeat`` is False (a read-only look that
+        writes nothing; the drive cannot be enabled without it)."""
+        self._beats = heartbeat
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.cfg.connect_timeout
         delay = 0.1
@@ -291,7 +298,8 @@ class ServoDrive:
         tl = await self._read("torque_limit")
         sl = await self._read("speed_limit")
         self.drive_limits = {"torque_limit": float(tl), "speed_limit": float(sl)}
-        self._hb_task = asyncio.create_task(self._heartbeat(), name=f"{self.name}-heartbeat")
+        if self._beats:
+            self._hb_task = asyncio.create_task(self._heartbeat(), name=f"{self.name}-heartbeat")
 
     async def _secure(self, client: Client, sec: DriveSecurity) -> None:
         """Basic256Sha256 SignAndEncrypt with our certificate; the server's certificate pinned or trusted."""
@@ -565,6 +573,23 @@ class ServoDrive:
             return LiveSubscription(sub)
 
         return await self._request(make)
+
+    def identity_mismatch(self, identity: Mapping[str, Any]) -> str | None:
+        """What of ``identity`` differs from ``[devices.drive.expect]``, in words (None: it matches)."""
+        wrong = [f"{key} {str(identity.get(key))!r} where {want!r} is expected"
+                 for key, want in self.cfg.expect.items() if str(identity.get(key)) != want]
+        if not wrong:
+            return None
+        return ("the drive at this address is not the configured one: " + "; ".join(wrong)
+                + " (wrong url, or [devices.drive.expect] not updated after a drive swap)")
+
+    async def check_identity(self) -> dict:
+        """Read the identity and refuse (IdentityMismatch) a drive other than the expected one; returns it."""
+        identity = await self.device_identity()
+        why = self.identity_mismatch(identity)
+        if why:
+            raise self._err(IdentityMismatch, why)
+        return identity
 
     async def device_identity(self) -> dict:
         """Model, serial number, firmware, url and limits (for the session record)."""

@@ -181,6 +181,7 @@ async def open_devices(cfg: object, devices: DriveDevicesTable) -> DriveRigDevic
     devices = DriveRigDevices(drive, [("stop and disable drive", drive.safe_state)])
     try:
         await drive.connect()
+        await drive.check_identity()  # the configured drive, or nothing moves
     except BaseException:
         await devices.close()
         raise
