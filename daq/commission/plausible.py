@@ -48,14 +48,17 @@ def likely_mistake(spec: RegisterSpec, raws: Sequence[Sequence[int]], span: tupl
             return (f"{where}: likely the word order - with word_order = {other!r} it reads "
                     f"{_median(swapped):.4g} {spec.unit}; set word_order = {other!r}")
     finite = [v for v in values if math.isfinite(v)]
-    for f in SCALES:
-        if finite and len(finite) == len(values) and inside([v * f for v in values], span):
-            return (f"{where}: likely the scale factor - {_times(f)} it would be plausible "
-                    f"({shown * f:.4g} {spec.unit}); check scale (and the register's unit, e.g. mm for m)")
+    scale = next((f for f in SCALES if finite and len(finite) == len(values)
+                  and inside([v * f for v in values], span)), None)
+    scale_text = (f"the scale factor - {_times(scale)} it would be plausible ({shown * scale:.4g} "
+                  f"{spec.unit}); check scale (and the register's unit, e.g. mm for m)") if scale else ""
     for name, other_span in others.items():
         if finite and inside(values, other_span):
             return (f"{where}: it reads like {name!r} ({other_span[0]:g}..{other_span[1]:g}); likely the "
-                    "register address - is it pointed at another register of this device?")
+                    "register address - is it pointed at another register of this device?"
+                    + (f" (or {scale_text})" if scale else ""))
+    if scale:
+        return f"{where}: likely {scale_text}"
     return f"{where}: check the register's address, type, word order, scale and unit against the device's map"
 
 
