@@ -29,6 +29,15 @@ def inside(values: Sequence[float], span: tuple[float, float] | None) -> bool:
     return all(math.isfinite(v) and (span is None or span[0] <= v <= span[1]) for v in values)
 
 
+def sensible(values: Sequence[float], span: tuple[float, float]) -> bool:
+    """Inside the span and not vanishingly small against it: swapped float words often decode to 1e-24,
+    inside any span around zero but no reading an instrument makes."""
+    if not inside(values, span):
+        return False
+    size = float(np.median(np.abs(values)))
+    return size == 0.0 or size >= 1e-9 * (span[1] - span[0])
+
+
 def decode_all(spec: RegisterSpec, raws: Sequence[Sequence[int]]) -> list[float]:
     """Each raw read decoded with ``spec`` (no plausibility check)."""
     return [spec.decode(r) for r in raws]
@@ -44,7 +53,7 @@ def likely_mistake(spec: RegisterSpec, raws: Sequence[Sequence[int]], span: tupl
     if spec.count == 2:
         other = "little" if spec.word_order == "big" else "big"
         swapped = decode_all(dataclasses.replace(spec, word_order=other), raws)
-        if inside(swapped, span):
+        if sensible(swapped, span):
             return (f"{where}: likely the word order - with word_order = {other!r} it reads "
                     f"{_median(swapped):.4g} {spec.unit}; set word_order = {other!r}")
     finite = [v for v in values if math.isfinite(v)]
