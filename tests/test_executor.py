@@ -6,7 +6,7 @@ from dask.distributed import Client, LocalCluster
 
 from daq.run.executor import DaskExecutor, LocalExecutor, SerialExecutor, make_executor
 from identification.design.multisine import design_multisine
-from identification.gsa.gsa_identification import identify, reference_from_model
+from identification.gsa import identify, reference_from_model
 from identification.models.drive_models import parse_name
 from identification.models.drive_simulation import prepare_input, simulate
 from identification.models.machine_tool_model import (

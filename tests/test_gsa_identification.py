@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from identification.gsa.gsa_identification import (
+from identification.gsa import (
     fraction_within,
     identify,
     reference_from_model,

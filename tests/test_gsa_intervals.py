@@ -6,16 +6,9 @@ import warnings
 import numpy as np
 import pytest
 
-from identification.gsa.gsa_identification import (
-    ModalReference,
-    _lsq_covariance,
-    _measurement_check,
-    _std,
-    _two_stage_covariance,
-    local_refit,
-    parameter_intervals,
-    reference_from_model,
-)
+from identification.gsa import ModalReference, local_refit, parameter_intervals, reference_from_model
+from identification.gsa.checks import measurement_check
+from identification.gsa.covariance import lsq_covariance, std_of, two_stage_covariance
 from identification.models.machine_tool_model import (
     DAMPING_NAMES,
     STIFFNESS_NAMES,
@@ -66,7 +59,7 @@ def test_covariance_known_answer_and_spread_of_linear_refits():
         y = X @ np.array([1.0, -2.0, 0.5]) + sig * np.random.default_rng(seed).standard_normal(n)
         b = np.linalg.lstsq(X, y, rcond=None)[0]
         r = y - X @ b
-        lc = _lsq_covariance(X, r, blocks)
+        lc = lsq_covariance(X, r, blocks)
         if seed == 0:
             s2 = r @ r / (n - p)
             np.testing.assert_allclose(lc.classic, s2 * np.linalg.inv(X.T @ X), rtol=1e-8)
@@ -84,12 +77,12 @@ def test_covariance_known_answer_and_spread_of_linear_refits():
 def test_unseen_direction_gets_nan_never_sqrt_of_negative():
     X = np.random.default_rng(1).standard_normal((50, 3))
     X[:, 2] = 0.0  # the residual does not depend on parameter 2
-    lc = _lsq_covariance(X, np.random.default_rng(2).standard_normal(50) * 0.1)
+    lc = lsq_covariance(X, np.random.default_rng(2).standard_normal(50) * 0.1)
     assert list(lc.seen) == [True, True, False]
     assert np.all(np.isfinite(np.diag(lc.classic)[:2])) and np.isnan(lc.classic[2, 2])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        s = _std(np.array([[1.0, 0.0], [0.0, -1e-12]]))
+        s = std_of(np.array([[1.0, 0.0], [0.0, -1e-12]]))
     assert s[0] == 1.0 and np.isnan(s[1])
 
 
@@ -224,8 +217,8 @@ def _linear_case(seed: int, misfit: float) -> tuple[float, float]:
     y = J @ np.ones(6) + np.sqrt(var) * rng.standard_normal(140) + misfit * bump
     yv = Jv @ np.ones(6) + sig_v * rng.standard_normal(8) + misfit * sig_v * np.cos(np.linspace(0, 3, 8))
     b = np.linalg.lstsq(J, y, rcond=None)[0]
-    lc = _lsq_covariance(J, y - J @ b, blocks)
-    ratio, p, _ = _measurement_check(J, y - J @ b, blocks, sig, lc.block_var, lc.pinv, Jv, yv - Jv @ b, sig_v)
+    lc = lsq_covariance(J, y - J @ b, blocks)
+    ratio, p, _ = measurement_check(J, y - J @ b, blocks, sig, lc.block_var, lc.pinv, Jv, yv - Jv @ b, sig_v)
     return ratio, p
 
 
@@ -296,12 +289,12 @@ def test_two_stage_covariance_carries_each_stage_into_the_other():
     est, new, old = [], [], []
     for seed in range(300):
         e, rk, rc = _two_stage_case(seed, J, D, A, G)
-        lk, lcd = _lsq_covariance(J, rk), _lsq_covariance(A, rc)
-        cov, seen = _two_stage_covariance(lk, lcd, "classic", D, G)
+        lk, lcd = lsq_covariance(J, rk), lsq_covariance(A, rc)
+        cov, seen = two_stage_covariance(lk, lcd, "classic", D, G)
         assert seen.all()
         est.append(e)
         new.append(np.diag(cov))
-        old.append(np.diag(_two_stage_covariance(lk, lcd, "classic", np.zeros_like(D), G)[0]))
+        old.append(np.diag(two_stage_covariance(lk, lcd, "classic", np.zeros_like(D), G)[0]))
     spread = np.std(est, axis=0, ddof=1)
     ratio = np.sqrt(np.mean(new, axis=0)) / spread
     assert np.all(np.abs(ratio - 1) < 0.1), ratio

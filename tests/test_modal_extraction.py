@@ -22,7 +22,7 @@ from identification.frequency.modal_extraction import (
     synthesize,
 )
 from identification.frequency.modal_metrics import macxp_matrix
-from identification.gsa.gsa_identification import fraction_within
+from identification.gsa import fraction_within
 from identification.models.machine_tool_model import complex_modes_of
 from simulators.physics.machine_tool import MachineToolTruth
 
