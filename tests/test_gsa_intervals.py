@@ -184,21 +184,24 @@ def test_structure_error_widens_the_intervals(refit):
 
 def test_structure_error_is_called_model_error():
     """A disturbed machine (other masses, joints and screw constants than the model) whose refit the
-    residual-scale checks call valid (held-back positions within the fit's inflated scale, estimate at the
-    optimum): against the modal extraction's own frequency std the misfit shows, and the verdict names it."""
+    residual-scale check calls valid (held-back positions within the fit's inflated scale): against the
+    modal extraction's own frequency std the misfit shows, and the verdict names it first. Whether the
+    wrong-structure refit also stops short of its optimum (a second problem) depends on the BLAS kernel
+    (Gauss-Newton step 0.08 std with one, 1.8 with another): not asserted."""
     iv, ref, val = _disturbed_refit(_truth(), 12)
     lo, hi = param_bounds()
     assert not iv.intervals_valid
-    assert len(iv.problems) == 1 and iv.problems[0].startswith("model error"), iv.problems
+    assert iv.problems[0].startswith("model error"), iv.problems
+    assert not any("held-back" in p for p in iv.problems) and iv.checks["p_validation"] > 0.01
     assert iv.checks["measurement_frequency_ratio"] > 5.0 and iv.checks["p_measurement"] < 1e-6
-    assert iv.checks["gauss_newton_step_std"] < 1.0  # the old checks: passed
     assert "model error" in iv.statement and not any(iv.identifiable.values())
-    # without the extraction's std the check cannot run, and the old verdict (valid) is what remains
+    # without the extraction's std the check cannot run: the held-back residuals alone do not see the misfit
     bare = ModalReference(ref.positions, ref.lam, ref.shapes, ref.xi)
     bare_v = ModalReference(val.positions, val.lam, val.shapes, val.xi)
     iv0 = parameter_intervals(MachineTool(), bare, iv.estimate, STIFFNESS_NAMES, DAMPING_NAMES, lo, hi, PAIRS,
                               validation=bare_v)
-    assert iv0.intervals_valid and "measurement_frequency_ratio" not in iv0.checks
+    assert "measurement_frequency_ratio" not in iv0.checks and iv0.checks["p_validation"] > 0.01
+    assert not any(p.startswith("model error") or "held-back" in p for p in iv0.problems), iv0.problems
 
 
 def _linear_case(seed: int, misfit: float) -> tuple[float, float]:
