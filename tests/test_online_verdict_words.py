@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from daq.cli.watch import _verdict_text
-from identification.analyses.online_press import format_alpha, model_verdict
+from identification.analyses import online_press
+from identification.analyses.online_press import model_verdict
 from simulators.physics.press import SENSOR_NAMES, PressTruth, simulate_staircase, staircase_forces
 
 SIGMAS = np.array([1.518e-5, 4.895e-6, 3.904e-6]) / np.sqrt(100)  # configs/press-sim.toml, 100 readings
@@ -55,9 +56,9 @@ def test_one_series_is_an_undecided_verdict_in_words(series):
 
 
 def test_p_values_print_readably(series):
-    assert format_alpha(9.52e-111) == "< 1e-6" and format_alpha(0.0) == "< 1e-6"
-    assert format_alpha(0.103) == "0.1" and format_alpha(3.2e-4) == "0.00032"
-    assert format_alpha(float("nan")) == "not computed"
+    fmt = online_press.format_alpha
+    assert fmt(9.52e-111) == "< 1e-6" and fmt(0.0) == "< 1e-6"
+    assert fmt(0.103) == "0.1" and fmt(3.2e-4) == "0.00032" and fmt(float("nan")) == "not computed"
     z, q, qd = series
     text = _verdict_text(model_verdict(z, q, qd, SIGMAS, SENSOR_NAMES).to_dict())
     assert "e-1" not in text and "e-2" not in text and "e-3" not in text, text  # no 1e-109 %
