@@ -85,18 +85,19 @@ def analysed(tmp_path_factory) -> tuple[str, dict, Path]:
 
 
 def test_hil_analyze_finds_the_simulated_modes_and_prints_the_tables(analysed):
-    """The modes `hil analyze` extracts are the simulator's (its truth, 20-60 Hz) and the identified model
-    matches them; the text shows the same tables the JSON holds."""
+    """The modes `hil analyze` extracts are the simulator's (its truth, 20-60 Hz), the identified model
+    matches them and finds the bed's vertical springs; the text shows the tables the JSON holds."""
     out, d, _ = analysed
     truth = MachineToolTruth(CONFIG["simulator"]["truth"])
     for entry in d["modal_extraction"]:
         cm = complex_modes_of(*truth.matrices(entry["position"]), truth.O, 12)
         band = cm.freq[(cm.freq >= 20.0) & (cm.freq <= 60.0)]
-        print(entry["position"], entry["freq"], band, entry["xi"])
-        np.testing.assert_allclose(entry["freq"], band, rtol=0.01)
+        np.testing.assert_allclose(entry["freq"], band, rtol=2e-3)  # measured: within 0.05 %
     mac = d["identification"]["table"]["MACXP"]
-    print(mac, d["validation"]["table"]["MACXP"], d["relative_deviation"])
-    assert mac["worst"] >= 0.9, mac
+    assert mac["worst"] >= 0.98 and d["validation"]["table"]["MACXP"]["worst"] >= 0.98, mac  # 0.990, 0.995
+    # two modes, few samples: the vertical springs the first bed modes carry come out (measured: <= 0.5 %)
+    for name in ("ME1_ky", "ME2_ky", "ME3_ky"):
+        assert abs(d["relative_deviation"][name]) < 0.02, (name, d["relative_deviation"][name])
     assert (
         "identification positions (axis position 50 mm)" in out and "validation (axis position 300 mm)" in out
     )
