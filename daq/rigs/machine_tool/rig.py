@@ -239,7 +239,7 @@ class MTAnalysisResult:
 
 def analyze(arrays: MTArrays, cfg: MachineToolConfig, progress=None, executor=None) -> MTAnalysisResult:
     """EMA per position, then the GSA identification through the executor (progress on ``progress``)."""
-    from identification.gsa.gsa_identification import ModalReference, identify  # lazy: SALib is heavy
+    from identification.gsa import ModalReference, identify  # lazy: SALib is heavy
 
     a = cfg.analysis
     model = MachineTool()
