@@ -95,10 +95,11 @@ class ServerThread:
     """`Server.serve()` in a thread with its own event loop; ``url``, ``token`` once started."""
 
     def __init__(self, configs: Path, store: Path, token_file: Path, host: str = "127.0.0.1",
-                 certfile: str | None = None, keyfile: str | None = None):
+                 certfile: str | None = None, keyfile: str | None = None,
+                 allowed_hosts: tuple[str, ...] = ()):
         self.said: list[str] = []
         self.server = Server(configs, store, token_file, host=host, port=0, certfile=certfile,
-                             keyfile=keyfile, say=self.said.append)
+                             keyfile=keyfile, say=self.said.append, allowed_hosts=allowed_hosts)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=lambda: asyncio.run(self._go()), daemon=True)
