@@ -18,6 +18,7 @@ MAX_SERIES_POINTS = 4000   # buckets per stream of GET .../series, at most
 SUMMARY_EVENTS = 500       # events of the run's own stream (who did what) in a summary, at most
 CHUNK_BUCKETS = 256         # buckets read at a time (the memory of a series request)
 ONLINE_KINDS = ("estimate", "estimate_failed")
+CORRECTION_KINDS = ("setpoint_reached", "setpoint_not_reached")
 
 
 async def configs(service, request: Request, name) -> Response:
@@ -51,17 +52,20 @@ def _summary(service, session: str) -> dict:
     with service.reader() as reader:
         info = reader.get_session(session)
         events = reader.events(info.id)
-    outcome, estimates, actions = None, {}, []
+    outcome, estimates, actions, corrections = None, {}, [], []
     for ev in events:
         if ev.kind == "plan_outcome":
             outcome = ev.body
         elif ev.kind in ONLINE_KINDS:
             estimates[ev.stream] = {"stream": ev.stream, "kind": ev.kind, "t": ev.t, "body": ev.body}
+        elif ev.kind in CORRECTION_KINDS:
+            corrections.append({"stream": ev.stream, "kind": ev.kind, "t": ev.t, "body": ev.body})
         elif ev.stream.endswith(".run") and len(actions) < SUMMARY_EVENTS:
             actions.append({"stream": ev.stream, "kind": ev.kind, "t": ev.t, "body": ev.body})
     return {"session": info.id, "kind": info.kind, "status": info.status, "reason": info.reason,
             "started": info.started, "ended": info.ended, "config": info.config, "outcome": outcome,
-            "actions": actions, "estimates": list(estimates.values())}
+            "actions": actions, "estimates": list(estimates.values()),
+            "corrections": corrections[-MAX_SERIES_POINTS:], "n_corrections": len(corrections)}
 
 
 async def summary(service, request: Request, name) -> Response:
@@ -69,8 +73,8 @@ async def summary(service, request: Request, name) -> Response:
 
 
 def _series(service, session: str, points: int) -> dict:
-    """Every frame stream of the session reduced to at most ``points`` buckets (t in s since the session
-    started; mean, min, max per channel; gaps as null rows)."""
+    """Every frame stream of the session reduced to at most ``points`` buckets (t: the bucket's first sample
+    time, s in the store's time base; mean, min, max per channel; gaps as null rows)."""
     out = []
     with service.reader() as reader:
         info = reader.get_session(session)
@@ -86,7 +90,7 @@ def _series(service, session: str, points: int) -> dict:
             t, mean, lo, hi = (np.concatenate([p[k] for p in parts]) for k in range(4))
             t, mean, lo, hi = series_math.with_gaps(t, mean, lo, hi, spacing=(s.dt or 0) * per or None)
             out.append({"stream": s.name, "channels": s.channels, "units": s.units, "n": n,
-                        "per_point": per, "t": (t - info.started).tolist(), "mean": mean.T.tolist(),
+                        "per_point": per, "t": t.tolist(), "mean": mean.T.tolist(),
                         "min": lo.T.tolist(), "max": hi.T.tolist()})
     return {"session": info.id, "started": info.started, "streams": out}
 
