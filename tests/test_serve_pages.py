@@ -106,7 +106,7 @@ def button(page, action):
     return page.find_element(By.ID, f"btn-{action}")
 
 
-@pytest.mark.slow(reason="a live run watched, paused, reloaded and stopped in Chromium (~30 s; minutes under load)")
+@pytest.mark.slow(reason="a live run watched, paused, reloaded and stopped in Chromium (~30 s)")
 def test_controls_follow_the_state_and_a_reload_mid_run_rebuilds_the_run_from_the_store(srv, page, http):
     from selenium.webdriver.common.by import By
 

@@ -9,13 +9,14 @@ import sys
 import zipfile
 from pathlib import Path
 
+from daq.store.reader import SessionReader
+
 SUFFIX = {"hdf5": ".h5", "mat": ".mat", "csv": ""}
 
 
 def export_into(store_path: Path, session: str, fmt: str, folder: Path) -> Path:
     """The export file of ``session`` in ``folder`` (a CSV folder as a zip of its files)."""
     from daq.export.session_export import export  # lazy: h5py and the MAT writers
-    from daq.store.reader import SessionReader
 
     with SessionReader(store_path, create=False) as reader:
         info = reader.get_session(session)
