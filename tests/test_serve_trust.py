@@ -173,6 +173,10 @@ def test_runs_answer_one_by_one_queued_ones_with_their_kind_and_replays_404_in_w
         assert r.status_code == 404 and "restart" in r.json()["error"]
         r = http.post("/api/runs/nosuchrun/pause")
         assert r.status_code == 404 and r.json()["error"] == "no run nosuchrun"
+        r = http.get("/api/nothing/here")  # the server's own answers are JSON lines too
+        assert r.status_code == 404 and r.json()["error"] == "no such path /api/nothing/here"
+        r = http.put("/api/runs")
+        assert r.status_code == 405 and "does not take PUT" in r.json()["error"]
 
 
 def test_the_export_pool_refuses_when_full_and_cleans_up_after_a_client_that_left(srv, tmp_path):
@@ -219,7 +223,8 @@ def test_listing_and_queueing_answer_while_eight_exports_run_and_nothing_stays_o
         poll_until(lambda: root.exists() and any(root.iterdir()), timeout=30, period=0.02)  # exports run
         assert http.get("/api/sessions").status_code == 200
         queued = http.post("/api/runs", json={"config": "endless.toml"})
-        assert queued.status_code == 202
+        assert queued.status_code == 202 and queued.json()["kind"] == RIG.kind
+        assert http.get(f"/api/runs/{queued.json()['id']}").json()["kind"] == RIG.kind
         answered = time.monotonic()
         results = [f.result() for f in futures]
         http.post(f"/api/runs/{queued.json()['id']}/abort")

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
@@ -27,7 +28,7 @@ from daq.serve.exports import ExportPool
 from daq.serve.problems import Forbidden, Unauthorized
 from daq.serve.relay import LiveRelay
 from daq.serve.replays import Replayer
-from daq.serve.replies import problem_reply
+from daq.serve.replies import error, problem_reply
 from daq.serve.run_queue import RunQueue
 from daq.serve.runner import Runner
 from daq.serve.same_origin import ORIGIN_CHECKED, HostPolicy, SameOrigin
@@ -140,4 +141,14 @@ def build_app(service: Service) -> Starlette:
         WebSocketRoute("/ws/live", live),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(SameOrigin, policy=service.hosts)])
+    return Starlette(routes=routes, middleware=[Middleware(SameOrigin, policy=service.hosts)],
+                     exception_handlers={HTTPException: _http_problem})
+
+
+async def _http_problem(request: Request, exc: Exception) -> Response:
+    """Starlette's own answers (no such route, a method the route does not take) as one JSON line too."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    path = request.url.path
+    words = {404: f"no such path {path}", 405: f"{path} does not take {request.method}"}
+    headers = getattr(exc, "headers", None) or {}
+    return error(status, words.get(status, str(getattr(exc, "detail", exc))), **headers)

@@ -60,7 +60,8 @@ def _summary(service, session: str) -> dict:
             estimates[ev.stream] = {"stream": ev.stream, "kind": ev.kind, "t": ev.t, "body": ev.body}
         elif ev.kind in CORRECTION_KINDS:
             corrections.append({"stream": ev.stream, "kind": ev.kind, "t": ev.t, "body": ev.body})
-        elif ev.stream.endswith(".run") and len(actions) < SUMMARY_EVENTS:
+        elif (ev.stream.endswith(".run") or (isinstance(ev.body, dict) and "by" in ev.body)) \
+                and len(actions) < SUMMARY_EVENTS:  # who started, paused, stopped it
             actions.append({"stream": ev.stream, "kind": ev.kind, "t": ev.t, "body": ev.body})
     return {"session": info.id, "kind": info.kind, "status": info.status, "reason": info.reason,
             "started": info.started, "ended": info.ended, "config": info.config, "outcome": outcome,
