@@ -120,7 +120,8 @@ def main() -> None:
         for name, xs in (("GET /api/sessions", listing), ("POST /api/runs", queueing)):
             p90 = statistics.quantiles(xs, n=10)[-1]
             print(f"{name}: {len(xs)} requests during the exports, latency min {min(xs) * 1e3:.0f} ms, "
-                  f"median {statistics.median(xs) * 1e3:.0f} ms, p90 {p90 * 1e3:.0f} ms, max {max(xs) * 1e3:.0f} ms")
+                  f"median {statistics.median(xs) * 1e3:.0f} ms, p90 {p90 * 1e3:.0f} ms, "
+                  f"max {max(xs) * 1e3:.0f} ms")
         for status, seconds, size in sorted(results):
             print(f"export: {status} after {seconds:.1f} s, {size / 1e6:.1f} MB")
         print(f"server CPU time during the exports {cpu:.1f} s (export processes not counted); "
