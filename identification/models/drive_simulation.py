@@ -167,6 +167,8 @@ def simulate(structure: DriveStructure, params: dict[str, float], inp: StepInput
     t = np.arange(N) * inp.h
 
     Phi, Gam, w_in, Gf = _augmented(names, Ad, Bd, dAd, dBd, v, dv_dT, sensitivities)
+    if inp.decimate == 1 and s.dead_time:  # the data's own step: the delayed command exactly
+        Gam, w_in = _fractional_delay(names, p, A, B, dA, dB, Bd, dBd, inp, sensitivities)
     if (engine or _ENGINE) == "compiled":
         X = _compiled_steps(s, p, names, Ad, Bd, dAd, Gam, w_in, Gf, sensitivities, friction_eps)
     elif not s.nonlinear:
@@ -204,6 +206,48 @@ def _augmented(names: list[str], Ad, Bd, dAd, dBd, v: np.ndarray, dv_dT: np.ndar
     w_in = np.column_stack([v, dv_dT, np.ones(N)])
     Gf = np.concatenate([Bd] + [dBd[j] for j in range(n_p)])
     return Phi, Gam, w_in, Gf
+
+
+def _fractional_delay(names: list[str], p: dict[str, float], A, B, dA, dB, Bd, dBd, inp: StepInput,
+                      sensitivities: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``Gam, w_in`` of the exact discretisation on the command's own step ``dt`` with the dead time
+    ``T = m dt + tau`` as a fractional input delay: over step k the delayed command is ``u[k-m-1]`` for the
+    first ``tau`` and ``u[k-m]`` for the rest, so ``x+ = Ad x + Ga u[k-m-1] + Gb u[k-m]`` with
+    ``Ga = expm(A (dt - tau)) G(tau)``, ``Gb = G(dt - tau)``, ``G(s) = int_0^s expm(A r) dr B`` - no error
+    from the step for the linear part. Parameter derivatives by complex step through the matrix exponentials;
+    ``dGa/dT = expm(A (dt - tau)) B = -dGb/dT``. Channels: ``u[k-m-1]``, ``u[k-m]``, 1 (gravity)."""
+    dt, T = inp.dt, p["dead_time"]
+    m = int(math.floor(T / dt + 1e-12))
+    tau = min(max(T - m * dt, 0.0), dt)
+
+    def gammas(A_, B_):
+        n = A_.shape[0]
+        M = np.zeros((n + 1, n + 1), dtype=A_.dtype)
+        M[:n, :n], M[:n, n] = A_, B_
+        late = scipy.linalg.expm(M * (dt - tau))
+        early = scipy.linalg.expm(M * tau)[:n, n]
+        return late[:n, :n] @ early, late[:n, n], late[:n, :n] @ B_
+
+    Ga, Gb, EB = gammas(A, B)
+    k = np.arange(inp.n_steps)
+    u_at = lambda idx: np.where(idx >= 0, inp.u[np.clip(idx, 0, inp.u.size - 1)], 0.0)  # noqa: E731
+    w_in = np.column_stack([u_at(k - m - 1), u_at(k - m), np.ones(inp.n_steps)])
+    grav = p.get("gravity_torque", 0.0)
+    n = A.shape[0]
+    cols = [np.column_stack([Ga, Gb, Bd * grav])]
+    if sensitivities:
+        h = 1e-30
+        for j, name in enumerate(names):
+            if name == "dead_time":
+                cols.append(np.column_stack([EB, -EB, np.zeros(n)]))
+            elif name == "gravity_torque":
+                cols.append(np.column_stack([np.zeros(n), np.zeros(n), Bd]))
+            elif np.any(dA[j]) or np.any(dB[j]):
+                ca, cb, _ = gammas(A + 1j * h * dA[j], B + 1j * h * dB[j])
+                cols.append(np.column_stack([ca.imag / h, cb.imag / h, dBd[j] * grav]))
+            else:
+                cols.append(np.zeros((n, 3)))
+    return np.vstack(cols), w_in
 
 
 def _python_friction_steps(s: DriveStructure, p: dict[str, float], names: list[str], Phi, Gam, w_in, Gf,
