@@ -233,6 +233,14 @@ def _candidate_task(args: tuple) -> CandidateResult:
     return _evaluate_candidate(*args)
 
 
+def _details_task(args: tuple):
+    """The chosen model's intervals (with both checks) and its traces (runs on the executor)."""
+    chosen, train, valid, bounds, opts = args
+    with single_thread_blas():
+        return (chosen_intervals(chosen, train, valid, bounds, opts),
+                chosen_traces(chosen, train, valid, opts["decimate"], opts["friction_eps"]))
+
+
 def _choose(cands: list[CandidateResult], parsimony_tol: float) -> CandidateResult | None:
     acc = [c for c in cands if c.accepted and math.isfinite(c.valid_cost)]
     if not acc:
@@ -391,16 +399,14 @@ def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] 
             if chosen is None:  # no rival holds up on the fine step: report the coarse choice as before
                 chosen, fine = _choose(results, float(parsimony_tol)), opts
         if chosen is not None:
+            with stage("adequacy"):  # intervals, adequacy and time-step checks, traces: one task
+                intervals, traces = getattr(pool, "map", pool)(_details_task, [(chosen, train, valid, bounds,
+                                                                                fine)])[0]
             with stage("profiles"):
                 if profile:
                     prof = profile_chosen(chosen, train, bounds, fine, n_grid=profile_points,
                                           executor=None if pool is _serial_map else pool)
-            with stage("adequacy"), single_thread_blas():
-                intervals = chosen_intervals(chosen, train, valid, bounds, fine)
-                if prof is not None:
                     prof.graded = bool(intervals.intervals_valid)  # identifiable only with valid intervals
-            with stage("traces"), single_thread_blas():
-                traces = chosen_traces(chosen, train, valid, fine["decimate"], float(friction_eps))
     finally:
         if isinstance(pool, _SpawnPool):
             pool.close()
