@@ -79,10 +79,11 @@ def one(case: str, draw: int, decimate: int, duration: float = 2.0, spread: floa
 SELECT_DRAWN = ("J1", "J2", "J3", "k12", "k23")
 #: configs/crane-sim.toml [model_selection] (the rest are select_model's defaults, as in `hil analyze`)
 SHIPPED = {"max_condition_index": 30.0, "min_validation_fit": 0.8}
+OPEN = {**SHIPPED, "max_condition_index": 1e9, "min_pii_ratio": 0.0}  # --accept-all
 
 
 def one_selection(case: str, draw: int, candidates: list[str] | None, spread: float = 0.2,
-                  dt: float = 1e-4) -> dict:
+                  dt: float = 1e-4, accept_all: bool = False) -> dict:
     """One truth draw through the whole selection with the shipped settings: choice, validity, coverage."""
     rng = np.random.default_rng([draw, 31])
     nominal = CraneTruth()
@@ -97,9 +98,15 @@ def one_selection(case: str, draw: int, candidates: list[str] | None, spread: fl
     va = simulate_axis(truth, mv.scale_to_peak(10.0), dt, rng)
     t0 = time.perf_counter()
     res = select_model((tr["torque_cmd"], tr["speed"], dt), (va["torque_cmd"], va["speed"], dt),
-                       candidates=candidates, profile=False, n_jobs=1, **SHIPPED)
+                       candidates=candidates, profile=False, n_jobs=1,
+                       **(OPEN if accept_all else SHIPPED))
+    # what the shipped thresholds (max condition index 30, min PII 1 %) say of each screened candidate
+    verdicts = {c.name: {"max_ci": c.identifiability.max_ci, "min_pii": c.identifiability.min_pii,
+                         "shipped_accepts": bool(c.identifiability.max_ci < 30
+                                                 and c.identifiability.min_pii >= 0.01)}
+                for c in res.candidates}
     row = {"case": case, "draw": draw, "chosen": res.chosen_name, "seconds": time.perf_counter() - t0,
-           "refined": [c.name for c in res.refined]}
+           "refined": [c.name for c in res.refined], "screen": verdicts}
     rep = res.intervals
     if rep is None:
         return {**row, "names": [], "in_model": [], "in_robust": [], "valid": False, "z": []}
@@ -128,7 +135,9 @@ def selection_summary(rows: list[dict]) -> str:
         cr = np.mean([x for r in right for x in r["in_robust"]]) if right else float("nan")
         cm = np.mean([x for r in right for x in r["in_model"]]) if right else float("nan")
         sb = max((max(r["step_bias_std"]) for r in rs if r.get("step_bias_std")), default=float("nan"))
-        lines.append(f"| {case} | {len(rs)} | {', '.join(f'{k} ({v})' for k, v in chosen.items())} | "
+        acc = sum(bool(r["screen"].get(r["chosen"], {}).get("shipped_accepts")) for r in rs)
+        lines.append(f"| {case} | {len(rs)} | {', '.join(f'{k} ({v})' for k, v in chosen.items())}; "
+                     f"shipped thresholds accept it {acc}/{len(rs)} | "
                      f"{sum(r['valid'] for r in rs)}/{len(rs)} | {100 * cr:.1f} % | {100 * cm:.1f} % | "
                      f"{sb:.2g} |")
     return "\n".join(lines)
@@ -169,6 +178,9 @@ def main() -> None:
     ap.add_argument("--select", action="store_true", help="the whole selection with the shipped settings")
     ap.add_argument("--candidates", nargs="+", default=None, help="with --select: these models only")
     ap.add_argument("--first", type=int, default=0, help="first draw (split a run over processes)")
+    ap.add_argument("--accept-all", action="store_true",
+                    help="with --select: no identifiability thresholds (the intervals alone; the shipped "
+                         "thresholds' verdict is still recorded)")
     args = ap.parse_args()
     if args.load:
         rows = json.loads(Path(args.load).read_text())
@@ -179,7 +191,7 @@ def main() -> None:
     if args.select:
         for case in args.cases:
             for d in range(args.first, args.first + args.draws):
-                rows.append(one_selection(case, d, args.candidates))
+                rows.append(one_selection(case, d, args.candidates, accept_all=args.accept_all))
                 r = rows[-1]
                 print(f"{case} draw {d}: chosen {r['chosen']}, valid {r['valid']}, covered "
                       f"{sum(r['in_robust'])}/{len(r['names'])} ({time.perf_counter() - t0:.0f} s)",
