@@ -9,6 +9,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -117,16 +118,17 @@ class CliState:
 
     store_option: str | None
     config_path: str | None
-    _config: dict | None = field(default=None, repr=False)
+    _config: Any = field(default=None, repr=False)
     lab_key_file: str | None = None  # --key-file: the lab's API key when --store is a lab URL
 
     @property
-    def config(self) -> dict | None:
-        """The ``--config`` file, loaded and validated on first use (None without --config)."""
+    def config(self) -> Any:
+        """The ``--config`` file's shared tables ([rig], [bus], [store]; a typed ``RigConfig``), loaded and
+        validated on first use (None without --config)."""
         if self._config is None and self.config_path is not None:
-            from daq.rigs.config import load_config  # lazy: the registry loads every rig kind
+            from daq.rigs.config import load_shared  # lazy: the registry loads every rig kind
 
-            self._config = load_config(self.config_path, whole=False)
+            self._config = load_shared(self.config_path)
         return self._config
 
     @property
@@ -145,8 +147,9 @@ class CliState:
             from daq.lab.reader import LabReader  # lazy: tiled's client
             from daq.lab.settings import read_key  # lazy: as above
 
-            table = (self.config or {}).get("lab") or {}
-            return LabReader(self.store_option, read_key(self.lab_key_file or table.get("key_file")))
+            table = getattr(self.config, "lab", None)
+            key_file = self.lab_key_file or (table.key_file if table else None)
+            return LabReader(self.store_option, read_key(key_file))
         return SessionStore(self.store_path, create=create)
 
 

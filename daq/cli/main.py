@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from daq.cli import bus, design, keys, lab, rig, serve, sessions, uff, watch
+from daq.cli import bus, design, devices, keys, lab, rig, serve, sessions, uff, watch
 from daq.cli.common import CliState, OneLineError, exit_code, quiet_broken_pipe
 from daq.config.load import ENV_STORE, default_store_path
 
@@ -83,6 +83,7 @@ for command in (
     rig.run,
     rig.analyze,
     rig.check,
+    devices.devices,
     rig.rigs,
     rig.sim,
     rig.ctl,
@@ -96,5 +97,5 @@ for command in (
     main.add_command(command)
 
 
-if __name__ == "__main__":  # python -m daq.cli.main (a child process of ours, e.g. the background push)
+if __name__ == "__main__":  # python -m daq.cli.main ... runs the same command as `hil`
     main()

@@ -66,10 +66,11 @@ def push_in_background(store_path: str | os.PathLike, lab: LabTable | None) -> s
                                 start_new_session=True)
 
 
-def push_after_run(store_path: str | os.PathLike, raw_config: dict | None) -> subprocess.Popen | None:
-    """With a ``[lab]`` table in the run's config: push the store's pending sessions in the background
-    (``hil run`` and ``hil serve`` call this when a session ends; nothing here waits or can fail the run)."""
-    table = (raw_config or {}).get("lab")
+def push_after_run(store_path: str | os.PathLike, config) -> subprocess.Popen | None:
+    """With a ``[lab]`` table in the run's config (typed, or its TOML dict): push the store's pending
+    sessions in the background (``hil run`` and ``hil serve`` call this when a session ends; nothing here
+    waits or can fail the run)."""
+    table = config.get("lab") if isinstance(config, dict) else getattr(config, "lab", None)
     if not table:
         return None
     try:

@@ -25,10 +25,12 @@ from daq.errors import ConfigError
 from daq.serve.api import Service, build_app
 from daq.serve.auth import Tokens, check_bind, ensure_token_file, is_loopback
 from daq.serve.configs import ConfigFolder
+from daq.serve.exports import ExportPool
 from daq.serve.relay import LiveRelay
 from daq.serve.replays import Replayer
 from daq.serve.run_queue import RunQueue
 from daq.serve.runner import Runner
+from daq.serve.same_origin import HostPolicy
 from daq.store.read_write import SessionStore
 
 log = logging.getLogger(__name__)
@@ -61,8 +63,9 @@ class Server:
 
     def __init__(self, configs: Path, store_path: Path, token_file: Path, host: str = "127.0.0.1",
                  port: int = 8765, certfile: str | None = None, keyfile: str | None = None,
-                 say: Callable[[str], None] | None = None):
+                 say: Callable[[str], None] | None = None, allowed_hosts: tuple[str, ...] = ()):
         check_bind(host, certfile, keyfile)
+        self.hosts = HostPolicy(host, allowed_hosts)
         self.host, self.port, self.certfile, self.keyfile = host, port, certfile, keyfile
         self.configs = ConfigFolder(Path(configs))
         if not self.configs.folder.is_dir():
@@ -91,6 +94,8 @@ class Server:
         self.store_path.parent.mkdir(parents=True, exist_ok=True)
         SessionStore(self.store_path).close()  # create it; sessions of dead writers are marked incomplete
         self.queue = RunQueue.open(self.store_path.parent)
+        exports = ExportPool(self.store_path)
+        exports.clean()  # what a killed server left
         sock = None
         try:
             family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
@@ -106,7 +111,8 @@ class Server:
             self.runner.before_run = lambda: self.replayer.stop("a queued run started")
             self.runner.start()
             service = Service(tokens, self.configs, self.store_path, self.queue, self.runner, relay,
-                              open_reads=is_loopback(self.host), replayer=self.replayer)
+                              open_reads=is_loopback(self.host), replayer=self.replayer, hosts=self.hosts,
+                              exports=exports, secure=bool(self.certfile))
             config = uvicorn.Config(build_app(service), log_level="warning", access_log=False, lifespan="off",
                                     ssl_certfile=self.certfile, ssl_keyfile=self.keyfile, loop="asyncio",
                                     ws="websockets-sansio", ws_ping_interval=20.0,
@@ -140,6 +146,7 @@ class Server:
                 await self.replayer.stop("hil serve stopped")
             if self.runner is not None and not self.stopping:
                 await self.runner.shutdown()
+            exports.clean()
             if sock is not None:
                 sock.close()
             self.queue.close()
