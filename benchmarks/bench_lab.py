@@ -219,11 +219,12 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-lab-"))
     pg_dir = Path(tempfile.mkdtemp(prefix="bench-lab-pg-"))
-    catalog = start_postgres(pg_dir, free_port())
-    server, url, key = start_lab(work / "lab", catalog)
-    (work / "key").write_text(key + "\n")
-    os.chmod(work / "key", 0o600)
+    server = None
     try:
+        catalog = start_postgres(pg_dir, free_port())
+        server, url, key = start_lab(work / "lab", catalog)
+        (work / "key").write_text(key + "\n")
+        os.chmod(work / "key", 0o600)
         print(f"lab {url}, PostgreSQL catalogue, arrays in {work / 'lab'}")
         for n in args.pushers:
             bench_pushers(work, url, key, n, args.sessions, args.session_mb)
@@ -232,9 +233,11 @@ def main() -> None:
         if args.catalogue:
             bench_search(url, key, args.catalogue)
     finally:
-        server.send_signal(signal.SIGINT)
-        server.wait(timeout=60)
-        as_pg(str(PG_BIN / "pg_ctl"), "-D", str(pg_dir / "db"), "-m", "fast", "-w", "stop")
+        if server is not None:
+            server.send_signal(signal.SIGINT)
+            server.wait(timeout=180)
+        if (pg_dir / "db" / "postmaster.pid").exists():
+            as_pg(str(PG_BIN / "pg_ctl"), "-D", str(pg_dir / "db"), "-m", "fast", "-w", "stop")
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(pg_dir, ignore_errors=True)
 
