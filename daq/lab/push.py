@@ -37,7 +37,7 @@ from daq.lab.settings import LabError
 from daq.store.reader import SessionReader
 from daq.store.records import FINAL_STATUSES, SessionInfo, StreamInfo
 
-#: Blocks in flight at once per push (each at most layout.BLOCK_BYTES).
+#: Blocks in flight at once per push (each at most layout.BLOCK_BYTES; with its upload copy, 8 MB).
 WORKERS = 4
 
 
@@ -185,7 +185,7 @@ class Pusher:
                     values = np.ascontiguousarray(values)
                     pending.append((pool.submit(arr.write_block, values, block), name, i))
                     self.sent += values.nbytes
-                while len(pending) >= 2 * self.workers:
+                while len(pending) >= self.workers:
                     self._finish(info.id, pending.popleft())
             while pending:
                 self._finish(info.id, pending.popleft())
@@ -248,8 +248,8 @@ def stream_digest(snode, rows: int, workers: int = WORKERS) -> tuple[int, str, s
             ts = pool.map(lambda s: t_arr[s[0]:s[1]], batch)
             ds = pool.map(lambda s: d_arr[s[0]:s[1]], batch)
             for t, d in zip(ts, ds, strict=True):
-                th.update(np.ascontiguousarray(t, dtype="<f8").tobytes())
-                dh.update(np.ascontiguousarray(d).tobytes())
+                th.update(memoryview(np.ascontiguousarray(t, dtype="<f8")))  # no copy for the digest
+                dh.update(memoryview(np.ascontiguousarray(d)))
     return n, th.hexdigest(), dh.hexdigest()
 
 
