@@ -32,7 +32,8 @@ from daq import json_codec
 from daq.bus.frames import Event, Frame
 from daq.bus.keys import load_keys, with_own_client
 from daq.bus.pubsub import BusPublisher, BusSubscriber
-from daq.config.load import ConfigError, store_path_for, to_dict
+from daq.config.load import ConfigError, store_path_for
+from daq.config.load import snapshot as config_snapshot
 from daq.config.schema import RigConfig
 from daq.rigs import check_rules, get_rig, parse_config
 from daq.rigs.base import Devices, Rig
@@ -266,9 +267,9 @@ async def _run_session(rig: Rig, cfg: Any, device_cfg: Any, store_path: Path, sh
         ctx.devices = devices
         await rig.prepare(ctx)
         # the parsed config, with the store it went to and the devices as they were reached (simulated ports)
-        snapshot = dict(to_dict(cfg), store={"path": str(store_path)})
+        snapshot = dict(config_snapshot(cfg), store={"path": str(store_path)})
         if "devices" in rig.schema.__struct_fields__:
-            snapshot["devices"] = to_dict(device_cfg)
+            snapshot["devices"] = config_snapshot(device_cfg)
         session_id = store.create_session(rig.kind, _jsonable(snapshot), devices=await devices.identities())
         ctx.session_id = session_id
         if on_session is not None:
