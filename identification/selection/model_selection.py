@@ -440,7 +440,7 @@ def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] 
     """Fit all candidates (default: the 96 of the kit), check identifiability, validate, choose.
 
     ``progress(done, total, candidate_result)`` is called in this process after each candidate.
-    ``executor`` (e.g. ``daq.run.executor.make_executor(...)``: a local pool or a Dask cluster) runs
+    ``executor`` (e.g. ``daq.executor.make_executor(...)``: a local pool or a Dask cluster) runs
     the candidates and the profile likelihood; it needs ``map(fn, items)`` and may offer
     ``imap_unordered`` (then progress is reported as candidates finish). Without one,
     ``n_jobs > 1`` spreads candidates over a process pool here.

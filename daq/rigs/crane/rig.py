@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from daq.executor import make_executor
 from daq.rigs import drive
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, RunContext
@@ -28,7 +29,6 @@ from daq.rigs.crane.config import (
 )
 from daq.rigs.crane.online import TOPICS, CraneOnlineIdentifier
 from daq.rigs.excitation import ROLES, design_excitation
-from daq.run.executor import make_executor
 from daq.store.reader import SessionReader
 from identification.models.drive_models import PARAM_UNITS
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from daq.executor import make_executor
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, Rig, RunContext
 from daq.rigs.machine_tool.config import MachineToolConfig, check_rig
 from daq.rigs.machine_tool.plots import write_plots
-from daq.run.executor import make_executor
 from drivers.modal_frontend import ModalFrontEnd
 from identification.frequency.frf_estimation import h1_estimate
 from identification.frequency.modal_extraction import extract_modes
