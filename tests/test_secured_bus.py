@@ -145,7 +145,8 @@ def test_a_plain_loopback_run_needs_no_keys_even_with_a_keys_folder_in_the_envir
         runner.announcement()
         res, _ = hil(tmp_path, "ctl", "status", "--json", keys_env=str(keys.directory))
         assert res.exit_code == 0 and json.loads(res.output)["state"] == "running", res.output
-        res, _ = hil(tmp_path, "ctl", "status", "--keys", str(keys.directory))  # named: refused, not dropped
-        assert "does not use CURVE" in one_error_line(res)
+        # named keys are used as they are: not the run's own (it keys its command channel itself), refused
+        res, _ = hil(tmp_path, "ctl", "status", "--keys", str(keys.directory))
+        assert "is not the public key of that server" in one_error_line(res)
     finally:
         runner.stop()

@@ -88,6 +88,16 @@ class Recorder:
                 self._failed.set_result(self.error)
         return self._failed
 
+    def failure(self) -> str | None:
+        """Why the recorder stopped, if it failed: its store error, else the exception its task ended with."""
+        if self.error is not None:
+            return str(self.error)
+        task = self._task
+        if task is None or not task.done() or task.cancelled() or task.exception() is None:
+            return None
+        exc = task.exception()
+        return f"{type(exc).__name__}: {exc}"
+
     @property
     def running(self) -> bool:
         return self._task is not None and not self._task.done()

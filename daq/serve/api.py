@@ -214,7 +214,7 @@ def build_app(service: Service) -> Starlette:
         action = request.path_params["action"]
         if action not in ACTIONS:
             return error(404, f"no action {action!r} (use {', '.join(ACTIONS)})")
-        reply = await service.runner.control(request.path_params["rid"], action)
+        reply = await service.runner.control(request.path_params["rid"], action, by=name)
         return JSON(reply)
 
     @guard(write=False)

@@ -28,7 +28,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daq.errors import ConfigError
+from daq.errors import AccessError, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ NAME_RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 MIN_TOKEN = 16
 
 
-class AuthError(Exception):
+class AuthError(AccessError):
     """A request without a valid token (HTTP 401)."""
 
 

@@ -154,6 +154,6 @@ class Server:
         if self.replayer is not None:
             await self.replayer.stop("hil serve stopped")
         if self.runner is not None:
-            await self.runner.shutdown()
+            await self.runner.shutdown(why)
         if self._uvicorn is not None:
             self._uvicorn.should_exit = True

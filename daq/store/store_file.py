@@ -102,15 +102,16 @@ class StoreFile:
 
 
 def pid_alive(pid: int) -> bool:
-    """True if a process with this pid exists and is not a zombie (Linux /proc aware)."""
+    """False only when no process ``pid`` exists or it is a zombie (Linux /proc aware); True when it runs,
+    belongs to another user, or the OS cannot tell (the callers' actions on a dead pid - marking a session
+    incomplete, deleting a run's announcement - must not happen on a guess). The one liveness check of the
+    store's crash recovery, its disk reserve and the run announcements."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except OSError:  # PermissionError: someone else's process, alive; anything else: we cannot tell
         return True
-    except OSError:
-        return False
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
