@@ -20,8 +20,8 @@ import threading
 import time
 from pathlib import Path
 
-from daq.store import schema
 from daq.store.errors import StoreError
+from daq.store.store_format import open_store_db, second_connection
 
 #: A running session whose heartbeat is older than this is considered abandoned, s.
 STALE_AFTER_S = 30.0
@@ -44,9 +44,8 @@ class StoreFile:
                 raise StoreError(f"cannot create the directory for {self.path}: {exc.strerror}") from None
         self.lock = threading.RLock()
         try:
-            self.db = schema.connect(self.path)
-            with self.lock:
-                schema.prepare(self.db)
+            #: opened read-only (a file or folder this process cannot write): reads work, writes fail
+            self.db, self.read_only = open_store_db(self.path, create)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path} is not a usable session store: {exc}") from None
         self.host = socket.gethostname()
@@ -82,6 +81,8 @@ class StoreFile:
                         (sid, f"no heartbeat from writer {host}:{pid} for {now - (heartbeat or 0):.0f} s")
                     )
             try:
+                if gone and self.read_only:
+                    raise sqlite3.OperationalError("the store is read-only here")
                 for sid, reason in gone:
                     self.db.execute(
                         "UPDATE sessions SET status='incomplete', reason=?, "
@@ -95,6 +96,11 @@ class StoreFile:
                 for sid, reason in gone:
                     self.unmarked[sid] = f"{reason} (not recorded in the store: {exc})"
         return [sid for sid, _ in gone]
+
+    def second_connection(self) -> sqlite3.Connection:
+        """A connection of its own for a long streamed read (its own snapshot, any thread), read-only
+        when the store is."""
+        return second_connection(self.path, self.read_only)
 
     def close(self) -> None:
         with self.lock:
