@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +28,7 @@ from daq.serve.relay import LiveRelay
 from daq.serve.replays import Replayer
 from daq.serve.run_queue import RunQueue
 from daq.serve.runner import Runner
+from daq.serve.startup import check_tls, listen
 from daq.store.read_write import SessionStore
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ class Server:
                  port: int = 8765, certfile: str | None = None, keyfile: str | None = None,
                  say: Callable[[str], None] | None = None):
         check_bind(host, certfile, keyfile)
+        check_tls(certfile, keyfile)  # before any URL is announced
         self.host, self.port, self.certfile, self.keyfile = host, port, certfile, keyfile
         self.configs = ConfigFolder(Path(configs))
         if not self.configs.folder.is_dir():
@@ -86,20 +87,17 @@ class Server:
         return f"{self.scheme}://{host}:{self.port}/" + (f"?token={token}" if token else "")
 
     async def serve(self, install_signals: bool = True) -> None:
-        new_token = ensure_token_file(self.token_file)
-        tokens = Tokens.load(self.token_file)
+        if self.token_file.exists():
+            Tokens.load(self.token_file)  # a broken token file is one line before anything starts
         self.store_path.parent.mkdir(parents=True, exist_ok=True)
         SessionStore(self.store_path).close()  # create it; sessions of dead writers are marked incomplete
         self.queue = RunQueue.open(self.store_path.parent)
         sock = None
         try:
-            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self.port))
-            sock.listen(128)
-            sock.set_inheritable(True)
+            sock = listen(self.host, self.port)  # an occupied port fails here: no token file made yet
             self.port = sock.getsockname()[1]
+            new_token = ensure_token_file(self.token_file)
+            tokens = Tokens.load(self.token_file)
             relay = LiveRelay()
             self.runner = Runner(self.queue, self.configs, self.store_path, relay)
             self.replayer = Replayer(self.store_path, relay, self.runner)
