@@ -185,12 +185,6 @@ def test_lower_rooms_do_not_import_higher_ones():
     assert bad == []
 
 
-def test_function_local_imports_of_our_modules_only_load_something_heavy_lazily():
-    """An import inside a function hides a dependency; allowed only for a lazily loaded heavy module,
-    and the line says so."""
-    assert [i for i in imports() if i.local and not i.lazy] == []
-
-
 def test_no_module_of_the_service_is_longer_than_the_limit():
     long = {
         name: n

@@ -255,7 +255,7 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
     try:
         await session.set_up(device_cfg, on_session, started_by)
         await session.execute()
-    except BaseException as exc:  # set-up failed before the plan ran
+    except BaseException as exc:  # noqa: BLE001 - set-up failed: safe state, then re-raised
         await session.set_up_failed(exc)
     finally:
         await session.clean_up()

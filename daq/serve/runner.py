@@ -65,7 +65,7 @@ class Runner:
             self.active = True
             try:
                 await self._execute(entry)
-            except Exception:  # noqa: BLE001 - a bug here must not stop the queue
+            except Exception:  # a bug here must not stop the queue
                 log.exception("run %s", entry.id)
                 self.queue.finish("failed", "hil serve failed to run it (see its log)")
             finally:
