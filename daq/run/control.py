@@ -1,7 +1,7 @@
 """The command channel of a running plan: how *other processes* (`hil ctl`, a remote dashboard) control it.
 
 Whoever runs the lifecycle in its own process (``hil serve``'s runner) holds the run's
-:class:`~daq.run.lifecycle.RunContext` and calls :meth:`RunContext.command` directly; this channel is for
+``RunContext`` (:mod:`daq.run.lifecycle`) and calls :meth:`RunContext.command` directly; this channel is for
 everyone else, and it is authenticated always, on loopback too:
 
 * a run with ``[bus].keys`` serves CURVE with the keys folder's server pair and accepts the clients in its
@@ -22,14 +22,12 @@ import getpass
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from daq.bus.keys import CurveKeys, run_keys, with_own_client
+from daq.bus.pubsub import BusPublisher
 from daq.run.announce import private_runs_dir, write_announcement
 from daq.run.commands import CommandRefused, CommandServer
-
-if TYPE_CHECKING:
-    from daq.run.lifecycle import RunContext
 
 ENV_USER = "HIL_USER"  # who a process records as its operator (default: the OS user)
 ACTIONS = ("status", "pause", "resume", "stop", "abort")
@@ -68,11 +66,20 @@ def authorized_names(keys: CurveKeys) -> dict[str, str]:
     return names
 
 
+class Commanded(Protocol):
+    """What the channel commands: :class:`daq.run.lifecycle.RunContext`."""
+
+    rig: Any
+    publisher: BusPublisher
+
+    async def command(self, action: str, by: str | None = None) -> dict: ...
+
+
 class CommandChannel:
     """Serves ``status``, ``pause``, ``resume``, ``stop`` (after the step) and ``abort`` (now) of one run
     and announces it; :meth:`stop` withdraws both."""
 
-    def __init__(self, ctx: RunContext, endpoint: str, keys: CurveKeys):
+    def __init__(self, ctx: Commanded, endpoint: str, keys: CurveKeys):
         self.ctx = ctx
         self.endpoint = endpoint
         self.keys = keys

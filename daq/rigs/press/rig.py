@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from daq.bus.frames import Frame
+from daq.online.estimates import start_online
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, Rig, RunContext
 from daq.rigs.press.acquisition import FORCE_STREAM, ForceAcquisition
@@ -66,21 +67,16 @@ async def _start_online(ctx):
     if not cfg.online.enabled:
         return None
 
-    async def emit(kind: str, body: dict) -> None:
-        await ctx.event(ONLINE_STREAM, kind, **body)
-
     o = cfg.online
     a = cfg.analysis
     sigmas = {name: s.sigma for name, s in cfg.devices.sensors.items()}
     analysis = {k: getattr(a, k) for k in a.__struct_fields__}
     rule = StopRule(mode=o.stop_rule, target_rel_std=o.target_rel_std, min_series=o.min_series,
                     settle_series=o.settle_series, needs_kept=o.settle_needs_kept)
-    ident = OnlineIdentifier(sigmas, emit, inflate=o.inflate, alpha=o.alpha, constants=a.constants,
-                             verdict=verdict_options(analysis) if o.verdict else None, rule=rule,
-                             verdict_from=o.verdict_from)
-    await ident.ready()
-    ctx.spawn(ident.run(await ctx.subscribe(PLAN_TOPIC)), "online identifier")
-    return ident
+    return await start_online(ctx, ONLINE_STREAM, (PLAN_TOPIC,), lambda emit: OnlineIdentifier(
+        sigmas, emit, inflate=o.inflate, alpha=o.alpha, constants=a.constants,
+        verdict=verdict_options(analysis) if o.verdict else None, rule=rule, verdict_from=o.verdict_from),
+        "online identifier")
 
 
 async def _online_stop(ctx, ident, n_done: int, elapsed: float) -> bool:
