@@ -90,3 +90,7 @@ for command in (
     serve.serve,
 ):
     main.add_command(command)
+
+
+if __name__ == "__main__":  # python -m daq.cli.main ... runs the same command as `hil`
+    main()
