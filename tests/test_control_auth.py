@@ -91,7 +91,7 @@ def test_another_os_user_gets_no_command_accepted_and_the_owners_are_recorded(be
         cli = ["-c", "from daq.cli.main import main; main()",
                "--store", str(store), "ctl", "pause", "--timeout", "3"]
         res = as_user(other_user, *cli)
-        assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+        assert res.returncode == 1 and "private to the OS user" in res.stderr, res.stderr
         res = as_user(other_user, *cli, "--endpoint", announced["command"])
         assert res.returncode != 0 and "CURVE" in res.stderr and "Traceback" not in res.stderr, res.stderr
         res = as_user(other_user, "-c", RAW_CLIENT, announced["command"])

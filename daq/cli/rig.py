@@ -7,6 +7,7 @@ rule: with ``--json`` stdout carries only JSON; progress and logs go to stderr.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -271,7 +272,11 @@ def _find_run(store_path: Path, session: str | None, endpoint: str | None = None
     if session:
         runs = [r for r in runs if str(r.get("session", "")).startswith(session)]
     if not runs:
-        raise click.ClickException(f"no running session found in {runs_dir(store_path)} (give --endpoint)")
+        folder = runs_dir(store_path)
+        if folder.is_dir() and not os.access(folder, os.R_OK | os.X_OK):
+            raise click.ClickException(f"{folder} is private to the OS user whose runs it announces: only "
+                                       "that user (or root) can control them")
+        raise click.ClickException(f"no running session found in {folder} (give --endpoint)")
     if len(runs) > 1:
         raise click.ClickException("several runs: " + ", ".join(str(r.get("session")) for r in runs)
                                    + " (give --session)")
