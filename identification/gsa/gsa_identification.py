@@ -52,6 +52,7 @@ import scipy.stats
 from SALib.analyze import sobol as sobol_analyze
 from SALib.sample import sobol as sobol_sample
 
+from identification.estimation.tasks import Map, map_tasks
 from identification.frequency.modal_metrics import csf, frac, macxp_matrix, ndd, summary_stats
 
 __all__ = [
@@ -59,17 +60,6 @@ __all__ = [
     "identify", "evaluate_model", "GSAIntervals", "parameter_intervals", "local_refit",
 ]
 
-Map = Callable[[Callable, Sequence], list]
-
-
-def _default_map(fn, items) -> list:
-    return list(map(fn, items))
-
-
-def _run(executor, fn, items) -> list:
-    ex = executor if executor is not None else _default_map
-    m = getattr(ex, "map", ex)
-    return list(m(fn, list(items)))
 
 
 # ------------------------------------------------------------------------------ reference data
@@ -150,7 +140,7 @@ def sobol_indices(evaluate: Callable[[np.ndarray], np.ndarray], lo: Sequence[flo
     X = sobol_sample.sample(problem, int(n), calc_second_order=False, seed=int(seed))
     chunks = np.array_split(X, max(1, min(int(n_chunks), X.shape[0])))
     Y = np.vstack([np.atleast_2d(np.asarray(y, dtype=float).reshape(len(c), -1))
-                   for c, y in zip(chunks, _run(executor, evaluate, chunks), strict=True)])
+                   for c, y in zip(chunks, map_tasks(executor, evaluate, chunks), strict=True)])
     n_out = Y.shape[1]
     P = len(names)
     S1, ST, S1c, STc = (np.zeros((n_out, P)) for _ in range(4))
@@ -1307,7 +1297,7 @@ def identify(model, reference: ModalReference, stiffness_names: Sequence[str], d
     say(f"stiffness: {len(searches)} subproblems x {n_opt} starts")
     tasks = [(setup, i, j, order, lo, hi, start[n_k:], int(n_opt), int(seed) * 100003 + k, int(maxiter))
              for k, i, j, order in searches]
-    subs = _run(executor, _solve_subproblem, tasks)
+    subs = map_tasks(executor, _solve_subproblem, tasks)
     n_eval += sum(sp["x"].shape[0] for sp in subs)  # optimisations (evaluations are not counted)
     for q, (sd, si, mean) in _select(subs, n_k, max_subproblem_cost).items():
         est[q] = lo[q] + mean * (hi[q] - lo[q])

@@ -37,6 +37,7 @@ from identification.estimation.identifiability import (
 )
 from identification.estimation.profile_likelihood import ProfileLikelihoodResult, profile_likelihood_intervals
 from identification.estimation.residual_adequacy import IntervalReport, interval_report, residual_adequacy
+from identification.estimation.tasks import iter_tasks
 from identification.models.drive_models import (
     DEFAULT_BOUNDS,
     PARAM_UNITS,
@@ -460,11 +461,7 @@ def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] 
     order = sorted(structs, key=lambda s: (not s.nonlinear, -s.n_params))
     if executor is not None:
         items = [(s, train, valid, bounds, opts) for s in order]
-        if hasattr(executor, "imap_unordered"):
-            stream = (r for _, r in executor.imap_unordered(_candidate_task, items))
-        else:
-            stream = iter(getattr(executor, "map", executor)(_candidate_task, items))
-        for r in stream:
+        for r in iter_tasks(executor, _candidate_task, items):
             results.append(r)
             if progress:
                 progress(len(results), total, r)
