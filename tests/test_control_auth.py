@@ -37,13 +37,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def beacon():
-    rig = rigs.register(BeaconRig())
-    yield rig
-    rigs.unregister("beacon")
-
-
-@pytest.fixture
 def other_user():
     """A second OS user, made for this test and removed after it."""
     if os.geteuid() != 0 or shutil.which("useradd") is None:

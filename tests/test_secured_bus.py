@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from daq import rigs
 from daq.bus.keys import create_keys
 from daq.cli.main import main
 from daq.store.read_write import SessionStore
-from tests.beacon_rig import BeaconRig, RunThread
+from tests.beacon_rig import RunThread
 
 
 def lan_address() -> str | None:
@@ -39,13 +38,6 @@ def lan_address() -> str | None:
 
 ADDRESS = lan_address()
 pytestmark = pytest.mark.skipif(ADDRESS is None, reason="this host has no non-loopback IPv4 address")
-
-
-@pytest.fixture
-def beacon():
-    rig = rigs.register(BeaconRig())
-    yield rig
-    rigs.unregister("beacon")
 
 
 @pytest.fixture
