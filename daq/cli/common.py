@@ -9,6 +9,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -117,15 +118,16 @@ class CliState:
 
     store_option: str | None
     config_path: str | None
-    _config: dict | None = field(default=None, repr=False)
+    _config: Any = field(default=None, repr=False)
 
     @property
-    def config(self) -> dict | None:
-        """The ``--config`` file, loaded and validated on first use (None without --config)."""
+    def config(self) -> Any:
+        """The ``--config`` file's shared tables ([rig], [bus], [store]; a typed ``RigConfig``), loaded and
+        validated on first use (None without --config)."""
         if self._config is None and self.config_path is not None:
-            from daq.rigs.config import load_config  # lazy: the registry loads every rig kind
+            from daq.rigs.config import load_shared  # lazy: the registry loads every rig kind
 
-            self._config = load_config(self.config_path, whole=False)
+            self._config = load_shared(self.config_path)
         return self._config
 
     @property

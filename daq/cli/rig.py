@@ -28,12 +28,10 @@ from daq.config.load import ConfigError, store_path_for, to_dict
 
 
 def _load(config_path: str):
-    from daq.rigs import parse_config  # lazy: the registry loads every rig kind
-    from daq.rigs.config import load_config  # lazy: as above
+    """The config parsed once, into its rig kind's struct: ``(rig, cfg)``."""
+    from daq.rigs.config import load  # lazy: the registry loads every rig kind
 
-    raw = load_config(config_path)
-    rig, cfg = parse_config(raw, config_path)
-    return raw, rig, cfg
+    return load(config_path)
 
 
 @click.command()
@@ -57,9 +55,9 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
 
     if plots_dir is not None and not then_analyze:
         raise click.ClickException("--plots needs --analyze (plots come from the analysis)")
-    raw, rig, _ = _load(config_path)
-    store_path = store_path_for(state.store_option, raw)
-    result = asyncio.run(run_rig(raw, store_path, file=config_path, show_progress=not no_progress,
+    rig, cfg = _load(config_path)
+    store_path = store_path_for(state.store_option, cfg)
+    result = asyncio.run(run_rig(cfg, store_path, file=config_path, show_progress=not no_progress,
                                  started_by=operator_name()))
     analysis = None
     files: list[Path] = []
@@ -118,7 +116,7 @@ def check(config_path: str, as_json: bool) -> None:
     running anything."""
     from daq.rigs import check_rules  # lazy: the registry loads every rig kind
 
-    _, rig, cfg = _load(config_path)
+    rig, cfg = _load(config_path)
     check_rules(rig, cfg, config_path)
     if as_json:
         echo_json({"ok": True, "kind": rig.kind, "config": to_dict(cfg)})
@@ -153,24 +151,24 @@ def sim(kind: str, config_path: str | None, as_json: bool) -> None:
 
     rig = get_rig(kind)
     config_path = config_path or f"configs/{kind}-sim.toml"
-    raw, cfg_rig, _ = _load(config_path)
+    cfg_rig, cfg = _load(config_path)
     if cfg_rig.kind != rig.kind:
         raise ConfigError(f"is a {cfg_rig.kind!r} config, not a {rig.kind!r} one", config_path, "[rig].kind")
     if not rig.has_simulator:
         raise ConfigError(f"rig kind {rig.kind!r} has no simulator", config_path, "[rig].kind")
     try:
-        asyncio.run(_serve(rig, raw, config_path, as_json))
+        asyncio.run(_serve(rig, cfg, config_path, as_json))
     except KeyboardInterrupt:
         click.echo("stopped", err=True)
 
 
-async def _serve(rig, raw: dict, config_path: str, as_json: bool) -> None:
-    simulated = rig.simulator(raw)
+async def _serve(rig, cfg, config_path: str, as_json: bool) -> None:
+    simulated = rig.simulator(cfg)
     await simulated.start()
     try:
         table = rig.describe_simulator(simulated)
         if table is None:
-            table = describe_devices(rig.simulated_devices(simulated, raw), config_path)
+            table = describe_devices(to_dict(rig.simulated_devices(simulated, cfg)), config_path)
         if as_json:
             click.echo(json_codec.dumps({"kind": rig.kind, "config": config_path, "devices": table}), nl=True)
         else:

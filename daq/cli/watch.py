@@ -39,11 +39,16 @@ def _verdict_text(v: dict | None) -> str:
         return ""
     if "error" in v:
         return f"error: {v['error']}"
+    if v.get("undecided") and not v.get("models"):
+        return str(v["undecided"])  # not computable yet, in words
     models = v.get("models")
     if isinstance(models, dict) and models:
         cells = []
         for name, m in models.items():
             m = m if isinstance(m, dict) else {"verdict": str(m)}
+            if m.get("text"):  # the verdict's own words (readable p-values, undecided with its reason)
+                cells.append(str(m["text"]))
+                continue
             word = m.get("verdict") or ("reject" if m.get("reject") else "keep")
             a = m.get("min_alpha_min")
             cells.append(f"{name} {word}" + (f" ({100 * a:.3g} %)" if isinstance(a, int | float) else ""))

@@ -32,8 +32,9 @@ from daq import json_codec
 from daq.bus.frames import Event, Frame
 from daq.bus.keys import load_keys, with_own_client
 from daq.bus.pubsub import BusPublisher, BusSubscriber
-from daq.config.load import ConfigError, store_path_for
-from daq.rigs import check_rules, parse_config
+from daq.config.load import ConfigError, store_path_for, to_dict
+from daq.config.schema import RigConfig
+from daq.rigs import check_rules, get_rig, parse_config
 from daq.rigs.base import Devices, Rig
 from daq.run.commands import CommandServer
 from daq.run.progress import ProgressBar
@@ -83,11 +84,10 @@ class RunResult:
 class RunContext:
     """What a plan may use: devices, config, the bus, companions, checkpoints and progress."""
 
-    def __init__(self, rig: Rig, config: Any, raw: dict, publisher: BusPublisher,
+    def __init__(self, rig: Rig, config: Any, publisher: BusPublisher,
                  progress: Callable[[int, str | None], None] | None = None):
         self.rig = rig
         self.config = config
-        self.raw = raw
         self.publisher = publisher
         self.devices: Any = None
         self.recorder: Recorder | None = None  # for status and for tests that break it on purpose
@@ -185,12 +185,16 @@ class RunContext:
             self._progress(n, description)
 
 
-async def run(config: dict, store_path: str | Path | None = None, *, file: str | Path | None = None,
-              simulated_rig: Any = None, show_progress: bool = True, handle_sigint: bool = True,
+async def run(config: RigConfig | dict, store_path: str | Path | None = None, *,
+              file: str | Path | None = None, simulated_rig: Any = None, show_progress: bool = True,
+              handle_sigint: bool = True,
               handle_term: bool | None = None, on_session: Callable[[str], None] | None = None,
               on_context: Callable[[RunContext], None] | None = None,
               started_by: str | None = None) -> RunResult:
     """Run the plan of ``config``'s rig once and record one session; see the module docstring.
+
+    ``config``: the rig kind's typed config as the edge parsed it (``daq.rigs.config.load``), or TOML data
+    (programs, tests), parsed here once.
 
     ``file``: the config's file, named in config errors; its folder is the one the rig's ``check`` gets.
     ``simulated_rig``: an already started simulated rig (tests use it to kill devices mid-plan).
@@ -202,31 +206,34 @@ async def run(config: dict, store_path: str | Path | None = None, *, file: str |
     ``started_by``: who asked for the run (`hil run`: :func:`operator_name`; `hil serve`: the token's name);
     recorded as the session's first event, ``started`` on stream ``<kind>.run`` with body ``{"by": ...}``.
     """
-    rig, cfg = parse_config(config, file)  # checked whole: nothing is opened for a broken config
+    if isinstance(config, dict):
+        rig, cfg = parse_config(config, file)  # checked whole: nothing is opened for a broken config
+    else:
+        rig, cfg = get_rig(config.rig.kind, file), config
     check_rules(rig, cfg, file)            # and the rig's rules beyond the schema (files next to it, ...)
     if cfg.rig.simulated and not rig.has_simulator and simulated_rig is None:
         raise ConfigError(f"rig kind {rig.kind!r} has no simulator", file, "[rig].simulated")
-    if not cfg.rig.simulated and simulated_rig is None and "devices" not in config:
+    if not cfg.rig.simulated and simulated_rig is None and getattr(cfg, "devices", None) is None:
         raise ConfigError("missing required table (a real rig needs its devices)", file, "[devices]")
-    store_path = Path(store_path) if store_path else store_path_for(None, config)
+    store_path = Path(store_path) if store_path else store_path_for(None, cfg)
     store_path.parent.mkdir(parents=True, exist_ok=True)
 
     own_sim = None
     if simulated_rig is None and cfg.rig.simulated:
-        own_sim = simulated_rig = rig.simulator(config)
+        own_sim = simulated_rig = rig.simulator(cfg)
         await own_sim.start()
     try:
-        device_cfg = (rig.simulated_devices(simulated_rig, config) if simulated_rig is not None
-                      else dict(config["devices"]))
+        device_cfg = (rig.simulated_devices(simulated_rig, cfg) if simulated_rig is not None
+                      else cfg.devices)
         handle_term = handle_sigint if handle_term is None else handle_term
-        return await _run_session(rig, cfg, config, device_cfg, store_path, show_progress, handle_sigint,
+        return await _run_session(rig, cfg, device_cfg, store_path, show_progress, handle_sigint,
                                   handle_term, on_session, on_context, started_by)
     finally:
         if own_sim is not None:
             await own_sim.stop()
 
 
-async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_path: Path, show_progress: bool,
+async def _run_session(rig: Rig, cfg: Any, device_cfg: Any, store_path: Path, show_progress: bool,
                        handle_sigint: bool, handle_term: bool, on_session, on_context,
                        started_by: str | None = None) -> RunResult:
     store = SessionStore(store_path)
@@ -235,7 +242,7 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
                              tap_endpoint=cfg.bus.tap, keys=keys)
     rec_sub = BusSubscriber(publisher.endpoint, keys=keys)
     progress = ProgressBar(rig.kind, rig.progress_total(cfg)) if show_progress else None
-    ctx = RunContext(rig, cfg, raw, publisher, progress.advance if progress else None)
+    ctx = RunContext(rig, cfg, publisher, progress.advance if progress else None)
     ctx.keys = keys
     ctx.steps_total = rig.progress_total(cfg)
     if on_context is not None:
@@ -258,9 +265,10 @@ async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_pa
         devices = await rig.open_devices(cfg, device_cfg)
         ctx.devices = devices
         await rig.prepare(ctx)
-        snapshot = dict(raw, store={"path": str(store_path)})
-        if "devices" in rig.schema.__struct_fields__:  # the devices as they were reached (simulated ports)
-            snapshot["devices"] = device_cfg
+        # the parsed config, with the store it went to and the devices as they were reached (simulated ports)
+        snapshot = dict(to_dict(cfg), store={"path": str(store_path)})
+        if "devices" in rig.schema.__struct_fields__:
+            snapshot["devices"] = to_dict(device_cfg)
         session_id = store.create_session(rig.kind, _jsonable(snapshot), devices=await devices.identities())
         ctx.session_id = session_id
         if on_session is not None:

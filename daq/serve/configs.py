@@ -7,8 +7,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from daq.rigs import check_rules, parse_config
-from daq.rigs.config import load_config
+from daq.rigs import check_rules
+from daq.rigs.config import load
 
 
 def one_line(exc: BaseException) -> str:
@@ -55,8 +55,7 @@ class ConfigFolder:
         if hit is not None and hit[0] == stamp:
             return hit[1]
         try:
-            raw = load_config(path)
-            rig, cfg = parse_config(raw, path)
+            rig, cfg = load(path)
             check_rules(rig, cfg, path)
             result = ConfigFile(name, path, True, rig.kind, bool(cfg.rig.simulated))
         except Exception as exc:  # noqa: BLE001 - every failure is the config's one-line error

@@ -17,7 +17,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from daq.rigs.config import load_config
+import msgspec
+
+from daq.rigs.config import load
 from daq.run.commands import CommandClient
 from daq.run.lifecycle import RunContext, live_runs, run
 from daq.serve.configs import ConfigFolder, one_line
@@ -76,15 +78,14 @@ class Runner:
             await self.before_run()
         path = self.configs.folder / entry.config
         try:
-            raw = load_config(path)
+            _, cfg = load(path)
         except Exception as exc:  # noqa: BLE001 - the config changed since it was queued
             self.queue.finish("failed", one_line(exc))
             self.relay.broadcast({"type": "run", "state": "ended", "run": entry.to_dict()})
             return
-        bus = raw.setdefault("bus", {})
-        if not bus.get("tap"):  # the relay listens on the lossy tap: a slow browser never holds up the bus
-            bus["tap"] = "tcp://127.0.0.1:0"
-        self.queue.update(kind=str(raw.get("rig", {}).get("kind")))
+        if not cfg.bus.tap:  # the relay listens on the lossy tap: a slow browser never holds up the bus
+            cfg = msgspec.structs.replace(cfg, bus=msgspec.structs.replace(cfg.bus, tap="tcp://127.0.0.1:0"))
+        self.queue.update(kind=cfg.rig.kind)
 
         def on_context(ctx: RunContext) -> None:  # in the run's thread
             self.ctx, self._run_loop = ctx, asyncio.get_running_loop()
@@ -94,7 +95,7 @@ class Runner:
             loop.call_soon_threadsafe(self._session, session_id)
 
         def work():
-            return asyncio.run(run(raw, self.store_path, file=path, show_progress=False, handle_sigint=False,
+            return asyncio.run(run(cfg, self.store_path, file=path, show_progress=False, handle_sigint=False,
                                    handle_term=False, on_session=on_session, on_context=on_context,
                                    started_by=entry.by))
 

@@ -8,6 +8,7 @@ drive's 10 kHz, one trajectory per role between ``trajectory_start``/``trajector
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -92,6 +93,22 @@ def report_text(result) -> str:
     return text
 
 
+def stage_clock() -> tuple[float, float]:
+    """Wall seconds and the CPU seconds of this process and its live children (the executor's local
+    workers), so that a stage's CPU time counts the work it handed out; a remote Dask cluster's is not in
+    it."""
+    import psutil  # lazy: only an analysis times its stages (psutil comes with dask.distributed)
+
+    me = psutil.Process()
+    cpu = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        try:
+            cpu += sum(child.cpu_times()[:2])
+        except psutil.Error:  # ended between the listing and the reading
+            pass
+    return time.perf_counter(), cpu
+
+
 # ----------------------------------------------------------------------------------------- the rig
 
 
@@ -168,10 +185,11 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
         if progress is not None:  # show the bar at once: the first candidates take a while
             progress(0, len(opts["candidates"]), "fitting candidate models")
         bounds = opts.pop("bounds")
-        # candidates and profile-likelihood directions are independent fits: both go through the executor
+        # candidates, the refits of the close rivals and the profile-likelihood directions are independent
+        # fits: all go through the executor (a Dask cluster speeds up the whole analysis)
         with make_executor(cfg.model_selection.scheduler, opts["n_jobs"]) as ex:
             return select_model(arrays["training"], arrays["validation"], bounds, progress=progress,
-                                executor=ex, **opts)
+                                executor=ex, clock=stage_clock, **opts)
 
     def report_text(self, result: SelectionResult) -> str:
         return report_text(result)
@@ -179,7 +197,11 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
     def plots(self, result: SelectionResult, arrays: CraneRuns, folder: Path) -> list[Path]:
         from daq.rigs.crane.plots import write_plots  # lazy: scipy and matplotlib
 
-        return write_plots(result, folder)
+        w0, c0 = stage_clock()
+        files = write_plots(result, folder)
+        w1, c1 = stage_clock()
+        result.stages["plots"] = {"seconds": w1 - w0, "cpu_seconds": c1 - c0}
+        return files
 
 
 RIG = CraneRig()
