@@ -214,7 +214,7 @@ class LiveSubscription:
         try:
             async with asyncio.timeout(2.0):
                 await checked(self._sub.delete())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - best effort on the way out
             log.debug("live subscription delete failed: %r", exc)
 
 
@@ -280,7 +280,7 @@ class ServoDrive:
             except ua.UaError as exc:
                 await self._drop_client()
                 raise self._err(DriveConnectionError, f"connection refused: {_ua_text(exc)}") from exc
-            except Exception as exc:  # noqa: BLE001 - e.g. a certificate that cannot be parsed
+            except Exception as exc:  # e.g. a certificate that cannot be parsed
                 await self._drop_client()
                 raise self._err(DriveConnectionError, f"cannot connect: {exc!r}") from exc
 
@@ -370,10 +370,10 @@ class ServoDrive:
             try:
                 async with asyncio.timeout(2.0):
                     await client.disconnect()
-            except Exception:  # the transport may already be gone
+            except Exception:  # noqa: BLE001 - the transport may already be gone
                 try:
                     client.disconnect_socket()
-                except Exception:
+                except Exception:  # noqa: BLE001 - best effort on the way out
                     pass
 
     async def close(self) -> None:
@@ -397,7 +397,7 @@ class ServoDrive:
             self._hb_count = (self._hb_count + 1) % 2**32
             try:
                 await checked(node.write_value(ua.Variant(self._hb_count, ua.VariantType.UInt32)))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a failed heartbeat marks the link lost
                 log.warning("%s: heartbeat failed: %r", self.name, exc)
                 self._connected = False
                 return
