@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from daq.run.executor import LocalExecutor, make_executor
+from daq.executor import LocalExecutor, make_executor
 from identification.gsa import identify, reference_from_model
 from identification.models.machine_tool_model import (
     DAMPING_NAMES,

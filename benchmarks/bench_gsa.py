@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from daq.run.executor import make_executor
+from daq.executor import make_executor
 from identification.gsa import fraction_within, identify, reference_from_model
 from identification.models.machine_tool_model import (
     DAMPING_NAMES,

@@ -352,7 +352,7 @@ class ModbusTransport:
                     self._owe_reply()  # the request went out; its reply may still come
                 raise
             return None, self._no_answer(client, what, None)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any transport failure is a lost answer
             self._in_flight = False
             self._settle(task, before, False)
             return None, self._failure(client, what, exc)

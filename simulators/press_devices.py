@@ -225,7 +225,7 @@ class ModbusSimServer:
         except SimValueError as exc:
             log.info("%s: refused write at %d: %s", self.name, address, exc)
             return ExcCodes.ILLEGAL_VALUE
-        except Exception:  # noqa: BLE001 - the device must keep serving
+        except Exception:  # the device must keep serving
             log.exception("%s: simulation error at address %d", self.name, address)
             return ExcCodes.DEVICE_FAILURE
 

@@ -13,6 +13,7 @@ from daq import rigs
 from daq.cli.main import main
 from daq.cli.rig import progress_line
 from daq.run.commands import CommandClient, CommandServer
+from daq.run.control import operator_name
 from tests.beacon_rig import BeaconRig, RunThread
 from tests.polling import finished, poll_until
 
@@ -61,7 +62,8 @@ def test_status_of_a_paused_run_names_the_steps_done_and_the_stop_names_the_next
     finally:
         runner.stop()
     assert runner.result is not None and runner.result.safe
-    assert runner.result.reason == f"stopped by the operator before frame {done + 1}"
+    who = f"{operator_name()}, hil ctl"  # the OS user (or $HIL_USER) the command was recorded with
+    assert runner.result.reason == f"stopped by the operator ({who}) before frame {done + 1}"
 
 
 async def test_the_reply_to_the_command_that_ends_the_server_still_arrives():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from dask.distributed import Client, LocalCluster
 
-from daq.run.executor import DaskExecutor, LocalExecutor, SerialExecutor, make_executor
+from daq.executor import DaskExecutor, LocalExecutor, SerialExecutor, make_executor
 from identification.design.multisine import design_multisine
 from identification.gsa import identify, reference_from_model
 from identification.models.drive_models import parse_name

@@ -25,8 +25,9 @@ from click.testing import CliRunner
 from daq.bus.pubsub import BusStalled
 from daq.cli.main import main
 from daq.rigs.config import load_config
+from daq.run.announce import live_runs, runs_dir
 from daq.run.commands import CommandServer
-from daq.run.lifecycle import RunContext, live_runs, run, runs_dir
+from daq.run.lifecycle import RunContext, run
 from daq.run.safety import OperatorStop
 from daq.store.read_write import SessionStore
 from simulators.press_rig import PressRig

@@ -17,6 +17,7 @@ from daq import json_codec
 from daq.bus.handshake import CONNECT_TIMEOUT, HandshakeFailed, handshake
 from daq.bus.keys import ENV_KEYS, CurveKeys, default_keys_dir, is_local, load_keys
 from daq.config.load import store_path_for
+from daq.errors import one_line
 from daq.store.read_write import SessionStore
 from drivers.errors import HilError
 
@@ -38,12 +39,6 @@ def exit_code(exc: BaseException) -> int | None:
         if isinstance(exc, family):
             return code
     return None
-
-
-def one_line(exc: BaseException) -> str:
-    """``exc`` as one line of text (the message's whitespace collapsed)."""
-    text = str(exc) or type(exc).__name__
-    return " ".join(text.split())
 
 
 class OneLineError(click.ClickException):

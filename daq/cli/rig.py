@@ -7,6 +7,7 @@ rule: with ``--json`` stdout carries only JSON; progress and logs go to stderr.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
     `docker stop`) and SIGHUP (the terminal closed). All leave the rig safe. Operators can also stop or
     pause the run from another terminal with `hil ctl`.
     """
-    from daq.run.lifecycle import operator_name  # lazy: the whole run machinery and the rigs
+    from daq.run.control import operator_name  # lazy: the whole run machinery and the rigs
     from daq.run.lifecycle import run as run_rig  # lazy: as above
 
     if plots_dir is not None and not then_analyze:
@@ -225,12 +226,17 @@ def describe_devices(device_cfg: dict, config_path: str) -> list[dict]:
 def ctl(state: CliState, action: str, session: str | None, endpoint: str | None, timeout: float,
         keys_dir: str | None, as_json: bool) -> None:
     """Talk to a running `hil run`: status, pause, resume, stop (after the current step), abort (now)."""
+    from daq.run.announce import announced_keys, runs_dir  # lazy: with the run machinery
     from daq.run.commands import CommandClient  # lazy: zmq sockets only for this command
+    from daq.run.control import operator_name  # lazy: with the run machinery
 
-    if endpoint is None:
-        endpoint = _find_run(state.store_path, session)
-    keys = client_keys(endpoint, keys_dir)
-    reply = asyncio.run(_request(CommandClient, endpoint, action, timeout, keys, keys_dir is not None))
+    entry = _find_run(state.store_path, session, endpoint)
+    endpoint = endpoint or str(entry["command"])
+    # a run keyed by itself hands its owner the key through its private announcement (daq.run.control)
+    own = announced_keys(entry, runs_dir(state.store_path)) if entry and not keys_dir else None
+    keys = own or client_keys(endpoint, keys_dir)
+    reply = asyncio.run(_request(CommandClient, endpoint, action, timeout, keys,
+                                 keys_dir is not None or own is not None, by=operator_name()))
     if as_json:
         echo_json(reply)
     else:
@@ -249,24 +255,33 @@ def progress_line(progress: dict) -> str:
 
 
 async def _request(client_type, endpoint: str, action: str, timeout: float, keys=None,
-                   explicit: bool = False) -> dict:
+                   explicit: bool = False, by: str | None = None) -> dict:
     keys = await checked_keys(endpoint, keys, zmq.DEALER, explicit, timeout)
     client = client_type(endpoint, keys=keys)
     try:
-        return await client.request(action, timeout=timeout)
+        who = {"by": by} if by and action != "status" else {}  # a command that changes the run says who
+        return await client.request(action, timeout=timeout, **who)
     finally:
         client.close()
 
 
-def _find_run(store_path: Path, session: str | None) -> str:
-    from daq.run.lifecycle import live_runs, runs_dir  # lazy: the run machinery and the rigs
+def _find_run(store_path: Path, session: str | None, endpoint: str | None = None) -> dict | None:
+    """The announcement of the run to talk to: the one at ``endpoint`` (None if it has none: a run of
+    another store or machine), else the one of ``session``, else the only one running."""
+    from daq.run.announce import live_runs, runs_dir  # lazy: with the run machinery
 
     runs = live_runs(store_path)  # announcements of killed runs are removed here
+    if endpoint is not None:
+        return next((r for r in runs if r.get("command") == endpoint), None)
     if session:
         runs = [r for r in runs if str(r.get("session", "")).startswith(session)]
     if not runs:
-        raise click.ClickException(f"no running session found in {runs_dir(store_path)} (give --endpoint)")
+        folder = runs_dir(store_path)
+        if folder.is_dir() and not os.access(folder, os.R_OK | os.X_OK):
+            raise click.ClickException(f"{folder} is private to the OS user whose runs it announces: only "
+                                       "that user (or root) can control them")
+        raise click.ClickException(f"no running session found in {folder} (give --endpoint)")
     if len(runs) > 1:
         raise click.ClickException("several runs: " + ", ".join(str(r.get("session")) for r in runs)
                                    + " (give --session)")
-    return str(runs[0]["command"])
+    return runs[0]

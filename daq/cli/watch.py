@@ -17,7 +17,7 @@ from daq.cli.common import KEYS_HELP, CliState, checked_keys, client_keys, pass_
 
 def _running_endpoint(state: CliState) -> str:
     """The data endpoint of the newest running session announced under ``<store folder>/runs``."""
-    from daq.run.lifecycle import live_runs, runs_dir  # lazy: the run machinery and the rigs
+    from daq.run.announce import live_runs, runs_dir  # lazy: with the run machinery
 
     live_runs(Path(state.store_path))  # removes the announcements of killed runs
     found = sorted(runs_dir(Path(state.store_path)).glob("*.json"), key=lambda p: p.stat().st_mtime)

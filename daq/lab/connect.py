@@ -42,7 +42,7 @@ def open_lab(url: str, key: str):
 
     try:
         return from_uri(url, api_key=key)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever the client raises becomes one line
         raise from_client_error(url, exc) from None
 
 

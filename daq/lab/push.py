@@ -94,7 +94,7 @@ class Pusher:
             return self._push(info, check, checks)
         except (LabError, KeyboardInterrupt):
             raise
-        except Exception as exc:  # the client's HTTP and server errors, one line
+        except Exception as exc:  # noqa: BLE001 - the client's HTTP and server errors, one line
             raise from_client_error(self.lab, exc) from None
 
     def _push(self, info: SessionInfo, check: SessionCheck, checks: dict) -> PushResult:

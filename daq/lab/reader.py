@@ -39,7 +39,7 @@ class LabReader:
         try:
             found = run_search(self.root, filters or Filters())
             infos = [layout.session_info(layout.plain(meta)) for meta in _metadata(found)]
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the client's errors as one line
             raise _lab_error(self.path, exc) from None
         return sorted(infos, key=lambda i: (i.started, i.id))
 
@@ -61,7 +61,7 @@ class LabReader:
             node = self.root[key] if key and "/" not in key else None
         except KeyError:
             node = None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the client's errors as one line
             raise _lab_error(self.path, exc) from None
         if node is not None and not _verified(node.metadata):
             node = None
@@ -108,7 +108,7 @@ class LabReader:
         try:
             t = np.asarray(snode[layout.TIME][lo:hi], dtype=np.float64)
             data = np.asarray(snode[layout.DATA][lo:hi], dtype=dtype).reshape(hi - lo, len(si.channels))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the client's errors as one line
             raise _lab_error(self.path, exc) from None
         return StreamData(si.name, t, data, list(si.channels), list(si.units), start=lo)
 
@@ -281,7 +281,7 @@ class LabReader:
         node = self._node(session_id)
         try:
             node.update_metadata({"analysis": analysis}, drop_revision=True)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the client's errors as one line
             raise _lab_error(self.path, exc) from None
 
     # ------------------------------------------------------------------ life cycle

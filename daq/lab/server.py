@@ -82,7 +82,7 @@ def build_lab_app(opts: ServeOptions, key: str):
         Path(arrays).mkdir(parents=True, exist_ok=True)
     try:
         tree = from_uri(catalog_uri(opts), writable_storage=[arrays], init_if_not_exists=True)
-    except Exception as exc:  # tiled's init runs in a subprocess; its error names the database problem
+    except Exception as exc:  # noqa: BLE001 - tiled's init names the database problem
         raise LabError(f"cannot open the lab catalogue: {' '.join(str(exc).split())[-400:]}") from None
     return build_app(tree, Authentication(single_user_api_key=key, allow_anonymous_access=False))
 

@@ -6,8 +6,8 @@ input uploaded to the drive, played from its buffer, and its trace read back (:f
 then published as ``trajectory_start`` - trace frames - ``trajectory_end`` (:func:`record_trajectory`).
 The same bracket is read back twice: from the bus by the online identifiers
 (:class:`TrajectoryReceiver`) and from the store by the analyses (:func:`read_trajectories`).
-:func:`start_online` starts an online identifier beside a plan. :class:`DriveRig` is the base class of
-these kinds: its devices, simulator and simulated device tables.
+Online identifiers start through :func:`daq.online.estimates.start_online`. :class:`DriveRig` is the
+base class of these kinds: its devices, simulator and simulated device tables.
 
 This is no rig kind: the rig packages import it, it imports none of them.
 """
@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 import numpy as np
@@ -30,13 +30,11 @@ from msgspec import field as sfield
 from daq.bus.frames import Event, Frame
 from daq.config.load import Invalid, parse, to_dict
 from daq.config.schema import PathStr, Port, Seed, Table
-from daq.online.estimates import Emit
 from daq.rigs.base import A, C, R, Rig, RunContext
 from drivers.errors import HilError
 from drivers.servo_drive import ServoDriveConfig
 
 if TYPE_CHECKING:  # annotations only: the driver pulls in asyncua, loaded when devices open
-    from daq.bus.pubsub import BusSubscriber
     from daq.store.reader import SessionReader
     from drivers.servo_drive import ServoDrive
 
@@ -281,26 +279,6 @@ async def record_trajectory(ctx: RunContext[Any, DriveRigDevices], streams: Trac
     ctx.summary["runs"] += 1
     ctx.advance(1, f"{recorded} ({n} samples)")
     return t0 + n * tdt
-
-
-class OnlineIdentifier(Protocol):
-    async def run(self, sub: BusSubscriber, idle_timeout: float | None = None) -> None: ...
-
-
-I = TypeVar("I", bound=OnlineIdentifier)  # noqa: E741
-
-
-async def start_online(ctx: RunContext[Any, Any], online_stream: str, topics: Sequence[str],
-                       build: Callable[[Emit], I], name: str) -> I:
-    """Build an online identifier whose estimates go out as events on ``online_stream``, and run it
-    beside the plan (``name``) on a subscriber of ``topics`` connected before this returns."""
-
-    async def emit(kind: str, body: dict) -> None:
-        await ctx.event(online_stream, kind, **body)
-
-    ident = build(emit)
-    ctx.spawn(ident.run(await ctx.subscribe(*topics)), name)
-    return ident
 
 
 # ----------------------------------------------------------------------------------------- read-back

@@ -30,7 +30,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daq.errors import ConfigError
+from daq.errors import AccessError, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ COOKIE = "hil_token"  # the dashboard's cookie: the token itself, HttpOnly, Same
 VIEWER = "viewer"     # the third word of a read-only token's line
 
 
-class AuthError(Exception):
+class AuthError(AccessError):
     """A request without a valid token (HTTP 401)."""
 
 

@@ -7,13 +7,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from daq.errors import one_line
 from daq.rigs import check_rules
 from daq.rigs.config import load
-
-
-def one_line(exc: BaseException) -> str:
-    """An error as the one line the CLI prints after ``Error:``."""
-    return " ".join((str(exc) or type(exc).__name__).split())
 
 
 @dataclass

@@ -86,4 +86,4 @@ async def run_action(service, request: Request, name) -> Response:
     run_id = request.path_params["rid"]
     if service.queue.find(run_id) is None:
         raise NotFound(f"no run {run_id}")
-    return JSON(await service.runner.control(run_id, action))
+    return JSON(await service.runner.control(run_id, action, by=name))

@@ -366,7 +366,7 @@ def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] 
     step no longer biases them.
 
     ``progress(done, total, candidate_result)`` is called in this process after each screened candidate.
-    ``executor`` (e.g. ``daq.run.executor.make_executor(...)``: a local pool or a Dask cluster) runs
+    ``executor`` (e.g. ``daq.executor.make_executor(...)``: a local pool or a Dask cluster) runs
     the candidates, the refits and the profile likelihood; it needs ``map(fn, items)`` and may offer
     ``imap_unordered`` (then progress is reported as candidates finish). Without one,
     ``n_jobs > 1`` spreads them over a process pool here. ``clock() -> (wall, cpu)`` times the stages

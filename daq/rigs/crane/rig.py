@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from daq.executor import make_executor
+from daq.online.estimates import start_online
 from daq.rigs import drive
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, RunContext
@@ -29,7 +31,6 @@ from daq.rigs.crane.config import (
 )
 from daq.rigs.crane.online import TOPICS, CraneOnlineIdentifier
 from daq.rigs.excitation import ROLES, design_excitation
-from daq.run.executor import make_executor
 from daq.store.reader import SessionReader
 from identification.models.drive_models import PARAM_UNITS
 
@@ -156,7 +157,7 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
         online = None
         if ctx.config.online.enabled:
             settings = online_settings(ctx.config)
-            online = await drive.start_online(ctx, ONLINE_STREAM, TOPICS,
+            online = await start_online(ctx, ONLINE_STREAM, TOPICS,
                                               lambda emit: CraneOnlineIdentifier(settings, emit),
                                               "crane online identifier")
         t_end = 0.0  # end of the last published trace: time bases never overlap

@@ -21,12 +21,12 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from daq.config.load import to_dict
+from daq.executor import make_executor
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, Rig, RunContext
 from daq.rigs.config import session_config
 from daq.rigs.machine_tool.config import MachineToolConfig, MTDevices, MTSimulator, check_rig
 from daq.rigs.machine_tool.plots import write_plots
-from daq.run.executor import make_executor
 from drivers.modal_frontend import FrontEndSettings, ModalFrontEnd
 from identification.frequency.frf_estimation import h1_estimate
 from identification.frequency.modal_extraction import extract_modes

@@ -19,6 +19,7 @@ import numpy as np
 
 from daq.bus.frames import Frame
 from daq.config.load import parse, to_dict
+from daq.online.estimates import start_online
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, Rig, RunContext
 from daq.rigs.press.acquisition import FORCE_STREAM, ForceAcquisition
@@ -67,13 +68,8 @@ async def _start_online(ctx):
     if not cfg.online.enabled:
         return None
 
-    async def emit(kind: str, body: dict) -> None:
-        await ctx.event(ONLINE_STREAM, kind, **body)
-
-    ident = OnlineIdentifier.for_config(cfg, emit)
-    await ident.ready()
-    ctx.spawn(ident.run(await ctx.subscribe(PLAN_TOPIC)), "online identifier")
-    return ident
+    return await start_online(ctx, ONLINE_STREAM, (PLAN_TOPIC,),
+                              lambda emit: OnlineIdentifier.for_config(cfg, emit), "online identifier")
 
 
 async def _online_stop(ctx, ident, n_done: int, elapsed: float) -> bool:
