@@ -78,6 +78,7 @@ __all__ = [
 ]
 
 CRITERIA = ("A", "D", "E")
+METHODS = ("sqp", "lbfgs", "gradient")
 
 
 @dataclass(frozen=True)
@@ -421,8 +422,8 @@ def optimize_input(problem: DesignProblem, u0: np.ndarray, method: str = "lbfgs"
     The arctan map approaches the bounds only asymptotically, so a sample 1e-3 of the range short of its
     bound counts 1e-3. Iteration limits and the optimiser's own stop do not decide: they are reported.
     """
-    if method not in ("lbfgs", "gradient"):
-        raise ValueError("method must be 'lbfgs' or 'gradient'")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}")
     with single_thread_blas():  # tiny matrices: BLAS threads only contend (measured 8 ms per L-BFGS-B step)
         return _optimize(problem, u0, method, max_iter, tol, rounds, end_tol, grad_tol)
 
@@ -456,6 +457,16 @@ def _optimize(problem: DesignProblem, u0: np.ndarray, method: str, max_iter: int
     t0 = time.perf_counter()
     n_rounds = max(1, rounds if ends else 1)
     mu_inner = mu.copy()
+    out = None
+    if method == "sqp":
+        from identification.design.adjoint_sqp import solve_sqp  # the module builds on this one
+
+        out = solve_sqp(pb, u0, evaluate, max_iter)
+        iters, n_eval, msg = out.iterations, out.n_evaluations, out.message
+        mu = mu_inner = out.multipliers
+        hist.extend(out.cost_history)
+        ihist.extend(out.cost_history)
+        n_rounds = 0
     for _ in range(n_rounds):
         mu_inner = mu.copy()
         fun = _Counter(pb, mu_inner.copy())
@@ -480,7 +491,7 @@ def _optimize(problem: DesignProblem, u0: np.ndarray, method: str, max_iter: int
             break
         mu = mu + pb.end_weight * e
     elapsed = time.perf_counter() - t0
-    u, _ = to_bounded(w.reshape(lo.shape), lo, hi)
+    u = out.u if out is not None else to_bounded(w.reshape(lo.shape), lo, hi)[0]
     try:  # the last inner problem's gradient at the result (one more solve)
         ev = evaluate(pb, u, mu_inner, gradient=True)
         n_eval += 1
