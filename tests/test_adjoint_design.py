@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tomllib
+
 import numpy as np
 import pytest
 
@@ -126,9 +128,17 @@ def test_arctan_transform_never_leaves_the_bounds():
     assert np.all(np.abs(to_bounded(from_bounded(np.array([[-3.0], [7.0]]), lo, hi), lo, hi)[0]) <= 7.0)
 
 
+def _nominal(config: str) -> dict[str, float]:
+    """The design point a real rig knows: the config's ``[adjoint.nominal]`` (the oscillator's c2 is 900 N/m,
+    the simulated plant has 1100), never the simulator truth."""
+    with open(f"configs/{config}", "rb") as fh:
+        return {k: float(v) for k, v in tomllib.load(fh)["adjoint"]["nominal"].items()}
+
+
 @pytest.fixture(scope="module")
 def oscillator_design():
-    pb = design_problem("oscillator", TRUTH["oscillator"], {"dt": 0.02, "n_sub": 2, "meas_dt": 0.005})
+    spec = {"dt": 0.02, "n_sub": 2, "meas_dt": 0.005}
+    pb = design_problem("oscillator", _nominal("oscillator-sim.toml"), spec)
     r = optimize_input(pb, reference_inputs(pb)["F0"], max_iter=150, rounds=6, end_tol=1e-3)
     return pb, r
 
@@ -179,20 +189,26 @@ def test_state_limit_is_respected_by_the_design():
 
 
 def test_monte_carlo_std_of_c2_halves(oscillator_design):
-    """30 noise seeds through the simulator truth: std(c2) optimised <= 0.5 * std with F0 and the sine."""
+    """30 noise seeds through the simulator truth: std(c2) optimised <= 0.5 * std with F0 and the sine, and
+    the estimates centre on the truth within the Monte Carlo's own precision."""
     pb, r = oscillator_design
     truth = OscillatorTruth(substeps=4)
     meas_dt = 0.005
     rep = int(round(pb.dt / meas_dt))
-    model = oscillator_model(truth.model_values())
+    nominal = _nominal("oscillator-sim.toml")
+    model = oscillator_model(nominal)  # the fixed values a rig knows (weighed, measured)
     signals = {"opt": r.u[:, 0], **{k: v[:, 0] for k, v in reference_inputs(pb).items()}}
     std = {}
     for name, sig in signals.items():
         uf = np.repeat(sig, rep)
         est = [fit_parameters(model, uf, meas_dt, simulate_oscillator(truth, uf, meas_dt, seed)["x2"],
-                              [1375.0]).b[0] for seed in range(30)]  # started 25 % above the truth
+                              [nominal["c2"]]).b[0] for seed in range(30)]  # started at 900, 18 % below
         std[name] = np.std(est, ddof=1)
-        assert abs(np.mean(est) - 1100.0) < 20.0  # the fits converge to the truth's neighbourhood
+        # mean of 30 within 5 standard errors of the truth plus 0.5 N/m (0.05 %): the truth's unmodelled
+        # Coulomb friction (2 mN) and force lag (20 us) bias the estimate by about -0.3 N/m (measured with
+        # the designed input, where the std is 0.07 N/m); a fit stuck at its start is 200 N/m off
+        bound = 0.5 + 5 * std[name] / np.sqrt(30)
+        assert abs(np.mean(est) - truth.c2) <= bound, (name, np.mean(est), std[name])
     assert std["opt"] <= 0.5 * std["F0"]
     assert std["opt"] <= 0.5 * std["sine"]
 
