@@ -37,7 +37,9 @@ one gradient costs one forward solve plus one reverse sweep, independent of N.
 
 Optimisers: ``"gradient"`` - the paper's step ``w <- w - kappa*dJ/dw`` (eq. 16) with a
 backtracking line search for kappa (baseline); ``"lbfgs"`` - scipy's L-BFGS-B on ``w`` with the
-adjoint gradient (default).
+adjoint gradient (default here); ``"sqp"`` - the end conditions as exact constraints on the input
+scaled to its bounds (:mod:`identification.design.adjoint_sqp`; the rigs' default: converges in
+50-150 iterations where the penalty takes 400-900).
 """
 
 from __future__ import annotations
