@@ -181,8 +181,8 @@ def mc_pendulum(seeds: int, at_truth: bool = False) -> dict:
     pb = design_problem("pendulum", values, spec)
     b_true = np.array([truth.model_values()[n] for n in pb.model.param_names])
     t0 = time.perf_counter()
-    r = optimize_input(pb, reference_inputs(pb)["F0"], max_iter=spec["max_iter"], rounds=spec["rounds"],
-                       end_tol=spec["end_tol"])
+    r = optimize_input(pb, reference_inputs(pb)["F0"], method=spec["method"], max_iter=spec["max_iter"],
+                       rounds=spec["rounds"], end_tol=spec["end_tol"])
     ev = evaluate(pb, r.u, gradient=False)
     nuisance = {n: float(values.get(n, v)) for n, v in fit_cfg.get("nuisance", {}).items()}
     print(f"\n## Monte Carlo, pendulum ({seeds} seeds): design at {pb.b.tolist()} "
