@@ -34,12 +34,10 @@ State limits ``|x_i| <= limit_i`` are a smooth quadratic penalty on the excess.
 
 Gradient: the exact discrete adjoint of the RK4 integration (``identification.models.ode_sensitivity``);
 one gradient costs one forward solve plus one reverse sweep, independent of N.
-
 Optimisers: ``"gradient"`` - the paper's step ``w <- w - kappa*dJ/dw`` (eq. 16) with a
 backtracking line search for kappa (baseline); ``"lbfgs"`` - scipy's L-BFGS-B on ``w`` with the
-adjoint gradient (default here); ``"sqp"`` - the end conditions as exact constraints on the input
-scaled to its bounds (:mod:`identification.design.adjoint_sqp`; the rigs' default: converges in
-50-150 iterations where the penalty takes 400-900).
+adjoint gradient (default here); ``"sqp"`` - end conditions as exact constraints, the input scaled to
+its bounds (:mod:`identification.design.adjoint_sqp`; the rigs' default, 50-150 iterations, not 400-900).
 """
 
 from __future__ import annotations
@@ -464,12 +462,11 @@ def _optimize(problem: DesignProblem, u0: np.ndarray, method: str, max_iter: int
     out = None
     if method == "sqp":
         from identification.design.adjoint_sqp import solve_sqp  # the module builds on this one
-
         out = solve_sqp(pb, u0, evaluate, max_iter)
         iters, n_eval, msg = out.iterations, out.n_evaluations, out.message
         mu = mu_inner = out.multipliers
-        hist.extend(out.cost_history)
-        ihist.extend(out.cost_history)
+        hist += out.cost_history
+        ihist += out.cost_history
         n_rounds = 0
     for _ in range(n_rounds):
         mu_inner = mu.copy()
@@ -522,14 +519,14 @@ def _optimize(problem: DesignProblem, u0: np.ndarray, method: str, max_iter: int
         why.append("end conditions not met")
     if not ok_lim:
         why.append(f"state limits exceeded by {ev.max_excess:.3g} (> 1e-3 of the limit)")
+    why_s = "; ".join(why)
     return DesignResult(u=u, dt=pb.dt, bounds=(lo[0].copy(), hi[0].copy()), criterion=pb.criterion,
                         param_names=tuple(pb.model.param_names), b=pb.b.copy(), fisher=ev.fisher,
                         std=fisher_std(ev.fisher), info_cost=ev.info_cost, cost_history=hist,
-                        info_history=ihist,
-                        end_residuals=end_res, max_state_excess=float(ev.max_excess), iterations=iters,
-                        n_evaluations=n_eval, time=elapsed, method=method, message=msg, success=success,
-                        multipliers=mu, converged=success and not why, grad_norm=g_norm, grad_tol=grad_tol,
-                        constraint_residual=residual, constraint_tol=end_tol, reason="; ".join(why))
+                        info_history=ihist, end_residuals=end_res, max_state_excess=float(ev.max_excess),
+                        iterations=iters, n_evaluations=n_eval, time=elapsed, method=method, message=msg,
+                        success=success, multipliers=mu, converged=success and not why, grad_norm=g_norm,
+                        grad_tol=grad_tol, constraint_residual=residual, constraint_tol=end_tol, reason=why_s)
 
 
 # ------------------------------------------------------------------------------- fitting helpers
