@@ -16,15 +16,16 @@ Plain functions over numpy arrays, no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import scipy.optimize
 
 from identification.models.ode_sensitivity import adjoint_gradient, integrate
 
-if TYPE_CHECKING:
-    from identification.design.adjoint_design import DesignProblem, Evaluation
+# identification.design.adjoint_design types; that module imports this one (no import cycle)
+DesignProblem = Any
+Evaluation = Any
 
 __all__ = ["SqpOutcome", "end_jacobian", "least_squares_multipliers", "solve_sqp"]
 
