@@ -64,6 +64,7 @@ def test_end_jacobian_matches_finite_differences():
     np.testing.assert_allclose(jac, fd, rtol=1e-5, atol=1e-6 * np.abs(fd).max())
 
 
+@pytest.mark.slow(reason="the augmented-Lagrangian L-BFGS-B comparison takes hundreds of iterations")
 def test_sqp_meets_end_conditions_exactly_on_a_coarse_grid():
     from identification.analyses.adjoint_plants import design_problem, reference_inputs
     from identification.design.adjoint_design import optimize_input
