@@ -2,6 +2,8 @@
 known answers on plain numpy plants: a linear plant is flagged at the nominal 1 % rate (<= 5 % with a
 binomial allowance), a cubic spring and Coulomb friction are detected."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.signal
@@ -9,6 +11,7 @@ import scipy.stats
 
 from identification.design.multisine import odd_random_phase_lines, random_phase_realisations
 from identification.frequency.nonlinear_distortion import best_linear_approximation, distortion_verdict
+from simulators.physics.crane import CraneTruth, simulate_axis
 
 N, DT, M, P, SETTLE = 1024, 1e-3, 4, 4, 2  # samples per period, s, realisations, periods, settling periods
 B_LIN, A_LIN = scipy.signal.cheby1(4, 1, 0.2)  # a resonant linear plant (discrete time)
@@ -115,3 +118,30 @@ def test_detection_lines_leave_one_odd_line_in_each_group_and_all_even_lines_fre
     assert np.allclose(np.sqrt(np.mean(r**2, axis=1)), 1.0)
     with pytest.raises(ValueError):
         best_linear_approximation(r[:, None], r[:, None], 1e-3, bins)
+
+
+def _crane(truth, seed: int, dt: float = 1e-3, n: int = 2000, settle: int = 4):
+    """The crane axis (simulators/physics/crane.py: torque in, measured motor speed out, encoder and speed
+    noise as shipped) under M odd random-phase multisines of 1 N*m rms, 1-100 Hz, P periods of 2 s."""
+    bins = odd_random_phase_lines(n, dt, 1.0, 100.0, seed=seed)
+    one = random_phase_realisations(n, bins, M, seed=seed)
+    U, Y = [], []
+    for m in range(M):
+        out = simulate_axis(truth, np.tile(one[m], settle + P), dt, rng=seed * 10 + m)
+        U.append(out["torque"][settle * n :].reshape(P, n))
+        Y.append(out["speed"][settle * n :].reshape(P, n))
+    return distortion_verdict(best_linear_approximation(np.array(U), np.array(Y), dt, bins))
+
+
+def test_crane_shipped_friction_is_detected_viscous_only_is_not():
+    """The shipped crane truth (Coulomb + Stribeck friction): detected, 18-19 dB above the noise over
+    1.5-99.5 Hz (measured); the same crane with viscous friction only: flagged at the nominal rate
+    (measured: 0 of 30 seeds below p = 0.01, the p-values spread over 0.02-0.88)."""
+    shipped = CraneTruth()
+    for seed in range(2):
+        v = _crane(shipped, seed)
+        assert v.detected and v.p_value < 1e-6 and v.level_db > 10, v.statement()
+    viscous = dataclasses.replace(shipped, coulomb=0.0, stribeck_torque=0.0)
+    n, alpha = 20, 0.01
+    flagged = sum(_crane(viscous, seed).detected for seed in range(n))
+    assert flagged <= scipy.stats.binom.isf(1e-3, n, alpha)
