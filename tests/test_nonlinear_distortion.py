@@ -9,8 +9,13 @@ import pytest
 import scipy.signal
 import scipy.stats
 
+from daq.plots.distortion import plot_distortion
 from identification.design.multisine import odd_random_phase_lines, random_phase_realisations
-from identification.frequency.nonlinear_distortion import best_linear_approximation, distortion_verdict
+from identification.frequency.nonlinear_distortion import (
+    best_linear_approximation,
+    distortion_from_records,
+    distortion_verdict,
+)
 from simulators.physics.crane import CraneTruth, simulate_axis
 
 N, DT, M, P, SETTLE = 1024, 1e-3, 4, 4, 2  # samples per period, s, realisations, periods, settling periods
@@ -125,12 +130,9 @@ def _crane(truth, seed: int, dt: float = 1e-3, n: int = 2000, settle: int = 4):
     noise as shipped) under M odd random-phase multisines of 1 N*m rms, 1-100 Hz, P periods of 2 s."""
     bins = odd_random_phase_lines(n, dt, 1.0, 100.0, seed=seed)
     one = random_phase_realisations(n, bins, M, seed=seed)
-    U, Y = [], []
-    for m in range(M):
-        out = simulate_axis(truth, np.tile(one[m], settle + P), dt, rng=seed * 10 + m)
-        U.append(out["torque"][settle * n :].reshape(P, n))
-        Y.append(out["speed"][settle * n :].reshape(P, n))
-    return distortion_verdict(best_linear_approximation(np.array(U), np.array(Y), dt, bins))
+    runs = [simulate_axis(truth, np.tile(one[m], settle + P), dt, rng=seed * 10 + m) for m in range(M)]
+    return distortion_from_records([r["torque"] for r in runs], [r["speed"] for r in runs], dt, n, bins,
+                                   settle=settle)
 
 
 def test_crane_shipped_friction_is_detected_viscous_only_is_not():
@@ -139,9 +141,20 @@ def test_crane_shipped_friction_is_detected_viscous_only_is_not():
     (measured: 0 of 30 seeds below p = 0.01, the p-values spread over 0.02-0.88)."""
     shipped = CraneTruth()
     for seed in range(2):
-        v = _crane(shipped, seed)
+        bla, v = _crane(shipped, seed)
         assert v.detected and v.p_value < 1e-6 and v.level_db > 10, v.statement()
     viscous = dataclasses.replace(shipped, coulomb=0.0, stribeck_torque=0.0)
     n, alpha = 20, 0.01
-    flagged = sum(_crane(viscous, seed).detected for seed in range(n))
+    flagged = sum(_crane(viscous, seed)[1].detected for seed in range(n))
     assert flagged <= scipy.stats.binom.isf(1e-3, n, alpha)
+
+
+def test_the_report_field_and_the_plot(tmp_path):
+    bla, v = _crane(CraneTruth(), 0)
+    d = v.to_dict()
+    assert set(d) >= {"detected", "level_db", "band"} and d["detected"] is True
+    assert d["band"][0] < d["band"][1] and d["statement"].startswith("nonlinear distortions")
+    png = plot_distortion(bla, v, tmp_path / "distortion.png", output="motor speed", unit="(rad/s)^2")
+    assert png.stat().st_size > 10_000
+    with pytest.raises(ValueError, match="2 whole periods"):
+        distortion_from_records([np.zeros(3000)], [np.zeros(3000)], 1e-3, 1000, np.array([1, 3]), settle=2)

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.stats
 
-__all__ = ["BLAEstimate", "DistortionVerdict", "best_linear_approximation", "distortion_verdict"]
+__all__ = ["BLAEstimate", "DistortionVerdict", "best_linear_approximation", "distortion_verdict",
+           "distortion_from_records"]
 
 
 @dataclass
@@ -182,3 +183,22 @@ def distortion_verdict(bla: BLAEstimate, alpha: float = 0.01, line_alpha: float 
         level = 10 * np.log10(ratio + 2 * se)
     return DistortionVerdict(detected=bool(detected), p_value=p, level_db=float(level), band=band,
                              alpha=alpha)
+
+
+def distortion_from_records(u: list[np.ndarray], y: list[np.ndarray], dt: float, n_per: int,
+                            excited: np.ndarray, settle: int = 1, alpha: float = 0.01,
+                            ) -> tuple[BLAEstimate, DistortionVerdict]:
+    """One call for a rig: ``u[m]``, ``y[m]`` are the records of realisation ``m`` (the same excited
+    ``excited`` bins, whole periods of ``n_per`` samples); the first ``settle`` periods are dropped.
+    ``verdict.to_dict()`` is the ``nonlinear_distortion`` field of an analysis."""
+    us, ys = [], []
+    for a, b in zip(u, y, strict=True):
+        a, b = np.asarray(a, dtype=float).ravel(), np.asarray(b, dtype=float).ravel()
+        P = a.size // n_per - settle
+        if P < 2 or b.size != a.size:
+            raise ValueError("each record needs the settling periods plus at least 2 whole periods")
+        us.append(a[settle * n_per : (settle + P) * n_per].reshape(P, n_per))
+        ys.append(b[settle * n_per : (settle + P) * n_per].reshape(P, n_per))
+    P = min(x.shape[0] for x in us)
+    bla = best_linear_approximation(np.array([x[:P] for x in us]), np.array([x[:P] for x in ys]), dt, excited)
+    return bla, distortion_verdict(bla, alpha=alpha)
