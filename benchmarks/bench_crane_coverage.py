@@ -15,6 +15,16 @@ sample, because the simulated speed is the encoder angle differenced over the la
 
     nice .venv/bin/python benchmarks/bench_crane_coverage.py --draws 20 --decimate 1 5 [--duration 2]
         [--json out.json]; --load out.json prints the tables again
+
+``--select`` (issue 31, item 1) runs what `hil analyze` runs with the shipped settings instead of one fit from
+near the truth: ``select_model`` with configs/crane-sim.toml's ``[model_selection]`` (``decimate = 5``, three
+starts per candidate from the centre of the box and Latin-hypercube points, never the truth), which screens
+the candidates on the 0.5 ms step and refits the choice and its close rivals on the data's 0.1 ms step.
+Truths: "right" draws the inertias and stiffnesses (J1, J2, J3, k12, k23) within +-``--spread`` of the
+shipped values, no Coulomb/Stribeck friction, one noise seed per draw; "wrong" is the shipped Stribeck truth
+with one noise seed per draw. ``--candidates`` limits the kit (default: all 96).
+
+    nice .venv/bin/python benchmarks/bench_crane_coverage.py --select --draws 20 [--candidates 3m+visc+dt ...]
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from identification.design.multisine import design_multisine  # noqa: E402
-from identification.selection.model_selection import chosen_intervals, fit_structure  # noqa: E402
+from identification.selection.model_selection import chosen_intervals, fit_structure, select_model  # noqa: E402
 from simulators.physics.crane import CraneTruth, simulate_axis  # noqa: E402
 
 CASES = {"right": ({"coulomb": 0.0, "stribeck_torque": 0.0}, "3m+visc+dt"),
@@ -66,6 +76,73 @@ def one(case: str, draw: int, decimate: int, duration: float = 2.0, spread: floa
             "z": ((rep.values - tv) / rep.std_robust).tolist()}
 
 
+SELECT_DRAWN = ("J1", "J2", "J3", "k12", "k23")
+#: configs/crane-sim.toml [model_selection] (the rest are select_model's defaults, as in `hil analyze`)
+SHIPPED = {"max_condition_index": 30.0, "min_validation_fit": 0.8}
+OPEN = {**SHIPPED, "max_condition_index": 1e9, "min_pii_ratio": 0.0}  # --accept-all
+
+
+def one_selection(case: str, draw: int, candidates: list[str] | None, spread: float = 0.2,
+                  dt: float = 1e-4, accept_all: bool = False) -> dict:
+    """One truth draw through the whole selection with the shipped settings: choice, validity, coverage."""
+    rng = np.random.default_rng([draw, 31])
+    nominal = CraneTruth()
+    if case == "right":
+        vals = {k: getattr(nominal, k) * (1 + spread * rng.uniform(-1, 1)) for k in SELECT_DRAWN}
+        truth = CraneTruth.from_config({**vals, "coulomb": 0.0, "stribeck_torque": 0.0})
+    else:
+        truth = nominal
+    mt = design_multisine(1.0, 150.0, 100, dt, period=2.0, grid="log", seed=11, max_iter=50)
+    mv = design_multisine(1.5, 150.0, 80, dt, period=2.0, grid="lin", seed=22, max_iter=50)
+    tr = simulate_axis(truth, mt.scale_to_peak(10.0), dt, rng)
+    va = simulate_axis(truth, mv.scale_to_peak(10.0), dt, rng)
+    t0 = time.perf_counter()
+    res = select_model((tr["torque_cmd"], tr["speed"], dt), (va["torque_cmd"], va["speed"], dt),
+                       candidates=candidates, profile=False, n_jobs=1,
+                       **(OPEN if accept_all else SHIPPED))
+    # what the shipped thresholds (max condition index 30, min PII 1 %) say of each screened candidate
+    verdicts = {c.name: {"max_ci": c.identifiability.max_ci, "min_pii": c.identifiability.min_pii,
+                         "shipped_accepts": bool(c.identifiability.max_ci < 30
+                                                 and c.identifiability.min_pii >= 0.01)}
+                for c in res.candidates}
+    row = {"case": case, "draw": draw, "chosen": res.chosen_name, "seconds": time.perf_counter() - t0,
+           "refined": [c.name for c in res.refined], "screen": verdicts}
+    rep = res.intervals
+    if rep is None:
+        return {**row, "names": [], "in_model": [], "in_robust": [], "valid": False, "z": []}
+    ref = np.array([getattr(truth, n, 0.0) + (0.5 * dt if n == "dead_time" and truth.encoder_counts > 0
+                                               else 0.0) for n in rep.names])
+    inside = {k: ((iv[:, 0] <= ref) & (ref <= iv[:, 1])).tolist() for k, iv in
+              (("model", rep.interval(False)), ("robust", rep.interval(True)))}
+    return {**row, "names": rep.names, "in_model": inside["model"], "in_robust": inside["robust"],
+            "valid": rep.intervals_valid, "residuals_white": rep.adequacy.residuals_white,
+            "p_value": rep.adequacy.p_value, "step_ok": rep.step_ok,
+            "step_bias_std": None if rep.step_bias is None else np.nan_to_num(rep.step_bias_std).tolist(),
+            "z": ((rep.values - ref) / rep.std_robust).tolist()}
+
+
+def selection_summary(rows: list[dict]) -> str:
+    lines = ["| case | truths | chosen (count) | intervals valid | robust 95 % covers (right model chosen) | "
+             "model-based 95 % covers | max time-step bias / std |", "|---|---|---|---|---|---|---|"]
+    for case in ("right", "wrong"):
+        rs = [r for r in rows if r["case"] == case]
+        if not rs:
+            continue
+        chosen = {}
+        for r in rs:
+            chosen[r["chosen"]] = chosen.get(r["chosen"], 0) + 1
+        right = [r for r in rs if r["chosen"] == "3m+visc+dt"] if case == "right" else rs
+        cr = np.mean([x for r in right for x in r["in_robust"]]) if right else float("nan")
+        cm = np.mean([x for r in right for x in r["in_model"]]) if right else float("nan")
+        sb = max((max(r["step_bias_std"]) for r in rs if r.get("step_bias_std")), default=float("nan"))
+        acc = sum(bool(r["screen"].get(r["chosen"], {}).get("shipped_accepts")) for r in rs)
+        lines.append(f"| {case} | {len(rs)} | {', '.join(f'{k} ({v})' for k, v in chosen.items())}; "
+                     f"shipped thresholds accept it {acc}/{len(rs)} | "
+                     f"{sum(r['valid'] for r in rs)}/{len(rs)} | {100 * cr:.1f} % | {100 * cm:.1f} % | "
+                     f"{sb:.2g} |")
+    return "\n".join(lines)
+
+
 def summary(rows: list[dict]) -> str:
     lines = ["| case | model step | truths | model-based 95 % covers | robust 95 % covers | intervals valid "
              "| residuals white | time step ok |", "|---|---|---|---|---|---|---|---|"]
@@ -98,12 +175,31 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=2.0)
     ap.add_argument("--json", dest="json_out", default=None)
     ap.add_argument("--load", default=None, help="print the table of a saved --json file")
+    ap.add_argument("--select", action="store_true", help="the whole selection with the shipped settings")
+    ap.add_argument("--candidates", nargs="+", default=None, help="with --select: these models only")
+    ap.add_argument("--first", type=int, default=0, help="first draw (split a run over processes)")
+    ap.add_argument("--accept-all", action="store_true",
+                    help="with --select: no identifiability thresholds (the intervals alone; the shipped "
+                         "thresholds' verdict is still recorded)")
     args = ap.parse_args()
     if args.load:
-        print(summary(json.loads(Path(args.load).read_text())))
+        rows = json.loads(Path(args.load).read_text())
+        print(selection_summary(rows) if rows and "chosen" in rows[0] else summary(rows))
         return
     rows = []
     t0 = time.perf_counter()
+    if args.select:
+        for case in args.cases:
+            for d in range(args.first, args.first + args.draws):
+                rows.append(one_selection(case, d, args.candidates, accept_all=args.accept_all))
+                r = rows[-1]
+                print(f"{case} draw {d}: chosen {r['chosen']}, valid {r['valid']}, covered "
+                      f"{sum(r['in_robust'])}/{len(r['names'])} ({time.perf_counter() - t0:.0f} s)",
+                      file=sys.stderr, flush=True)
+                if args.json_out:
+                    Path(args.json_out).write_text(json.dumps(rows))
+        print(selection_summary(rows))
+        return
     for dec in args.decimate:
         for case in args.cases:
             for d in range(args.draws):

@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from daq.run.executor import LocalExecutor, make_executor
-from identification.gsa.gsa_identification import identify, reference_from_model
+from daq.executor import LocalExecutor, make_executor
+from identification.gsa import identify, reference_from_model
 from identification.models.machine_tool_model import (
     DAMPING_NAMES,
     STIFFNESS_NAMES,

@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
-from daq.run.executor import make_executor
-from identification.gsa.gsa_identification import fraction_within, identify, reference_from_model
+from daq.executor import make_executor
+from identification.gsa import fraction_within, identify, reference_from_model
 from identification.models.machine_tool_model import (
     DAMPING_NAMES,
     STIFFNESS_NAMES,

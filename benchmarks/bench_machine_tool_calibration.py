@@ -35,7 +35,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from identification.gsa.gsa_identification import (  # noqa: E402
+from identification.gsa import (  # noqa: E402
     ModalReference,
     identify,
     local_refit,

@@ -63,7 +63,7 @@ def run_selection(train, valid, section: dict, engine: str, dask: bool):
     set_engine(engine)
     t0 = time.perf_counter()
     if dask:
-        from daq.run.executor import make_executor  # lazy: dask only with --dask
+        from daq.executor import make_executor  # lazy: dask only with --dask
 
         opts = selection_options(section)
         bounds = opts.pop("bounds")

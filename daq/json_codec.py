@@ -105,6 +105,19 @@ def numpy_default(obj: Any) -> Any:
     raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
 
+def jsonable(obj: Any) -> Any:
+    """``obj`` as plain JSON data (what :func:`loads` gives back for it): numpy values as Python numbers
+    and lists, anything else JSON has no word for (TOML dates, paths) as its ``str``."""
+
+    def default(x: Any) -> Any:
+        try:
+            return numpy_default(x)
+        except TypeError:
+            return str(x)
+
+    return loads(encode(obj, default=default))
+
+
 # ----------------------------------------------------------------------------- writing
 
 _NONFINITE = {"nan": msgspec.Raw(b"NaN"), "inf": msgspec.Raw(b"Infinity"), "-inf": msgspec.Raw(b"-Infinity")}

@@ -10,18 +10,66 @@ import asyncio
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import msgspec
 import numpy as np
+from msgspec import Meta
 
 from drivers.errors import BadResponse, DeviceRefused
-from drivers.modbus_transport import ModbusTransport
-from drivers.registers import RegisterMap
-from drivers.serial_transport import SerialLine
+from drivers.modbus_transport import ModbusSettings, ModbusTransport
+from drivers.registers import Register, RegisterMap, overlapping
+from drivers.serial_transport import SerialLine, SerialSettings
+from drivers.settings import InvalidSetting, NonEmpty, settings_from
 
 # Units a serial sensor may answer in, to metres.
 UNIT_TO_M = {"m": 1.0, "mm": 1e-3, "um": 1e-6, "nm": 1e-9}
 _ANSWER = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([a-z]+)$")
+
+
+Metres = Annotated[float, Meta(ge=-1e3, le=1e3)]
+
+
+class SensorSettings(ModbusSettings, kw_only=True):
+    """``[devices.sensors.<name>]``: a displacement sensor on Modbus (RTU or TCP; the link keys of
+    :class:`ModbusSettings` and a ``displacement`` register) or on an ASCII serial line (``url``,
+    ``baudrate``, ``timeout``, ``query``, ``id_query``, ``terminator``); ``sigma`` its nominal noise std (m,
+    the analysis weights) and ``range`` its plausible readings (m)."""
+
+    protocol: Literal["modbus_rtu", "modbus_tcp", "serial"]  # type: ignore[assignment]
+    sigma: Annotated[float, Meta(gt=0, le=0.1)] | None = None  # the press rig requires it (its analysis)
+    range: Annotated[list[Metres], Meta(min_length=2, max_length=2)] = msgspec.field(
+        default_factory=lambda: [-1.0, 1.0])
+    registers: dict[str, Register] | None = None
+    query: NonEmpty = "MEAS?"
+    id_query: NonEmpty = "ID?"
+    terminator: NonEmpty = "\r\n"
+
+    def check(self) -> None:
+        if not self.range[0] < self.range[1]:
+            raise InvalidSetting("range", f"needs lo < hi, got {self.range}")
+        if self.protocol != "modbus_tcp" and not self.url:
+            raise InvalidSetting("url", f"required for protocol {self.protocol!r}")
+        if self.protocol != "serial" and "displacement" not in (self.registers or {}):
+            raise InvalidSetting("registers", "a Modbus sensor needs a 'displacement' register")
+        clash = overlapping(self.registers or {})
+        if clash:
+            raise InvalidSetting(f"registers.{clash[1]}.address", f"overlaps {clash[0]!r}: two values of one "
+                                                                  "device cannot share a register")
+        reg = (self.registers or {}).get("displacement")
+        for value in self.range if reg is not None else ():
+            if not reg.encodable(value):
+                raise InvalidSetting("registers.displacement.scale",
+                                     f"{reg.scale!r} puts the plausible reading {value:g} m outside the "
+                                     f"{reg.type} register {reg.raw_limits()}; choose scale so [range] fits "
+                                     "the register")
+
+    def serial(self) -> SerialSettings:
+        """The line settings of a serial sensor (9600 baud unless given)."""
+        assert self.url is not None  # check()
+        return SerialSettings(url=self.url, baudrate=self.baudrate or 9600, timeout=self.timeout,
+                              connect_timeout=self.connect_timeout, backoff_initial=self.backoff_initial,
+                              backoff_max=self.backoff_max, terminator=self.terminator)
 
 
 class DisplacementSensor:
@@ -29,13 +77,12 @@ class DisplacementSensor:
 
     protocol = "?"
 
-    def __init__(self, name: str, cfg: Mapping[str, Any]) -> None:
+    def __init__(self, name: str, settings: SensorSettings | Mapping[str, Any]) -> None:
         self.name = name
-        self.cfg = dict(cfg)
-        self.sigma = float(cfg.get("sigma", float("nan")))  # nominal noise std, m (for the analysis)
-        lo, hi = cfg.get("range", (-1.0, 1.0))  # plausible measuring range, m
-        self.range = (float(lo), float(hi))
-        self.model = str(cfg.get("model", "unknown"))
+        self.settings = cfg = settings_from(settings, SensorSettings)
+        self.sigma = cfg.sigma if cfg.sigma is not None else math.nan  # nominal noise std, m (the analysis)
+        self.range = (cfg.range[0], cfg.range[1])  # plausible measuring range, m
+        self.model = cfg.model
 
     @property
     def address(self) -> str:
@@ -85,10 +132,10 @@ class DisplacementSensor:
 class ModbusDisplacementSensor(DisplacementSensor):
     """A displacement value in one mapped register (``registers.displacement``)."""
 
-    def __init__(self, name: str, cfg: Mapping[str, Any]) -> None:
-        super().__init__(name, cfg)
-        self.regs = RegisterMap.from_config(cfg.get("registers", {}), ("displacement",))
-        self.transport = ModbusTransport(name, cfg)
+    def __init__(self, name: str, settings: SensorSettings | Mapping[str, Any]) -> None:
+        super().__init__(name, settings)
+        self.regs = RegisterMap.from_config(self.settings.registers or {}, ("displacement",))
+        self.transport = ModbusTransport(name, self.settings)
         self.protocol = self.transport.protocol
         self._spec = self.regs["displacement"]
         self._lo, self._hi = self.range
@@ -120,11 +167,11 @@ class SerialDisplacementSensor(DisplacementSensor):
 
     protocol = "serial"
 
-    def __init__(self, name: str, cfg: Mapping[str, Any]) -> None:
-        super().__init__(name, cfg)
-        self.line = SerialLine(name, cfg)
-        self.query_cmd = str(cfg.get("query", "MEAS?"))
-        self.id_cmd = str(cfg.get("id_query", "ID?"))
+    def __init__(self, name: str, settings: SensorSettings | Mapping[str, Any]) -> None:
+        super().__init__(name, settings)
+        self.line = SerialLine(name, self.settings.serial())
+        self.query_cmd = self.settings.query
+        self.id_cmd = self.settings.id_query
 
     @property
     def address(self) -> str:
@@ -156,11 +203,9 @@ class SerialDisplacementSensor(DisplacementSensor):
         return float(m.group(1)) * UNIT_TO_M[m.group(2)]
 
 
-def open_sensor(name: str, cfg: Mapping[str, Any]) -> DisplacementSensor:
+def open_sensor(name: str, settings: SensorSettings | Mapping[str, Any]) -> DisplacementSensor:
     """Sensor driver for a ``[devices.sensors.<name>]`` table (not yet connected)."""
-    protocol = cfg.get("protocol")
-    if protocol in ("modbus_rtu", "modbus_tcp"):
-        return ModbusDisplacementSensor(name, cfg)
-    if protocol == "serial":
+    cfg = settings_from(settings, SensorSettings)
+    if cfg.protocol == "serial":
         return SerialDisplacementSensor(name, cfg)
-    raise ValueError(f"sensor {name}: unknown protocol {protocol!r} (modbus_rtu, modbus_tcp, serial)")
+    return ModbusDisplacementSensor(name, cfg)

@@ -13,11 +13,14 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from msgspec import Meta
 
 from drivers.errors import DeviceError, DeviceFault, LimitError, SafeStateError
-from drivers.modbus_transport import ModbusTransport
-from drivers.registers import RegisterMap
+from drivers.modbus_transport import ModbusSettings, ModbusTransport
+from drivers.registers import Register, RegisterMap, overlapping
+from drivers.settings import Interval, InvalidSetting, settings_from
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +33,41 @@ STATUS_FAULT = 0x2
 STATUS_SETTLED = 0x4
 
 FAULT_TEXT = {0: "none", 1: "watchdog: no command or heartbeat in time", 2: "supply pressure low"}
+
+
+Newton = Annotated[float, Meta(gt=0, le=1e7)]          # a force, N (a press: up to 10 MN)
+
+
+class ForceSourceSettings(ModbusSettings, kw_only=True):
+    """``[devices.force_source]``: the link, the setpoint limits (N, checked before anything is sent), the
+    watchdog's heartbeat, how long the safe state may take, and the register map."""
+
+    f_min: Annotated[float, Meta(ge=0, le=1e7)] = 0.0   # N, setpoints below are refused before sending
+    f_max: Newton                                      # N, setpoints above are refused before sending
+    heartbeat_interval: Interval = 0.2                 # s between heartbeats (the device's watchdog)
+    safe_state_timeout: Annotated[float, Meta(gt=0, le=2.9)] = 2.5  # s; below the guard's 3 s per attempt
+    registers: dict[str, Register]
+
+    def check(self) -> None:
+        super().check()
+        if not self.f_min < self.f_max:
+            raise InvalidSetting("f_max", f"must be above f_min ({self.f_min} N)")
+        missing = [r for r in REQUIRED_REGISTERS if r not in self.registers]
+        if missing:
+            raise InvalidSetting("registers", f"missing register(s) {', '.join(missing)}")
+        clash = overlapping(self.registers)
+        if clash:
+            a, b = clash
+            ra, rb = self.registers[a], self.registers[b]
+            raise InvalidSetting(f"registers.{b}.address",
+                                 f"{rb.table} register {rb.address} overlaps {a!r} ({ra.table} {ra.address}, "
+                                 f"{ra.count} words): two values of one device cannot share a register")
+        setpoint = self.registers["setpoint"]
+        for force in (self.f_min, self.f_max):
+            if not setpoint.encodable(force):
+                raise InvalidSetting("registers.setpoint.scale",
+                                     f"{setpoint.scale!r} cannot write a setpoint of {force:g} N into a "
+                                     f"{setpoint.type} register; choose scale/offset so f_min..f_max fit")
 
 
 @dataclass(frozen=True)
@@ -57,30 +95,23 @@ class ForceSourceStatus:
 class ForceSource:
     """Pneumatic force source on Modbus TCP (or RTU).
 
-    Config (``[devices.force_source]``): transport keys (see ModbusTransport), ``f_min`` / ``f_max`` (N,
-    limits enforced client-side), ``model``, ``safe_state_timeout`` (s, default 2.5: how long
-    ``safe_state()`` may take before it reports failure) and ``registers`` (setpoint, enable, clear_fault,
-    heartbeat, force, pressure, status, fault_code). Read registers without a ``range`` get a default:
+    Settings: :class:`ForceSourceSettings` (a plain mapping is converted and checked by it). Read registers
+    without a ``range`` get a default:
     force [-0.5, 1.5] x f_max, pressure [0, 1e7] Pa, setpoint read-back [min(0, f_min), f_max].
     """
 
-    def __init__(self, cfg: Mapping[str, Any], name: str = "force_source") -> None:
+    def __init__(self, settings: ForceSourceSettings | Mapping[str, Any], name: str = "force_source") -> None:
         self.name = name
-        self.cfg = dict(cfg)
-        self.regs = RegisterMap.from_config(cfg.get("registers", {}), REQUIRED_REGISTERS)
-        self.f_min = float(cfg.get("f_min", 0.0))
-        self.f_max = float(cfg["f_max"])
-        if not (math.isfinite(self.f_min) and math.isfinite(self.f_max) and self.f_min < self.f_max):
-            raise ValueError(f"{name}: f_min and f_max must be finite with f_min < f_max")
+        self.settings = cfg = settings_from(settings, ForceSourceSettings)
+        self.regs = RegisterMap.from_config(cfg.registers, REQUIRED_REGISTERS)
+        self.f_min, self.f_max = cfg.f_min, cfg.f_max
         defaults = {"force": (-0.5 * self.f_max, 1.5 * self.f_max), "pressure": (0.0, 1.0e7),
                     "setpoint": (min(0.0, self.f_min), self.f_max)}
         for reg, span in defaults.items():
             if self.regs[reg].range is None:
                 self.regs[reg] = dataclasses.replace(self.regs[reg], range=span)
-        self.safe_state_timeout = float(cfg.get("safe_state_timeout", 2.5))
-        if not self.safe_state_timeout > 0:
-            raise ValueError(f"{name}: safe_state_timeout must be > 0")
-        self.model = str(cfg.get("model", "unknown"))
+        self.safe_state_timeout = cfg.safe_state_timeout
+        self.model = cfg.model
         self.transport = ModbusTransport(name, cfg)
         self._beat = 0
 

@@ -8,19 +8,32 @@ Text commands one per line, queries answered with one line or an IEEE 488.2 defi
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 import numpy as np
+from msgspec import Meta
 
 from drivers.errors import BadResponse, DeviceConnectionError, DeviceRefused, DeviceTimeout
+from drivers.settings import NonEmpty, Port, Settings, Timeout, settings_from
+
+
+class FrontEndSettings(Settings, kw_only=True):
+    """``[devices.frontend]``: where the front end listens and how long a request and a measurement may
+    take (s)."""
+
+    host: NonEmpty = "127.0.0.1"
+    port: Port
+    timeout: Annotated[float, Meta(gt=0, le=60.0)] = 5.0   # s per SCPI request
+    measure_timeout: Timeout = 120.0                       # s one measurement may take
 
 
 class ModalFrontEnd:
-    def __init__(self, cfg: dict, name: str = "frontend"):
+    def __init__(self, settings: FrontEndSettings | Mapping[str, Any], name: str = "frontend"):
         self.name = name
-        self.host = str(cfg.get("host", "127.0.0.1"))
-        self.port = int(cfg["port"])
-        self.timeout = float(cfg.get("timeout", 5.0))
-        self.measure_timeout = float(cfg.get("measure_timeout", 120.0))
+        self.settings = cfg = settings_from(settings, FrontEndSettings)
+        self.host, self.port = cfg.host, cfg.port
+        self.timeout, self.measure_timeout = cfg.timeout, cfg.measure_timeout
         self.address = f"{self.host}:{self.port}"
         self._r: asyncio.StreamReader | None = None
         self._w: asyncio.StreamWriter | None = None

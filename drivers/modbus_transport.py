@@ -37,8 +37,9 @@ import logging
 import math
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from msgspec import Meta
 from pymodbus import FramerType
 from pymodbus.client import AsyncModbusSerialClient, AsyncModbusTcpClient
 from pymodbus.exceptions import ConnectionException, ModbusException, ModbusIOException
@@ -47,6 +48,7 @@ from pymodbus.pdu import ModbusPDU
 from drivers.cancellation import checked
 from drivers.errors import BadResponse, DeviceConnectionError, DeviceError, DeviceRefused, DeviceTimeout
 from drivers.registers import RegisterSpec
+from drivers.settings import Baud, InvalidSetting, NonEmpty, Port, Settings, Timeout, UnitId, settings_from
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,43 @@ MODBUS_EXCEPTIONS = {
 #: The bounds of the fast plausibility check for a register without a ``range``: every finite float passes,
 #: NaN and +-inf fail (both comparisons are False for NaN), so one chained comparison is the finite check too.
 _ANY_FINITE = (-sys.float_info.max, sys.float_info.max)
+
+
+class ModbusSettings(Settings, kw_only=True):
+    """How to reach one Modbus device (the link part of its ``[devices.*]`` table).
+
+    ``protocol`` "modbus_tcp" (``host``/``port``) or "modbus_rtu" (``url``: "/dev/ttyUSB0" or a
+    "socket://host:port" gateway; ``baudrate``); ``device_id`` the unit id; ``timeout`` s per attempt,
+    ``retries`` extra attempts; ``connect_timeout`` s spent reconnecting before giving up, with backoff from
+    ``backoff_initial`` doubling to ``backoff_max``; RTU ``drain_time`` s a late reply is awaited after a
+    timeout (default 2 x timeout)."""
+
+    protocol: Literal["modbus_tcp", "modbus_rtu"] = "modbus_tcp"
+    host: NonEmpty = "127.0.0.1"
+    port: Port = 502
+    url: NonEmpty | None = None
+    baudrate: Baud | None = None             # None: 19200 (Modbus RTU), 9600 (an ASCII serial line)
+    device_id: UnitId = 1
+    timeout: Annotated[float, Meta(gt=0, le=60.0)] = 0.5
+    retries: Annotated[int, Meta(ge=0, le=10)] = 1
+    connect_timeout: Timeout = 3.0
+    backoff_initial: Annotated[float, Meta(gt=0, le=10.0)] = 0.05
+    backoff_max: Annotated[float, Meta(gt=0, le=60.0)] = 1.0
+    drain_time: Annotated[float, Meta(ge=0, le=60.0)] | None = None
+    model: str = "unknown"
+
+    def check(self) -> None:
+        if self.protocol == "modbus_rtu" and not self.url:
+            raise InvalidSetting("url", "required for protocol 'modbus_rtu' (the serial line, e.g. "
+                                        "/dev/ttyUSB0)")
+
+    @property
+    def address(self) -> str:
+        """Where the device is, as every message names it."""
+        if self.protocol == "modbus_rtu":
+            return f"modbus-rtu:{self.url}/{self.device_id}"
+        return f"modbus-tcp://{self.host}:{self.port}/{self.device_id}"
+
 
 
 class _Read:
@@ -95,28 +134,27 @@ class ModbusTransport:
     2 x timeout).
     """
 
-    def __init__(self, name: str, cfg: Mapping[str, Any]) -> None:
+    def __init__(self, name: str, settings: ModbusSettings | Mapping[str, Any]) -> None:
+        if isinstance(settings, Mapping):  # a device's whole table: the link keys are this class's part
+            settings = {k: v for k, v in settings.items() if k in ModbusSettings.__struct_fields__}
+        cfg = settings_from(settings, ModbusSettings)
         self.name = name
-        self.protocol = str(cfg.get("protocol", "modbus_tcp"))
-        self.device_id = int(cfg.get("device_id", 1))
-        self.timeout = float(cfg.get("timeout", 0.5))
-        self.retries = int(cfg.get("retries", 1))
-        self.connect_timeout = float(cfg.get("connect_timeout", 3.0))
-        self.backoff_initial = float(cfg.get("backoff_initial", 0.05))
-        self.backoff_max = float(cfg.get("backoff_max", 1.0))
-        self.drain_time = float(cfg.get("drain_time", 2.0 * self.timeout))
+        self.settings = cfg
+        self.protocol = cfg.protocol
+        self.device_id = cfg.device_id
+        self.timeout = cfg.timeout
+        self.retries = cfg.retries
+        self.connect_timeout = cfg.connect_timeout
+        self.backoff_initial = cfg.backoff_initial
+        self.backoff_max = cfg.backoff_max
+        self.drain_time = 2.0 * self.timeout if cfg.drain_time is None else cfg.drain_time
+        self.address = cfg.address
         if self.protocol == "modbus_tcp":
-            self.host = str(cfg.get("host", "127.0.0.1"))
-            self.port = int(cfg.get("port", 502))
-            self.address = f"modbus-tcp://{self.host}:{self.port}/{self.device_id}"
-        elif self.protocol == "modbus_rtu":
-            self.url = str(cfg["url"])
-            self.baudrate = int(cfg.get("baudrate", 19200))
-            self.address = f"modbus-rtu:{self.url}/{self.device_id}"
+            self.host, self.port = cfg.host, cfg.port
         else:
-            raise ValueError(f"{name}: unknown Modbus protocol {self.protocol!r}")
-        if not (self.timeout > 0 and self.retries >= 0 and self.drain_time >= 0):
-            raise ValueError(f"{name}: timeout must be > 0, retries and drain_time >= 0")
+            assert cfg.url is not None  # ModbusSettings.check
+            self.url = cfg.url
+        self.baudrate = cfg.baudrate or 19200
         self._client: AsyncModbusTcpClient | AsyncModbusSerialClient | None = None
         self._lock = asyncio.Lock()
         self._rtu = self.protocol == "modbus_rtu"
@@ -314,7 +352,7 @@ class ModbusTransport:
                     self._owe_reply()  # the request went out; its reply may still come
                 raise
             return None, self._no_answer(client, what, None)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any transport failure is a lost answer
             self._in_flight = False
             self._settle(task, before, False)
             return None, self._failure(client, what, exc)

@@ -17,8 +17,13 @@ import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
 
 from drivers.errors import RegisterMapError
+from drivers.settings import InvalidSetting, Settings, settings_from
 
 # type name -> (struct code for a big-endian value, number of 16-bit registers)
 _TYPES: dict[str, tuple[str, int]] = {
@@ -33,8 +38,68 @@ _VALUES: dict[str, tuple[struct.Struct, int]] = {
     name: (struct.Struct(code), n) for name, (code, n) in _TYPES.items()
 }
 _WORDS: dict[int, struct.Struct] = {n: struct.Struct(f">{n}H") for n in (1, 2)}
-_TABLES = ("holding", "input")
-_KEYS = {"table", "address", "type", "word_order", "scale", "offset", "unit", "description", "range"}
+#: raw limits of the integer types (a float32 register holds +-3.4e38)
+INT_LIMITS = {"uint16": (0, 65535), "int16": (-32768, 32767), "uint32": (0, 2**32 - 1),
+              "int32": (-2**31, 2**31 - 1)}
+Finite = Annotated[float, Meta(ge=-1e12, le=1e12)]
+
+
+class Register(Settings, kw_only=True):
+    """One entry of a device's register map, as the config writes it (the table the service checks)."""
+
+    table: Literal["holding", "input"] = "holding"
+    address: Annotated[int, Meta(ge=0, le=65535)]
+    type: Literal["uint16", "int16", "uint32", "int32", "float32"] = "float32"
+    word_order: Literal["big", "little"] = "big"
+    scale: Annotated[float, Meta(ge=-1e9, le=1e9)] = 1.0   # SI value = raw * scale + offset
+    offset: Finite = 0.0
+    unit: str = "1"
+    description: str = ""
+    range: Annotated[list[Finite], Meta(min_length=2, max_length=2)] | None = None  # plausible SI values
+
+    @property
+    def count(self) -> int:
+        """Number of 16-bit registers the value occupies."""
+        return _TYPES[self.type][1]
+
+    def check(self) -> None:
+        if abs(self.scale) < 1e-12:
+            raise InvalidSetting("scale", f"{self.scale!r} is (almost) 0: readings would all be the offset; "
+                                          "give the register's SI units per count")
+        if self.address + self.count - 1 > 65535:
+            raise InvalidSetting("address", f"{self.address} + {self.count} words runs past register 65535")
+        if self.range is not None and not self.range[0] < self.range[1]:
+            raise InvalidSetting("range", f"needs lo < hi, got {self.range}")
+        for v in self.range or ():
+            if not self.encodable(v):
+                raise InvalidSetting("scale", f"{self.scale!r} maps the plausible value {v:g} {self.unit} "
+                                              f"outside the {self.type} register ({self.raw_limits()}); "
+                                              "choose scale/offset so [range] fits the register")
+
+    def raw_limits(self) -> tuple[float, float]:
+        return INT_LIMITS.get(self.type, (-3.4e38, 3.4e38))
+
+    def encodable(self, value: float) -> bool:
+        """True when ``value`` (SI) maps into the register's raw range."""
+        lo, hi = self.raw_limits()
+        return lo <= round((value - self.offset) / self.scale) <= hi
+
+    def span(self) -> range:
+        """The register addresses it occupies."""
+        return range(self.address, self.address + self.count)
+
+
+def overlapping(registers: Mapping[str, Register]) -> tuple[str, str] | None:
+    """The first two entries of one map that share a register of the same table (None: none do)."""
+    seen: dict[tuple[str, int], str] = {}
+    for name, reg in registers.items():
+        for address in reg.span():
+            other = seen.get((reg.table, address))
+            if other is not None:
+                return other, name
+            seen[(reg.table, address)] = name
+    return None
+
 
 
 @dataclass(frozen=True)
@@ -61,41 +126,25 @@ class RegisterSpec:
         return self.type == "float32"
 
     @classmethod
-    def from_config(cls, name: str, d: Mapping) -> RegisterSpec:
-        """Validate one TOML entry; raises RegisterMapError with the entry name on any problem."""
+    def from_register(cls, name: str, reg: Register) -> RegisterSpec:
+        """The codec of a checked map entry."""
+        return cls(name=name, table=reg.table, address=reg.address, type=reg.type, word_order=reg.word_order,
+                   scale=reg.scale, offset=reg.offset, unit=reg.unit,
+                   range=(reg.range[0], reg.range[1]) if reg.range is not None else None)
+
+    @classmethod
+    def from_config(cls, name: str, d: Mapping | Register) -> RegisterSpec:
+        """One map entry, a :class:`Register` or a plain mapping (converted and checked by the same struct);
+        RegisterMapError with the entry name on any problem."""
+        if isinstance(d, Register):
+            return cls.from_register(name, d)
         if not isinstance(d, Mapping):
             raise RegisterMapError(f"register {name!r}: expected a table, got {type(d).__name__}")
-        unknown = sorted(set(d) - _KEYS)
-        if unknown:
-            raise RegisterMapError(f"register {name!r}: unknown keys {unknown}")
         try:
-            spec = cls(
-                name=name,
-                table=str(d.get("table", "holding")),
-                address=int(d["address"]),
-                type=str(d.get("type", "float32")),
-                word_order=str(d.get("word_order", "big")),
-                scale=float(d.get("scale", 1.0)),
-                offset=float(d.get("offset", 0.0)),
-                unit=str(d.get("unit", "1")),
-                range=_range(d["range"]) if "range" in d else None,
-            )
-        except KeyError as exc:
-            raise RegisterMapError(f"register {name!r}: missing key {exc.args[0]!r}") from None
-        except (TypeError, ValueError) as exc:
+            reg = settings_from(d, Register)
+        except (msgspec.ValidationError, InvalidSetting) as exc:
             raise RegisterMapError(f"register {name!r}: {exc}") from None
-        if spec.table not in _TABLES:
-            raise RegisterMapError(f"register {name!r}: table must be one of {_TABLES}, got {spec.table!r}")
-        if spec.type not in _TYPES:
-            raise RegisterMapError(f"register {name!r}: type must be one of {sorted(_TYPES)}, "
-                                   f"got {spec.type!r}")
-        if spec.word_order not in ("big", "little"):
-            raise RegisterMapError(f"register {name!r}: word_order must be 'big' or 'little'")
-        if not 0 <= spec.address <= 65535 - spec.count + 1:
-            raise RegisterMapError(f"register {name!r}: address {spec.address} out of 0..65535")
-        if spec.scale == 0 or not math.isfinite(spec.scale) or not math.isfinite(spec.offset):
-            raise RegisterMapError(f"register {name!r}: scale must be finite and non-zero, offset finite")
-        return spec
+        return cls.from_register(name, reg)
 
     def plausible(self, value: float) -> bool:
         """True when ``value`` is finite and inside ``range`` (if the map gives one)."""
@@ -143,16 +192,6 @@ class RegisterSpec:
         if self.word_order == "little":
             words.reverse()
         return words
-
-
-def _range(r) -> tuple[float, float]:
-    """``[lo, hi]`` with finite lo < hi (ValueError otherwise)."""
-    if isinstance(r, str | bytes) or not hasattr(r, "__len__") or len(r) != 2:
-        raise ValueError(f"range must be [lo, hi], got {r!r}")
-    lo, hi = float(r[0]), float(r[1])
-    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-        raise ValueError(f"range must be finite with lo < hi, got {r!r}")
-    return lo, hi
 
 
 class RegisterMap(dict[str, RegisterSpec]):

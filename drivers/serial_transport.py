@@ -9,13 +9,28 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import serial
+from msgspec import Meta
 
 from drivers.errors import BadResponse, DeviceConnectionError, DeviceTimeout
+from drivers.settings import Baud, NonEmpty, Settings, Timeout, settings_from
 
 MAX_LINE = 256  # bytes; a longer answer is malformed
+
+
+class SerialSettings(Settings, kw_only=True):
+    """One serial line: ``url`` ("/dev/ttyUSB0" or "socket://host:port"), ``baudrate``, ``timeout`` (s per
+    answer), ``connect_timeout`` (s), reconnect backoff (s), ``terminator`` sent after each command."""
+
+    url: NonEmpty
+    baudrate: Baud = 9600
+    timeout: Annotated[float, Meta(gt=0, le=60.0)] = 0.5
+    connect_timeout: Timeout = 3.0
+    backoff_initial: Annotated[float, Meta(gt=0, le=10.0)] = 0.05
+    backoff_max: Annotated[float, Meta(gt=0, le=60.0)] = 1.0
+    terminator: NonEmpty = "\r\n"
 
 
 class SerialLine:
@@ -25,16 +40,18 @@ class SerialLine:
     ``backoff_initial`` / ``backoff_max`` (s), ``terminator`` (sent after each command, default CR LF).
     """
 
-    def __init__(self, name: str, cfg: Mapping[str, Any]) -> None:
+    def __init__(self, name: str, settings: SerialSettings | Mapping[str, Any]) -> None:
+        cfg = settings_from(settings, SerialSettings)
         self.name = name
-        self.url = str(cfg["url"])
+        self.settings = cfg
+        self.url = cfg.url
         self.address = self.url
-        self.baudrate = int(cfg.get("baudrate", 9600))
-        self.timeout = float(cfg.get("timeout", 0.5))
-        self.connect_timeout = float(cfg.get("connect_timeout", 3.0))
-        self.backoff_initial = float(cfg.get("backoff_initial", 0.05))
-        self.backoff_max = float(cfg.get("backoff_max", 1.0))
-        self.terminator = str(cfg.get("terminator", "\r\n")).encode("ascii")
+        self.baudrate = cfg.baudrate
+        self.timeout = cfg.timeout
+        self.connect_timeout = cfg.connect_timeout
+        self.backoff_initial = cfg.backoff_initial
+        self.backoff_max = cfg.backoff_max
+        self.terminator = cfg.terminator.encode("ascii")
         self._port: serial.SerialBase | None = None
         self._lock = asyncio.Lock()
 

@@ -13,21 +13,25 @@ the whole connect.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import logging
 import math
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import msgspec
 import numpy as np
 from asyncua import Client, ua
 from asyncua.crypto.security_policies import SecurityPolicyBasic256Sha256
 from asyncua.crypto.truststore import TrustStore
 from asyncua.crypto.validator import CertificateValidator, CertificateValidatorOptions
+from msgspec import Meta
 
 from drivers import errors
 from drivers.cancellation import checked
+from drivers.settings import Interval, InvalidSetting, PathStr, Settings, Timeout, settings_from
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +82,10 @@ class DriveFault(DriveError, errors.DeviceFault):
         self.fault_code = fault_code
 
 
+class IdentityMismatch(DriveError, errors.DeviceRefused):
+    """The drive that answered is not the one the config expects (``[devices.drive.expect]``)."""
+
+
 class DriveTimeout(DriveError, errors.DeviceTimeout):
     """The drive did not reach the expected state in time."""
 
@@ -89,57 +97,75 @@ class DriveSafeStateError(DriveError, errors.SafeStateError):
 SESSION_TIMEOUT_MS = 600_000  # requested OPC UA session lifetime, kept alive by the client
 
 
-@dataclass
-class ServoDriveConfig:
-    """The ``[devices.drive]`` table."""
+class DriveSecurity(Settings, kw_only=True):
+    """``[devices.drive.security]``: Basic256Sha256 SignAndEncrypt with our certificate and key, the
+    server's certificate pinned (``server_certificate``) or trusted (``server_trust_dir``), and an optional
+    user whose password is given or read from the variable ``password_env``. The client's application URI
+    is the one in ``certificate`` (servers refuse a client whose URI differs from its certificate)."""
+
+    mode: Literal["none", "Basic256Sha256_SignAndEncrypt"] = "none"
+    certificate: PathStr | None = None
+    private_key: PathStr | None = None
+    server_certificate: PathStr | None = None
+    server_trust_dir: PathStr | None = None
+    user: str | None = None
+    password: str | None = None
+    password_env: str | None = None
+
+    def check(self) -> None:
+        if self.mode != "none":
+            for key in ("certificate", "private_key"):
+                if not getattr(self, key):
+                    raise InvalidSetting(key, f"required with mode = {self.mode!r}")
+            if not (self.server_certificate or self.server_trust_dir):
+                raise InvalidSetting("server_certificate",
+                                     "a secure endpoint needs the server's certificate pinned "
+                                     "(server_certificate) or trusted (server_trust_dir); an unverified "
+                                     "server would be sent the password")
+        if self.user and self.password is None and not self.password_env:
+            raise InvalidSetting("user", f"{self.user!r} needs a password: set password_env (the variable "
+                                         "that holds it) or password")
+
+
+class ServoDriveConfig(Settings, kw_only=True):
+    """``[devices.drive]``: for the oscillator and the pendulum ``torque_limit`` is the force limit in N."""
 
     url: str
     name: str = "crane-drive"
     namespace: str = "urn:hil-lab:crane-drive"
-    torque_limit: float = 20.0
-    speed_limit: float = 150.0
-    max_samples: int = 100_000
-    timeout: float = 4.0
-    connect_timeout: float = 10.0
-    heartbeat_interval: float = 0.2
-    run_timeout_margin: float = 5.0
-    security: dict[str, Any] = field(default_factory=lambda: {"mode": "none"})
-    nodes: dict[str, str] = field(default_factory=dict)
+    torque_limit: Annotated[float, Meta(gt=0, le=1e5)] = 20.0   # N*m (N), checked before upload
+    speed_limit: Annotated[float, Meta(gt=0, le=1e4)] = 150.0   # rad/s (m/s)
+    max_samples: Annotated[int, Meta(ge=2, le=10**8)] = 100_000
+    timeout: Annotated[float, Meta(gt=0, le=60.0)] = 4.0        # s per OPC UA request
+    connect_timeout: Timeout = 10.0
+    heartbeat_interval: Interval = 0.2
+    run_timeout_margin: Annotated[float, Meta(ge=0, le=600.0)] = 5.0  # s beyond a trajectory's duration
+    security: DriveSecurity = msgspec.field(default_factory=DriveSecurity)
+    nodes: dict[str, Annotated[str, Meta(min_length=1)]] = msgspec.field(default_factory=dict)
+    expect: dict[str, str] = msgspec.field(default_factory=dict)   # identity the drive must answer with
 
-    @classmethod
-    def from_config(cls, d: dict) -> ServoDriveConfig:
-        d = dict(d)
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"[devices.drive]: unknown key(s) {unknown}")
-        if "url" not in d:
-            raise ValueError("[devices.drive]: missing key url")
-        cfg = cls(**d)
-        cfg.nodes = {**NODE_DEFAULTS, **cfg.nodes}
-        mode = cfg.security.get("mode", "none")
-        if mode not in ("none", "Basic256Sha256_SignAndEncrypt"):
-            raise ValueError("[devices.drive.security] mode must be 'none' or "
-                             "'Basic256Sha256_SignAndEncrypt'")
-        unknown = sorted(set(cfg.security) - SECURITY_KEYS)
-        if unknown:
-            raise ValueError(f"[devices.drive.security]: unknown key(s) {unknown}")
-        if mode != "none":
-            for key in ("certificate", "private_key"):
-                if not cfg.security.get(key):
-                    raise ValueError(f"[devices.drive.security] {key} is required with mode {mode}")
-            if not (cfg.security.get("server_certificate") or cfg.security.get("server_trust_dir")):
-                raise ValueError("[devices.drive.security] the drive's certificate must be pinned "
-                                 "(server_certificate) or trusted (server_trust_dir); an unverified "
-                                 "server would be sent the password")
-        for key in ("torque_limit", "speed_limit", "timeout", "connect_timeout", "heartbeat_interval"):
-            if not float(getattr(cfg, key)) > 0:
-                raise ValueError(f"[devices.drive] {key} must be > 0")
-        return cfg
+    def check(self) -> None:
+        if not self.url.startswith("opc.tcp://"):
+            raise InvalidSetting("url", f"must start with opc.tcp://, got {self.url!r}")
+        for name in self.nodes:
+            if name not in NODE_DEFAULTS:
+                raise InvalidSetting(f"nodes.{name}", "unknown node" + _suggest(name, list(NODE_DEFAULTS)))
+        for key in self.expect:
+            if key not in IDENTITY_KEYS:
+                raise InvalidSetting(f"expect.{key}", f"not an identity the drive reports (known: "
+                                                      f"{', '.join(IDENTITY_KEYS)})")
+        if self.heartbeat_interval >= self.timeout:
+            raise InvalidSetting("heartbeat_interval", f"{self.heartbeat_interval} s is not below timeout "
+                                                       f"({self.timeout} s): the drive's watchdog would trip")
 
 
-SECURITY_KEYS = {"mode", "certificate", "private_key", "server_certificate", "server_trust_dir", "user",
-                 "password", "password_env"}
+#: what the drive says about itself (nodes read by :meth:`ServoDrive.device_identity`)
+IDENTITY_KEYS = ("model", "serial_number", "firmware")
+
+
+def _suggest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else f" (known: {', '.join(sorted(choices))})"
 
 
 def _cert_uri(cert_path: str | Path) -> str | None:
@@ -188,22 +214,24 @@ class LiveSubscription:
         try:
             async with asyncio.timeout(2.0):
                 await checked(self._sub.delete())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - best effort on the way out
             log.debug("live subscription delete failed: %r", exc)
 
 
 class ServoDrive:
     """Async driver for one servo axis; use ``async with ServoDrive(cfg) as drive``."""
 
-    def __init__(self, config: dict | ServoDriveConfig, url: str | None = None):
-        self.cfg = config if isinstance(config, ServoDriveConfig) else ServoDriveConfig.from_config(config)
+    def __init__(self, config: ServoDriveConfig | Mapping[str, Any], url: str | None = None):
+        self.cfg = settings_from(config, ServoDriveConfig)
         if url is not None:
-            self.cfg.url = url
+            self.cfg = msgspec.structs.replace(self.cfg, url=url)
+        self.nodes = {**NODE_DEFAULTS, **self.cfg.nodes}
         self._client: Client | None = None
         self._ns: int | None = None
         self._hb_task: asyncio.Task | None = None
         self._hb_count = 0
         self._connected = False
+        self._beats = True  # write the heartbeat while connected (off for a read-only look: `hil devices`)
         self.drive_limits: dict[str, float] = {}
 
     @property
@@ -222,9 +250,11 @@ class ServoDrive:
         return cls(self.name, self.url, message, *extra)
 
     # ------------------------------------------------------------------ connection
-    async def connect(self) -> None:
+    async def connect(self, heartbeat: bool = True) -> None:
         """Connect, retrying with backoff; gives up with DriveConnectionError after ``connect_timeout`` s
-        (every attempt included). Starts the heartbeat."""
+        (every attempt included). Starts the heartbeat unless ``heartbeat`` is False (a read-only look that
+        writes nothing; the drive cannot be enabled without it)."""
+        self._beats = heartbeat
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.cfg.connect_timeout
         delay = 0.1
@@ -250,7 +280,7 @@ class ServoDrive:
             except ua.UaError as exc:
                 await self._drop_client()
                 raise self._err(DriveConnectionError, f"connection refused: {_ua_text(exc)}") from exc
-            except Exception as exc:  # noqa: BLE001 - e.g. a certificate that cannot be parsed
+            except Exception as exc:  # e.g. a certificate that cannot be parsed
                 await self._drop_client()
                 raise self._err(DriveConnectionError, f"cannot connect: {exc!r}") from exc
 
@@ -260,7 +290,7 @@ class ServoDrive:
         client.session_timeout = SESSION_TIMEOUT_MS
         self._client = client
         sec = self.cfg.security
-        if sec.get("mode", "none") != "none":
+        if sec.mode != "none":
             await self._secure(client, sec)
         await checked(client.connect())
         self._ns = await checked(client.get_namespace_index(self.cfg.namespace))
@@ -268,39 +298,43 @@ class ServoDrive:
         tl = await self._read("torque_limit")
         sl = await self._read("speed_limit")
         self.drive_limits = {"torque_limit": float(tl), "speed_limit": float(sl)}
-        self._hb_task = asyncio.create_task(self._heartbeat(), name=f"{self.name}-heartbeat")
+        if self._beats:
+            self._hb_task = asyncio.create_task(self._heartbeat(), name=f"{self.name}-heartbeat")
 
-    async def _secure(self, client: Client, sec: dict[str, Any]) -> None:
+    async def _secure(self, client: Client, sec: DriveSecurity) -> None:
         """Basic256Sha256 SignAndEncrypt with our certificate; the server's certificate pinned or trusted."""
         for key in ("certificate", "private_key", "server_certificate", "server_trust_dir"):
-            if sec.get(key) and not Path(sec[key]).exists():
-                raise self._err(DriveConnectionError, f"security: {key} {sec[key]!r} not found")
-        pinned = sec.get("server_certificate")
-        if not (pinned or sec.get("server_trust_dir")):
+            path = getattr(sec, key)
+            if path and not Path(path).exists():
+                raise self._err(DriveConnectionError, f"security: {key} {path!r} not found")
+        pinned = sec.server_certificate
+        if not (pinned or sec.server_trust_dir) or not (sec.certificate and sec.private_key):
             raise self._err(DriveConnectionError, "security: the server certificate is neither pinned "
-                            "(server_certificate) nor trusted (server_trust_dir); refusing to connect")
-        uri = _cert_uri(sec["certificate"])
+                            "(server_certificate) nor trusted (server_trust_dir), or our certificate or key "
+                            "is missing; refusing to connect")
+        uri = _cert_uri(sec.certificate)
         if uri:
             client.application_uri = uri  # must equal the URI in our certificate, or servers refuse us
-        if sec.get("user"):
-            client.set_user(sec["user"])
-            password = sec.get("password")
-            if password is None and sec.get("password_env"):
-                password = os.environ.get(sec["password_env"])
+        if sec.user:
+            client.set_user(sec.user)
+            password = sec.password
+            if password is None and sec.password_env:
+                password = os.environ.get(sec.password_env)
             if password is None:
                 raise self._err(DriveConnectionError, "security: no password (password or password_env "
-                                f"{sec.get('password_env')!r} not set)")
+                                f"{sec.password_env!r} not set)")
             client.set_password(password)
         if pinned:
             await self._check_pin(Path(pinned))
         else:
-            store = TrustStore([Path(sec["server_trust_dir"])], [])
+            assert sec.server_trust_dir is not None
+            store = TrustStore([Path(sec.server_trust_dir)], [])
             await store.load()
             options = CertificateValidatorOptions.TRUSTED_VALIDATION | CertificateValidatorOptions.PEER_SERVER
             client.certificate_validator = CertificateValidator(options, store)
         await client.set_security(
-            SecurityPolicyBasic256Sha256, certificate=str(sec["certificate"]),
-            private_key=str(sec["private_key"]), server_certificate=str(pinned) if pinned else None,
+            SecurityPolicyBasic256Sha256, certificate=str(sec.certificate),
+            private_key=str(sec.private_key), server_certificate=str(pinned) if pinned else None,
             mode=ua.MessageSecurityMode.SignAndEncrypt)
 
     async def _check_pin(self, pinned: Path) -> None:
@@ -336,10 +370,10 @@ class ServoDrive:
             try:
                 async with asyncio.timeout(2.0):
                     await client.disconnect()
-            except Exception:  # the transport may already be gone
+            except Exception:  # noqa: BLE001 - the transport may already be gone
                 try:
                     client.disconnect_socket()
-                except Exception:
+                except Exception:  # noqa: BLE001 - best effort on the way out
                     pass
 
     async def close(self) -> None:
@@ -363,7 +397,7 @@ class ServoDrive:
             self._hb_count = (self._hb_count + 1) % 2**32
             try:
                 await checked(node.write_value(ua.Variant(self._hb_count, ua.VariantType.UInt32)))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a failed heartbeat marks the link lost
                 log.warning("%s: heartbeat failed: %r", self.name, exc)
                 self._connected = False
                 return
@@ -371,7 +405,7 @@ class ServoDrive:
 
     # ------------------------------------------------------------------ plumbing
     def _node(self, key: str) -> ua.NodeId:
-        ident = self.cfg.nodes[key]
+        ident = self.nodes[key]
         if ident.startswith(("ns=", "i=", "s=", "g=", "b=")):
             return ua.NodeId.from_string(ident)
         return ua.NodeId(ident, self._ns)
@@ -405,7 +439,7 @@ class ServoDrive:
         out = out if isinstance(out, list) else [out]
         code, message = int(out[0]), str(out[1])
         if code != 0:
-            raise DriveRefused(self.name, self.url, f"{self.cfg.nodes[key]} refused: {message} (code {code})",
+            raise DriveRefused(self.name, self.url, f"{self.nodes[key]} refused: {message} (code {code})",
                                code)
         return out
 
@@ -540,13 +574,30 @@ class ServoDrive:
 
         return await self._request(make)
 
+    def identity_mismatch(self, identity: Mapping[str, Any]) -> str | None:
+        """What of ``identity`` differs from ``[devices.drive.expect]``, in words (None: it matches)."""
+        wrong = [f"{key} {str(identity.get(key))!r} where {want!r} is expected"
+                 for key, want in self.cfg.expect.items() if str(identity.get(key)) != want]
+        if not wrong:
+            return None
+        return ("the drive at this address is not the configured one: " + "; ".join(wrong)
+                + " (wrong url, or [devices.drive.expect] not updated after a drive swap)")
+
+    async def check_identity(self) -> dict:
+        """Read the identity and refuse (IdentityMismatch) a drive other than the expected one; returns it."""
+        identity = await self.device_identity()
+        why = self.identity_mismatch(identity)
+        if why:
+            raise self._err(IdentityMismatch, why)
+        return identity
+
     async def device_identity(self) -> dict:
         """Model, serial number, firmware, url and limits (for the session record)."""
         ident = {"name": self.name, "url": self.url}
         for key in ("model", "serial_number", "firmware"):
             ident[key] = str(await self._read(key))
         ident.update(self.drive_limits)
-        ident["security"] = self.cfg.security.get("mode", "none")
+        ident["security"] = self.cfg.security.mode
         return ident
 
 

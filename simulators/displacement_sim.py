@@ -27,13 +27,14 @@ class ModbusSensorSim:
     """A displacement sensor device with one mapped value ``displacement`` (input or holding table)."""
 
     def __init__(self, name: str, device_cfg: Mapping[str, Any], source: Callable[[], float],
-                 sigma: float = 0.0, resolution: float = 0.0, rng: np.random.Generator | None = None) -> None:
+                 sigma: float = 0.0, resolution: float = 0.0, rng: np.random.Generator | None = None,
+                 registers: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.name = name
         self.source = source
         self.sigma = float(sigma)
         self.resolution = float(resolution)
         self.rng = rng if rng is not None else np.random.default_rng(0)
-        self.rmap = parse_map(device_cfg["registers"])
+        self.rmap = parse_map(registers if registers is not None else device_cfg["registers"])
         if "displacement" not in self.rmap:
             raise ValueError(f"{name}: register map lacks 'displacement'")
         protocol = str(device_cfg.get("protocol", "modbus_rtu"))

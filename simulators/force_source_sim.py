@@ -48,13 +48,14 @@ class ForceSourceSim:
     """The device: a physics task plus a Modbus server answering from its state."""
 
     def __init__(self, device_cfg: Mapping[str, Any], sim_cfg: Mapping[str, Any] | None = None,
-                 rng: np.random.Generator | None = None, name: str = "force_source") -> None:
+                 rng: np.random.Generator | None = None, name: str = "force_source",
+                 registers: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         p = dict(DEFAULT_SIM)
         p.update({k: float(v) for k, v in (sim_cfg or {}).items()})
         self.p = p
         self.name = name
         self.rng = rng if rng is not None else np.random.default_rng(0)
-        self.rmap = parse_map(device_cfg["registers"])
+        self.rmap = parse_map(registers if registers is not None else device_cfg["registers"])
         self.server = ModbusSimServer(name, str(device_cfg.get("protocol", "modbus_tcp")),
                                       str(device_cfg.get("host", "127.0.0.1")),
                                       int(device_cfg.get("port", 0)),

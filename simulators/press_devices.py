@@ -76,6 +76,36 @@ def parse_map(table: Mapping[str, Mapping[str, Any]]) -> dict[str, SimRegister]:
     return out
 
 
+#: The simulated press devices' own register maps - their "firmware", as a real device's map is its maker's
+#: and not the config's (issue 34): a wrong map in a config reads wrong values here, as it would on the rig.
+#: The shipped configs describe these maps correctly.
+FORCE_SOURCE_MAP: dict[str, dict[str, Any]] = {
+    "setpoint": {"table": "holding", "address": 0, "type": "float32"},
+    "enable": {"table": "holding", "address": 2, "type": "uint16"},
+    "clear_fault": {"table": "holding", "address": 3, "type": "uint16"},
+    "heartbeat": {"table": "holding", "address": 4, "type": "uint16"},
+    "force": {"table": "input", "address": 0, "type": "float32"},
+    "pressure": {"table": "input", "address": 2, "type": "float32"},
+    "status": {"table": "input", "address": 4, "type": "uint16"},
+    "fault_code": {"table": "input", "address": 5, "type": "uint16"},
+}
+SENSOR_MAPS: dict[str, dict[str, dict[str, Any]]] = {
+    "D_vertical": {"displacement": {"table": "input", "address": 0, "type": "float32"}},
+    "F_horizontal": {"displacement": {"table": "input", "address": 10, "type": "int32",
+                                      "word_order": "little", "scale": 1.0e-7}},
+    "B0_vertical": {"displacement": {"table": "input", "address": 0, "type": "float32"}},
+}
+#: what each simulated device says about itself (model, serial number, firmware)
+IDENTITIES: dict[str, dict[str, str]] = {
+    "force_source": {"model": "SIMLAB PFS-25 pneumatic force source", "serial_number": "PFS-0425",
+                     "firmware": "2.3.1"},
+    "D_vertical": {"model": "SIMLAB LVDT-5 transmitter", "serial_number": "LV-1101", "firmware": "1.4"},
+    "F_horizontal": {"model": "SIMLAB EC-10 eddy-current transmitter", "serial_number": "EC-2202",
+                     "firmware": "3.0"},
+    "B0_vertical": {"model": "SIMLAB LDS-10 laser sensor", "serial_number": "LDS-3303", "firmware": "1.0"},
+}
+
+
 def _block(regs: list[SimRegister]) -> list[SimData]:
     """One contiguous block of plain registers covering ``regs`` (a dummy register if none)."""
     if not regs:
@@ -153,6 +183,7 @@ class ModbusSimServer:
         self._stall = 0.0
         self._stall_changed = asyncio.Event()
         self.n_foreign = 0  # requests for other unit ids (not answered / refused)
+        self.n_writes = 0  # write requests received (commissioning writes none)
 
     @property
     def stall(self) -> float:
@@ -185,6 +216,8 @@ class ModbusSimServer:
 
     async def _guarded_action(self, fc, start, address, count, regs, values):
         """Never let a simulation bug kill the request handler: answer DEVICE_FAILURE instead."""
+        if values is not None:
+            self.n_writes += 1
         if self._stall > 0:
             await self._hold()
         try:
@@ -192,7 +225,7 @@ class ModbusSimServer:
         except SimValueError as exc:
             log.info("%s: refused write at %d: %s", self.name, address, exc)
             return ExcCodes.ILLEGAL_VALUE
-        except Exception:  # noqa: BLE001 - the device must keep serving
+        except Exception:  # the device must keep serving
             log.exception("%s: simulation error at address %d", self.name, address)
             return ExcCodes.DEVICE_FAILURE
 

@@ -19,6 +19,7 @@ import numpy as np
 from simulators.displacement_sim import ModbusSensorSim
 from simulators.force_source_sim import ForceSourceSim
 from simulators.physics.press import SENSOR_NAMES, PressLinkage, PressTruth
+from simulators.press_devices import FORCE_SOURCE_MAP, IDENTITIES, SENSOR_MAPS
 from simulators.serial_sensor_sim import SerialSensorSim
 
 Device = ForceSourceSim | ModbusSensorSim | SerialSensorSim
@@ -36,8 +37,10 @@ class PressRig:
         self.plant_period = float(sim.get("plant_period", 0.005))
         self.linkage = PressLinkage(PressTruth.from_config(dict(sim.get("truth", {}))))
         self.z = np.zeros(len(SENSOR_NAMES))  # current true displacements, m
+        # each device answers with its own register map (press_devices.FORCE_SOURCE_MAP, SENSOR_MAPS), not
+        # the config's: the config only says where it is plugged in (protocol, port, unit id)
         self.force_source = ForceSourceSim(devices["force_source"], sim.get("force_source", {}),
-                                           np.random.default_rng(next(seeds)))
+                                           np.random.default_rng(next(seeds)), registers=FORCE_SOURCE_MAP)
         next(seeds)  # reserved for the plant
         self.devices: dict[str, Device] = {"force_source": self.force_source}
         sensor_sim = sim.get("sensors", {})
@@ -50,9 +53,11 @@ class PressRig:
                       resolution=float(noise.get("resolution", 0.0)), rng=np.random.default_rng(next(seeds)))
             proto = dcfg.get("protocol")
             if proto in ("modbus_rtu", "modbus_tcp"):
-                self.devices[name] = ModbusSensorSim(name, dcfg, **kw)
+                self.devices[name] = ModbusSensorSim(name, dcfg, registers=SENSOR_MAPS[name], **kw)
             elif proto == "serial":
-                self.devices[name] = SerialSensorSim(name, dcfg, **kw)
+                ident = IDENTITIES[name]
+                self.devices[name] = SerialSensorSim(name, dcfg, ident=f"SIMLAB,{ident['model']},"
+                                                     f"{ident['serial_number']},{ident['firmware']}", **kw)
             else:
                 raise ValueError(f"sensor {name}: unknown protocol {proto!r}")
         self._plant_task: asyncio.Task | None = None

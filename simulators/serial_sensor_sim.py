@@ -101,7 +101,7 @@ class SerialSensorSim:
                 await writer.drain()
         except (ConnectionError, OSError):
             pass
-        except Exception:  # noqa: BLE001 - one bad session must not take the device down
+        except Exception:  # one bad session must not take the device down
             log.exception("%s: session error", self.name)
         finally:
             self._sessions.pop(task, None)

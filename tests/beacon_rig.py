@@ -15,7 +15,8 @@ import numpy as np
 from daq.bus.frames import Frame
 from daq.config.schema import RigConfig
 from daq.rigs.base import Rig
-from daq.run.lifecycle import RunContext, run, runs_dir
+from daq.run.announce import runs_dir
+from daq.run.lifecycle import RunContext, run
 from tests.polling import poll_until
 
 

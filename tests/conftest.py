@@ -42,3 +42,14 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def rng() -> np.random.Generator:
     """A seeded random generator: every random draw in the tests is reproducible."""
     return np.random.default_rng(12345)
+
+
+@pytest.fixture
+def beacon():
+    """The minimal rig kind of tests/beacon_rig.py, registered for one test."""
+    from daq import rigs
+    from tests.beacon_rig import BeaconRig
+
+    rig = rigs.register(BeaconRig())
+    yield rig
+    rigs.unregister("beacon")

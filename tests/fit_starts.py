@@ -54,3 +54,17 @@ def alternating(values, low: float = 0.8, high: float = 1.25) -> np.ndarray:
     """``values`` times ``low``, ``high``, ``low``, ... : a deterministic start 20-25 % off in every entry."""
     v = np.asarray(values, dtype=float)
     return v * np.where(np.arange(v.size) % 2 == 0, low, high)
+
+
+def perturbed(values: dict[str, float], seed: int, low: float = 0.1, high: float = 0.25) -> dict[str, float]:
+    """``values`` each scaled by its own factor ``1 + u`` or ``1 / (1 + u)``, ``u`` uniform in [``low``,
+    ``high``] with a random side (seeded): a deterministic start away from the truth that also moves the
+    poles - one factor for every inertia, stiffness and damping (e.g. 1.1 x the truth) leaves them exactly
+    at the truth's. A zero value moves by ``u`` (absolute)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, v in values.items():
+        u = rng.uniform(low, high)
+        up = rng.random() < 0.5
+        out[name] = (v * (1 + u) if up else v / (1 + u)) if v != 0 else (u if up else -u)
+    return out

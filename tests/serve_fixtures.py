@@ -29,8 +29,10 @@ class ServedBeacon(BeaconRig):
     `hil run` would; ``[plan] frames = N`` ends the plan after N frames (0: until stopped)."""
 
     def __init__(self, kind: str, samples: int = 10, channels: int = 1, period: float = 0.02,
-                 note_bytes: int = 0, estimate_every: int = 0, corrections: bool = False) -> None:
+                 note_bytes: int = 0, estimate_every: int = 0, corrections: bool = False,
+                 scale: float = 1.0) -> None:
         super().__init__(samples, channels, period)
+        self.scale = scale  # of the samples (1e-5: micrometres, as a displacement sensor's)
         self.kind = kind
         self.corrections = corrections  # the press's contract: a force stream [N] and setpoint_reached events
         self.estimate_every = estimate_every  # > 0: an online `estimate` event every this many frames
@@ -53,7 +55,7 @@ class ServedBeacon(BeaconRig):
         names = [f"x{i}" for i in range(self.channels)]
         while frames <= 0 or k < frames:
             await ctx.checkpoint(f"before frame {k + 1}")
-            data = np.random.default_rng(k).standard_normal((self.samples, self.channels))
+            data = self.scale * np.random.default_rng(k).standard_normal((self.samples, self.channels))
             await ctx.publish(Frame("beacon.x", ctx.next_seq("beacon.x"), time.time(), 0.002, names,
                                     ["m"] * self.channels, data))
             if self.note_bytes:
@@ -95,10 +97,11 @@ class ServerThread:
     """`Server.serve()` in a thread with its own event loop; ``url``, ``token`` once started."""
 
     def __init__(self, configs: Path, store: Path, token_file: Path, host: str = "127.0.0.1",
-                 certfile: str | None = None, keyfile: str | None = None):
+                 certfile: str | None = None, keyfile: str | None = None,
+                 allowed_hosts: tuple[str, ...] = ()):
         self.said: list[str] = []
         self.server = Server(configs, store, token_file, host=host, port=0, certfile=certfile,
-                             keyfile=keyfile, say=self.said.append)
+                             keyfile=keyfile, say=self.said.append, allowed_hosts=allowed_hosts)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=lambda: asyncio.run(self._go()), daemon=True)

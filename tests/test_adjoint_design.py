@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from daq.rigs.config import load_config
 from identification.analyses.adjoint_plants import design_problem, reference_inputs
 from identification.design.adjoint_design import (
     DesignProblem,
@@ -31,6 +32,10 @@ COARSE = {
     "crane": {"t_f": 0.08, "dt": 0.004, "n_sub": 2, "limits": {"w1": 2.0}},
 }
 TRUTH = {"oscillator": OscillatorTruth().to_dict(), "pendulum": {}, "crane": CraneTruth().to_dict()}
+#: what a rig knows of the oscillator: the shipped config's [adjoint.nominal] (c2 = 900 N/m from the data
+#: sheet, the simulated plant's is 1100; the weighed masses and measured c1, d1, d2 as the plant's). The
+#: designs whose result is compared with the simulator are made there, never at the truth.
+NOMINAL = dict(load_config("configs/oscillator-sim.toml")["adjoint"]["nominal"])
 
 
 def _fd_gradient(pb: DesignProblem, u: np.ndarray, mu: np.ndarray, step: float) -> np.ndarray:
@@ -128,7 +133,7 @@ def test_arctan_transform_never_leaves_the_bounds():
 
 @pytest.fixture(scope="module")
 def oscillator_design():
-    pb = design_problem("oscillator", TRUTH["oscillator"], {"dt": 0.02, "n_sub": 2, "meas_dt": 0.005})
+    pb = design_problem("oscillator", NOMINAL, {"dt": 0.02, "n_sub": 2, "meas_dt": 0.005})
     r = optimize_input(pb, reference_inputs(pb)["F0"], max_iter=150, rounds=6, end_tol=1e-3)
     return pb, r
 
@@ -159,7 +164,7 @@ def test_pendulum_design_meets_end_conditions():
 
 
 def test_paper_gradient_step_runs_and_descends():
-    pb = design_problem("oscillator", TRUTH["oscillator"], {"dt": 0.02, "n_sub": 2})
+    pb = design_problem("oscillator", NOMINAL, {"dt": 0.02, "n_sub": 2})
     r = optimize_input(pb, reference_inputs(pb)["F0"], method="gradient", max_iter=20, rounds=1)
     assert r.method == "gradient" and r.iterations == len(r.cost_history) <= 20
     assert all(b <= a for a, b in zip(r.cost_history, r.cost_history[1:], strict=False))
@@ -167,8 +172,8 @@ def test_paper_gradient_step_runs_and_descends():
 
 def test_state_limit_is_respected_by_the_design():
     spec = {"dt": 0.02, "n_sub": 2, "limits": {"x2": 0.01}, "limit_weight": 1e5}
-    pb = design_problem("oscillator", TRUTH["oscillator"], spec)
-    free = optimize_input(design_problem("oscillator", TRUTH["oscillator"], {"dt": 0.02, "n_sub": 2}),
+    pb = design_problem("oscillator", NOMINAL, spec)
+    free = optimize_input(design_problem("oscillator", NOMINAL, {"dt": 0.02, "n_sub": 2}),
                           reference_inputs(pb)["F0"], max_iter=60, rounds=2)
     r = optimize_input(pb, reference_inputs(pb)["F0"], max_iter=60, rounds=2)
     x_free = evaluate(pb, free.u, gradient=False).x[:, 1]
@@ -179,20 +184,24 @@ def test_state_limit_is_respected_by_the_design():
 
 
 def test_monte_carlo_std_of_c2_halves(oscillator_design):
-    """30 noise seeds through the simulator truth: std(c2) optimised <= 0.5 * std with F0 and the sine."""
+    """30 noise seeds through the simulator truth: std(c2) of the input designed at the nominal c2 (900 N/m)
+    <= 0.5 * std with F0 and the sine, and every input's fits centred on the truth within their scatter."""
     pb, r = oscillator_design
     truth = OscillatorTruth(substeps=4)
     meas_dt = 0.005
     rep = int(round(pb.dt / meas_dt))
-    model = oscillator_model(truth.model_values())
+    model = oscillator_model(NOMINAL)  # the known values; c2 is fitted, started 25 % above the truth
     signals = {"opt": r.u[:, 0], **{k: v[:, 0] for k, v in reference_inputs(pb).items()}}
     std = {}
     for name, sig in signals.items():
         uf = np.repeat(sig, rep)
         est = [fit_parameters(model, uf, meas_dt, simulate_oscillator(truth, uf, meas_dt, seed)["x2"],
-                              [1375.0]).b[0] for seed in range(30)]  # started 25 % above the truth
+                              [1375.0]).b[0] for seed in range(30)]
         std[name] = np.std(est, ddof=1)
-        assert abs(np.mean(est) - 1100.0) < 20.0  # the fits converge to the truth's neighbourhood
+        # the mean within four std of one fit, plus 0.5 N/m (0.05 %) for the simulator's friction and
+        # quantisation, which the model lacks (measured: 0.28 N/m off with the designed input, std 0.07;
+        # F0 0.8 off, std 0.7; sine 1.2 off, std 1.5)
+        assert abs(np.mean(est) - 1100.0) <= 4 * std[name] + 0.5, (name, np.mean(est), std[name])
     assert std["opt"] <= 0.5 * std["F0"]
     assert std["opt"] <= 0.5 * std["sine"]
 

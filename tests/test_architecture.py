@@ -15,6 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("daq", "drivers", "identification", "simulators")
 MAX_LINES = 600
+MAX_FUNCTION_LINES = 100
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,11 @@ def imports() -> tuple[Import, ...]:
 
 
 def room(module: str) -> str:
-    """The room of a module: top-level package, or daq's sub-package (daq.rigs.<kind> for rig kinds)."""
+    """The room of a module: top-level package, or daq's and identification's sub-package (daq.rigs.<kind>
+    for rig kinds)."""
     parts = module.split(".")
+    if parts[0] == "identification" and len(parts) > 1 and (ROOT / "identification" / parts[1]).is_dir():
+        return f"identification.{parts[1]}"
     if parts[0] != "daq" or len(parts) == 1:
         return parts[0]
     if parts[1] == "rigs" and len(parts) > 2 and (ROOT / "daq" / "rigs" / parts[2]).is_dir():
@@ -170,7 +174,8 @@ def test_no_rig_kind_imports_another():
 def test_lower_rooms_do_not_import_higher_ones():
     """bus, config and store (with the error tree and the JSON codec) are the floor of daq/; run, online
     and export sit on them; rigs on those."""
-    floor = {"daq.bus", "daq.config", "daq.store", "daq.errors", "daq.json_codec", "daq.version"}
+    floor = {"daq.bus", "daq.config", "daq.store", "daq.errors", "daq.json_codec", "daq.version",
+             "daq.executor"}
     middle = {"daq.run", "daq.online", "daq.export", "daq.plots"}
     bad = []
     for i in imports():
@@ -184,16 +189,47 @@ def test_lower_rooms_do_not_import_higher_ones():
     assert bad == []
 
 
-def test_function_local_imports_of_our_modules_only_load_something_heavy_lazily():
-    """An import inside a function hides a dependency; allowed only for a lazily loaded heavy module,
-    and the line says so."""
-    assert [i for i in imports() if i.local and not i.lazy] == []
+#: what each room of identification/ may import besides itself: estimation is the floor, models stand on it,
+#: the method families (design, selection, gsa) on models and never on each other, frequency beside them
+#: (anything but analyses; the cycle test keeps it from importing a room that imports it), analyses (one
+#: rig's whole analysis) on top
+_BELOW_METHODS = {"identification.estimation", "identification.models", "identification.frequency"}
+_METHODS = {"identification.design", "identification.selection", "identification.gsa"}
+IDENTIFICATION_FLOORS = {
+    "identification.estimation": set(),
+    "identification.models": {"identification.estimation"},
+    "identification.frequency": {"identification.estimation", "identification.models"} | _METHODS,
+    "identification.design": _BELOW_METHODS,
+    "identification.selection": _BELOW_METHODS,
+    "identification.gsa": _BELOW_METHODS,
+    "identification.analyses": _BELOW_METHODS | _METHODS,
+}
 
 
-def test_no_module_of_the_service_is_longer_than_the_limit():
-    long = {
-        name: n
-        for name, path in modules().items()
-        if name.startswith("daq") and (n := len(path.read_text().splitlines())) > MAX_LINES
-    }
+def test_identification_rooms_import_only_the_floors_below():
+    rooms = {room(name) for name in modules() if name.startswith("identification.")}
+    assert rooms == set(IDENTIFICATION_FLOORS), "a new room of identification/ needs its floor here"
+    bad = []
+    for i in imports():
+        a, b = room(i.source), room(i.target)
+        if a in IDENTIFICATION_FLOORS and b.startswith("identification") and a != b:
+            if b not in IDENTIFICATION_FLOORS[a]:
+                bad.append(i)
+    assert bad == []
+
+
+def test_no_module_is_longer_than_the_limit():
+    long = {name: n for name, path in modules().items()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_no_function_is_longer_than_the_limit():
+    """Counted from the ``def`` line to the last line of the body, docstring included."""
+    long = {}
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                if (n := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
+                    long[f"{name}.{node.name}"] = n
     assert long == {}

@@ -191,7 +191,7 @@ def _pre_device(raw: dict, file: Path) -> None:
     rig, cfg = parse_config(raw, file)
     check_rules(rig, cfg, file)
     if cfg.rig.simulated:
-        rig.simulator(raw)
+        rig.simulator(cfg)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

@@ -9,6 +9,7 @@ from identification.design.multisine import design_multisine
 from identification.estimation.residual_adequacy import INADEQUATE, hac_covariance, residual_adequacy
 from identification.selection.model_selection import chosen_intervals, fit_structure, select_model
 from simulators.physics.crane import CraneTruth, simulate_axis
+from tests.fit_starts import perturbed
 
 DT = 1e-4
 
@@ -85,7 +86,9 @@ def test_crane_intervals_right_structure_cover_wrong_structure_is_flagged():
         train, valid = _runs(right, seed)
         names = ("J1", "J2", "J3", "k12", "k23", "d12", "d23", "viscous", "dead_time")
         ref = dict(zip(names, _reference(right, names), strict=True))
-        fit = fit_structure("3m+visc+dt", *train, n_starts=1, start={k: 1.1 * v for k, v in ref.items()},
+        # one start 10-25 % off in every parameter, each by its own factor (one factor for all leaves the
+        # poles at the truth's)
+        fit = fit_structure("3m+visc+dt", *train, n_starts=1, start=perturbed(ref, seed=100 + seed),
                             max_nfev=100, decimate=1)
         rep = chosen_intervals(fit, train, valid, {}, opts)
         # A right structure is no evidence against adequacy. Not `intervals_valid` at its 5 % level: that
@@ -99,11 +102,12 @@ def test_crane_intervals_right_structure_cover_wrong_structure_is_flagged():
 
     wrong = CraneTruth()  # the shipped truth: Coulomb + Stribeck friction
     train, valid = _runs(wrong, 0, duration=1.0)
-    start = {n: 1.1 * getattr(wrong, n) for n in ("J1", "J2", "J3", "k12", "k23", "d12", "d23", "viscous",
-                                                   "coulomb", "dead_time")}
+    start = perturbed({n: getattr(wrong, n) for n in ("J1", "J2", "J3", "k12", "k23", "d12", "d23", "viscous",
+                                                      "coulomb", "dead_time")}, seed=102)
     fit = fit_structure("3m+visc+coul+dt", *train, n_starts=1, start=start, max_nfev=100, decimate=5)
     rep = chosen_intervals(fit, train, valid, {}, {**opts, "decimate": 5})
-    assert not rep.intervals_valid and rep.adequacy.p_value < 1e-10  # far from any level's edge
+    # far below any level's edge (the p-value itself, 1e-10 and less, moves with the BLAS kernel)
+    assert not rep.intervals_valid and rep.adequacy.p_value < 1e-4
     assert INADEQUATE in rep.statement
     assert not any(rep.identifiable.values())
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import pytest
 from click.testing import CliRunner
@@ -14,8 +13,9 @@ from daq import rigs
 from daq.cli.main import main
 from daq.cli.rig import progress_line
 from daq.run.commands import CommandClient, CommandServer
+from daq.run.control import operator_name
 from tests.beacon_rig import BeaconRig, RunThread
-from tests.polling import finished
+from tests.polling import finished, poll_until
 
 
 def test_the_progress_line_counts_as_the_bar():
@@ -39,9 +39,17 @@ def test_status_of_a_paused_run_names_the_steps_done_and_the_stop_names_the_next
         runner.announcement()
         res = CliRunner().invoke(main, [*store, "ctl", "pause", "--json"])
         assert res.exit_code == 0, res.output
-        time.sleep(0.2)  # the plan finishes the step it is in (20 ms) and waits at its next checkpoint
-        res = CliRunner().invoke(main, [*store, "ctl", "status", "--json"])
-        first = json.loads(res.output)["progress"]
+        seen: list[dict] = []
+
+        def parked() -> bool:
+            """Paused, and the plan has finished the step it was in (20 ms) and waits at its next
+            checkpoint: the count of steps done no longer moves between polls."""
+            seen.append(json.loads(CliRunner().invoke(main, [*store, "ctl", "status", "--json"]).output))
+            return len(seen) > 1 and seen[-1]["state"] == "paused" and (
+                seen[-1]["progress"]["done"] == seen[-2]["progress"]["done"])
+
+        poll_until(parked, timeout=30.0, period=0.1)
+        first = seen[-1]["progress"]
         res = CliRunner().invoke(main, [*store, "ctl", "status"])
         status = json.loads(CliRunner().invoke(main, [*store, "ctl", "status", "--json"]).output)
         done = status["progress"]["done"]
@@ -54,7 +62,8 @@ def test_status_of_a_paused_run_names_the_steps_done_and_the_stop_names_the_next
     finally:
         runner.stop()
     assert runner.result is not None and runner.result.safe
-    assert runner.result.reason == f"stopped by the operator before frame {done + 1}"
+    who = f"{operator_name()}, hil ctl"  # the OS user (or $HIL_USER) the command was recorded with
+    assert runner.result.reason == f"stopped by the operator ({who}) before frame {done + 1}"
 
 
 async def test_the_reply_to_the_command_that_ends_the_server_still_arrives():

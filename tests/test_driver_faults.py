@@ -177,7 +177,7 @@ async def test_unreachable_drive_is_a_connection_error_within_connect_timeout(li
         server = await asyncio.start_server(silent, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
     drive = ServoDrive({"url": f"opc.tcp://127.0.0.1:{port}/hil/crane", "name": "crane-drive",
-                        "timeout": 0.2, "connect_timeout": 0.6})
+                        "timeout": 0.2, "connect_timeout": 0.6, "heartbeat_interval": 0.05})
     try:
         with pytest.raises(DeviceConnectionError) as info:
             await drive.connect()

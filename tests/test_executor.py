@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from dask.distributed import Client, LocalCluster
 
-from daq.run.executor import DaskExecutor, LocalExecutor, SerialExecutor, make_executor
+from daq.executor import DaskExecutor, LocalExecutor, SerialExecutor, make_executor
 from identification.design.multisine import design_multisine
-from identification.gsa.gsa_identification import identify, reference_from_model
+from identification.gsa import identify, reference_from_model
 from identification.models.drive_models import parse_name
 from identification.models.drive_simulation import prepare_input, simulate
 from identification.models.machine_tool_model import (
@@ -104,8 +104,12 @@ def test_crane_selection_same_on_pool_and_dask(dask_client, pool):
     for x in (b, c):
         for ca, cx in zip(a.candidates, x.candidates, strict=True):
             assert ca.name == cx.name
-            assert ca.valid_cost == pytest.approx(cx.valid_cost, rel=1e-9)
+            # the same fits in other processes (other BLAS threading): equal far inside their std, not to the
+            # last digits, which move with the round-off (the optimiser stops at xtol = 1e-10 of the box)
+            assert ca.valid_cost == pytest.approx(cx.valid_cost, rel=1e-6)
             for n, v in ca.params.items():
-                assert cx.params[n] == pytest.approx(v, rel=1e-9)
+                sd = ca.std_errors.get(n, float("nan"))
+                tol = 1e-3 * sd if np.isfinite(sd) and sd > 0 else 1e-6 * abs(v)
+                assert abs(cx.params[n] - v) <= tol, (ca.name, n, v, cx.params[n], sd)
         np.testing.assert_allclose(np.array(x.profile.interval, dtype=float),
                                    np.array(a.profile.interval, dtype=float), rtol=1e-6)

@@ -18,8 +18,9 @@ import zmq
 import zmq.asyncio
 
 from daq.rigs.config import load_config
+from daq.run.announce import announced_keys, runs_dir
 from daq.run.commands import CommandClient
-from daq.run.lifecycle import RunContext, run, runs_dir
+from daq.run.lifecycle import RunContext, run
 from daq.store.read_write import SessionStore
 from simulators.press_rig import PressRig
 from tests.polling import finished, wait_until
@@ -145,8 +146,8 @@ async def test_operator_stop_over_the_command_channel(tmp_path):
 
     async def stop(rig):
         (announce,) = runs_dir(store_path).glob("*.json")
-        endpoint = json.loads(announce.read_text())["command"]
-        client = CommandClient(endpoint)
+        entry = json.loads(announce.read_text())
+        client = CommandClient(entry["command"], keys=announced_keys(entry, announce.parent))  # the run's key
         try:
             replies.append(await client.request("status", timeout=5.0))
             replies.append(await client.request("stop", timeout=5.0))

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from identification.gsa.gsa_identification import (
+from identification.gsa import (
     fraction_within,
     identify,
     reference_from_model,
@@ -48,10 +48,14 @@ def test_reduced_ideal_case_identification():
     assert np.abs(r.sobol_macxp.ST[:, 16:]).max() < 1e-6
     # every estimate inside the box; the ME vertical springs (first bed modes) come out well
     assert np.all(r.estimate >= lo - 1e-9) and np.all(r.estimate <= hi + 1e-9)
-    dev = r.relative_deviation()
-    for name in ("ME1_ky", "ME2_ky", "ME3_ky"):
-        assert abs(dev[STIFFNESS_NAMES.index(name)]) < 0.05, name
-    assert fraction_within(r) >= 0.5
+    # noise-free data: every stiffness the modal data see (an interval) comes back within 0.5 % (measured:
+    # 0.06 % at most); the data see only the sum of the back mounts' x-springs ME2_kx + ME3_kx (5-9 % off
+    # each), and those two alone have no interval
+    dev = r.relative_deviation()[:16]
+    seen = np.isfinite(r.intervals.std[:16])
+    assert {n for n, s in zip(STIFFNESS_NAMES, seen, strict=True) if not s} <= {"ME2_kx", "ME3_kx"}
+    assert np.all(np.abs(dev[seen]) < 0.005), dict(zip(STIFFNESS_NAMES, dev, strict=True))
+    assert fraction_within(r, 0.005) >= 14 / 16
     assert r.identification["table"]["MACXP"]["median"] > 0.99
     assert set(r.validation["table"]) == {"FRAC", "CSF", "MACXP", "NDD"}
     assert "validation" in r.format_tables()

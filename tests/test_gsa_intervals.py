@@ -6,16 +6,9 @@ import warnings
 import numpy as np
 import pytest
 
-from identification.gsa.gsa_identification import (
-    ModalReference,
-    _lsq_covariance,
-    _measurement_check,
-    _std,
-    _two_stage_covariance,
-    local_refit,
-    parameter_intervals,
-    reference_from_model,
-)
+from identification.gsa import ModalReference, local_refit, parameter_intervals, reference_from_model
+from identification.gsa.checks import measurement_check
+from identification.gsa.covariance import lsq_covariance, std_of, two_stage_covariance
 from identification.models.machine_tool_model import (
     DAMPING_NAMES,
     STIFFNESS_NAMES,
@@ -66,7 +59,7 @@ def test_covariance_known_answer_and_spread_of_linear_refits():
         y = X @ np.array([1.0, -2.0, 0.5]) + sig * np.random.default_rng(seed).standard_normal(n)
         b = np.linalg.lstsq(X, y, rcond=None)[0]
         r = y - X @ b
-        lc = _lsq_covariance(X, r, blocks)
+        lc = lsq_covariance(X, r, blocks)
         if seed == 0:
             s2 = r @ r / (n - p)
             np.testing.assert_allclose(lc.classic, s2 * np.linalg.inv(X.T @ X), rtol=1e-8)
@@ -84,12 +77,12 @@ def test_covariance_known_answer_and_spread_of_linear_refits():
 def test_unseen_direction_gets_nan_never_sqrt_of_negative():
     X = np.random.default_rng(1).standard_normal((50, 3))
     X[:, 2] = 0.0  # the residual does not depend on parameter 2
-    lc = _lsq_covariance(X, np.random.default_rng(2).standard_normal(50) * 0.1)
+    lc = lsq_covariance(X, np.random.default_rng(2).standard_normal(50) * 0.1)
     assert list(lc.seen) == [True, True, False]
     assert np.all(np.isfinite(np.diag(lc.classic)[:2])) and np.isnan(lc.classic[2, 2])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        s = _std(np.array([[1.0, 0.0], [0.0, -1e-12]]))
+        s = std_of(np.array([[1.0, 0.0], [0.0, -1e-12]]))
     assert s[0] == 1.0 and np.isnan(s[1])
 
 
@@ -191,21 +184,25 @@ def test_structure_error_widens_the_intervals(refit):
 
 def test_structure_error_is_called_model_error():
     """A disturbed machine (other masses, joints and screw constants than the model) whose refit the
-    residual-scale checks call valid (held-back positions within the fit's inflated scale, estimate at the
-    optimum): against the modal extraction's own frequency std the misfit shows, and the verdict names it."""
+    residual-scale check calls valid (held-back positions within the fit's inflated scale): against the
+    modal extraction's own frequency std the misfit shows, and the verdict names it first. Whether the
+    wrong-structure refit also stops short of its optimum (a second problem) depends on the BLAS kernel
+    (Gauss-Newton step 0.08 std with one, 1.8 with another): not asserted."""
     iv, ref, val = _disturbed_refit(_truth(), 12)
     lo, hi = param_bounds()
     assert not iv.intervals_valid
-    assert len(iv.problems) == 1 and iv.problems[0].startswith("model error"), iv.problems
+    assert iv.problems[0].startswith("model error"), iv.problems
+    held_back = "the held-back positions' residuals exceed"  # the residual-scale check's problem
+    assert not any(p.startswith(held_back) for p in iv.problems) and iv.checks["p_validation"] > 0.01
     assert iv.checks["measurement_frequency_ratio"] > 5.0 and iv.checks["p_measurement"] < 1e-6
-    assert iv.checks["gauss_newton_step_std"] < 1.0  # the old checks: passed
     assert "model error" in iv.statement and not any(iv.identifiable.values())
-    # without the extraction's std the check cannot run, and the old verdict (valid) is what remains
+    # without the extraction's std the check cannot run: the held-back residuals alone do not see the misfit
     bare = ModalReference(ref.positions, ref.lam, ref.shapes, ref.xi)
     bare_v = ModalReference(val.positions, val.lam, val.shapes, val.xi)
     iv0 = parameter_intervals(MachineTool(), bare, iv.estimate, STIFFNESS_NAMES, DAMPING_NAMES, lo, hi, PAIRS,
                               validation=bare_v)
-    assert iv0.intervals_valid and "measurement_frequency_ratio" not in iv0.checks
+    assert "measurement_frequency_ratio" not in iv0.checks and iv0.checks["p_validation"] > 0.01
+    assert not any(p.startswith(("model error", held_back)) for p in iv0.problems), iv0.problems
 
 
 def _linear_case(seed: int, misfit: float) -> tuple[float, float]:
@@ -224,8 +221,8 @@ def _linear_case(seed: int, misfit: float) -> tuple[float, float]:
     y = J @ np.ones(6) + np.sqrt(var) * rng.standard_normal(140) + misfit * bump
     yv = Jv @ np.ones(6) + sig_v * rng.standard_normal(8) + misfit * sig_v * np.cos(np.linspace(0, 3, 8))
     b = np.linalg.lstsq(J, y, rcond=None)[0]
-    lc = _lsq_covariance(J, y - J @ b, blocks)
-    ratio, p, _ = _measurement_check(J, y - J @ b, blocks, sig, lc.block_var, lc.pinv, Jv, yv - Jv @ b, sig_v)
+    lc = lsq_covariance(J, y - J @ b, blocks)
+    ratio, p, _ = measurement_check(J, y - J @ b, blocks, sig, lc.block_var, lc.pinv, Jv, yv - Jv @ b, sig_v)
     return ratio, p
 
 
@@ -296,12 +293,12 @@ def test_two_stage_covariance_carries_each_stage_into_the_other():
     est, new, old = [], [], []
     for seed in range(300):
         e, rk, rc = _two_stage_case(seed, J, D, A, G)
-        lk, lcd = _lsq_covariance(J, rk), _lsq_covariance(A, rc)
-        cov, seen = _two_stage_covariance(lk, lcd, "classic", D, G)
+        lk, lcd = lsq_covariance(J, rk), lsq_covariance(A, rc)
+        cov, seen = two_stage_covariance(lk, lcd, "classic", D, G)
         assert seen.all()
         est.append(e)
         new.append(np.diag(cov))
-        old.append(np.diag(_two_stage_covariance(lk, lcd, "classic", np.zeros_like(D), G)[0]))
+        old.append(np.diag(two_stage_covariance(lk, lcd, "classic", np.zeros_like(D), G)[0]))
     spread = np.std(est, axis=0, ddof=1)
     ratio = np.sqrt(np.mean(new, axis=0)) / spread
     assert np.all(np.abs(ratio - 1) < 0.1), ratio

@@ -22,7 +22,7 @@ from identification.frequency.modal_extraction import (
     synthesize,
 )
 from identification.frequency.modal_metrics import macxp_matrix
-from identification.gsa.gsa_identification import fraction_within
+from identification.gsa import fraction_within
 from identification.models.machine_tool_model import complex_modes_of
 from simulators.physics.machine_tool import MachineToolTruth
 
@@ -129,10 +129,16 @@ def test_without_the_excited_band_the_top_mode_suffers():
     """The reason for ``fit_band``: a mode just above a band fitted on its own (no room above it) is lumped
     into the residual terms and bends the shapes of the modes below it."""
     freq, acc, _, shapes, _ = synthetic(np.random.default_rng(0))
-    own = extract_modes(freq, acc, N_IN_BAND, *BAND, kind="accelerance", headroom=1.0)
     wide = extract_modes(freq, acc, N_IN_BAND, *BAND, kind="accelerance", fit_band=EXCITED)
     assert np.diag(mac(wide.shapes, shapes[:, :N_IN_BAND])).min() > 0.9999
-    assert np.diag(mac(own.shapes, shapes[:, :N_IN_BAND])).min() < 0.99
+    # fitted on its own, the band loses a mode from the stabilisation diagram (with some BLAS kernels) or
+    # keeps it with a bent shape (with others): either way the top mode suffers
+    try:
+        own = extract_modes(freq, acc, N_IN_BAND, *BAND, kind="accelerance", headroom=1.0)
+    except ValueError as exc:
+        assert "stable modes found" in str(exc), exc
+    else:
+        assert np.diag(mac(own.shapes, shapes[:, :N_IN_BAND])).min() < 0.99
 
 
 # --------------------------------------------------------------------------------- simulated session

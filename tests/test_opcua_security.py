@@ -19,6 +19,7 @@ from asyncua.crypto import uacrypto
 
 from drivers.errors import DeviceConnectionError
 from drivers.servo_drive import DriveConnectionError, ServoDrive, ServoDriveConfig, _cert_uri
+from drivers.settings import settings_from
 from simulators.certs import CLIENT_URI, SERVER_URI, ensure_pki, make_identity
 from simulators.crane_drive import CraneDrive, DriveSettings, PasswordUsers, build_server, server_url
 from simulators.crane_rig import CraneRig
@@ -95,7 +96,7 @@ async def test_wrong_password_and_untrusted_certificate_are_refused(rig, tmp_pat
 async def test_unverified_server_is_refused_by_config(rig):
     sec = {k: v for k, v in _sec(rig.pki).items() if k != "server_certificate"}
     with pytest.raises(ValueError, match="pinned"):
-        ServoDriveConfig.from_config(_dev(rig.endpoints["secure"], security=sec))
+        settings_from(_dev(rig.endpoints["secure"], security=sec), ServoDriveConfig)
 
 
 class RecordingUsers(PasswordUsers):

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from daq.executor import LocalExecutor, SerialExecutor
 from daq.rigs.crane.plots import plot_profiles
 from daq.rigs.crane.rig import report_text
-from daq.run.executor import LocalExecutor, SerialExecutor
 from identification.design.multisine import design_multisine
 from identification.estimation.profile_likelihood import lr_threshold, profile_likelihood_intervals
 from identification.models.drive_models import parse_name

@@ -25,12 +25,13 @@ from click.testing import CliRunner
 from daq.bus.pubsub import BusStalled
 from daq.cli.main import main
 from daq.rigs.config import load_config
+from daq.run.announce import live_runs, runs_dir
 from daq.run.commands import CommandServer
-from daq.run.lifecycle import RunContext, live_runs, run, runs_dir
+from daq.run.lifecycle import RunContext, run
 from daq.run.safety import OperatorStop
 from daq.store.read_write import SessionStore
 from simulators.press_rig import PressRig
-from tests.polling import finished
+from tests.polling import finished, wait_until
 
 PRESS_SIM = Path("configs/press-sim.toml").read_text()
 HIL = Path(sys.executable).parent / "hil"  # the installed console script
@@ -230,7 +231,7 @@ async def test_the_stop_handlers_are_ours_during_the_run_only():
             sigint=False, terminate=True)
         assert signal.getsignal(signal.SIGTERM) is not previous
         os.kill(os.getpid(), signal.SIGTERM)
-        await asyncio.sleep(0.1)
+        await wait_until(lambda: stopper.terminated is not None, timeout=10.0)
         assert stopper.terminated == "SIGTERM" and stopper.requested and cancelled and target.cancelled()
         stopper.uninstall()
         assert signal.getsignal(signal.SIGTERM) is previous and signal.getsignal(signal.SIGHUP) is previous

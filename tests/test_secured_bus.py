@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from daq import rigs
 from daq.bus.keys import create_keys
 from daq.cli.main import main
 from daq.store.read_write import SessionStore
-from tests.beacon_rig import BeaconRig, RunThread
+from tests.beacon_rig import RunThread
 
 
 def lan_address() -> str | None:
@@ -39,13 +38,6 @@ def lan_address() -> str | None:
 
 ADDRESS = lan_address()
 pytestmark = pytest.mark.skipif(ADDRESS is None, reason="this host has no non-loopback IPv4 address")
-
-
-@pytest.fixture
-def beacon():
-    rig = rigs.register(BeaconRig())
-    yield rig
-    rigs.unregister("beacon")
 
 
 @pytest.fixture
@@ -145,7 +137,8 @@ def test_a_plain_loopback_run_needs_no_keys_even_with_a_keys_folder_in_the_envir
         runner.announcement()
         res, _ = hil(tmp_path, "ctl", "status", "--json", keys_env=str(keys.directory))
         assert res.exit_code == 0 and json.loads(res.output)["state"] == "running", res.output
-        res, _ = hil(tmp_path, "ctl", "status", "--keys", str(keys.directory))  # named: refused, not dropped
-        assert "does not use CURVE" in one_error_line(res)
+        # named keys are used as they are: not the run's own (it keys its command channel itself), refused
+        res, _ = hil(tmp_path, "ctl", "status", "--keys", str(keys.directory))
+        assert "is not the public key of that server" in one_error_line(res)
     finally:
         runner.stop()

@@ -118,7 +118,10 @@ def test_last_online_estimate_is_the_offline_fit_of_all_runs(session):
     pb = design_problem(KIND, {**parse_nominal(snapshot), "c2": PRIOR})
     off = fit_runs(pb.model, recs, pb.b * cfg.fit.start, scan=True)  # cold: from the prior, no warm start
     assert off.n_runs == 2 and off.n_obs == sum(r.y.size for r in recs)
-    np.testing.assert_allclose(last["values"], off.b, rtol=1e-9)
+    # the same stacked least squares, warm online and cold offline, each stopping at its optimiser's
+    # tolerance: they agree far inside the estimate's own std (measured: 1e-6 N/m apart, std ~0.05 N/m;
+    # a relative 1e-9 sat inside one BLAS kernel's round-off)
+    assert np.all(np.abs(np.asarray(last["values"]) - off.b) <= 1e-3 * np.asarray(last["std"]))
     np.testing.assert_allclose(last["covariance"], off.covariance, rtol=1e-5)
     np.testing.assert_allclose(last["rel_std"], off.rel_std, rtol=1e-5)
     np.testing.assert_allclose(last["ellipse_semi_axes"], off.semi_axes, rtol=1e-5)
@@ -126,8 +129,9 @@ def test_last_online_estimate_is_the_offline_fit_of_all_runs(session):
 
 def test_hil_analyze_fits_every_run_and_ends_at_the_last_online_estimate(session, tmp_path):
     """`hil analyze` of the 2-run session: a joint fit over both trajectories that equals the online
-    identifier's last estimate (values to 1e-9, std to 1e-5 relative: the same stacked least squares, cold
-    with a scan offline, warm-started online) and still finds the truth from the wrong prior."""
+    identifier's last estimate (values to a thousandth of their std, std to 1e-5 relative: the same stacked
+    least squares, cold with a scan offline, warm-started online) and still finds the truth from the wrong
+    prior."""
     from daq.rigs.analysis import analyze_session
 
     result, store_path = session
@@ -139,7 +143,7 @@ def test_hil_analyze_fits_every_run_and_ends_at_the_last_online_estimate(session
     assert "2 runs" in rig.report_text(res)
     assert out["fit_success"] and out["design"] == "adjoint"
     assert out["n_used"] == last["n_obs"]
-    np.testing.assert_allclose(res.estimate, last["values"], rtol=1e-9)
+    assert np.all(np.abs(np.asarray(res.estimate) - last["values"]) <= 1e-3 * np.asarray(last["std"]))
     np.testing.assert_allclose(res.residual_std, last["std"], rtol=1e-5)
     # the design point stays the prior; the predicted std there covers both inputs
     assert out["design_point"]["c2"] == PRIOR

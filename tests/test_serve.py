@@ -150,14 +150,18 @@ def test_beyond_loopback_over_tls_reads_need_the_token_too(lab, tmp_path):
             for path in ("/api/sessions", "/api/runs", "/api/configs", "/api/live"):
                 assert http.get(path).status_code == 401, path
                 assert http.get(path, params={"token": "wrong-token-0123456789"}).status_code == 401
-                assert http.get(path, params={"token": srv.token}).status_code == 200, path
+                assert http.get(path, params={"token": srv.token}).status_code == 401, path  # never in URLs
                 assert http.get(path, headers={"Authorization": f"Bearer {srv.token}"}).status_code == 200
+                assert http.get(path, headers={"Cookie": f"hil_token={srv.token}"}).status_code == 200
             assert http.get("/").status_code == 200  # the page itself holds no data; it asks for the token
             assert http.post("/api/runs", params={"token": srv.token}, json={"config": "short.toml"}) \
                 .status_code == 401  # a change needs the header
         with pytest.raises(websockets.exceptions.InvalidStatus):
             connect(f"wss://{address}:{srv.server.port}/ws/live", ssl=trust)
-        with connect(f"wss://{address}:{srv.server.port}/ws/live?token={srv.token}", ssl=trust) as ws:
+        with pytest.raises(websockets.exceptions.InvalidStatus):  # a token in the URL is no token
+            connect(f"wss://{address}:{srv.server.port}/ws/live?token={srv.token}", ssl=trust)
+        with connect(f"wss://{address}:{srv.server.port}/ws/live", ssl=trust,  # the page's cookie
+                     additional_headers={"Cookie": f"hil_token={srv.token}"}) as ws:
             assert json.loads(ws.recv(timeout=10))["type"] == "hello"
     finally:
         srv.stop()
@@ -571,7 +575,8 @@ def test_named_tokens_are_added_listed_and_revoked_and_a_running_server_follows_
 
 
 @pytest.mark.parametrize("content, mode, error", [
-    (b"lab short\n", 0o600, "line 1: expected 'NAME TOKEN' with a token of at least 16 characters"),
+    (b"lab short\n", 0o600, "line 1: expected 'NAME TOKEN' or 'NAME TOKEN viewer' with a token of at least "
+                            "16 characters"),
     (b"lab 0123456789abcdef\nbob 0123456789abcdef\n", 0o600, "line 2: the same token as line 1 (each token "
                                                             "names one person)"),
     (b"# nothing\n", 0o600, "holds no token (hil serve token add NAME)"),

@@ -50,7 +50,8 @@ def test_press_scenarios_match_table_3():
 
 @pytest.mark.slow(reason="Monte Carlo over many replicates of the uncertainty test")
 def test_familywise_error_rate_of_a_correct_model():
-    """Data from the M1 structural model itself + Gaussian noise: FWER over 200 replicates <= 5 %."""
+    """Data from the M1 structural model itself + Gaussian noise: the FWER over 200 replicates is at most 5 %
+    up to the replicates' own binomial scatter (two std: 1.5 % at 200), as in test_interim_looks.py."""
     rng = np.random.default_rng(12345)
     m = PressLinkageModel()
     p_true = np.array([2.0e8, 1.5e8])
@@ -72,5 +73,5 @@ def test_familywise_error_rate_of_a_correct_model():
         rej_paper += any(alpha_min(t.p_cal, t.C_cal, t.p_val) < t.level for t in res.tests)
     fwer, fwer_paper = rej / n_rep, rej_paper / n_rep
     print(f"FWER difference-covariance rule: {fwer:.3f}; paper's C_cal-only rule: {fwer_paper:.3f}")
-    assert fwer <= 0.05
+    assert fwer <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / n_rep), fwer
     assert fwer_paper > fwer  # comparing a noisy p_val against C_cal alone over-rejects

@@ -65,6 +65,7 @@ class CurveKeys:
     client_public: bytes | None
     client_secret: bytes | None
     own_clients: frozenset[bytes] = frozenset()  # client keys of this process (see with_own_client)
+    from_folder: bool = True  # False: made by this process (run_keys); no authorized/ folder to read
 
     @property
     def authorized_dir(self) -> Path:
@@ -72,6 +73,8 @@ class CurveKeys:
 
     def authorized(self) -> set[bytes]:
         """Public keys (Z85) of the clients a server accepts, read from ``authorized/`` now."""
+        if not self.from_folder:
+            return set(self.own_clients)
         try:
             return set(zmq.auth.load_certificates(self.authorized_dir)) | set(self.own_clients)
         except (OSError, ValueError) as exc:
@@ -230,6 +233,13 @@ def with_own_client(keys: CurveKeys) -> CurveKeys:
     without a client key on disk."""
     public, secret = zmq.curve_keypair()
     return replace(keys, client_public=public, client_secret=secret, own_clients=keys.own_clients | {public})
+
+
+def run_keys(directory: Path) -> CurveKeys:
+    """A server key pair made now, kept in memory only (a run's own command channel on loopback: its
+    clients get the client pair through the run's private announcement, :mod:`daq.run.announce`)."""
+    public, secret = zmq.curve_keypair()
+    return CurveKeys(directory, public, secret, None, None, from_folder=False)
 
 
 def secure_client(sock: zmq.Socket, keys: CurveKeys) -> None:

@@ -415,7 +415,7 @@ class BusSubscriber:
         except FrameError as exc:
             self._malformed(exc.kind, exc)
             return None
-        except Exception as exc:  # a decoder bug must not kill a subscriber (or the recorder)
+        except Exception as exc:  # noqa: BLE001 - a decoder bug must not kill a subscriber (or the recorder)
             self._malformed("unexpected", exc)
             return None
         self.stats.received += 1

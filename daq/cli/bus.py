@@ -53,7 +53,7 @@ def replay(
     """Publish a stored session onto the bus at its original timing (or --burst)."""
     if not burst and not (speed > 0 and math.isfinite(speed)):
         raise click.BadParameter("must be a positive number", param_hint="--speed")
-    endpoint = endpoint or (state.config["bus"]["data"] if state.config else "tcp://127.0.0.1:0")
+    endpoint = endpoint or (state.config.bus.data if state.config else "tcp://127.0.0.1:0")
     with state.open_store() as store:
         info = store.get_session(session)
         stats = asyncio.run(_replay(store, info.id, endpoint, speed, burst, wait_s))

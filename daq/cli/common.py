@@ -9,6 +9,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -16,6 +17,7 @@ from daq import json_codec
 from daq.bus.handshake import CONNECT_TIMEOUT, HandshakeFailed, handshake
 from daq.bus.keys import ENV_KEYS, CurveKeys, default_keys_dir, is_local, load_keys
 from daq.config.load import store_path_for
+from daq.errors import one_line
 from daq.store.read_write import SessionStore
 from drivers.errors import HilError
 
@@ -37,12 +39,6 @@ def exit_code(exc: BaseException) -> int | None:
         if isinstance(exc, family):
             return code
     return None
-
-
-def one_line(exc: BaseException) -> str:
-    """``exc`` as one line of text (the message's whitespace collapsed)."""
-    text = str(exc) or type(exc).__name__
-    return " ".join(text.split())
 
 
 class OneLineError(click.ClickException):
@@ -117,15 +113,16 @@ class CliState:
 
     store_option: str | None
     config_path: str | None
-    _config: dict | None = field(default=None, repr=False)
+    _config: Any = field(default=None, repr=False)
 
     @property
-    def config(self) -> dict | None:
-        """The ``--config`` file, loaded and validated on first use (None without --config)."""
+    def config(self) -> Any:
+        """The ``--config`` file's shared tables ([rig], [bus], [store]; a typed ``RigConfig``), loaded and
+        validated on first use (None without --config)."""
         if self._config is None and self.config_path is not None:
-            from daq.rigs.config import load_config  # lazy: the registry loads every rig kind
+            from daq.rigs.config import load_shared  # lazy: the registry loads every rig kind
 
-            self._config = load_config(self.config_path, whole=False)
+            self._config = load_shared(self.config_path)
         return self._config
 
     @property

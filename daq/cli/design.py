@@ -37,7 +37,6 @@ def adjoint(ctx: click.Context, config_path: str, out_dir: str | None, prior_ses
             prior_information: bool, strict: bool, as_json: bool) -> None:
     """Optimise the input by the adjoint method at the design point ([adjoint.nominal], or --prior) and
     write trajectory.csv, convergence.png, signal.png and information.png."""
-    from daq.rigs import parse_config  # lazy: the registry loads every rig kind
     from daq.rigs.adjoint.config import INPUTS, OUTPUTS, PLANT_OF, AdjointRigConfig  # lazy: the rig kind
     from daq.rigs.adjoint.design import (  # lazy: scipy
         compare_inputs,
@@ -48,11 +47,10 @@ def adjoint(ctx: click.Context, config_path: str, out_dir: str | None, prior_ses
         write_trajectory,
     )
     from daq.rigs.adjoint.plots import plot_design  # lazy: matplotlib
-    from daq.rigs.config import load_config  # lazy: the registry loads every rig kind
+    from daq.rigs.config import load  # lazy: the registry loads every rig kind
     from identification.analyses.adjoint_plants import reference_inputs  # lazy: scipy
 
-    raw = load_config(config_path)
-    _, cfg = parse_config(raw, config_path)
+    _, cfg = load(config_path)
     if not isinstance(cfg, AdjointRigConfig):
         raise ConfigError(f"rig kind {cfg.rig.kind!r} has no adjoint design (kinds: {', '.join(PLANT_OF)})",
                           config_path, "[rig].kind")

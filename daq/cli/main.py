@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from daq.cli import bus, design, keys, rig, serve, sessions, uff, watch
+from daq.cli import bus, design, devices, keys, rig, serve, sessions, uff, watch
 from daq.cli.common import CliState, OneLineError, exit_code, quiet_broken_pipe
 from daq.config.load import ENV_STORE, default_store_path
 
@@ -80,6 +80,7 @@ for command in (
     rig.run,
     rig.analyze,
     rig.check,
+    devices.devices,
     rig.rigs,
     rig.sim,
     rig.ctl,
@@ -90,3 +91,7 @@ for command in (
     serve.serve,
 ):
     main.add_command(command)
+
+
+if __name__ == "__main__":  # python -m daq.cli.main ... runs the same command as `hil`
+    main()

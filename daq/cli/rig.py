@@ -7,6 +7,7 @@ rule: with ``--json`` stdout carries only JSON; progress and logs go to stderr.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -28,12 +29,10 @@ from daq.config.load import ConfigError, store_path_for, to_dict
 
 
 def _load(config_path: str):
-    from daq.rigs import parse_config  # lazy: the registry loads every rig kind
-    from daq.rigs.config import load_config  # lazy: as above
+    """The config parsed once, into its rig kind's struct: ``(rig, cfg)``."""
+    from daq.rigs.config import load  # lazy: the registry loads every rig kind
 
-    raw = load_config(config_path)
-    rig, cfg = parse_config(raw, config_path)
-    return raw, rig, cfg
+    return load(config_path)
 
 
 @click.command()
@@ -52,14 +51,14 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
     `docker stop`) and SIGHUP (the terminal closed). All leave the rig safe. Operators can also stop or
     pause the run from another terminal with `hil ctl`.
     """
-    from daq.run.lifecycle import operator_name  # lazy: the whole run machinery and the rigs
+    from daq.run.control import operator_name  # lazy: the whole run machinery and the rigs
     from daq.run.lifecycle import run as run_rig  # lazy: as above
 
     if plots_dir is not None and not then_analyze:
         raise click.ClickException("--plots needs --analyze (plots come from the analysis)")
-    raw, rig, _ = _load(config_path)
-    store_path = store_path_for(state.store_option, raw)
-    result = asyncio.run(run_rig(raw, store_path, file=config_path, show_progress=not no_progress,
+    rig, cfg = _load(config_path)
+    store_path = store_path_for(state.store_option, cfg)
+    result = asyncio.run(run_rig(cfg, store_path, file=config_path, show_progress=not no_progress,
                                  started_by=operator_name()))
     analysis = None
     files: list[Path] = []
@@ -118,7 +117,7 @@ def check(config_path: str, as_json: bool) -> None:
     running anything."""
     from daq.rigs import check_rules  # lazy: the registry loads every rig kind
 
-    _, rig, cfg = _load(config_path)
+    rig, cfg = _load(config_path)
     check_rules(rig, cfg, config_path)
     if as_json:
         echo_json({"ok": True, "kind": rig.kind, "config": to_dict(cfg)})
@@ -153,24 +152,24 @@ def sim(kind: str, config_path: str | None, as_json: bool) -> None:
 
     rig = get_rig(kind)
     config_path = config_path or f"configs/{kind}-sim.toml"
-    raw, cfg_rig, _ = _load(config_path)
+    cfg_rig, cfg = _load(config_path)
     if cfg_rig.kind != rig.kind:
         raise ConfigError(f"is a {cfg_rig.kind!r} config, not a {rig.kind!r} one", config_path, "[rig].kind")
     if not rig.has_simulator:
         raise ConfigError(f"rig kind {rig.kind!r} has no simulator", config_path, "[rig].kind")
     try:
-        asyncio.run(_serve(rig, raw, config_path, as_json))
+        asyncio.run(_serve(rig, cfg, config_path, as_json))
     except KeyboardInterrupt:
         click.echo("stopped", err=True)
 
 
-async def _serve(rig, raw: dict, config_path: str, as_json: bool) -> None:
-    simulated = rig.simulator(raw)
+async def _serve(rig, cfg, config_path: str, as_json: bool) -> None:
+    simulated = rig.simulator(cfg)
     await simulated.start()
     try:
         table = rig.describe_simulator(simulated)
         if table is None:
-            table = describe_devices(rig.simulated_devices(simulated, raw), config_path)
+            table = describe_devices(to_dict(rig.simulated_devices(simulated, cfg)), config_path)
         if as_json:
             click.echo(json_codec.dumps({"kind": rig.kind, "config": config_path, "devices": table}), nl=True)
         else:
@@ -221,12 +220,17 @@ def describe_devices(device_cfg: dict, config_path: str) -> list[dict]:
 def ctl(state: CliState, action: str, session: str | None, endpoint: str | None, timeout: float,
         keys_dir: str | None, as_json: bool) -> None:
     """Talk to a running `hil run`: status, pause, resume, stop (after the current step), abort (now)."""
+    from daq.run.announce import announced_keys, runs_dir  # lazy: with the run machinery
     from daq.run.commands import CommandClient  # lazy: zmq sockets only for this command
+    from daq.run.control import operator_name  # lazy: with the run machinery
 
-    if endpoint is None:
-        endpoint = _find_run(state.store_path, session)
-    keys = client_keys(endpoint, keys_dir)
-    reply = asyncio.run(_request(CommandClient, endpoint, action, timeout, keys, keys_dir is not None))
+    entry = _find_run(state.store_path, session, endpoint)
+    endpoint = endpoint or str(entry["command"])
+    # a run keyed by itself hands its owner the key through its private announcement (daq.run.control)
+    own = announced_keys(entry, runs_dir(state.store_path)) if entry and not keys_dir else None
+    keys = own or client_keys(endpoint, keys_dir)
+    reply = asyncio.run(_request(CommandClient, endpoint, action, timeout, keys,
+                                 keys_dir is not None or own is not None, by=operator_name()))
     if as_json:
         echo_json(reply)
     else:
@@ -245,24 +249,33 @@ def progress_line(progress: dict) -> str:
 
 
 async def _request(client_type, endpoint: str, action: str, timeout: float, keys=None,
-                   explicit: bool = False) -> dict:
+                   explicit: bool = False, by: str | None = None) -> dict:
     keys = await checked_keys(endpoint, keys, zmq.DEALER, explicit, timeout)
     client = client_type(endpoint, keys=keys)
     try:
-        return await client.request(action, timeout=timeout)
+        who = {"by": by} if by and action != "status" else {}  # a command that changes the run says who
+        return await client.request(action, timeout=timeout, **who)
     finally:
         client.close()
 
 
-def _find_run(store_path: Path, session: str | None) -> str:
-    from daq.run.lifecycle import live_runs, runs_dir  # lazy: the run machinery and the rigs
+def _find_run(store_path: Path, session: str | None, endpoint: str | None = None) -> dict | None:
+    """The announcement of the run to talk to: the one at ``endpoint`` (None if it has none: a run of
+    another store or machine), else the one of ``session``, else the only one running."""
+    from daq.run.announce import live_runs, runs_dir  # lazy: with the run machinery
 
     runs = live_runs(store_path)  # announcements of killed runs are removed here
+    if endpoint is not None:
+        return next((r for r in runs if r.get("command") == endpoint), None)
     if session:
         runs = [r for r in runs if str(r.get("session", "")).startswith(session)]
     if not runs:
-        raise click.ClickException(f"no running session found in {runs_dir(store_path)} (give --endpoint)")
+        folder = runs_dir(store_path)
+        if folder.is_dir() and not os.access(folder, os.R_OK | os.X_OK):
+            raise click.ClickException(f"{folder} is private to the OS user whose runs it announces: only "
+                                       "that user (or root) can control them")
+        raise click.ClickException(f"no running session found in {folder} (give --endpoint)")
     if len(runs) > 1:
         raise click.ClickException("several runs: " + ", ".join(str(r.get("session")) for r in runs)
                                    + " (give --session)")
-    return str(runs[0]["command"])
+    return runs[0]

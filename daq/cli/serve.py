@@ -37,9 +37,13 @@ def _token_file(ctx: click.Context, given: str | None) -> Path:
                    "directory); the run queue lives next to it.")
 @click.option("--certfile", default=None, metavar="PEM", help="TLS certificate (HTTPS and WSS).")
 @click.option("--keyfile", default=None, metavar="PEM", help="TLS private key.")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="A host name browsers may use to reach the server besides loopback and the bound "
+                   "address (repeatable; other Host headers are refused: DNS rebinding).")
 @click.pass_context
 def serve(ctx: click.Context, configs_dir: str, host: str, port: int, token_file: str | None,
-          store_option: str | None, certfile: str | None, keyfile: str | None) -> None:
+          store_option: str | None, certfile: str | None, keyfile: str | None,
+          allow_hosts: tuple[str, ...]) -> None:
     """Serve the dashboard and the HTTP API: queue runs of the configs in --configs, watch the running
     one (or a replayed session) live, pause/stop it, list and download sessions. Runs go through the same
     lifecycle as `hil run`, one at a time. SIGTERM/Ctrl-C aborts a running run through the safe state, then
@@ -51,7 +55,8 @@ def serve(ctx: click.Context, configs_dir: str, host: str, port: int, token_file
     state: CliState = ctx.find_object(CliState)
     store_path = store_path_for(store_option or state.store_option, None)
     server = Server(Path(configs_dir), store_path, _token_file(ctx, token_file), host=host, port=port,
-                    certfile=certfile, keyfile=keyfile, say=lambda text: click.echo(text, err=True))
+                    certfile=certfile, keyfile=keyfile, say=lambda text: click.echo(text, err=True),
+                    allowed_hosts=allow_hosts)
     asyncio.run(server.serve())
 
 
@@ -64,13 +69,14 @@ def token() -> None:
 @token.command("add")
 @click.argument("name")
 @click.option("--token-file", default=None, metavar="PATH", help=TOKEN_FILE_HELP)
+@click.option("--viewer", is_flag=True, help="A read-only token: it may watch and download, not change.")
 @click.pass_context
-def token_add(ctx: click.Context, name: str, token_file: str | None) -> None:
+def token_add(ctx: click.Context, name: str, token_file: str | None, viewer: bool) -> None:
     """Add a fresh token for NAME and print it once (stdout); the file is created when missing."""
     from daq.serve.auth import add_token  # lazy: as above
 
     path = _token_file(ctx.parent, token_file)
-    secret = add_token(path, name)
+    secret = add_token(path, name, viewer=viewer)
     click.echo(f"added token {name!r} to {path}; give it to {name} (it is not shown again):", err=True)
     click.echo(secret)
     click.echo("open the dashboard once as http://HOST:PORT/?token=TOKEN (hil serve's address)", err=True)

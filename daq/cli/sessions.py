@@ -11,7 +11,7 @@ import click
 
 from daq import json_codec
 from daq.cli.common import CliState, StderrProgress, echo_json, pass_state
-from daq.export.listing import session_detail, session_rows, started_by
+from daq.export.listing import commands_given, session_detail, session_rows, started_by
 
 
 def _fmt_time(t: float | None) -> str:
@@ -70,6 +70,7 @@ def show(state: CliState, session: str, as_json: bool) -> None:
         info = store.get_session(session)
         counts = store.event_counts(info.id)
         by = started_by(store, info)
+        commands = commands_given(store, info)
         for s in info.streams.values():
             if s.type == "frame" and s.n_samples:
                 s.timing = store.stream_timing(info.id, s.name)
@@ -89,6 +90,8 @@ def show(state: CliState, session: str, as_json: bool) -> None:
             click.echo(
                 f"  {s.name}: {s.n_samples} samples in {s.n_messages} frames, {s.dtype}, {rate}; {chans}"
             )
+    for c in commands:
+        click.echo(f"command   {_fmt_time(c['t'])} {c['command']} by {c['by']}")
     click.echo("events:")
     if not counts:
         click.echo("  (none)")

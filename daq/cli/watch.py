@@ -17,7 +17,7 @@ from daq.cli.common import KEYS_HELP, CliState, checked_keys, client_keys, pass_
 
 def _running_endpoint(state: CliState) -> str:
     """The data endpoint of the newest running session announced under ``<store folder>/runs``."""
-    from daq.run.lifecycle import live_runs, runs_dir  # lazy: the run machinery and the rigs
+    from daq.run.announce import live_runs, runs_dir  # lazy: with the run machinery
 
     live_runs(Path(state.store_path))  # removes the announcements of killed runs
     found = sorted(runs_dir(Path(state.store_path)).glob("*.json"), key=lambda p: p.stat().st_mtime)
@@ -39,11 +39,16 @@ def _verdict_text(v: dict | None) -> str:
         return ""
     if "error" in v:
         return f"error: {v['error']}"
+    if v.get("undecided") and not v.get("models"):
+        return str(v["undecided"])  # not computable yet, in words
     models = v.get("models")
     if isinstance(models, dict) and models:
         cells = []
         for name, m in models.items():
             m = m if isinstance(m, dict) else {"verdict": str(m)}
+            if m.get("text"):  # the verdict's own words (readable p-values, undecided with its reason)
+                cells.append(str(m["text"]))
+                continue
             word = m.get("verdict") or ("reject" if m.get("reject") else "keep")
             a = m.get("min_alpha_min")
             cells.append(f"{name} {word}" + (f" ({100 * a:.3g} %)" if isinstance(a, int | float) else ""))

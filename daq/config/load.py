@@ -30,6 +30,7 @@ from typing import Annotated, Any, get_args, get_origin
 import msgspec
 
 import daq.errors
+from drivers.settings import InvalidSetting
 
 ENV_STORE = "HIL_STORE"
 
@@ -45,14 +46,9 @@ class ConfigError(daq.errors.ConfigError, ValueError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
-class Invalid(daq.errors.ConfigError, ValueError):
-    """Raised by a table's ``check()``: ``key`` is the field (relative to the table) that is wrong."""
-
-    def __init__(self, key: str | None, message: str, table: bool = False):
-        super().__init__(message)
-        self.key = key
-        self.message = message
-        self.table = table
+class Invalid(daq.errors.ConfigError, InvalidSetting):
+    """Raised by a table's ``check()``: ``key`` is the field (relative to the table) that is wrong (the
+    service's :class:`drivers.settings.InvalidSetting`, which the drivers' own tables raise)."""
 
 
 # ----------------------------------------------------------------------------------------- key paths
@@ -208,16 +204,10 @@ def _walk(raw: Any, tp: Any, path: list[str], file) -> Any:
                               key_path(path, True))
         _, value_type = get_args(base)
         return {str(k): _walk(v, value_type, [*path, str(k)], file) for k, v in raw.items()}
-    try:
-        return msgspec.convert(raw, tp, strict=False) if _lenient(tp) else msgspec.convert(raw, tp)
+    try:  # strict: a float field takes a TOML integer (``q_max = 20000``); nothing else is coerced
+        return msgspec.convert(raw, tp)
     except msgspec.ValidationError as exc:
         raise ConfigError(_leaf_error(raw, tp, exc), file, key_path(path, False)) from None
-
-
-def _lenient(tp: Any) -> bool:
-    """float fields accept TOML integers (``q_max = 20000``); nothing else is coerced."""
-    base, _ = _unwrap(tp)
-    return base is float
 
 
 def _check_keys(raw: Any, names: list[str], path: list[str], file) -> None:
@@ -236,7 +226,7 @@ def _run_check(obj: Any, path: list[str], file) -> None:
         return
     try:
         check()
-    except Invalid as exc:
+    except InvalidSetting as exc:
         sub = [*path, *exc.key.split(".")] if exc.key else path
         raise ConfigError(exc.message, file, key_path(sub, exc.key is None or exc.table)) from None
 
@@ -333,6 +323,9 @@ def read_toml(path: str | Path) -> dict:
         raise ConfigError("not UTF-8 text", path) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"invalid TOML: {exc}", path) from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise ConfigError("invalid TOML: arrays or inline tables nested too deeply (a config needs a few "
+                          "levels)", path) from None
 
 
 def default_store_path() -> Path:
@@ -341,13 +334,16 @@ def default_store_path() -> Path:
     return Path(base) / "hil" / "hil.sqlite"
 
 
-def store_path_for(option: str | None, config: dict | None) -> Path:
-    """The one rule for the store: --store, else $HIL_STORE, else the config's [store].path (relative
-    paths are relative to the config file's folder), else :func:`default_store_path`."""
+def store_path_for(option: str | None, config: Any | None) -> Path:
+    """The one rule for the store: --store, else $HIL_STORE, else the config's [store].path (a loaded config:
+    relative paths are already resolved against the config file's folder), else :func:`default_store_path`.
+    ``config``: the typed config (``cfg.store.path``) or its TOML data."""
     if option:
         return Path(option)
     if os.environ.get(ENV_STORE):
         return Path(os.environ[ENV_STORE])
-    if config is not None and (config.get("store") or {}).get("path"):
-        return Path(config["store"]["path"])
-    return default_store_path()
+    if isinstance(config, dict):
+        path = (config.get("store") or {}).get("path")
+    else:
+        path = config.store.path if config is not None else None
+    return Path(path) if path else default_store_path()

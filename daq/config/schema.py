@@ -8,13 +8,13 @@ inside a table are the table's ``check()``, relations across tables the rig conf
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated
 
-import msgspec
 from msgspec import Meta, field
 
 from daq.bus.keys import is_local
 from daq.config.load import Invalid
+from drivers.settings import PathStr, Settings
 
 # Every number of a config is finite and bounded: the generic aliases carry a backstop bound (no inf, no
 # 1e300), fields with a physical meaning use the tighter aliases below or their own Meta.
@@ -34,13 +34,13 @@ Budget = Annotated[float, Meta(gt=0, le=7 * 86400.0)]     # s, wall-clock budget
 Hz = Annotated[float, Meta(gt=0, le=1e6)]                 # a frequency
 Endpoint = str  # checked by BusTable.check: tcp://, ipc:// or inproc://
 Range = Annotated[list[Finite], Meta(min_length=2, max_length=2)]
-#: a file or folder named by a config: non-empty; a relative one is made absolute against the config
-#: file's folder once, when the config is loaded (daq.config.load.resolve_paths)
-PathStr = Annotated[str, Meta(min_length=1, extra={"path": True})]
+#: a file or folder named by a config (drivers.settings.PathStr): non-empty; a relative one is made absolute
+#: against the config file's folder once, when the config is loaded (daq.config.load.resolve_paths)
+__all__ = ["PathStr", "Table"]
 
 
-class Table(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
-    """A config table: unknown keys are refused."""
+class Table(Settings, kw_only=True):
+    """A config table: unknown keys are refused (the same base as the drivers' settings tables)."""
 
 
 class RigTable(Table, kw_only=True):
@@ -81,58 +81,5 @@ class RigConfig(Table, kw_only=True):
 
 
 # ----------------------------------------------------------------------------------------- devices
-
-
-class Register(Table, kw_only=True):
-    """One value in a Modbus register map (drivers/registers.py parses the same keys)."""
-
-    table: Literal["holding", "input"] = "holding"
-    address: Annotated[int, Meta(ge=0, le=65535)]
-    type: Literal["uint16", "int16", "uint32", "int32", "float32"] = "float32"
-    word_order: Literal["big", "little"] = "big"
-    scale: Annotated[float, Meta(ge=-1e9, le=1e9)] = 1.0   # SI value = raw * scale + offset
-    offset: Finite = 0.0
-    unit: str = "1"
-    description: str = ""
-    range: Range | None = None  # plausible values (SI, after scaling); outside is a bad reading
-
-    def check(self) -> None:
-        if abs(self.scale) < 1e-12:
-            raise Invalid("scale", f"{self.scale!r} is (almost) 0: readings would all be the offset; "
-                                   "give the register's SI units per count")
-        words = 2 if self.type in ("uint32", "int32", "float32") else 1
-        if self.address + words - 1 > 65535:
-            raise Invalid("address", f"{self.address} + {words} words runs past register 65535")
-        if self.range is not None and not self.range[0] < self.range[1]:
-            raise Invalid("range", f"needs lo < hi, got {self.range}")
-        if self.range is not None:
-            for v in self.range:
-                if not self.encodable(v):
-                    raise Invalid("scale", f"{self.scale!r} maps the plausible value {v:g} {self.unit} "
-                                           f"outside the {self.type} register ({self.raw_limits()}); "
-                                           "choose scale/offset so [range] fits the register")
-
-    def raw_limits(self) -> tuple[float, float]:
-        return INT_LIMITS.get(self.type, (-3.4e38, 3.4e38))
-
-    def encodable(self, value: float) -> bool:
-        """True when ``value`` (SI) maps into the register's raw range."""
-        lo, hi = self.raw_limits()
-        return lo <= round((value - self.offset) / self.scale) <= hi
-
-
-INT_LIMITS = {"uint16": (0, 65535), "int16": (-32768, 32767), "uint32": (0, 2**32 - 1),
-              "int32": (-2**31, 2**31 - 1)}
-
-
-class ModbusLink(Table, kw_only=True):
-    """Connection settings shared by Modbus and serial devices."""
-
-    timeout: Annotated[float, Meta(gt=0, le=60.0)] = 1.0          # s per request attempt
-    retries: Annotated[int, Meta(ge=0, le=10)] = 1
-    connect_timeout: Timeout = 3.0                                # s spent reconnecting before giving up
-    backoff_initial: Annotated[float, Meta(gt=0, le=10.0)] = 0.05
-    backoff_max: Annotated[float, Meta(gt=0, le=60.0)] = 0.5
-    drain_time: Annotated[float, Meta(gt=0, le=60.0)] | None = None  # RTU: s a late reply is awaited
-                                                                     # after a timeout (2 x timeout)
-    model: str = ""
+# A device's table is its driver's own settings struct (drivers/*: ForceSourceSettings, SensorSettings,
+# ServoDriveConfig, FrontEndSettings, and the register map's Register), composed by the rig schemas as it is.

@@ -17,6 +17,13 @@ def started_by(store: SessionReader, info: SessionInfo) -> str | None:
     return str(by) if by is not None else None
 
 
+def commands_given(store: SessionReader, info: SessionInfo) -> list[dict]:
+    """The operator commands the run took (pause, resume, stop, abort), in order: ``t`` (unix s),
+    ``command`` and ``by`` (who gave it: a token's name, an OS user through `hil ctl`, a key's name)."""
+    found = store.events(info.id, kind="command", stream=f"{info.kind}.run")
+    return [{"t": e.t, "command": e.body.get("command"), "by": e.body.get("by")} for e in found]
+
+
 def session_row(info: SessionInfo, by: str | None = None) -> dict:
     """One session of ``hil sessions --json``; ``by``: :func:`started_by`."""
     return {**session_header(info, by), "streams": sorted(info.streams)}
@@ -29,7 +36,8 @@ def session_rows(store: SessionReader) -> list[dict]:
 
 def session_detail(store: SessionReader, session: str) -> dict:
     """``hil show --json``: the session's metadata (:func:`session_metadata`, with each frame stream's real
-    sample spacing and who started it) and its event counts per stream and kind."""
+    sample spacing and who started it), its event counts per stream and kind, and the operator commands it
+    took with who gave them."""
     info = store.get_session(session)
     counts = store.event_counts(info.id)
     for s in info.streams.values():
@@ -37,4 +45,5 @@ def session_detail(store: SessionReader, session: str) -> dict:
             s.timing = store.stream_timing(info.id, s.name)
     meta = session_metadata(info, started_by(store, info))
     meta["event_counts"] = [{"stream": s, "kind": k, "n": n} for (s, k), n in counts.items()]
+    meta["commands"] = commands_given(store, info)
     return meta

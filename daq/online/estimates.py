@@ -13,12 +13,46 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, Protocol, TypeVar
 
 from daq.bus.frames import Event, Frame
 from daq.bus.pubsub import BusSubscriber, BusTimeout
 
 Emit = Callable[[str, dict], Awaitable[None]]  # (event kind, body) -> publish
+
+
+class OnlineIdentifier(Protocol):
+    async def run(self, sub: BusSubscriber, idle_timeout: float | None = None) -> None: ...
+
+
+class _Plan(Protocol):
+    """The part of a run's context an online identifier starts from."""
+
+    async def event(self, stream: str, kind: str, **body: Any) -> None: ...
+    async def subscribe(self, *topics: str) -> BusSubscriber: ...
+    def spawn(self, coro: Coroutine, name: str) -> asyncio.Task: ...
+
+
+Ident = TypeVar("Ident", bound=OnlineIdentifier)
+
+
+async def start_online(ctx: _Plan, online_stream: str, topics: Sequence[str], build: Callable[[Emit], Ident],
+                       name: str) -> Ident:
+    """Build an online identifier whose estimates go out as events on ``online_stream``, and run it beside
+    the plan (``name``) on a subscriber of ``topics`` connected before this returns. An identifier with a
+    ``ready()`` coroutine (one that loads something first) is awaited ready before it listens. The one way
+    every rig kind starts its online estimation."""
+
+    async def emit(kind: str, body: dict) -> None:
+        await ctx.event(online_stream, kind, **body)
+
+    ident = build(emit)
+    ready = getattr(ident, "ready", None)
+    if ready is not None:
+        await ready()
+    ctx.spawn(ident.run(await ctx.subscribe(*topics)), name)
+    return ident
 
 
 class OnlineEstimates:

@@ -57,13 +57,13 @@ def get_rig(kind: str, file: str | Path | None = None) -> Rig:
 
 def parse_shared(raw: Any, file: str | Path | None = None) -> Any:
     """Check only [rig], [bus] and [store] (and that the kind is known); returns the typed shared tables."""
-    _rig_of(raw, file)
+    rig_of(raw, file)
     return parse({k: raw[k] for k in ("rig", "bus", "store") if k in raw}, RigConfig, file)
 
 
 def parse_config(raw: Any, file: str | Path | None = None) -> tuple[Rig, Any]:
     """Check a whole config against its rig kind's schema; returns (rig, typed config)."""
-    rig = _rig_of(raw, file)
+    rig = rig_of(raw, file)
     return rig, parse(raw, rig.schema, file)
 
 
@@ -82,7 +82,7 @@ def check_rules(rig: Rig, cfg: Any, file: str | Path | None = None) -> None:
         raise ConfigError(exc.message, file, key_path(keys, exc.key is None or exc.table)) from None
 
 
-def _rig_of(raw: Any, file) -> Rig:
+def rig_of(raw: Any, file) -> Rig:
     if not isinstance(raw, dict):
         raise ConfigError("a config must be a TOML table", file)
     rig_table = raw.get("rig")

@@ -28,13 +28,15 @@ its connected devices, ``A`` what it reads back from a session, ``R`` its analys
                                     `hil check` and by `hil run` before anything opens; raises
                                     ``Invalid(key, why)`` (made a ConfigError naming file and key) or
                                     ConfigError. Default: none
-``simulator(raw)``                  the simulated devices (:class:`SimulatedRig`) for ``[rig].simulated =
+``simulator(cfg)``                  the simulated devices (:class:`SimulatedRig`) for ``[rig].simulated =
                                     true``. Default: none (``has_simulator`` is False; it raises)
-``simulated_devices(sim, raw)``     the ``[devices]`` tables pointed at the started simulator. Default:
-                                    ``sim.device_config()``
+``simulated_devices(sim, cfg)``     the ``[devices]`` table (typed) pointed at the started simulator.
+                                    Default: ``sim.device_config()`` parsed by the schema's ``devices``
 ``describe_simulator(sim)``         the device table `hil sim` prints. Default None: the CLI lists the
                                     tables of ``simulated_devices``
-``open_devices(cfg, tables)``       abstract, async -> ``D``: connect; ``D`` is :class:`Devices`
+``open_devices(cfg, tables)``       abstract, async -> ``D``: connect the typed ``[devices]`` table (the
+                                    drivers' own settings structs, handed over as they are); ``D`` is
+                                    :class:`Devices`
                                     (identities, safe-state actions run in order on every exit, close)
 ``prepare(ctx)``                    async, before the session exists (designs, checks); leaves its
                                     results in ``ctx.prepared``. Default: nothing
@@ -57,7 +59,9 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from daq.config.load import ConfigError
+import msgspec
+
+from daq.config.load import ConfigError, parse
 from daq.config.schema import RigConfig
 from daq.store.errors import StoreError
 
@@ -69,8 +73,8 @@ if TYPE_CHECKING:  # annotations only: the registry imports this module and stay
     from daq.store.reader import SessionReader
 
 RawConfig = dict[str, Any]            #: a config as read from TOML, before the schema check
-DeviceTables = dict[str, Any]         #: the ``[devices]`` tables a run connects to
-SafeAction = Callable[[], Awaitable[object]]
+DeviceTables = Any                    #: the typed ``[devices]`` table a run connects to
+SafeAction = Callable[[], Awaitable[object]]  #: one step to the safe state (False or a raise: not reached)
 AnalysisProgress = Callable[[int, int, str], None]   #: (done, total, what) while an analysis runs
 
 C = TypeVar("C", bound=RigConfig)     # the rig's config struct
@@ -102,7 +106,6 @@ class RunContext(Protocol[C, D]):
 
     config: C
     devices: D
-    raw: RawConfig
     session_id: str
     summary: dict[str, Any]     # counters the plan reports; stored with the session's outcome
     prepared: dict[str, Any]    # what ``prepare`` made for the plan
@@ -144,13 +147,18 @@ class Rig(ABC, Generic[C, D, A, R]):
         """Rules beyond the schema (``config_dir``: the config file's folder), run by `hil check` and by
         `hil run` before anything opens; raise ``daq.config.load.Invalid(key, why)`` or ConfigError."""
 
-    def simulator(self, raw: RawConfig) -> SimulatedRig:
+    def simulator(self, cfg: C) -> SimulatedRig:
         """The simulated devices for ``[rig].simulated = true`` (not started yet)."""
         raise ConfigError(f"rig kind {self.kind!r} has no simulator", None, "[rig].simulated")
 
-    def simulated_devices(self, sim: Any, raw: RawConfig) -> DeviceTables:
-        """The ``[devices]`` tables pointed at the started simulator ``sim``: its own ``device_config()``."""
-        return sim.device_config()
+    def simulated_devices(self, sim: Any, cfg: C) -> DeviceTables:
+        """The ``[devices]`` pointed at the started simulator ``sim``: its own ``device_config()``, parsed
+        by the schema's ``devices`` table (as it is when the schema has none)."""
+        tables = sim.device_config()
+        for f in msgspec.structs.fields(self.schema):
+            if f.name == "devices":
+                return parse(tables, f.type, None, ["devices"])
+        return tables
 
     def describe_simulator(self, sim: Any) -> list[dict] | None:
         """The device table `hil sim` prints for the started simulator; None: the ``simulated_devices``."""

@@ -6,8 +6,8 @@ input uploaded to the drive, played from its buffer, and its trace read back (:f
 then published as ``trajectory_start`` - trace frames - ``trajectory_end`` (:func:`record_trajectory`).
 The same bracket is read back twice: from the bus by the online identifiers
 (:class:`TrajectoryReceiver`) and from the store by the analyses (:func:`read_trajectories`).
-:func:`start_online` starts an online identifier beside a plan. :class:`DriveRig` is the base class of
-these kinds: its devices, simulator and simulated device tables.
+Online identifiers start through :func:`daq.online.estimates.start_online`. :class:`DriveRig` is the
+base class of these kinds: its devices, simulator and simulated device tables.
 
 This is no rig kind: the rig packages import it, it imports none of them.
 """
@@ -20,20 +20,21 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+import msgspec
 import numpy as np
 from msgspec import Meta
 from msgspec import field as sfield
 
 from daq.bus.frames import Event, Frame
-from daq.config.load import Invalid, suggestion, to_dict
-from daq.config.schema import Interval, PathStr, Port, Seed, Table, Timeout
-from daq.online.estimates import Emit
-from daq.rigs.base import A, C, R, RawConfig, Rig, RunContext
+from daq.config.load import Invalid, parse, to_dict
+from daq.config.schema import PathStr, Port, Seed, Table
+from daq.rigs.base import A, C, R, Rig, RunContext
+from drivers.errors import HilError
+from drivers.servo_drive import ServoDriveConfig
 
 if TYPE_CHECKING:  # annotations only: the driver pulls in asyncua, loaded when devices open
-    from daq.bus.pubsub import BusSubscriber
     from daq.store.reader import SessionReader
     from drivers.servo_drive import ServoDrive
 
@@ -44,59 +45,9 @@ TRACE_CHANNELS = ("torque_cmd", "torque", "speed")  #: the drive's trace, in the
 # ----------------------------------------------------------------------------------------- config
 
 
-class DriveSecurity(Table, kw_only=True):
-    """``[devices.drive.security]``. The client's application URI is not set here: the driver takes it
-    from the URI in ``certificate`` (servers refuse a client whose URI differs from its certificate)."""
-
-    mode: Literal["none", "Basic256Sha256_SignAndEncrypt"] = "none"
-    certificate: PathStr | None = None
-    private_key: PathStr | None = None
-    server_certificate: PathStr | None = None
-    server_trust_dir: PathStr | None = None
-    user: str | None = None
-    password: str | None = None
-    password_env: str | None = None
-
-    def check(self) -> None:
-        if self.mode != "none":
-            for key in ("certificate", "private_key"):
-                if not getattr(self, key):
-                    raise Invalid(key, f"required with mode = {self.mode!r}")
-            if not (self.server_certificate or self.server_trust_dir):
-                raise Invalid("server_certificate", "a secure endpoint needs the server's certificate pinned "
-                                                    "(server_certificate) or trusted (server_trust_dir)")
-        if self.user and self.password is None and not self.password_env:
-            raise Invalid("user", f"{self.user!r} needs a password: set password_env (the variable that "
-                                  "holds it) or password")
-
-
-class DriveDevice(Table, kw_only=True):
-    """``[devices.drive]``: for the oscillator and the pendulum ``torque_limit`` is the force limit in N."""
-
-    url: str
-    name: str = "crane-drive"
-    namespace: str = "urn:hil-lab:crane-drive"
-    torque_limit: Annotated[float, Meta(gt=0, le=1e5)] = 20.0   # N*m (N), checked by the driver before upload
-    speed_limit: Annotated[float, Meta(gt=0, le=1e4)] = 150.0   # rad/s (m/s)
-    max_samples: Annotated[int, Meta(ge=2, le=10**8)] = 100_000
-    timeout: Annotated[float, Meta(gt=0, le=60.0)] = 4.0        # s per OPC UA request
-    connect_timeout: Timeout = 10.0
-    heartbeat_interval: Interval = 0.2
-    run_timeout_margin: Annotated[float, Meta(ge=0, le=600.0)] = 5.0  # s beyond a trajectory's duration
-    security: DriveSecurity = sfield(default_factory=DriveSecurity)
-    nodes: dict[str, Annotated[str, Meta(min_length=1)]] = sfield(default_factory=dict)
-
-    def check(self) -> None:
-        from drivers.servo_drive import NODE_DEFAULTS  # lazy: asyncua
-
-        if not self.url.startswith("opc.tcp://"):
-            raise Invalid("url", f"must start with opc.tcp://, got {self.url!r}")
-        for name in self.nodes:
-            if name not in NODE_DEFAULTS:
-                raise Invalid(f"nodes.{name}", "unknown node" + suggestion(name, list(NODE_DEFAULTS)))
-        if self.heartbeat_interval >= self.timeout:
-            raise Invalid("heartbeat_interval", f"{self.heartbeat_interval} s is not below timeout "
-                                                f"({self.timeout} s): the drive's watchdog would trip")
+#: ``[devices.drive]`` and its ``security`` table are the driver's own settings structs (defaults, ranges and
+#: the security rules written there once)
+DriveDevice = ServoDriveConfig
 
 
 class DriveSimTable(Table, kw_only=True):
@@ -151,8 +102,8 @@ def check_drive(drive: DriveDevice, simulator: DriveSimTable | None, inputs: Seq
     from drivers.servo_drive import ServoDrive  # lazy: asyncua
 
     try:
-        ServoDrive(to_dict(drive))
-    except (TypeError, ValueError, KeyError) as exc:
+        ServoDrive(drive)
+    except (TypeError, ValueError, KeyError, HilError) as exc:
         raise Invalid("devices.drive", str(exc), table=True) from None
     sec = drive.security
     if sec.mode != "none":
@@ -219,49 +170,50 @@ class DriveRigDevices:
             await self.drive.close()
 
 
-async def open_devices(cfg: object, device_cfg: Mapping[str, Any]) -> DriveRigDevices:
+async def open_devices(cfg: object, devices: DriveDevicesTable) -> DriveRigDevices:
     """Connect the drive of ``[devices.drive]``; closed again when the connection fails."""
     from drivers.servo_drive import ServoDrive  # lazy: asyncua
 
-    drive = ServoDrive(dict(device_cfg["drive"]))
+    drive = ServoDrive(devices.drive)
     # stop, disable and read `enabled` back: raises when the drive did not confirm
     devices = DriveRigDevices(drive, [("stop and disable drive", drive.safe_state)])
     try:
         await drive.connect()
+        await drive.check_identity()  # the configured drive, or nothing moves
     except BaseException:
         await devices.close()
         raise
     return devices
 
 
-def simulator(raw: RawConfig):
+def simulator(cfg: Any):
     """The simulated drive (with the plant of ``[simulator]``) for ``[rig].simulated = true``."""
     from simulators.crane_rig import CraneRig  # lazy: asyncua server and plant models
 
-    return CraneRig(raw)
+    return CraneRig(to_dict(cfg))
 
 
-def simulated_devices(sim, raw: RawConfig) -> dict[str, dict]:
-    """The [devices] tables with the drive's url pointed at the started simulator."""
-    devices = {k: dict(v) for k, v in (raw.get("devices") or {}).items()}
-    drive = devices.setdefault("drive", {})
-    mode = dict(drive.get("security", {})).get("mode", "none")
-    drive["url"] = sim.endpoints["secure" if mode != "none" else "plain"]
-    return devices
+def simulated_devices(sim, cfg: Any) -> DriveDevicesTable:
+    """The ``[devices]`` with the drive's url pointed at the started simulator (its secure endpoint when
+    the drive's security is on)."""
+    devices = cfg.devices if cfg.devices is not None else parse({"drive": {"url": "opc.tcp://sim"}},
+                                                                   DriveDevicesTable, None, ["devices"])
+    url = sim.endpoints["secure" if devices.drive.security.mode != "none" else "plain"]
+    return msgspec.structs.replace(devices, drive=msgspec.structs.replace(devices.drive, url=url))
 
 
 class DriveRig(Rig[C, DriveRigDevices, A, R]):
     """A rig kind behind the one servo drive: devices, simulator and simulated tables as above; a kind
     adds its plan, analysis and report (and its ``describe_simulator`` note)."""
 
-    async def open_devices(self, cfg: C, tables: Mapping[str, Any]) -> DriveRigDevices:
+    async def open_devices(self, cfg: C, tables: DriveDevicesTable) -> DriveRigDevices:
         return await open_devices(cfg, tables)
 
-    def simulator(self, raw: RawConfig):
-        return simulator(raw)
+    def simulator(self, cfg: C):
+        return simulator(cfg)
 
-    def simulated_devices(self, sim, raw: RawConfig) -> dict[str, dict]:
-        return simulated_devices(sim, raw)
+    def simulated_devices(self, sim, cfg: C) -> DriveDevicesTable:
+        return simulated_devices(sim, cfg)
 
 
 def describe_simulator(sim, note: str = "") -> list[dict]:
@@ -327,26 +279,6 @@ async def record_trajectory(ctx: RunContext[Any, DriveRigDevices], streams: Trac
     ctx.summary["runs"] += 1
     ctx.advance(1, f"{recorded} ({n} samples)")
     return t0 + n * tdt
-
-
-class OnlineIdentifier(Protocol):
-    async def run(self, sub: BusSubscriber, idle_timeout: float | None = None) -> None: ...
-
-
-I = TypeVar("I", bound=OnlineIdentifier)  # noqa: E741
-
-
-async def start_online(ctx: RunContext[Any, Any], online_stream: str, topics: Sequence[str],
-                       build: Callable[[Emit], I], name: str) -> I:
-    """Build an online identifier whose estimates go out as events on ``online_stream``, and run it
-    beside the plan (``name``) on a subscriber of ``topics`` connected before this returns."""
-
-    async def emit(kind: str, body: dict) -> None:
-        await ctx.event(online_stream, kind, **body)
-
-    ident = build(emit)
-    ctx.spawn(ident.run(await ctx.subscribe(*topics)), name)
-    return ident
 
 
 # ----------------------------------------------------------------------------------------- read-back

@@ -20,7 +20,8 @@ client then raises :class:`CommandRefused` (a :class:`CommandError`) with the ha
 
 Security (see :mod:`daq.bus.keys`): binding beyond loopback needs CURVE keys, else the server refuses
 to start (:class:`daq.bus.keys.InsecureEndpoint`); with keys only clients whose public key is
-authorized get anything accepted. Clients pass the same keys folder (``keys=load_keys()``).
+authorized get anything accepted. Clients pass the same keys folder (``keys=load_keys()``). A handler
+that declares the argument :data:`CLIENT_KEY` learns which authorized key sent the request (who gave it).
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ REPLY_LINGER_MS = 500
 REPLY_GRACE_S = 0.2
 #: Deepest nesting of lists/objects accepted in a request.
 MAX_ARG_NESTING = 32
+#: The argument a handler declares to learn the sender's CURVE public key (Z85; None without CURVE). The
+#: server sets it; a request that sets it itself is refused.
+CLIENT_KEY = "client_key"
 
 
 class CommandError(ProtocolError):
@@ -112,13 +116,14 @@ class CommandServer:
     async def serve(self) -> None:
         """Answer requests until cancelled; handlers run one at a time, in arrival order."""
         while True:
-            parts = await self._sock.recv_multipart()
-            if len(parts) < 2:
+            frames = await self._sock.recv_multipart(copy=False)
+            if len(frames) < 2:
                 continue  # nothing to route a reply to
-            route, body = parts[:-1], parts[-1]
+            route, body = [f.bytes for f in frames[:-1]], frames[-1].bytes
+            client_key = _client_key(frames[-1]) if self._domain is not None else None
             self._replying = True  # until the reply is handed over: stop() waits for it (bounded)
             try:
-                reply = await self._handle(body)
+                reply = await self._handle(body, client_key)
                 self.served += 1
                 if not reply.get("ok"):
                     self.errors += 1
@@ -133,7 +138,7 @@ class CommandServer:
                 self._replying = False
                 self._last_reply = time.monotonic()
 
-    async def _handle(self, body: bytes) -> dict:
+    async def _handle(self, body: bytes, client_key: str | None = None) -> dict:
         req_id = None
         try:
             if len(body) > MAX_REQUEST_BYTES:
@@ -154,6 +159,10 @@ class CommandServer:
             handler = self.handlers.get(name)
             if handler is None:
                 raise CommandError(f"unknown command {name!r} (known: {', '.join(sorted(self.handlers))})")
+            if CLIENT_KEY in args:
+                raise CommandRefused(f"command {name!r}: {CLIENT_KEY!r} is set by the server, not the client")
+            if CLIENT_KEY in inspect.signature(handler).parameters:
+                args = {**args, CLIENT_KEY: client_key}
             try:
                 inspect.signature(handler).bind(**args)
             except TypeError as exc:
@@ -209,6 +218,14 @@ class CommandServer:
     async def __aexit__(self, *exc) -> None:
         await self.stop()
         self.close()
+
+
+def _client_key(frame: zmq.Frame) -> str | None:
+    """The CURVE public key (Z85) the ZAP handler authenticated the sender of ``frame`` with."""
+    try:
+        return frame.get("User-Id") or None
+    except (zmq.ZMQError, AttributeError, UnicodeDecodeError):
+        return None
 
 
 async def _ping() -> dict:

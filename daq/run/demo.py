@@ -55,7 +55,6 @@ async def run_demo(
 ) -> dict:
     """Run the demonstration; returns a summary dict."""
     rng = np.random.default_rng(seed)
-    dt = 1.0 / rate
     n_frames = max(1, int(round(duration * rate / block)))
     config = {
         "rig": {"kind": "demo", "name": "loopback-demo", "simulated": True},
@@ -66,53 +65,10 @@ async def run_demo(
     pub = BusPublisher()
     sub = BusSubscriber(pub.endpoint)
     recorder = Recorder(store, sid, sub)
-    events = 0
     try:
         await pub.wait_for_subscribers(1, timeout=5.0)
         recorder.start()
-        t_start = time.time()
-        wall0 = time.monotonic()
-        await pub.publish(
-            Event(
-                "demo.plan",
-                "plan_start",
-                pub.next_seq("demo.plan"),
-                t_start,
-                {"frames": n_frames, "rate_hz": rate},
-            )
-        )
-        events += 1
-        for i in range(n_frames):
-            t = t_start + (i * block + np.arange(block)) * dt
-            await pub.publish(
-                Frame(
-                    "demo.signals",
-                    pub.next_seq("demo.signals"),
-                    float(t[0]),
-                    dt,
-                    CHANNELS,
-                    UNITS,
-                    synthetic_block(rng, t - t_start),
-                )
-            )
-            if (i + 1) % max(1, int(rate / block)) == 0:
-                await pub.publish(
-                    Event(
-                        "demo.plan",
-                        "step",
-                        pub.next_seq("demo.plan"),
-                        float(t[-1]),
-                        {"index": (i + 1) // max(1, int(rate / block))},
-                    )
-                )
-                events += 1
-            delay = wall0 + (i + 1) * block * dt - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-        await pub.publish(
-            Event("demo.plan", "plan_end", pub.next_seq("demo.plan"), time.time(), {"ok": True})
-        )
-        events += 1
+        events = await _publish_in_real_time(pub, rng, n_frames, rate, block)
         await recorder.stop(drain=0.2)
     except BaseException:
         await recorder.stop()
@@ -122,22 +78,7 @@ async def run_demo(
         pub.close()
         sub.close()
     store.finish(sid, "complete")
-
-    # Replay (burst) to a fresh subscriber and compare with the store, message by message.
-    pub2 = BusPublisher()
-    check = BusSubscriber(pub2.endpoint)
-    try:
-        await pub2.wait_for_subscribers(1, timeout=5.0)
-        stored = list(store.messages(sid))
-        task = asyncio.create_task(replay_session(store, sid, pub2, burst=True))
-        identical = True
-        for expected in stored:
-            got = await check.recv(timeout=5.0)
-            identical &= got.replay and same_message(expected, got)
-        rstats = await task
-    finally:
-        pub2.close()
-        check.close()
+    identical, rstats = await _replay_matches_store(store, sid)
     info = store.get_session(sid)
     sd = store.read_stream(sid, "demo.signals")
     return {
@@ -151,5 +92,51 @@ async def run_demo(
         "malformed": sub.stats.n_malformed,
         "replayed_frames": rstats.frames,
         "replay_wall_s": rstats.duration_s,
-        "replay_identical": bool(identical and len(stored) > 0),
+        "replay_identical": identical,
     }
+
+
+async def _publish_in_real_time(pub: BusPublisher, rng: np.random.Generator, n_frames: int, rate: float,
+                                block: int) -> int:
+    """The synthetic stream, ``n_frames`` blocks paced at ``rate``, with plan events; the events sent."""
+    dt = 1.0 / rate
+    per_step = max(1, int(rate / block))
+    t_start = time.time()
+    wall0 = time.monotonic()
+    await pub.publish(Event("demo.plan", "plan_start", pub.next_seq("demo.plan"), t_start,
+                            {"frames": n_frames, "rate_hz": rate}))
+    events = 1
+    for i in range(n_frames):
+        t = t_start + (i * block + np.arange(block)) * dt
+        seq = pub.next_seq("demo.signals")
+        await pub.publish(Frame("demo.signals", seq, float(t[0]), dt, CHANNELS, UNITS,
+                                synthetic_block(rng, t - t_start)))
+        if (i + 1) % per_step == 0:
+            await pub.publish(Event("demo.plan", "step", pub.next_seq("demo.plan"), float(t[-1]),
+                                    {"index": (i + 1) // per_step}))
+            events += 1
+        delay = wall0 + (i + 1) * block * dt - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+    await pub.publish(Event("demo.plan", "plan_end", pub.next_seq("demo.plan"), time.time(), {"ok": True}))
+    return events + 1
+
+
+async def _replay_matches_store(store: SessionStore, sid: str):
+    """Replay (burst) the session to a fresh subscriber and compare with the store, message by message;
+    (all identical, the replay's stats)."""
+    pub = BusPublisher()
+    check = BusSubscriber(pub.endpoint)
+    try:
+        await pub.wait_for_subscribers(1, timeout=5.0)
+        stored = list(store.messages(sid))
+        task = asyncio.create_task(replay_session(store, sid, pub, burst=True))
+        identical = True
+        for expected in stored:
+            got = await check.recv(timeout=5.0)
+            identical &= got.replay and same_message(expected, got)
+        rstats = await task
+    finally:
+        pub.close()
+        check.close()
+    return bool(identical and len(stored) > 0), rstats

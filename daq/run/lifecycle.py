@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import getpass
 import logging
-import os
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field
@@ -32,10 +30,11 @@ from daq import json_codec
 from daq.bus.frames import Event, Frame
 from daq.bus.keys import load_keys, with_own_client
 from daq.bus.pubsub import BusPublisher, BusSubscriber
-from daq.config.load import ConfigError, store_path_for
-from daq.rigs import check_rules, parse_config
+from daq.config.load import ConfigError, store_path_for, to_dict
+from daq.config.schema import RigConfig
+from daq.rigs import check_rules, get_rig, parse_config
 from daq.rigs.base import Devices, Rig
-from daq.run.commands import CommandServer
+from daq.run.control import ACTIONS, CommandChannel, channel_keys
 from daq.run.progress import ProgressBar
 from daq.run.recorder import Recorder
 from daq.run.safety import OperatorStop, PlanAborted, SafeStateGuard
@@ -43,21 +42,6 @@ from daq.store.read_write import SessionStore
 from daq.store.reserve import DiskReserve
 
 log = logging.getLogger(__name__)
-
-ENV_USER = "HIL_USER"  # who `hil run` records as having started a run (default: the OS user)
-
-
-def operator_name() -> str | None:
-    """Who is starting a run from this process: ``$HIL_USER`` (a shared lab account names its person), else
-    the OS user; None when neither is known. ``hil run`` records it as ``started_by``."""
-    name = os.environ.get(ENV_USER, "").strip()
-    if name:
-        return name
-    try:
-        return getpass.getuser() or None
-    except Exception:  # noqa: BLE001 - no user name in this environment (a container without passwd entry)
-        return None
-
 
 TASK_STOP_TIMEOUT = 10.0  # s a cancelled plan or companion task gets to finish
 RECORDER_DRAIN_S = 0.2    # s of quiet bus the recorder waits for before it stops
@@ -83,11 +67,10 @@ class RunResult:
 class RunContext:
     """What a plan may use: devices, config, the bus, companions, checkpoints and progress."""
 
-    def __init__(self, rig: Rig, config: Any, raw: dict, publisher: BusPublisher,
+    def __init__(self, rig: Rig, config: Any, publisher: BusPublisher,
                  progress: Callable[[int, str | None], None] | None = None):
         self.rig = rig
         self.config = config
-        self.raw = raw
         self.publisher = publisher
         self.devices: Any = None
         self.recorder: Recorder | None = None  # for status and for tests that break it on purpose
@@ -95,6 +78,8 @@ class RunContext:
         self.summary: dict = {}          # counters the plan reports (setpoints, runs, ...)
         self.state = "starting"          # running | paused | stopping
         self.stop_requested = False
+        self.stop_reason = "stopped by the operator"  # the session's reason after a stop
+        self.abort_reason: str | None = None          # the session's reason after an abort (a cancelled plan)
         self._resume = asyncio.Event()
         self._resume.set()
         self._progress = progress
@@ -144,25 +129,60 @@ class RunContext:
         self._wake.set()
         return task
 
+    def close_subscribers(self) -> None:
+        """Close the subscribers :meth:`subscribe` made (the lifecycle's clean-up)."""
+        for sub in self._subscribers:
+            sub.close()
+        self._subscribers.clear()
+
     # -- operator -------------------------------------------------------------------------------------
+    async def command(self, action: str, by: str | None = None) -> dict:
+        """An operator command (``status``, ``pause``, ``resume``, ``stop``, ``abort``) from ``by``; every
+        one but ``status`` is applied at once and recorded as a ``command`` event on ``<kind>.run`` with
+        who gave it. The one entry of both control paths: the command channel of other processes
+        (:mod:`daq.run.control`) and whoever holds this context in-process (``hil serve``)."""
+        if action not in ACTIONS:
+            raise ValueError(f"unknown command {action!r} (known: {', '.join(ACTIONS)})")
+        if action != "status":
+            who = by or "unnamed"
+            apply = {"pause": self.pause, "resume": self.resume,
+                     "stop": lambda: self.request_stop(f"stopped by the operator ({who})"),
+                     "abort": lambda: self.abort(f"aborted by the operator ({who})")}
+            apply[action]()
+            if self.session_id:  # a stalled bus must not hold up the command: the record waits at most 1 s
+                try:
+                    async with asyncio.timeout(1.0):
+                        await self.event(f"{self.rig.kind}.run", "command", command=action, by=who)
+                except Exception as exc:  # noqa: BLE001 - the command took effect; only its record is lost
+                    log.warning("command %s by %s not recorded: %s", action, who, exc or type(exc).__name__)
+        return self.status()
+
+    def status(self) -> dict:
+        """What ``hil ctl status`` shows: session, state, the plan's summary and progress."""
+        return {"session": self.session_id, "kind": self.rig.kind, "state": self.state,
+                "summary": self.summary,
+                "progress": {"done": self.steps_done, "total": self.steps_total, "label": self.step_label}}
+
     async def checkpoint(self, where: str = "") -> None:
         """Where a plan may stop or pause: raises PlanAborted after a stop request, waits while paused."""
-        if self.stop_requested:
-            raise PlanAborted(f"stopped by the operator{' ' + where if where else ''}")
-        if not self._resume.is_set():
+        if not self.stop_requested and not self._resume.is_set():
             log.warning("paused%s", f" {where}" if where else "")
             await self._resume.wait()
-            if self.stop_requested:
-                raise PlanAborted(f"stopped by the operator{' ' + where if where else ''}")
+        if self.stop_requested:
+            raise PlanAborted(f"{self.stop_reason}{' ' + where if where else ''}")
 
-    def request_stop(self) -> None:
+    def request_stop(self, reason: str = "stopped by the operator") -> None:
+        """Stop after the current step (at the next :meth:`checkpoint`); the first reason given stays."""
+        if not self.stop_requested:
+            self.stop_reason = reason
         self.stop_requested = True
         self.state = "stopping"
         self._resume.set()
 
-    def abort(self) -> None:
-        """Stop now: cancel the running plan (it still ends through the safe state)."""
-        self.request_stop()
+    def abort(self, reason: str = "aborted by the operator") -> None:
+        """Stop now: cancel the running plan (it still ends through the safe state, with ``reason``)."""
+        self.abort_reason = self.abort_reason or reason
+        self.request_stop(reason)
         if self._plan_task is not None and not self._plan_task.done():
             self._plan_task.cancel()
 
@@ -185,12 +205,16 @@ class RunContext:
             self._progress(n, description)
 
 
-async def run(config: dict, store_path: str | Path | None = None, *, file: str | Path | None = None,
-              simulated_rig: Any = None, show_progress: bool = True, handle_sigint: bool = True,
+async def run(config: RigConfig | dict, store_path: str | Path | None = None, *,
+              file: str | Path | None = None, simulated_rig: Any = None, show_progress: bool = True,
+              handle_sigint: bool = True,
               handle_term: bool | None = None, on_session: Callable[[str], None] | None = None,
               on_context: Callable[[RunContext], None] | None = None,
               started_by: str | None = None) -> RunResult:
     """Run the plan of ``config``'s rig once and record one session; see the module docstring.
+
+    ``config``: the rig kind's typed config as the edge parsed it (``daq.rigs.config.load``), or TOML data
+    (programs, tests), parsed here once.
 
     ``file``: the config's file, named in config errors; its folder is the one the rig's ``check`` gets.
     ``simulated_rig``: an already started simulated rig (tests use it to kill devices mid-plan).
@@ -202,141 +226,185 @@ async def run(config: dict, store_path: str | Path | None = None, *, file: str |
     ``started_by``: who asked for the run (`hil run`: :func:`operator_name`; `hil serve`: the token's name);
     recorded as the session's first event, ``started`` on stream ``<kind>.run`` with body ``{"by": ...}``.
     """
-    rig, cfg = parse_config(config, file)  # checked whole: nothing is opened for a broken config
+    if isinstance(config, dict):
+        rig, cfg = parse_config(config, file)  # checked whole: nothing is opened for a broken config
+    else:
+        rig, cfg = get_rig(config.rig.kind, file), config
     check_rules(rig, cfg, file)            # and the rig's rules beyond the schema (files next to it, ...)
     if cfg.rig.simulated and not rig.has_simulator and simulated_rig is None:
         raise ConfigError(f"rig kind {rig.kind!r} has no simulator", file, "[rig].simulated")
-    if not cfg.rig.simulated and simulated_rig is None and "devices" not in config:
+    if not cfg.rig.simulated and simulated_rig is None and getattr(cfg, "devices", None) is None:
         raise ConfigError("missing required table (a real rig needs its devices)", file, "[devices]")
-    store_path = Path(store_path) if store_path else store_path_for(None, config)
+    store_path = Path(store_path) if store_path else store_path_for(None, cfg)
     store_path.parent.mkdir(parents=True, exist_ok=True)
 
     own_sim = None
     if simulated_rig is None and cfg.rig.simulated:
-        own_sim = simulated_rig = rig.simulator(config)
+        own_sim = simulated_rig = rig.simulator(cfg)
         await own_sim.start()
     try:
-        device_cfg = (rig.simulated_devices(simulated_rig, config) if simulated_rig is not None
-                      else dict(config["devices"]))
+        device_cfg = (rig.simulated_devices(simulated_rig, cfg) if simulated_rig is not None
+                      else cfg.devices)
         handle_term = handle_sigint if handle_term is None else handle_term
-        return await _run_session(rig, cfg, config, device_cfg, store_path, show_progress, handle_sigint,
+        return await _run_session(rig, cfg, device_cfg, store_path, show_progress, handle_sigint,
                                   handle_term, on_session, on_context, started_by)
     finally:
         if own_sim is not None:
             await own_sim.stop()
 
 
-async def _run_session(rig: Rig, cfg: Any, raw: dict, device_cfg: dict, store_path: Path, show_progress: bool,
+async def _run_session(rig: Rig, cfg: Any, device_cfg: Any, store_path: Path, show_progress: bool,
                        handle_sigint: bool, handle_term: bool, on_session, on_context,
                        started_by: str | None = None) -> RunResult:
-    store = SessionStore(store_path)
-    keys = _keys(cfg)
-    publisher = BusPublisher(cfg.bus.data, lossless=True, send_timeout=cfg.bus.send_timeout,
-                             tap_endpoint=cfg.bus.tap, keys=keys)
-    rec_sub = BusSubscriber(publisher.endpoint, keys=keys)
-    progress = ProgressBar(rig.kind, rig.progress_total(cfg)) if show_progress else None
-    ctx = RunContext(rig, cfg, raw, publisher, progress.advance if progress else None)
-    ctx.keys = keys
-    ctx.steps_total = rig.progress_total(cfg)
-    if on_context is not None:
-        on_context(ctx)
-    commands = _CommandChannel(ctx, cfg.bus.command, keys)
-    devices: Devices | None = None
-    recorder: Recorder | None = None
-    guard: SafeStateGuard | None = None
-    session_id = ""
-    status, reason, failure = "aborted", None, None
-    outcome: Event | None = None  # a plan_outcome the bus could not carry
-    published: Event | None = None  # the plan_outcome handed to the bus (the recorder stores it, if alive)
-    stopper = OperatorStop(on_first=ctx.request_stop)
+    session = _Session(rig, cfg, store_path, show_progress, on_context)
     if handle_sigint or handle_term:
-        stopper.install(sigint=handle_sigint, terminate=handle_term)  # ours until the clean-up is done
-    reserve = DiskReserve(store_path)
+        session.stopper.install(sigint=handle_sigint, terminate=handle_term)  # ours until clean-up is done
     try:
-        reserve.hold()  # room for the outcome and the session's end should the disk fill (daq.store.reserve)
-        await publisher.wait_for_subscribers(1)
-        devices = await rig.open_devices(cfg, device_cfg)
-        ctx.devices = devices
-        await rig.prepare(ctx)
-        snapshot = dict(raw, store={"path": str(store_path)})
-        if "devices" in rig.schema.__struct_fields__:  # the devices as they were reached (simulated ports)
-            snapshot["devices"] = device_cfg
-        session_id = store.create_session(rig.kind, _jsonable(snapshot), devices=await devices.identities())
-        ctx.session_id = session_id
-        if on_session is not None:
-            on_session(session_id)
-        recorder = ctx.recorder = Recorder(store, session_id, rec_sub).start()
-        commands.start(store_path, session_id, publisher)
-        if started_by:  # the audit record: who asked for this run
-            await ctx.event(f"{rig.kind}.run", "started", by=started_by)
-        if stopper.requested:  # Ctrl-C during set-up stops before the first step
-            ctx.request_stop()
-        ctx.state = "running"
-        guard = SafeStateGuard(list(devices.safe_actions))
-        try:
-            async with guard:
-                await _run_plan(ctx, rig, recorder, stopper)
-        except BaseException as exc:  # noqa: BLE001 - the guard reached the safe state and kept the reason
-            log.warning("%s plan aborted: %s", rig.kind, guard.reason or exc)
-        status, reason = guard.outcome, guard.reason
-        if stopper.terminated and status == "aborted":  # SIGTERM/SIGHUP stopped the plan: say which
-            reason = stopper.terminated
-        if not guard.safe:
-            reason = f"{reason + '; ' if reason else ''}SAFE STATE NOT CONFIRMED: {'; '.join(guard.errors)}"
-        outcome = Event(f"{rig.kind}.plan", "plan_outcome", publisher.next_seq(f"{rig.kind}.plan"),
-                        time.time(), body={"status": status, "reason": reason, "safe": guard.safe,
-                                           "safe_errors": guard.errors, "summary": ctx.summary},
-                        session_id=session_id)
-        try:
-            async with asyncio.timeout(2.0):
-                await publisher.publish(outcome)
-            published, outcome = outcome, None  # on the bus: the recorder stores it
-        except Exception as exc:  # noqa: BLE001 - a stalled bus: the store gets it directly below
-            log.warning("plan outcome not published (%s); recording it directly", exc or type(exc).__name__)
-    except BaseException as exc:  # set-up failed before the plan ran
-        failure = exc
-        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        if devices is not None:
-            guard = SafeStateGuard(list(devices.safe_actions))
-            await asyncio.shield(guard.reach_safe_state())
+        await session.set_up(device_cfg, on_session, started_by)
+        await session.execute()
+    except BaseException as exc:  # noqa: BLE001 - set-up failed: safe state, then re-raised
+        await session.set_up_failed(exc)
     finally:
-        if progress is not None:
-            progress.close()
-        await commands.stop()
-        if recorder is not None:
-            await recorder.stop(drain=RECORDER_DRAIN_S)
-            rec_error = _recorder_error(recorder)
-            if rec_error and status == "complete":
-                status, reason = "aborted", _recorder_reason(recorder.error or rec_error)
-        reserve.release()  # the recorder has stopped: what is left to write gets the room held back
-        if outcome is None and rec_error_of(recorder):  # on the bus, but the recorder had already failed
-            outcome = published
-        # after a full disk the writer still holds the rows that did not fit: a second commit of them would
-        # eat the room just released, so the last writes go through a fresh connection
-        full = recorder is not None and getattr(recorder.error, "disk_full", False)
-        if outcome is not None and session_id:  # the recorder has stopped: the store is ours alone
-            _record_outcome(None if full else store, store_path, session_id, outcome)
-        if session_id:
-            _finish_session(None if full else store, store_path, session_id, status, reason)
-        if devices is not None:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(TASK_STOP_TIMEOUT):
-                    await devices.close()
-        for sub in (*ctx._subscribers, rec_sub):
-            sub.close()
-        publisher.close()
-        try:
-            store.close()
-        except Exception as exc:  # noqa: BLE001 - after a failed commit the last flush fails again
-            log.warning("session store: %s (what was committed stays readable)", exc)
-        stopper.uninstall()
-    if failure is not None:
-        raise failure
+        await session.clean_up()
+    if session.failure is not None:
+        raise session.failure
     task = asyncio.current_task()
     if task is not None and task.cancelling():  # we were cancelled from outside: say so after clean-up
         raise asyncio.CancelledError
-    return RunResult(session_id, rig.kind, status, reason, guard.safe if guard else False,
-                     list(guard.errors) if guard else [], ctx.summary, str(store_path))
+    return session.result()
+
+
+class _Session:
+    """One recorded run from set-up to clean-up: what it opened (closed again by :meth:`clean_up` on every
+    path) and how it ended (``status``, ``reason``, the ``plan_outcome`` event)."""
+
+    def __init__(self, rig: Rig, cfg: Any, store_path: Path, show_progress: bool,
+                 on_context: Callable[[RunContext], None] | None):
+        self.rig, self.cfg, self.store_path = rig, cfg, store_path
+        self.store = SessionStore(store_path)
+        keys = _keys(cfg)
+        self.publisher = BusPublisher(cfg.bus.data, lossless=True, send_timeout=cfg.bus.send_timeout,
+                                      tap_endpoint=cfg.bus.tap, keys=keys)
+        self.rec_sub = BusSubscriber(self.publisher.endpoint, keys=keys)
+        total = rig.progress_total(cfg)
+        self.progress = ProgressBar(rig.kind, total) if show_progress else None
+        self.ctx = RunContext(rig, cfg, self.publisher, self.progress.advance if self.progress else None)
+        self.ctx.keys = keys
+        self.ctx.steps_total = total
+        if on_context is not None:
+            on_context(self.ctx)
+        self.commands = CommandChannel(self.ctx, cfg.bus.command, channel_keys(keys, store_path))
+        self.stopper = OperatorStop(on_first=self.ctx.request_stop)
+        self.reserve = DiskReserve(store_path)
+        self.devices: Devices | None = None
+        self.recorder: Recorder | None = None
+        self.guard: SafeStateGuard | None = None
+        self.session_id = ""
+        self.status, self.reason = "aborted", None
+        self.failure: BaseException | None = None
+        self.outcome: Event | None = None    # a plan_outcome the bus could not carry
+        self.published: Event | None = None  # the plan_outcome handed to the bus (the recorder stores it)
+
+    async def set_up(self, device_cfg: Any, on_session, started_by: str | None) -> None:
+        """Open the devices, create the session, start the recorder and the command channel."""
+        rig, ctx = self.rig, self.ctx
+        self.reserve.hold()  # room for the outcome and the session's end should the disk fill
+        await self.publisher.wait_for_subscribers(1)
+        self.devices = ctx.devices = await rig.open_devices(self.cfg, device_cfg)
+        await rig.prepare(ctx)
+        # the parsed config, with the store it went to and the devices as they were reached (simulated ports)
+        snapshot = dict(to_dict(self.cfg), store={"path": str(self.store_path)})
+        if "devices" in rig.schema.__struct_fields__:
+            snapshot["devices"] = to_dict(device_cfg)
+        self.session_id = ctx.session_id = self.store.create_session(
+            rig.kind, json_codec.jsonable(snapshot), devices=await self.devices.identities())
+        if on_session is not None:
+            on_session(self.session_id)
+        self.recorder = ctx.recorder = Recorder(self.store, self.session_id, self.rec_sub).start()
+        self.commands.start(self.store_path, self.session_id)
+        if started_by:  # the audit record: who asked for this run
+            await ctx.event(f"{rig.kind}.run", "started", by=started_by)
+        if self.stopper.requested:  # Ctrl-C during set-up stops before the first step
+            ctx.request_stop()
+        ctx.state = "running"
+
+    async def execute(self) -> None:
+        """The plan inside the safe-state guard; then its outcome, on the bus if the bus still carries."""
+        assert self.devices is not None and self.recorder is not None
+        rig, ctx = self.rig, self.ctx
+        guard = self.guard = SafeStateGuard(list(self.devices.safe_actions))
+        try:
+            async with guard:
+                await _run_plan(ctx, rig, self.recorder, self.stopper)
+        except BaseException as exc:  # noqa: BLE001 - the guard reached the safe state and kept the reason
+            log.warning("%s plan aborted: %s", rig.kind, guard.reason or exc)
+        self.status, self.reason = guard.outcome, guard.reason
+        if self.stopper.terminated and self.status == "aborted":  # SIGTERM/SIGHUP stopped the plan
+            self.reason = self.stopper.terminated
+        if not guard.safe:
+            self.reason = (f"{self.reason + '; ' if self.reason else ''}SAFE STATE NOT CONFIRMED: "
+                           f"{'; '.join(guard.errors)}")
+        stream = f"{rig.kind}.plan"
+        outcome = Event(stream, "plan_outcome", self.publisher.next_seq(stream), time.time(),
+                        body={"status": self.status, "reason": self.reason, "safe": guard.safe,
+                              "safe_errors": guard.errors, "summary": ctx.summary},
+                        session_id=self.session_id)
+        self.outcome = outcome
+        try:
+            async with asyncio.timeout(2.0):
+                await self.publisher.publish(outcome)
+            self.published, self.outcome = outcome, None  # on the bus: the recorder stores it
+        except Exception as exc:  # noqa: BLE001 - a stalled bus: the store gets it directly
+            log.warning("plan outcome not published (%s); recording it directly", exc or type(exc).__name__)
+
+    async def set_up_failed(self, exc: BaseException) -> None:
+        self.failure = exc
+        self.reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if self.devices is not None:
+            self.guard = SafeStateGuard(list(self.devices.safe_actions))
+            await asyncio.shield(self.guard.reach_safe_state())
+
+    async def clean_up(self) -> None:
+        """Stop the recorder, record the outcome and the session's end, close everything."""
+        if self.progress is not None:
+            self.progress.close()
+        await self.commands.stop()
+        recorder, session_id = self.recorder, self.session_id
+        rec_error = None
+        if recorder is not None:
+            await recorder.stop(drain=RECORDER_DRAIN_S)
+            rec_error = recorder.failure()
+            if rec_error and self.status == "complete":
+                self.status, self.reason = "aborted", _recorder_reason(recorder.error or rec_error)
+        self.reserve.release()  # the recorder has stopped: what is left to write gets the room held back
+        if self.outcome is None and rec_error:  # on the bus, but the recorder had already failed
+            self.outcome = self.published
+        # after a full disk the writer still holds the rows that did not fit: a second commit of them would
+        # eat the room just released, so the last writes go through a fresh connection
+        full = recorder is not None and getattr(recorder.error, "disk_full", False)
+        if self.outcome is not None and session_id:  # the recorder has stopped: the store is ours alone
+            _record_outcome(None if full else self.store, self.store_path, session_id, self.outcome)
+        if session_id:
+            _finish_session(None if full else self.store, self.store_path, session_id, self.status,
+                            self.reason)
+        if self.devices is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(TASK_STOP_TIMEOUT):
+                    await self.devices.close()
+        self.ctx.close_subscribers()
+        self.rec_sub.close()
+        self.publisher.close()
+        try:
+            self.store.close()
+        except Exception as exc:  # noqa: BLE001 - after a failed commit the last flush fails again
+            log.warning("session store: %s (what was committed stays readable)", exc)
+        self.stopper.uninstall()
+
+    def result(self) -> RunResult:
+        guard = self.guard
+        return RunResult(self.session_id, self.rig.kind, self.status, self.reason,
+                         guard.safe if guard else False, list(guard.errors) if guard else [],
+                         self.ctx.summary, str(self.store_path))
 
 
 def _finish_session(store: SessionStore | None, store_path: Path, session_id: str, status: str,
@@ -379,31 +447,17 @@ def _record_outcome(store: SessionStore | None, store_path: Path, session_id: st
         log.error("plan outcome of session %s not recorded: %s", session_id, exc)
 
 
-def rec_error_of(recorder: Recorder | None) -> str | None:
-    return _recorder_error(recorder) if recorder is not None else None
-
-
 def _recorder_reason(error: object) -> str:
     """The reason a failed recorder gives a session: its own words for a full disk, else prefixed."""
     return str(error) if getattr(error, "disk_full", False) else f"recorder failed: {error}"
 
 
 def _keys(cfg: Any):
-    """CURVE keys of [bus].keys (required by the bus and command server beyond loopback), with a client
-    pair of the run's own for its recorder and plan subscribers (no client key on disk needed)."""
+    """CURVE keys of [bus].keys (required by the bus beyond loopback), with a client pair of the run's own
+    for its recorder and plan subscribers (no client key on disk needed)."""
     if not cfg.bus.keys:
         return None
     return with_own_client(load_keys(cfg.bus.keys))
-
-
-def _recorder_error(recorder: Recorder) -> str | None:
-    if recorder.error is not None:
-        return str(recorder.error)
-    task = recorder._task
-    if task is None or not task.done() or task.cancelled() or task.exception() is None:
-        return None
-    exc = task.exception()
-    return f"{type(exc).__name__}: {exc}"
 
 
 async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: OperatorStop) -> None:
@@ -433,7 +487,13 @@ async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: Oper
                 plan_task.cancel()
                 await asyncio.wait({plan_task}, timeout=TASK_STOP_TIMEOUT)
                 raise PlanAborted(reason)
-        await plan_task
+        try:
+            await plan_task
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if ctx.abort_reason and not (task is not None and task.cancelling()):
+                raise PlanAborted(ctx.abort_reason) from None  # aborted through a command: say by whom
+            raise
     finally:
         stopper.target = None
         stopper.plan_over = True
@@ -465,101 +525,3 @@ async def stop_tasks(*tasks: asyncio.Future) -> None:
     for t in tasks:
         if t.done() and not t.cancelled():
             t.exception()  # retrieved: the caller reports the failure that mattered
-
-
-def _jsonable(obj: Any) -> Any:
-    """Config snapshot as JSON-safe data (TOML dates and the like become strings)."""
-    return json_codec.loads(json_codec.encode(obj, default=str))
-
-
-# ----------------------------------------------------------------------------------------- operator
-
-
-def runs_dir(store_path: Path) -> Path:
-    """Where running sessions announce their command endpoint (for `hil ctl`)."""
-    return store_path.parent / "runs"
-
-
-def live_runs(store_path: Path) -> list[dict]:
-    """The announcements of the sessions running on this store (oldest file name first).
-
-    An announcement whose process is gone (``pid`` recorded in it, no such process: a run killed by
-    SIGKILL or a power cut never removes its own) is stale: it is deleted and not returned. Unreadable
-    files and announcements without a pid are returned/kept as they are (nothing proves them stale).
-    """
-    folder = runs_dir(Path(store_path))
-    runs = []
-    for f in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            entry = json_codec.loads(f.read_text())
-        except (OSError, ValueError):
-            continue
-        if not isinstance(entry, dict):
-            continue
-        if not _process_alive(entry.get("pid")):
-            log.warning("removing the stale run announcement %s (process %s is gone)", f, entry.get("pid"))
-            with contextlib.suppress(OSError):
-                f.unlink()
-            continue
-        runs.append(entry)
-    return runs
-
-
-def _process_alive(pid: Any) -> bool:
-    """False only when ``pid`` is a process id and no such process exists."""
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):  # someone else's process (alive), or we cannot tell
-        return True
-    return True
-
-
-class _CommandChannel:
-    """Operator commands of a running plan: status, pause, resume, stop (after the step), abort (now)."""
-
-    def __init__(self, ctx: RunContext, endpoint: str, keys=None):
-        self.ctx = ctx
-        self.endpoint = endpoint
-        self.keys = keys
-        self.server = None
-        self.announce: Path | None = None
-
-    def start(self, store_path: Path, session_id: str, publisher: BusPublisher) -> None:
-
-        ctx = self.ctx
-        handlers: dict[str, Callable[..., Any]] = {
-            "status": self._status,
-            "pause": lambda: (ctx.pause(), self._status())[1],
-            "resume": lambda: (ctx.resume(), self._status())[1],
-            "stop": lambda: (ctx.request_stop(), self._status())[1],
-            "abort": self._abort,
-        }
-        self.server = CommandServer(self.endpoint, handlers, keys=self.keys).start()
-        folder = runs_dir(store_path)
-        folder.mkdir(parents=True, exist_ok=True)
-        self.announce = folder / f"{session_id}.json"
-        self.announce.write_text(json_codec.dumps({"session": session_id, "kind": ctx.rig.kind,
-                                             "command": self.server.endpoint, "data": publisher.endpoint,
-                                             "tap": publisher.tap_endpoint,
-                                             "pid": os.getpid(), "started": time.time()}))
-
-    def _status(self) -> dict:
-        ctx = self.ctx
-        return {"session": ctx.session_id, "kind": ctx.rig.kind, "state": ctx.state, "summary": ctx.summary,
-                "progress": {"done": ctx.steps_done, "total": ctx.steps_total, "label": ctx.step_label}}
-
-    def _abort(self) -> dict:
-        self.ctx.abort()
-        return self._status()
-
-    async def stop(self) -> None:
-        if self.announce is not None:
-            with contextlib.suppress(OSError):
-                self.announce.unlink()
-        if self.server is not None:
-            await self.server.stop()
-            self.server.close()

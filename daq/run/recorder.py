@@ -88,6 +88,16 @@ class Recorder:
                 self._failed.set_result(self.error)
         return self._failed
 
+    def failure(self) -> str | None:
+        """Why the recorder stopped, if it failed: its store error, else the exception its task ended with."""
+        if self.error is not None:
+            return str(self.error)
+        task = self._task
+        if task is None or not task.done() or task.cancelled() or task.exception() is None:
+            return None
+        exc = task.exception()
+        return f"{type(exc).__name__}: {exc}"
+
     @property
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
@@ -126,7 +136,7 @@ class Recorder:
         except asyncio.CancelledError:
             self._final_flush()
             raise
-        except Exception as exc:  # a commit (or the bus socket) failed: stop recording, report it
+        except Exception as exc:  # noqa: BLE001 - a commit (or the bus socket) failed: stop, report it
             self._fail(exc)
         finally:
             self._save_stats()
@@ -134,7 +144,7 @@ class Recorder:
     def _final_flush(self) -> None:
         try:
             self.store.flush()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - kept in .error and reported
             self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
@@ -166,7 +176,7 @@ class Recorder:
     def _save_stats(self) -> None:
         try:
             self.store.set_stats(self.session_id, self.stats())
-        except Exception as exc:  # the store may be the thing that failed
+        except Exception as exc:  # noqa: BLE001 - the store may be the thing that failed
             log.warning("recorder: could not save the session stats: %s", exc)
 
     def start(self) -> Recorder:

@@ -14,14 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from daq.errors import PlanError
+from daq.rigs.base import SafeAction
 
 log = logging.getLogger(__name__)
-
-SafeAction = Callable[[], Awaitable[object]]
 
 
 class PlanAborted(PlanError):

@@ -2,352 +2,153 @@
 
 JSON in and out; the session fields are those of ``hil sessions --json`` / ``hil show --json``
 (:mod:`daq.export.listing`), a run's outcome is ``hil run --json``'s ``run``. Errors are
-``{"error": "one line"}`` with 400 (bad request), 401 (no or wrong token), 404, 409 (not in that state)
-or 422 (a config that ``hil check`` refuses).
+``{"error": "one line"}`` with the status of their type (:mod:`daq.serve.problems`). The routes live in
+small modules beside this one (``routes_*``, :mod:`daq.serve.pages`); this one holds what they share and
+the table of routes, behind the Host/Origin check (:mod:`daq.serve.same_origin`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import shutil
-import tempfile
-import zipfile
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
-from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from daq import json_codec
-from daq.errors import HilError
-from daq.export.listing import session_detail, session_rows
-from daq.export.session_export import export
+from daq.serve import pages, routes_live, routes_replays, routes_runs, routes_sessions
 from daq.serve.analyses import Analyses
-from daq.serve.auth import Tokens, bearer
-from daq.serve.configs import ConfigFolder, one_line
+from daq.serve.auth import COOKIE, Tokens, bearer
+from daq.serve.configs import ConfigFolder
+from daq.serve.exports import ExportPool
+from daq.serve.problems import Forbidden, Unauthorized
 from daq.serve.relay import LiveRelay
-from daq.serve.replays import ReplayConflict, Replayer, check_speed
+from daq.serve.replays import Replayer
+from daq.serve.replies import error, problem_reply
 from daq.serve.run_queue import RunQueue
-from daq.serve.runner import ACTIONS, NotRunning, Runner
+from daq.serve.runner import Runner
+from daq.serve.same_origin import ORIGIN_CHECKED, HostPolicy, SameOrigin
 from daq.store.errors import UnknownSession
 from daq.store.reader import SessionReader
 
 STATIC = Path(__file__).parent / "static"
-EXPORT_CHUNK = 1 << 20
-STATS_PERIOD = 1.0  # s between a browser's own counters on the WebSocket
-
-
-class JSON(JSONResponse):
-    """Responses through the project's one JSON codec (non-finite numbers as null)."""
-
-    def render(self, content) -> bytes:
-        return json_codec.dumps_strict(content, default=str).encode("utf-8")
-
-
-def error(status: int, text: str, **headers: str) -> JSON:
-    return JSON({"error": text}, status_code=status, headers=headers or None)
 
 
 class Service:
-    """What the routes share: tokens, configs, store, queue, runner, relay and the bind rule."""
+    """What the routes share: tokens, configs, store, queue, runner, relay, exports and the bind rule."""
 
     def __init__(self, tokens: Tokens, configs: ConfigFolder, store_path: Path, queue: RunQueue,
-                 runner: Runner, relay: LiveRelay, open_reads: bool, replayer: Replayer | None = None):
+                 runner: Runner, relay: LiveRelay, open_reads: bool, replayer: Replayer | None = None,
+                 hosts: HostPolicy | None = None, exports: ExportPool | None = None, secure: bool = False):
         self.tokens, self.configs, self.store_path = tokens, configs, Path(store_path)
         self.analyses = Analyses(self.store_path)
         self.queue, self.runner, self.relay = queue, runner, relay
         self.replayer = replayer or Replayer(self.store_path, relay, runner)
         self.open_reads = open_reads  # bound to loopback: reads need no token
+        self.hosts = hosts or HostPolicy("127.0.0.1")
+        self.exports = exports or ExportPool(self.store_path)
+        self.secure = secure  # served over TLS: the cookie is Secure
 
-    def who(self, request: Request | WebSocket, write: bool) -> str | None:
-        """The token's name; None for an anonymous read where reads are open. Raises PermissionError."""
-        token = bearer(request.headers.get("authorization"))
-        if token is None and not write:
-            token = request.query_params.get("token")
+    def token_of(self, conn: HTTPConnection, write: bool) -> str | None:
+        """The caller's token: the bearer header, else the dashboard's cookie - for a change only with an
+        Origin that was sent and is ours (a browser always sends one; SameSite=Strict keeps other sites'
+        requests without the cookie, the Origin check keeps them out even so)."""
+        token = bearer(conn.headers.get("authorization"))
+        if token is None and (not write or conn.scope.get("state", {}).get(ORIGIN_CHECKED)):
+            token = conn.cookies.get(COOKIE)
+        return token
+
+    def who(self, conn: HTTPConnection, write: bool) -> str | None:
+        """The token's name; None for an anonymous read where reads are open. Unauthorized (401) without a
+        valid token where one is needed, Forbidden (403) for a viewer's token asking for a change."""
+        token = self.token_of(conn, write)
         name = self.tokens.name_of(token)
         if name is None and (write or not self.open_reads):
             if self.tokens.problem:  # the file became unusable while serving: nobody until it is fixed
-                raise PermissionError(self.tokens.problem)
-            raise PermissionError("missing or wrong token: send 'Authorization: Bearer TOKEN' (the token is "
-                                  f"in {self.tokens.path})" if token is None or write else "wrong token")
+                raise Unauthorized(self.tokens.problem)
+            raise Unauthorized("missing or wrong token: send 'Authorization: Bearer TOKEN' (the token is "
+                               f"in {self.tokens.path})" if token is None or write else "wrong token")
+        if write and not self.tokens.may_change(token):
+            raise Forbidden(f"the token {name!r} is a viewer's (read-only): it cannot change anything")
         return name
 
-    def reader(self) -> SessionReader | None:
-        if not self.store_path.exists():
+    def role(self, conn: HTTPConnection) -> str | None:
+        """``operator``, ``viewer`` or None: what the caller's token may do (the page enables its controls
+        by it)."""
+        token = self.token_of(conn, write=False)
+        if self.tokens.name_of(token) is None:
             return None
+        return "operator" if self.tokens.may_change(token) else "viewer"
+
+    def reader(self) -> SessionReader:
+        if not self.store_path.exists():
+            raise UnknownSession("the store is empty: no sessions yet")
         return SessionReader(self.store_path, create=False)
 
 
+Handler = Callable[[Service, Request, "str | None"], Awaitable[Response]]
+
+
+def guarded(service: Service, handler: Handler, write: bool) -> Callable[[Request], Awaitable[Response]]:
+    """``handler`` as an endpoint: the caller checked first, every error answered as one JSON line."""
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(service, request, service.who(request, write))
+        except Exception as exc:  # noqa: BLE001 - every error a JSON reply (problem_reply logs the unknown)
+            return problem_reply(exc)
+    return endpoint
+
+
 def build_app(service: Service) -> Starlette:
-    def guard(write: bool):
-        def wrap(fn):
-            async def endpoint(request: Request) -> Response:
-                try:
-                    name = service.who(request, write)
-                except PermissionError as exc:
-                    return error(401, str(exc), **{"WWW-Authenticate": "Bearer"})
-                try:
-                    return await fn(request, name)
-                except (UnknownSession, KeyError) as exc:
-                    return error(404, one_line(exc) if isinstance(exc, UnknownSession) else
-                                 f"no {exc.args[1] if len(exc.args) > 1 else 'run'} {exc.args[0]}")
-                except (NotRunning, ReplayConflict) as exc:
-                    return error(409, str(exc))
-                except HilError as exc:
-                    return error(400, one_line(exc))
-            return endpoint
-        return wrap
+    """The application: the routes of the modules beside this one behind the Host/Origin check."""
+    def route(path: str, handler: Handler, method: str = "GET", write: bool | None = None) -> Route:
+        changes = method != "GET" if write is None else write
+        return Route(path, guarded(service, handler, changes), methods=[method])
 
-    @guard(write=False)
-    async def configs(request: Request, name) -> Response:
-        checked = await asyncio.to_thread(service.configs.check_all)
-        return JSON([c.to_dict() for c in checked])
-
-    def _sessions() -> list[dict]:
-        reader = service.reader()
-        if reader is None:
-            return []
-        with reader:
-            return session_rows(reader)
-
-    @guard(write=False)
-    async def sessions(request: Request, name) -> Response:
-        return JSON(await asyncio.to_thread(_sessions))
-
-    def _detail(session: str) -> dict:
-        reader = service.reader()
-        if reader is None:
-            raise UnknownSession(f"no session {session!r} (the store is empty)")
-        with reader:
-            return session_detail(reader, session)
-
-    @guard(write=False)
-    async def session(request: Request, name) -> Response:
-        return JSON(await asyncio.to_thread(_detail, request.path_params["sid"]))
-
-    @guard(write=False)
-    async def export_session(request: Request, name) -> Response:
-        fmt = request.query_params.get("format", "")
-        if fmt not in ("hdf5", "mat", "csv"):
-            return error(400, "format must be hdf5, mat or csv")
-        path, filename = await asyncio.to_thread(_export, service, request.path_params["sid"], fmt)
-        media = "application/zip" if fmt == "csv" else "application/octet-stream"
-        return StreamingResponse(_stream_then_remove(path), media_type=media,
-                                 headers={"Content-Disposition": f'attachment; filename="{filename}"',
-                                          "Content-Length": str(path.stat().st_size)})
-
-    def _session_id(session: str) -> str:
-        reader = service.reader()
-        if reader is None:
-            raise UnknownSession(f"no session {session!r} (the store is empty)")
-        with reader:
-            return reader.get_session(session).id
-
-    @guard(write=False)
-    async def analysis(request: Request, name) -> Response:
-        sid = await asyncio.to_thread(_session_id, request.path_params["sid"])
-        return JSON({"session": sid, **service.analyses.state(sid)})
-
-    @guard(write=True)
-    async def analyze(request: Request, name) -> Response:
-        sid = await asyncio.to_thread(_session_id, request.path_params["sid"])
-        if not service.analyses.start(sid):
-            return error(409, "an analysis is running; one at a time")
-        return JSON({"session": sid, "state": "running"}, status_code=202)
-
-    @guard(write=False)
-    async def analysis_plot(request: Request, name) -> Response:
-        sid = await asyncio.to_thread(_session_id, request.path_params["sid"])
-        path = service.analyses.plot(sid, request.path_params["file"])
-        if path is None:
-            return error(404, f"no plot {request.path_params['file']!r} of session {sid}")
-        return FileResponse(path, media_type="image/png")
-
-    @guard(write=False)
-    async def runs(request: Request, name) -> Response:
-        snap = service.queue.snapshot()
-        if snap["current"] is not None:
-            snap["current"]["live"] = service.relay.last_status
-        return JSON(snap)
-
-    @guard(write=True)
-    async def post_run(request: Request, name) -> Response:
-        try:
-            body = json_codec.loads(await request.body())
-        except ValueError:
-            return error(400, 'the body must be JSON: {"config": "<file name>"}')
-        config = body.get("config") if isinstance(body, dict) else None
-        if not isinstance(config, str) or not config:
-            return error(400, 'the body must be JSON: {"config": "<file name>"}')
-        checked = await asyncio.to_thread(service.configs.check, config)
-        if checked is None:
-            return error(404, f"no config {config!r} in {service.configs.folder} "
-                              f"(GET /api/configs lists them)")
-        if not checked.ok:
-            return error(422, checked.error or "config refused")
-        entry = service.queue.add(config, name or "anonymous")
-        service.runner.poke()
-        service.relay.broadcast({"type": "queue", **service.queue.snapshot()})
-        return JSON({"id": entry.id, "config": config, "by": entry.by,
-                     "position": len(service.queue.queued)}, status_code=202)
-
-    @guard(write=True)
-    async def delete_run(request: Request, name) -> Response:
-        run_id = request.path_params["rid"]
-        removed = service.queue.remove(run_id)
-        if removed is None:
-            found = service.queue.find(run_id)
-            if found is None:
-                raise KeyError(run_id)
-            return error(409, f"run {found[1].id} is {found[1].status}: only a queued run can be deleted "
-                              "(stop or abort a running one)")
-        service.relay.broadcast({"type": "queue", **service.queue.snapshot()})
-        return JSON({"deleted": removed.id})
-
-    @guard(write=True)
-    async def run_action(request: Request, name) -> Response:
-        action = request.path_params["action"]
-        if action not in ACTIONS:
-            return error(404, f"no action {action!r} (use {', '.join(ACTIONS)})")
-        reply = await service.runner.control(request.path_params["rid"], action)
-        return JSON(reply)
-
-    @guard(write=False)
-    async def replays(request: Request, name) -> Response:
-        return JSON(service.replayer.snapshot())
-
-    @guard(write=True)
-    async def post_replay(request: Request, name) -> Response:
-        usage = 'the body must be JSON: {"session": "<id>", "speed": 1.0, "loop": false}'
-        try:
-            body = json_codec.loads(await request.body())
-        except ValueError:
-            return error(400, usage)
-        if not isinstance(body, dict) or not isinstance(body.get("session"), str) or not body["session"]:
-            return error(400, usage)
-        try:
-            speed = check_speed(body.get("speed", 1.0))
-        except ValueError as exc:
-            return error(400, str(exc))
-        loop = body.get("loop", False)
-        if not isinstance(loop, bool):
-            return error(400, "loop must be true or false")
-        entry = await service.replayer.start(body["session"], speed, loop, name or "anonymous")
-        return JSON(entry.to_dict(), status_code=202)
-
-    @guard(write=True)
-    async def stop_replay(request: Request, name) -> Response:
-        entry = service.replayer.find(request.path_params["rid"])
-        if entry is None:
-            raise KeyError(request.path_params["rid"], "replay")
-        if service.replayer.current is not entry:
-            raise ReplayConflict(f"replay {entry.id} has {entry.status}")
-        await service.replayer.stop()
-        return JSON(entry.to_dict())
-
-    @guard(write=False)
-    async def live_stats(request: Request, name) -> Response:
-        return JSON(service.relay.stats())
-
-    async def live(ws: WebSocket) -> None:
-        try:
-            service.who(ws, write=False)
-        except PermissionError:
-            await ws.close(code=4401)
-            return
-        await ws.accept()
-        client = service.relay.connect()
-
-        async def send() -> None:
-            next_stats = asyncio.get_running_loop().time() + STATS_PERIOD
-            while True:
-                try:
-                    async with asyncio.timeout(STATS_PERIOD):
-                        text = await client.queue.get()
-                except TimeoutError:
-                    text = None
-                if text is not None:
-                    await ws.send_text(text)
-                    client.sent += 1
-                now = asyncio.get_running_loop().time()
-                if now >= next_stats:
-                    next_stats = now + STATS_PERIOD
-                    service.relay.send_to(client, {"type": "stats", **client.stats()})
-
-        sender = asyncio.get_running_loop().create_task(send())
-        try:
-            while True:  # the browser sends nothing we need; this notices when it goes away
-                msg = await ws.receive()
-                if msg["type"] == "websocket.disconnect":
-                    break
-        except WebSocketDisconnect:
-            pass
-        finally:
-            sender.cancel()
-            with contextlib.suppress(BaseException):
-                await sender
-            service.relay.disconnect(client)
+    async def live(ws) -> None:
+        await routes_live.live(service, ws)
 
     async def index(request: Request) -> Response:
-        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+        return pages.index(service, request)
 
     routes = [
         Route("/", index),
-        Route("/api/configs", configs),
-        Route("/api/sessions", sessions),
-        Route("/api/sessions/{sid}", session),
-        Route("/api/sessions/{sid}/export", export_session),
-        Route("/api/sessions/{sid}/analysis", analysis),
-        Route("/api/sessions/{sid}/analysis", analyze, methods=["POST"]),
-        Route("/api/sessions/{sid}/analysis/{file}", analysis_plot),
-        Route("/api/runs", runs),
-        Route("/api/runs", post_run, methods=["POST"]),
-        Route("/api/runs/{rid}", delete_run, methods=["DELETE"]),
-        Route("/api/runs/{rid}/{action}", run_action, methods=["POST"]),
-        Route("/api/replays", replays),
-        Route("/api/replays", post_replay, methods=["POST"]),
-        Route("/api/replays/{rid}/stop", stop_replay, methods=["POST"]),
-        Route("/api/live", live_stats),
+        route("/api/login", pages.login, "POST", write=False),
+        route("/api/login", pages.logout, "DELETE", write=False),
+        route("/api/me", pages.me),
+        route("/api/configs", routes_sessions.configs),
+        route("/api/sessions", routes_sessions.sessions),
+        route("/api/sessions/{sid}", routes_sessions.session),
+        route("/api/sessions/{sid}/summary", routes_sessions.summary),
+        route("/api/sessions/{sid}/series", routes_sessions.series),
+        route("/api/sessions/{sid}/export", routes_sessions.export_session),
+        route("/api/sessions/{sid}/analysis", routes_sessions.analysis),
+        route("/api/sessions/{sid}/analysis", routes_sessions.analyze, "POST"),
+        route("/api/sessions/{sid}/analysis/{file}", routes_sessions.analysis_plot),
+        route("/api/runs", routes_runs.runs),
+        route("/api/runs", routes_runs.post_run, "POST"),
+        route("/api/runs/{rid}", routes_runs.run),
+        route("/api/runs/{rid}", routes_runs.delete_run, "DELETE"),
+        route("/api/runs/{rid}/{action}", routes_runs.run_action, "POST"),
+        route("/api/replays", routes_replays.replays),
+        route("/api/replays", routes_replays.post_replay, "POST"),
+        route("/api/replays/{rid}/stop", routes_replays.stop_replay, "POST"),
+        route("/api/live", routes_live.live_stats),
         WebSocketRoute("/ws/live", live),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, middleware=[Middleware(SameOrigin, policy=service.hosts)],
+                     exception_handlers={HTTPException: _http_problem})
 
 
-def _export(service: Service, session: str, fmt: str) -> tuple[Path, str]:
-    """Export as ``hil export SESSION --format FMT`` does (same function, same defaults) into a temporary
-    folder; CSV (a folder) is zipped. Returns the file and its download name."""
-    reader = service.reader()
-    if reader is None:
-        raise UnknownSession(f"no session {session!r} (the store is empty)")
-    tmp = Path(tempfile.mkdtemp(prefix="hil-serve-export-"))
-    try:
-        with reader:
-            info = reader.get_session(session)
-            suffix = {"hdf5": ".h5", "mat": ".mat", "csv": ""}[fmt]
-            out = tmp / f"session-{info.id}{suffix}"
-            export(reader, info.id, fmt, out)
-        if fmt != "csv":
-            return out, out.name
-        archive = tmp / f"session-{info.id}.zip"
-        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
-            for f in sorted(out.iterdir()):
-                z.write(f, f"{out.name}/{f.name}")
-        return archive, archive.name
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def _stream_then_remove(path: Path) -> Iterator[bytes]:
-    try:
-        with open(path, "rb") as f:
-            while chunk := f.read(EXPORT_CHUNK):
-                yield chunk
-    finally:
-        shutil.rmtree(path.parent, ignore_errors=True)
+async def _http_problem(request: Request, exc: Exception) -> Response:
+    """Starlette's own answers (no such route, a method the route does not take) as one JSON line too."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    path = request.url.path
+    words = {404: f"no such path {path}", 405: f"{path} does not take {request.method}"}
+    headers = getattr(exc, "headers", None) or {}
+    return error(status, words.get(status, str(getattr(exc, "detail", exc))), **headers)

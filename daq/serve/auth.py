@@ -1,16 +1,18 @@
 """Who may do what: bearer tokens from a file of user-only permissions, and where the server may bind.
 
-The token file holds one ``NAME TOKEN`` pair per line (``#`` starts a comment); NAME is recorded as who
-started a run. It must not be readable by group or others (as ssh refuses such a key). ``ensure_token_file``
+The token file holds one ``NAME TOKEN`` pair per line (``#`` starts a comment; a third word ``viewer``
+makes a read-only token: it may look, never change anything); NAME is recorded as who started a run. It
+must not be readable by group or others (as ssh refuses such a key). ``ensure_token_file``
 creates it (mode 0600, one token named after the user) when it is missing; ``add_token``, ``token_names``
 and ``revoke_token`` (``hil serve token add|list|revoke``) manage it, every change written to a temporary
 file of mode 0600 and renamed over the old one. A running server notices a changed file at the next request
 (:meth:`Tokens.name_of`): a revoked token stops working without a restart.
 
-Rules (docs/api.md): a request that changes anything needs ``Authorization: Bearer TOKEN`` (a header, never
-a query parameter: a page of another site can make the browser send a form or a link, not a header); a read
-needs a token only when the server is bound beyond loopback, and may then also give it as ``?token=``
-(downloads, the WebSocket, which browsers open without headers). Binding beyond loopback needs TLS.
+Rules (docs/api.md): a request that changes anything needs an operator's token, as ``Authorization: Bearer
+TOKEN`` or as the dashboard's cookie (HttpOnly, SameSite=Strict, set by :data:`COOKIE` on the first visit
+from the printed link, which then redirects to the clean URL; the cookie counts for a change only with a
+matching Origin, :mod:`daq.serve.same_origin`). A read needs a token only when the server is bound beyond
+loopback. A token is never taken from a URL except by that first visit. Binding beyond loopback needs TLS.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daq.errors import ConfigError
+from daq.errors import AccessError, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,11 @@ NAME_RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 MIN_TOKEN = 16
 
 
-class AuthError(Exception):
+COOKIE = "hil_token"  # the dashboard's cookie: the token itself, HttpOnly, SameSite=Strict
+VIEWER = "viewer"     # the third word of a read-only token's line
+
+
+class AuthError(AccessError):
     """A request without a valid token (HTTP 401)."""
 
 
@@ -78,7 +84,8 @@ def _stamp(path: Path) -> tuple:
 
 def _read_pairs(path: Path) -> list[tuple[int, str, str | None, str | None]]:
     """Every line of a token file as (line number, text, name, token); name and token None for a blank or
-    comment line. Raises ConfigError (one line) for a file that is open to others, unreadable or has a
+    comment line. A byte-order mark (an editor's UTF-8 BOM) is not part of the first name. Raises
+    ConfigError (one line) for a file that is open to others, unreadable or has a
     line that is not ``NAME TOKEN``."""
     try:
         mode = path.stat().st_mode
@@ -87,7 +94,7 @@ def _read_pairs(path: Path) -> list[tuple[int, str, str | None, str | None]]:
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise ConfigError(f"token file {path} is open to other users (mode {stat.S_IMODE(mode):04o}): "
                               f"chmod 600 {path}")
-        text = path.read_bytes().decode("utf-8")
+        text = path.read_bytes().decode("utf-8").removeprefix("\ufeff")
     except OSError as exc:
         raise ConfigError(f"token file {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
@@ -100,9 +107,9 @@ def _read_pairs(path: Path) -> list[tuple[int, str, str | None, str | None]]:
             out.append((k, line, None, None))
             continue
         parts = body.split()
-        if len(parts) != 2 or len(parts[1]) < MIN_TOKEN:
-            raise ConfigError(f"token file {path} line {k}: expected 'NAME TOKEN' with a token of at "
-                              f"least {MIN_TOKEN} characters")
+        if len(parts) not in (2, 3) or len(parts[1]) < MIN_TOKEN or parts[2:] not in ([], [VIEWER]):
+            raise ConfigError(f"token file {path} line {k}: expected 'NAME TOKEN' or 'NAME TOKEN {VIEWER}' "
+                              f"with a token of at least {MIN_TOKEN} characters")
         if parts[1] in seen:
             raise ConfigError(f"token file {path} line {k}: the same token as line {seen[parts[1]]} "
                               "(each token names one person)")
@@ -119,16 +126,19 @@ class Tokens:
     names: dict[str, str]
     problem: str | None = None  # why no token is accepted (the file became unusable while serving)
     _stamp: tuple | None = None
+    viewers: set[str] = field(default_factory=set)  # read-only tokens
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def load(cls, path: Path) -> Tokens:
         """Read ``path``; raises ConfigError (one line) for a file that cannot be used."""
         stamp = _stamp(path) if path.exists() else None
-        names = {tok: name for _, _, name, tok in _read_pairs(path) if tok is not None}
+        pairs = _read_pairs(path)
+        names = {tok: name for _, _, name, tok in pairs if tok is not None}
         if not names:
             raise ConfigError(f"token file {path} holds no token (hil serve token add NAME)")
-        return cls(path, names, None, stamp)
+        viewers = {tok for _, line, _, tok in pairs if tok is not None and _is_viewer(line)}
+        return cls(path, names, None, stamp, viewers=viewers)
 
     def refresh(self) -> None:
         """Re-read the file when it changed since the last read. A file that became unusable (open to
@@ -147,8 +157,12 @@ class Tokens:
                     log.error("%s; no token is accepted until it is fixed", exc)
                 self.names, self.problem = {}, str(exc)
             else:
-                self.names, self.problem = fresh.names, None
+                self.names, self.viewers, self.problem = fresh.names, fresh.viewers, None
             self._stamp = stamp
+
+    def may_change(self, token: str | None) -> bool:
+        """True for an operator's token (one not marked ``viewer``)."""
+        return bool(token) and token in self.names and token not in self.viewers
 
     def name_of(self, token: str | None) -> str | None:
         """The name of ``token`` in the file as it is now, or None (compared in constant time)."""
@@ -204,8 +218,13 @@ def token_names(path: Path) -> list[str]:
     return [name for _, _, name, tok in _read_pairs(path) if tok is not None]
 
 
-def add_token(path: Path, name: str) -> str:
-    """A fresh token for ``name``, added to ``path`` (created when missing); returns the token."""
+def _is_viewer(line: str) -> bool:
+    return line.split("#", 1)[0].split()[2:] == [VIEWER]
+
+
+def add_token(path: Path, name: str, viewer: bool = False) -> str:
+    """A fresh token for ``name``, added to ``path`` (created when missing); returns the token. A
+    ``viewer``'s token is read-only."""
     check_name(name)
     pairs = _read_pairs(path) if path.exists() else []
     if any(n == name for _, _, n, _ in pairs):
@@ -213,7 +232,7 @@ def add_token(path: Path, name: str) -> str:
                           f"{name} first)")
     token = secrets.token_urlsafe(32)
     lines = [line for _, line, _, _ in pairs] or [HEADER.rstrip("\n")]
-    _write_atomically(path, "\n".join([*lines, f"{name} {token}"]) + "\n")
+    _write_atomically(path, "\n".join([*lines, f"{name} {token}" + (f" {VIEWER}" if viewer else "")]) + "\n")
     return token
 
 

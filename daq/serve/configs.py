@@ -7,13 +7,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from daq.rigs import check_rules, parse_config
-from daq.rigs.config import load_config
-
-
-def one_line(exc: BaseException) -> str:
-    """An error as the one line the CLI prints after ``Error:``."""
-    return " ".join((str(exc) or type(exc).__name__).split())
+from daq.errors import one_line
+from daq.rigs import check_rules
+from daq.rigs.config import load
 
 
 @dataclass
@@ -55,8 +51,7 @@ class ConfigFolder:
         if hit is not None and hit[0] == stamp:
             return hit[1]
         try:
-            raw = load_config(path)
-            rig, cfg = parse_config(raw, path)
+            rig, cfg = load(path)
             check_rules(rig, cfg, path)
             result = ConfigFile(name, path, True, rig.kind, bool(cfg.rig.simulated))
         except Exception as exc:  # noqa: BLE001 - every failure is the config's one-line error

@@ -60,14 +60,16 @@ class _Decimator:
     def __init__(self) -> None:
         self.next_t: dict[str, float] = {}
 
-    def pick(self, frame: Frame) -> tuple[np.ndarray, np.ndarray]:
+    def pick(self, frame: Frame) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """(times, values) of the kept samples, and when samples were dropped the (min, max) of each kept
+        sample and the dropped ones after it (the page's envelope: spikes between kept samples show)."""
         n = frame.data.shape[0]
         if frame.timestamps is not None:
             t = np.asarray(frame.timestamps, dtype=np.float64)
         else:
             t = frame.t0 + np.arange(n) * (frame.dt or 0.0)
         if n == 0:
-            return t, frame.data
+            return t, frame.data, None, None
         step = 1.0 / MAX_RATE
         keep = np.zeros(n, dtype=bool)
         nxt = self.next_t.get(frame.stream, -math.inf)
@@ -82,7 +84,12 @@ class _Decimator:
             idx = idx[np.linspace(0, len(idx) - 1, MAX_POINTS).astype(int)]
         if len(idx):
             self.next_t[frame.stream] = float(t[idx[-1]]) + step
-        return t[idx], frame.data[idx]
+        lo = hi = None
+        if 0 < len(idx) < n and frame.data.ndim == 2 and frame.data.dtype.kind == "f":
+            rest = frame.data[idx[0]:]
+            lo = np.fmin.reduceat(rest, idx - idx[0], axis=0)
+            hi = np.fmax.reduceat(rest, idx - idx[0], axis=0)
+        return t[idx], frame.data[idx], lo, hi
 
 
 def _column(values: np.ndarray) -> list:
@@ -218,13 +225,17 @@ class LiveRelay:
                 self.last_events[msg.stream] = out
             self.broadcast(out)
             return
-        t, data = self._decimator.pick(msg)
+        t, data, lo, hi = self._decimator.pick(msg)
         if not len(t) and msg.data.shape[0]:
             return  # all of it within the display's resolution of the last message
-        self.broadcast({"type": "frame", "stream": msg.stream, "bus_seq": msg.seq, "channels": msg.channels,
-                        "units": msg.units, "n": int(msg.data.shape[0]), "t": t.tolist(),
-                        "data": [_column(data[:, k]) for k in range(data.shape[1])] if data.ndim == 2 else [],
-                        "session": msg.session_id, "replay": msg.replay})
+        out = {"type": "frame", "stream": msg.stream, "bus_seq": msg.seq, "channels": msg.channels,
+               "units": msg.units, "n": int(msg.data.shape[0]), "t": t.tolist(),
+               "data": [_column(data[:, k]) for k in range(data.shape[1])] if data.ndim == 2 else [],
+               "session": msg.session_id, "replay": msg.replay}
+        if lo is not None and hi is not None:
+            out["min"] = [_column(lo[:, k]) for k in range(lo.shape[1])]
+            out["max"] = [_column(hi[:, k]) for k in range(hi.shape[1])]
+        self.broadcast(out)
 
     async def _poll(self, status: Callable[[], Awaitable[dict]]) -> None:
         while True:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from daq.bus.frames import Event
 from daq.bus.pubsub import BusPublisher
+from daq.errors import ConflictError
 from daq.run.replay import replay_session
 from daq.serve.relay import REPLAY_PASS as PASS_STREAM
 from daq.store.errors import UnknownSession
@@ -41,7 +42,7 @@ STOP_WAIT_S = 10.0       # s a stop request waits for the replay to end
 RUN_END_WAIT_S = 3.0     # s a replay request waits for a run that just ended to leave the live view
 
 
-class ReplayConflict(Exception):
+class ReplayConflict(ConflictError):
     """A replay cannot start or stop now (HTTP 409)."""
 
 

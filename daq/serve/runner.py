@@ -1,10 +1,11 @@
 """Runs the queued runs one at a time, each through the one run lifecycle (:func:`daq.run.lifecycle.run`,
-as ``hil run`` does), and talks to the running one through its command channel (as ``hil ctl`` does).
+as ``hil run`` does), and controls the running one through the :class:`RunContext` the lifecycle hands it
+(in-process, in the run's own event loop): the command channel is for other processes (``hil ctl``).
 
 A run executes in a thread with an event loop of its own, so the web server's work never delays the plan
 and the lifecycle is exactly the one of ``hil run`` (its own ``asyncio.run``). The server owns the signals:
-the lifecycle installs no handlers; SIGTERM/SIGINT of the server abort the current run through its command
-channel (the lifecycle's path to the safe state) before the server exits.
+the lifecycle installs no handlers; SIGTERM/SIGINT of the server abort the current run through its context
+(the lifecycle's path to the safe state, the reason naming the signal) before the server exits.
 """
 
 from __future__ import annotations
@@ -17,21 +18,23 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from daq.rigs.config import load_config
-from daq.run.commands import CommandClient
-from daq.run.lifecycle import RunContext, live_runs, run
-from daq.serve.configs import ConfigFolder, one_line
+import msgspec
+
+from daq.errors import ConflictError, one_line
+from daq.rigs.config import load
+from daq.run.lifecycle import RunContext, run
+from daq.serve.configs import ConfigFolder
 from daq.serve.relay import LiveRelay
 from daq.serve.run_queue import RunEntry, RunQueue
 
 log = logging.getLogger(__name__)
 
-ANNOUNCE_WAIT_S = 5.0     # s a command waits for a starting run to announce its command channel
+COMMAND_WAIT_S = 3.0      # s a command waits for the run's event loop to take it
 SHUTDOWN_WAIT_S = 120.0   # s the server waits for an aborted run to reach the safe state before it exits
 ACTIONS = ("pause", "resume", "stop", "abort")
 
 
-class NotRunning(Exception):
+class NotRunning(ConflictError):
     """The run asked for is not the one running (HTTP 409)."""
 
 
@@ -64,7 +67,7 @@ class Runner:
             self.active = True
             try:
                 await self._execute(entry)
-            except Exception:  # noqa: BLE001 - a bug here must not stop the queue
+            except Exception:  # a bug here must not stop the queue
                 log.exception("run %s", entry.id)
                 self.queue.finish("failed", "hil serve failed to run it (see its log)")
             finally:
@@ -76,15 +79,14 @@ class Runner:
             await self.before_run()
         path = self.configs.folder / entry.config
         try:
-            raw = load_config(path)
+            _, cfg = load(path)
         except Exception as exc:  # noqa: BLE001 - the config changed since it was queued
             self.queue.finish("failed", one_line(exc))
             self.relay.broadcast({"type": "run", "state": "ended", "run": entry.to_dict()})
             return
-        bus = raw.setdefault("bus", {})
-        if not bus.get("tap"):  # the relay listens on the lossy tap: a slow browser never holds up the bus
-            bus["tap"] = "tcp://127.0.0.1:0"
-        self.queue.update(kind=str(raw.get("rig", {}).get("kind")))
+        if not cfg.bus.tap:  # the relay listens on the lossy tap: a slow browser never holds up the bus
+            cfg = msgspec.structs.replace(cfg, bus=msgspec.structs.replace(cfg.bus, tap="tcp://127.0.0.1:0"))
+        self.queue.update(kind=cfg.rig.kind)
 
         def on_context(ctx: RunContext) -> None:  # in the run's thread
             self.ctx, self._run_loop = ctx, asyncio.get_running_loop()
@@ -94,7 +96,7 @@ class Runner:
             loop.call_soon_threadsafe(self._session, session_id)
 
         def work():
-            return asyncio.run(run(raw, self.store_path, file=path, show_progress=False, handle_sigint=False,
+            return asyncio.run(run(cfg, self.store_path, file=path, show_progress=False, handle_sigint=False,
                                    handle_term=False, on_session=on_session, on_context=on_context,
                                    started_by=entry.by))
 
@@ -113,7 +115,7 @@ class Runner:
         if entry is None or ctx.publisher.tap_endpoint is None:
             return
         self.relay.attach(entry.to_dict(), ctx.publisher.tap_endpoint, ctx.keys,
-                          lambda: self.command("status", wait=0.0))
+                          lambda: self.command("status"))
 
     def _session(self, session_id: str) -> None:
         self.queue.update(session=session_id)
@@ -122,63 +124,51 @@ class Runner:
 
     # ------------------------------------------------------------------------------- commands
 
-    async def _endpoint(self, wait: float) -> str:
-        """The running run's command endpoint, from its announcement (``<store folder>/runs/``)."""
-        end = time.monotonic() + wait
-        while True:
-            entry = self.queue.current
-            if entry is not None and entry.session:
-                for ann in live_runs(self.store_path):
-                    if ann.get("session") == entry.session and ann.get("command"):
-                        return str(ann["command"])
-            if time.monotonic() >= end:
-                raise NotRunning("the run has not opened its command channel yet (still starting)")
-            await asyncio.sleep(0.05)
-
-    async def command(self, action: str, wait: float = ANNOUNCE_WAIT_S, timeout: float = 3.0) -> dict:
-        """Send ``action`` (status, pause, resume, stop, abort) to the running run; its reply."""
-        ctx = self.ctx
-        if ctx is None or self.queue.current is None:
+    async def command(self, action: str, by: str | None = None, timeout: float = COMMAND_WAIT_S) -> dict:
+        """Apply ``action`` (status, pause, resume, stop, abort) to the running run through the context the
+        lifecycle handed us (in the run's own event loop); recorded with ``by``. Its status after."""
+        ctx, loop = self.ctx, self._run_loop
+        if ctx is None or loop is None or self.queue.current is None:
             raise NotRunning("no run is in progress")
-        endpoint = await self._endpoint(wait)
-        client = CommandClient(endpoint, keys=ctx.keys)
         try:
-            return await client.request(action, timeout=timeout)
-        finally:
-            client.close()
+            future = asyncio.run_coroutine_threadsafe(ctx.command(action, by), loop)
+        except RuntimeError:  # the run's loop has just closed
+            raise NotRunning("the run has just ended") from None
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except TimeoutError:
+            future.cancel()
+            raise NotRunning(f"the run did not take the {action} command within {timeout:g} s") from None
 
-    async def control(self, run_id: str, action: str) -> dict:
-        """``action`` for the run ``run_id`` (its id or its session's), which must be the running one."""
+    async def control(self, run_id: str, action: str, by: str | None = None) -> dict:
+        """``action`` for the run ``run_id`` (its id or its session's), which must be the running one;
+        ``by``: who asked (the API's token name)."""
         found = self.queue.find(run_id)
         if found is None:
             raise KeyError(run_id)
         where, entry = found
         if where != "current":
             raise NotRunning(f"run {entry.id} is {entry.status}, not running")
-        return await self.command(action)
+        return await self.command(action, by=f"token {by}" if by else None)
 
     # ------------------------------------------------------------------------------- shutdown
 
-    async def shutdown(self) -> dict[str, Any] | None:
-        """Take no more runs; abort the current one (through its command channel, else its context) and
-        wait until it has reached the safe state and finished its session. Queued runs stay queued."""
+    async def shutdown(self, why: str = "shutdown") -> dict[str, Any] | None:
+        """Take no more runs; abort the current one (``why``: the signal or cause, in its reason) and wait
+        until it has reached the safe state and finished its session. Queued runs stay queued."""
         self.closing = True
         self._wake.set()
         outcome = None
         deadline = time.monotonic() + SHUTDOWN_WAIT_S
         aborted = False
+        reason = f"hil serve stopped ({why}) and aborted the run"
         while self._task is not None and not self._task.done() and time.monotonic() < deadline:
-            if self.queue.current is not None and not aborted:  # a run still setting up is aborted too
-                try:
-                    outcome = await self.command("abort", wait=0.0)
-                    aborted = True
-                except Exception as exc:  # noqa: BLE001 - not announced yet: abort through the context
-                    ctx, loop = self.ctx, self._run_loop
-                    if ctx is not None and loop is not None:
-                        log.info("abort through the command channel failed (%s); aborting directly", exc)
-                        with contextlib.suppress(RuntimeError):
-                            loop.call_soon_threadsafe(ctx.abort)
-                        aborted = True
+            ctx, loop = self.ctx, self._run_loop
+            if self.queue.current is not None and not aborted and ctx is not None and loop is not None:
+                with contextlib.suppress(RuntimeError):  # a run still setting up is aborted too
+                    loop.call_soon_threadsafe(ctx.abort, reason)
+                outcome = ctx.status()
+                aborted = True
             await asyncio.wait({self._task}, timeout=0.2)
         if self._task is not None and not self._task.done():
             log.error("the current run did not end within %.0f s of its abort", SHUTDOWN_WAIT_S)

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -25,10 +24,13 @@ from daq.errors import ConfigError
 from daq.serve.api import Service, build_app
 from daq.serve.auth import Tokens, check_bind, ensure_token_file, is_loopback
 from daq.serve.configs import ConfigFolder
+from daq.serve.exports import ExportPool
 from daq.serve.relay import LiveRelay
 from daq.serve.replays import Replayer
 from daq.serve.run_queue import RunQueue
 from daq.serve.runner import Runner
+from daq.serve.same_origin import HostPolicy
+from daq.serve.startup import check_tls, listen
 from daq.store.read_write import SessionStore
 
 log = logging.getLogger(__name__)
@@ -61,8 +63,10 @@ class Server:
 
     def __init__(self, configs: Path, store_path: Path, token_file: Path, host: str = "127.0.0.1",
                  port: int = 8765, certfile: str | None = None, keyfile: str | None = None,
-                 say: Callable[[str], None] | None = None):
+                 say: Callable[[str], None] | None = None, allowed_hosts: tuple[str, ...] = ()):
         check_bind(host, certfile, keyfile)
+        check_tls(certfile, keyfile)  # before any URL is announced
+        self.hosts = HostPolicy(host, allowed_hosts)
         self.host, self.port, self.certfile, self.keyfile = host, port, certfile, keyfile
         self.configs = ConfigFolder(Path(configs))
         if not self.configs.folder.is_dir():
@@ -86,27 +90,27 @@ class Server:
         return f"{self.scheme}://{host}:{self.port}/" + (f"?token={token}" if token else "")
 
     async def serve(self, install_signals: bool = True) -> None:
-        new_token = ensure_token_file(self.token_file)
-        tokens = Tokens.load(self.token_file)
+        if self.token_file.exists():
+            Tokens.load(self.token_file)  # a broken token file is one line before anything starts
         self.store_path.parent.mkdir(parents=True, exist_ok=True)
         SessionStore(self.store_path).close()  # create it; sessions of dead writers are marked incomplete
         self.queue = RunQueue.open(self.store_path.parent)
+        exports = ExportPool(self.store_path)
+        exports.clean()  # what a killed server left
         sock = None
         try:
-            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self.port))
-            sock.listen(128)
-            sock.set_inheritable(True)
+            sock = listen(self.host, self.port)  # an occupied port fails here: no token file made yet
             self.port = sock.getsockname()[1]
+            new_token = ensure_token_file(self.token_file)
+            tokens = Tokens.load(self.token_file)
             relay = LiveRelay()
             self.runner = Runner(self.queue, self.configs, self.store_path, relay)
             self.replayer = Replayer(self.store_path, relay, self.runner)
             self.runner.before_run = lambda: self.replayer.stop("a queued run started")
             self.runner.start()
             service = Service(tokens, self.configs, self.store_path, self.queue, self.runner, relay,
-                              open_reads=is_loopback(self.host), replayer=self.replayer)
+                              open_reads=is_loopback(self.host), replayer=self.replayer, hosts=self.hosts,
+                              exports=exports, secure=bool(self.certfile))
             config = uvicorn.Config(build_app(service), log_level="warning", access_log=False, lifespan="off",
                                     ssl_certfile=self.certfile, ssl_keyfile=self.keyfile, loop="asyncio",
                                     ws="websockets-sansio", ws_ping_interval=20.0,
@@ -140,6 +144,7 @@ class Server:
                 await self.replayer.stop("hil serve stopped")
             if self.runner is not None and not self.stopping:
                 await self.runner.shutdown()
+            exports.clean()
             if sock is not None:
                 sock.close()
             self.queue.close()
@@ -154,6 +159,6 @@ class Server:
         if self.replayer is not None:
             await self.replayer.stop("hil serve stopped")
         if self.runner is not None:
-            await self.runner.shutdown()
+            await self.runner.shutdown(why)
         if self._uvicorn is not None:
             self._uvicorn.should_exit = True

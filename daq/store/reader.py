@@ -9,7 +9,6 @@ export, analysis, replay) needs nothing else: :class:`SessionReader` never buffe
 from __future__ import annotations
 
 import os
-import sqlite3
 from collections.abc import Iterator
 from typing import Self
 
@@ -197,7 +196,7 @@ class SessionReader:
         if not (isinstance(chunk_samples, int) and chunk_samples > 0):
             raise StoreError(f"chunk_samples must be a positive integer, got {chunk_samples!r}")
         sid, si = self._frame_stream(session_id, stream)
-        db = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False)
+        db = self._file.second_connection()
         try:
             db.execute("BEGIN")  # one read snapshot for the bounds and the rows
             lo, hi = ranges.clip_range(db, sid, stream, start or 0, stop)
@@ -303,7 +302,7 @@ class SessionReader:
         """Every committed frame and event of a session in original order (streamed, for replay)."""
         info = self.get_session(session_id)
         layouts = {name: s for name, s in info.streams.items()}
-        db = sqlite3.connect(self.path, timeout=10.0)
+        db = self._file.second_connection()
         try:
             fcur = db.execute(
                 "SELECT ord, stream, seq, t0, dt, n, has_ts, replay, payload FROM frames "

@@ -20,8 +20,8 @@ import threading
 import time
 from pathlib import Path
 
-from daq.store import schema
 from daq.store.errors import StoreError
+from daq.store.store_format import open_store_db, second_connection
 
 #: A running session whose heartbeat is older than this is considered abandoned, s.
 STALE_AFTER_S = 30.0
@@ -44,9 +44,8 @@ class StoreFile:
                 raise StoreError(f"cannot create the directory for {self.path}: {exc.strerror}") from None
         self.lock = threading.RLock()
         try:
-            self.db = schema.connect(self.path)
-            with self.lock:
-                schema.prepare(self.db)
+            #: opened read-only (a file or folder this process cannot write): reads work, writes fail
+            self.db, self.read_only = open_store_db(self.path, create)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path} is not a usable session store: {exc}") from None
         self.host = socket.gethostname()
@@ -82,6 +81,8 @@ class StoreFile:
                         (sid, f"no heartbeat from writer {host}:{pid} for {now - (heartbeat or 0):.0f} s")
                     )
             try:
+                if gone and self.read_only:
+                    raise sqlite3.OperationalError("the store is read-only here")
                 for sid, reason in gone:
                     self.db.execute(
                         "UPDATE sessions SET status='incomplete', reason=?, "
@@ -96,21 +97,27 @@ class StoreFile:
                     self.unmarked[sid] = f"{reason} (not recorded in the store: {exc})"
         return [sid for sid, _ in gone]
 
+    def second_connection(self) -> sqlite3.Connection:
+        """A connection of its own for a long streamed read (its own snapshot, any thread), read-only
+        when the store is."""
+        return second_connection(self.path, self.read_only)
+
     def close(self) -> None:
         with self.lock:
             self.db.close()
 
 
 def pid_alive(pid: int) -> bool:
-    """True if a process with this pid exists and is not a zombie (Linux /proc aware)."""
+    """False only when no process ``pid`` exists or it is a zombie (Linux /proc aware); True when it runs,
+    belongs to another user, or the OS cannot tell (the callers' actions on a dead pid - marking a session
+    incomplete, deleting a run's announcement - must not happen on a guess). The one liveness check of the
+    store's crash recovery, its disk reserve and the run announcements."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except OSError:  # PermissionError: someone else's process, alive; anything else: we cannot tell
         return True
-    except OSError:
-        return False
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()

@@ -39,16 +39,8 @@ from identification.models.drive_models import (
     parse_name,
 )
 from identification.models.drive_simulation import DEFAULT_FRICTION_EPS, prepare_input
-from identification.selection.model_selection import (
-    CandidateResult,
-    SelectionResult,
-    _nrmse,
-    _Problem,
-    _Scaling,
-    _starts,
-    as_run,
-    select_model,
-)
+from identification.selection.fitting import _nrmse, _Problem, _Scaling, _starts, as_run
+from identification.selection.model_selection import CandidateResult, SelectionResult, select_model
 
 __all__ = ["analyze_crane", "selection_options", "DEFAULTS", "RunsFit", "fit_runs"]
 

@@ -45,6 +45,18 @@ UNIT = "N/m"
 
 P0 = (1.8e8, 1.8e8)  # N/m, cold start (the offline analysis' default)
 MODEL = "M1"
+#: alpha_min below this prints as "< 1e-6": a smaller number says nothing more (rejected at any level)
+SMALLEST_SHOWN = 1e-6
+
+
+def format_alpha(a: float) -> str:
+    """A p-value (alpha_min) for people: "< 1e-6" below :data:`SMALLEST_SHOWN`, two digits above,
+    "not computed" when it is NaN."""
+    if not np.isfinite(a):
+        return "not computed"
+    if a < SMALLEST_SHOWN:
+        return f"< {SMALLEST_SHOWN:.0e}".replace("e-0", "e-")
+    return f"{a:.2g}"
 
 
 @dataclass
@@ -139,11 +151,38 @@ class ModelVerdict:
     std: np.ndarray            # N/m
     s2: float                  # RSS/dof of that fit
 
+    @property
+    def undecided(self) -> str:
+        """Why the test cannot keep this model yet ("" when it can decide): a split whose comparison could
+        not be computed (a singular fit on too few series) is no evidence for the model."""
+        missing = int(np.sum(~np.isfinite(self.alpha_min)))
+        if self.reject or not missing:
+            return ""
+        return (f"not enough series: {missing} of {self.alpha_min.size} splits cannot be compared yet "
+                "(a fit on them is singular)")
+
+    @property
+    def verdict(self) -> str:
+        return "reject" if self.reject else "undecided" if self.undecided else "keep"
+
+    @property
+    def min_alpha_min(self) -> float:
+        """The smallest alpha_min over the splits that could be computed (NaN when none could)."""
+        finite = self.alpha_min[np.isfinite(self.alpha_min)]
+        return float(finite.min()) if finite.size else float("nan")
+
+    @property
+    def text(self) -> str:
+        """One line: "M2 reject (alpha_min < 1e-6)", "M3 keep (alpha_min 0.1)" or why it is undecided."""
+        if self.verdict == "undecided":
+            return f"{self.name} undecided ({self.undecided})"
+        return f"{self.name} {self.verdict} (alpha_min {format_alpha(self.min_alpha_min)})"
+
     def to_dict(self) -> dict:
-        return {"reject": self.reject, "verdict": "reject" if self.reject else "keep",
+        return {"reject": self.reject, "verdict": self.verdict, "undecided": self.undecided,
                 "alpha_min": self.alpha_min.tolist(), "rejected_splits": self.rejected_splits.tolist(),
-                "min_alpha_min": float(np.nanmin(self.alpha_min)) if self.alpha_min.size else float("nan"),
-                "values": self.p.tolist(), "std": self.std.tolist(), "s2": self.s2}
+                "min_alpha_min": self.min_alpha_min, "alpha_text": format_alpha(self.min_alpha_min),
+                "text": self.text, "values": self.p.tolist(), "std": self.std.tolist(), "s2": self.s2}
 
 
 @dataclass
@@ -164,18 +203,31 @@ class OnlineVerdict:
     look: int = 1                    # this look's number (1-based) of n_looks planned
     n_looks: int = 1
     provisional: bool = False        # an interim look (fewer series than planned)
+    undecided: str = ""              # why no model can be tested yet ("not enough series: ..."), "" if it ran
 
     @property
     def rejected(self) -> tuple[str, ...]:
         """The verdict pattern: names of the rejected models, in model order."""
         return tuple(m for m, v in self.models.items() if v.reject)
 
+    def _named(self, verdict: str) -> list[str]:
+        return [m for m, v in self.models.items() if v.verdict == verdict]
+
+    @property
+    def text(self) -> str:
+        """The verdict in one line, for people."""
+        return self.undecided or " · ".join(v.text for v in self.models.values())
+
     def to_dict(self) -> dict:
-        """JSON-ready ``verdict`` of an estimate event (fractions, not %; k in N/m)."""
+        """JSON-ready ``verdict`` of an estimate event (fractions, not %; k in N/m). A verdict that cannot
+        be computed yet carries only ``undecided`` (its reason) and ``text``, no ``rejected``/``kept``."""
+        if self.undecided:
+            return {"series_used": self.n_series, "undecided": self.undecided, "text": self.text}
         return {"series_used": self.n_series, "tol": self.tol, "level": self.level,
                 "splits": list(self.splits), "parameters": list(self.p_names), "sensors": list(self.sensors),
                 "train_series": list(self.train_series), "test_series": list(self.test_series),
-                "rejected": list(self.rejected), "kept": [m for m in self.models if m not in self.rejected],
+                "rejected": list(self.rejected), "kept": self._named("keep"),
+                "undecided": self._named("undecided"), "text": self.text,
                 "models": {m: v.to_dict() for m, v in self.models.items()},
                 "family_tol": self.tol if self.family_tol is None else self.family_tol,
                 "spending": self.spending, "look": self.look, "n_looks": self.n_looks,
@@ -211,16 +263,23 @@ def model_verdict(
     """
 
     z = np.asarray(z, float)
-    if z.ndim != 3 or z.shape[0] < 2:
-        raise ValueError(f"the model-uncertainty test needs at least 2 series, got z of shape {z.shape}")
+    if z.ndim != 3:
+        raise ValueError(f"need z[series, setpoint, sensor], got z of shape {z.shape}")
     n = int(z.shape[0])
+    if n < 2:
+        return _undecided(n, tol, "not enough series: the test trains the friction models on some series and "
+                                  f"compares fits on others, which needs at least 2 (have {n})")
     family_tol, look, n_looks = None, 1, 1
     if n_planned is not None:
         family_tol = tol
         tol, look, n_looks = look_tol(n, n_planned, tol, first_look=first_look, spending=spending)
-    res = analyze_press(z, q, q_desired, sigmas, sensor_names=tuple(sensor_names), tol=tol,
-                        criterion=criterion, n_sensors=min(n_sensors, z.shape[2]),
-                        n_random_splits=n_random_splits, seed=seed, constants=constants)
+    try:
+        res = analyze_press(z, q, q_desired, sigmas, sensor_names=tuple(sensor_names), tol=tol,
+                            criterion=criterion, n_sensors=min(n_sensors, z.shape[2]),
+                            n_random_splits=n_random_splits, seed=seed, constants=constants)
+    except np.linalg.LinAlgError as exc:  # a fit or the sensor selection singular on too few series
+        return _undecided(n, tol, f"not enough series: with {n} series a fit of the press analysis is "
+                                  f"singular ({exc}); the verdict follows with more series")
     models = {}
     for name, rep in res.models.items():
         tests = rep.test.tests
@@ -236,6 +295,12 @@ def model_verdict(
                          train_series=res.train_series, test_series=res.test_series, family_tol=family_tol,
                          spending=spending if n_planned is not None else "none", look=look, n_looks=n_looks,
                          provisional=n_planned is not None and n < n_planned)
+
+
+def _undecided(n: int, tol: float, reason: str) -> OnlineVerdict:
+    """A verdict that cannot be computed yet, with its reason in words."""
+    return OnlineVerdict(n_series=n, tol=tol, level=float("nan"), splits=[], models={}, sensors=[],
+                         train_series=[], test_series=[], undecided=reason)
 
 
 def look_tol(n: int, n_planned: int, tol: float = 0.05, *, first_look: int = 2,

@@ -341,7 +341,9 @@ class DesignResult:
                 "reason": self.reason, "status": self.status}
 
 
-def _std(fisher: np.ndarray) -> np.ndarray:
+def fisher_std(fisher: np.ndarray) -> np.ndarray:
+    """The parameters' standard deviations a Fisher information matrix predicts (its inverse's diagonal,
+    square-rooted); infinite for all when the matrix is singular (the design cannot identify them)."""
     try:
         return np.sqrt(np.diag(np.linalg.inv(fisher)))
     except np.linalg.LinAlgError:
@@ -509,7 +511,8 @@ def _optimize(problem: DesignProblem, u0: np.ndarray, method: str, max_iter: int
         why.append(f"state limits exceeded by {ev.max_excess:.3g} (> 1e-3 of the limit)")
     return DesignResult(u=u, dt=pb.dt, bounds=(lo[0].copy(), hi[0].copy()), criterion=pb.criterion,
                         param_names=tuple(pb.model.param_names), b=pb.b.copy(), fisher=ev.fisher,
-                        std=_std(ev.fisher), info_cost=ev.info_cost, cost_history=hist, info_history=ihist,
+                        std=fisher_std(ev.fisher), info_cost=ev.info_cost, cost_history=hist,
+                        info_history=ihist,
                         end_residuals=end_res, max_state_excess=float(ev.max_excess), iterations=iters,
                         n_evaluations=n_eval, time=elapsed, method=method, message=msg, success=success,
                         multipliers=mu, converged=success and not why, grad_norm=g_norm, grad_tol=grad_tol,

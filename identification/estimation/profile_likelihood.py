@@ -33,6 +33,7 @@ import numpy as np
 import scipy.stats
 
 from identification.estimation.identifiability import ProfileResult
+from identification.estimation.tasks import map_tasks
 
 __all__ = ["ProfileLikelihoodResult", "profile_likelihood_intervals", "lr_threshold"]
 
@@ -211,8 +212,7 @@ def profile_likelihood_intervals(refit: Refit, estimate: Sequence[float],
         for d in (-1, 1):
             tasks.append((refit, j, d, est, lo, hi, float(cost_opt), float(sigma2), thr, h0, max_steps,
                           int(refine), float(refine_tol)))
-    runner = executor if executor is not None else (lambda fn, items: list(map(fn, items)))
-    out = list(getattr(runner, "map", runner)(_trace, tasks))
+    out = map_tasks(executor, _trace, tasks)
     tail = 0.5 + level / 2
     q = float(scipy.stats.norm.ppf(tail) if dof is None else scipy.stats.t.ppf(tail, dof))
     grids, costs, lrs, intervals, fisher, ident, clear, status, ses = [], [], [], [], [], [], [], [], []

@@ -158,7 +158,6 @@ def simulate(structure: DriveStructure, params: dict[str, float], inp: StepInput
     names = s.param_names
     p = {name: float(params[name]) for name in names}
     n = s.n_states
-    n_p = len(names)
     A, B, dA, dB = linear_matrices(s, p)
     Ad, Bd, dAd, dBd = discretize(A, B, dA, dB, inp.h)
     v, dv_dT = inp.held(p.get("dead_time", 0.0))
@@ -167,92 +166,148 @@ def simulate(structure: DriveStructure, params: dict[str, float], inp: StepInput
     N = inp.n_steps
     t = np.arange(N) * inp.h
 
-    if not sensitivities:
-        m = n
-        Phi = Ad
-        Gam = Bd[:, None]
-        w_in = v[:, None]
-        Gf = Bd
-    else:
-        m = n * (1 + n_p)
-        Phi = np.zeros((m, m))
-        Phi[:n, :n] = Ad
-        # input channels: held torque v, its dead-time derivative, constant 1 (gravity)
-        Gam = np.zeros((m, 3))
-        Gam[:n, 0] = Bd
-        for j, name in enumerate(names):
-            r = n * (j + 1)
-            Phi[r:r + n, :n] = dAd[j]
-            Phi[r:r + n, r:r + n] = Ad
-            Gam[r:r + n, 0] = dBd[j]
-            if name == "dead_time":
-                Gam[r:r + n, 1] = Bd
-            elif name == "gravity_torque":
-                Gam[r:r + n, 2] = Bd
-        w_in = np.column_stack([v, dv_dT, np.ones(N)])
-        Gf = np.concatenate([Bd] + [dBd[j] for j in range(n_p)])
-    out_idx = np.arange(0, m, n)  # w1 and d w1 / d p_j
-
+    Phi, Gam, w_in, Gf = _augmented(names, Ad, Bd, dAd, dBd, v, dv_dT, sensitivities)
+    if inp.decimate == 1 and s.dead_time:  # the data's own step: the delayed command exactly
+        Gam, w_in = _fractional_delay(names, p, A, B, dA, dB, Bd, dBd, inp, sensitivities)
     if (engine or _ENGINE) == "compiled":
         X = _compiled_steps(s, p, names, Ad, Bd, dAd, Gam, w_in, Gf, sensitivities, friction_eps)
     elif not s.nonlinear:
-        X = _linear_blocks(Phi, Gam, w_in, out_idx)
+        X = _linear_blocks(Phi, Gam, w_in, np.arange(0, Phi.shape[0], n))
     else:
-        X = np.empty((N, out_idx.size))
-        xi = np.zeros(m)
-        W = w_in @ Gam.T
-        fc = p.get("coulomb", 0.0)
-        fs = p.get("stribeck_torque", 0.0) if s.stribeck else 0.0
-        inv_vs = 1.0 / p["stribeck_speed"] if s.stribeck else 0.0
-        inv_eps = 1.0 / float(friction_eps)
-        g = float(Bd[0])
-        jc = names.index("coulomb") if s.coulomb else -1
-        js = names.index("stribeck_torque") if s.stribeck else -1
-        jv = names.index("stribeck_speed") if s.stribeck else -1
-        Fp = np.zeros(n_p)
-        Bd_row = Bd[None, :]
-        dot = np.dot
-        tanh, exp = math.tanh, math.exp
-        f = 0.0
-        for k in range(N):
-            X[k] = xi[out_idx]
-            base = dot(Phi, xi)
-            base += W[k]
-            a = base[0]
-            # implicit friction: f = F(a + g f), scalar Newton started from the previous value
-            for _ in range(30):
-                w = a + g * f
-                th = tanh(w * inv_eps)
-                if fs:
-                    e = exp(-abs(w) * inv_vs)
-                    level = fc + fs * e
-                    dlev = -fs * e * inv_vs if w >= 0 else fs * e * inv_vs
-                else:
-                    e = 0.0
-                    level = fc
-                    dlev = 0.0
-                F = -th * level
-                dF = -(1.0 - th * th) * inv_eps * level - th * dlev
-                step = (f - F) / (1.0 - dF * g)
-                f -= step
-                if abs(step) <= 1e-12 * (1.0 + abs(f)):
-                    break
-            f = F  # consistent with the last evaluation (step was negligible)
-            xi = base + Gf * f
-            if sensitivities:
-                if jc >= 0:
-                    Fp[jc] = -th
-                if js >= 0:
-                    Fp[js] = -th * e
-                    Fp[jv] = -th * fs * e * abs(w) * inv_vs * inv_vs
-                Sv = xi[n:].reshape(n_p, n)
-                df = (dF * Sv[:, 0] + Fp) / (1.0 - dF * g)
-                Sv += df[:, None] * Bd_row
+        X = _python_friction_steps(s, p, names, Phi, Gam, w_in, Gf, float(Bd[0]), sensitivities, friction_eps)
     y = X[:, 0].copy()
     S = X[:, 1:].copy() if sensitivities else None
     if not np.all(np.isfinite(y)):
         y = np.nan_to_num(y, nan=1e6, posinf=1e6, neginf=-1e6)
     return SimResult(t=t, y=y, S=S, names=list(names))
+
+
+def _augmented(names: list[str], Ad, Bd, dAd, dBd, v: np.ndarray, dv_dT: np.ndarray, sensitivities: bool):
+    """``Phi, Gam, w_in, Gf`` of the step ``xi+ = Phi xi + Gam w_k + Gf f_k``: the state alone, or the state
+    with its sensitivity columns ``xi = [x, dx/dp_1, ..., dx/dp_np]`` (input channels: held torque, its
+    dead-time derivative, constant 1 for the gravity torque)."""
+    n, n_p, N = Ad.shape[0], len(names), v.size
+    if not sensitivities:
+        return Ad, Bd[:, None], v[:, None], Bd
+    m = n * (1 + n_p)
+    Phi = np.zeros((m, m))
+    Phi[:n, :n] = Ad
+    Gam = np.zeros((m, 3))
+    Gam[:n, 0] = Bd
+    for j, name in enumerate(names):
+        r = n * (j + 1)
+        Phi[r:r + n, :n] = dAd[j]
+        Phi[r:r + n, r:r + n] = Ad
+        Gam[r:r + n, 0] = dBd[j]
+        if name == "dead_time":
+            Gam[r:r + n, 1] = Bd
+        elif name == "gravity_torque":
+            Gam[r:r + n, 2] = Bd
+    w_in = np.column_stack([v, dv_dT, np.ones(N)])
+    Gf = np.concatenate([Bd] + [dBd[j] for j in range(n_p)])
+    return Phi, Gam, w_in, Gf
+
+
+def _fractional_delay(names: list[str], p: dict[str, float], A, B, dA, dB, Bd, dBd, inp: StepInput,
+                      sensitivities: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``Gam, w_in`` of the exact discretisation on the command's own step ``dt`` with the dead time
+    ``T = m dt + tau`` as a fractional input delay: over step k the delayed command is ``u[k-m-1]`` for the
+    first ``tau`` and ``u[k-m]`` for the rest, so ``x+ = Ad x + Ga u[k-m-1] + Gb u[k-m]`` with
+    ``Ga = expm(A (dt - tau)) G(tau)``, ``Gb = G(dt - tau)``, ``G(s) = int_0^s expm(A r) dr B`` - no error
+    from the step for the linear part. Parameter derivatives by complex step through the matrix exponentials;
+    ``dGa/dT = expm(A (dt - tau)) B = -dGb/dT``. Channels: ``u[k-m-1]``, ``u[k-m]``, 1 (gravity)."""
+    dt, T = inp.dt, p["dead_time"]
+    m = int(math.floor(T / dt + 1e-12))
+    tau = min(max(T - m * dt, 0.0), dt)
+
+    def gammas(A_, B_):
+        n = A_.shape[0]
+        M = np.zeros((n + 1, n + 1), dtype=A_.dtype)
+        M[:n, :n], M[:n, n] = A_, B_
+        late = scipy.linalg.expm(M * (dt - tau))
+        early = scipy.linalg.expm(M * tau)[:n, n]
+        return late[:n, :n] @ early, late[:n, n], late[:n, :n] @ B_
+
+    Ga, Gb, EB = gammas(A, B)
+    k = np.arange(inp.n_steps)
+    u_at = lambda idx: np.where(idx >= 0, inp.u[np.clip(idx, 0, inp.u.size - 1)], 0.0)  # noqa: E731
+    w_in = np.column_stack([u_at(k - m - 1), u_at(k - m), np.ones(inp.n_steps)])
+    grav = p.get("gravity_torque", 0.0)
+    n = A.shape[0]
+    cols = [np.column_stack([Ga, Gb, Bd * grav])]
+    if sensitivities:
+        h = 1e-30
+        for j, name in enumerate(names):
+            if name == "dead_time":
+                cols.append(np.column_stack([EB, -EB, np.zeros(n)]))
+            elif name == "gravity_torque":
+                cols.append(np.column_stack([np.zeros(n), np.zeros(n), Bd]))
+            elif np.any(dA[j]) or np.any(dB[j]):
+                ca, cb, _ = gammas(A + 1j * h * dA[j], B + 1j * h * dB[j])
+                cols.append(np.column_stack([ca.imag / h, cb.imag / h, dBd[j] * grav]))
+            else:
+                cols.append(np.zeros((n, 3)))
+    return np.vstack(cols), w_in
+
+
+def _python_friction_steps(s: DriveStructure, p: dict[str, float], names: list[str], Phi, Gam, w_in, Gf,
+                           g: float, sensitivities: bool, friction_eps: float) -> np.ndarray:
+    """The step loop of the candidates with Coulomb/Stribeck friction in Python (the ``python`` engine):
+    the implicit friction ``f = F(a + g f)`` by scalar Newton, its sensitivity by the implicit function
+    theorem."""
+    n, n_p, N = s.n_states, len(names), w_in.shape[0]
+    m = Phi.shape[0]
+    out_idx = np.arange(0, m, n)  # w1 and d w1 / d p_j
+    X = np.empty((N, out_idx.size))
+    xi = np.zeros(m)
+    W = w_in @ Gam.T
+    fc = p.get("coulomb", 0.0)
+    fs = p.get("stribeck_torque", 0.0) if s.stribeck else 0.0
+    inv_vs = 1.0 / p["stribeck_speed"] if s.stribeck else 0.0
+    inv_eps = 1.0 / float(friction_eps)
+    jc = names.index("coulomb") if s.coulomb else -1
+    js = names.index("stribeck_torque") if s.stribeck else -1
+    jv = names.index("stribeck_speed") if s.stribeck else -1
+    Fp = np.zeros(n_p)
+    Bd_row = Gf[None, :n]
+    dot = np.dot
+    tanh, exp = math.tanh, math.exp
+    f = 0.0
+    for k in range(N):
+        X[k] = xi[out_idx]
+        base = dot(Phi, xi)
+        base += W[k]
+        a = base[0]
+        # implicit friction: f = F(a + g f), scalar Newton started from the previous value
+        for _ in range(30):
+            w = a + g * f
+            th = tanh(w * inv_eps)
+            if fs:
+                e = exp(-abs(w) * inv_vs)
+                level = fc + fs * e
+                dlev = -fs * e * inv_vs if w >= 0 else fs * e * inv_vs
+            else:
+                e = 0.0
+                level = fc
+                dlev = 0.0
+            F = -th * level
+            dF = -(1.0 - th * th) * inv_eps * level - th * dlev
+            step = (f - F) / (1.0 - dF * g)
+            f -= step
+            if abs(step) <= 1e-12 * (1.0 + abs(f)):
+                break
+        f = F  # consistent with the last evaluation (step was negligible)
+        xi = base + Gf * f
+        if sensitivities:
+            if jc >= 0:
+                Fp[jc] = -th
+            if js >= 0:
+                Fp[js] = -th * e
+                Fp[jv] = -th * fs * e * abs(w) * inv_vs * inv_vs
+            Sv = xi[n:].reshape(n_p, n)
+            df = (dF * Sv[:, 0] + Fp) / (1.0 - dF * g)
+            Sv += df[:, None] * Bd_row
+    return X
 
 
 def _compiled_steps(s: DriveStructure, p: dict[str, float], names: list[str], Ad, Bd, dAd, Gam, w_in, Gf,

@@ -23,11 +23,11 @@ import concurrent.futures as cf
 import math
 import multiprocessing
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.optimize
 
 from identification.estimation.blas import limit_blas_to_one_thread, single_thread_blas
 from identification.estimation.identifiability import (
@@ -35,16 +35,18 @@ from identification.estimation.identifiability import (
     ProfileResult,
     analyze_identifiability,
 )
-from identification.estimation.profile_likelihood import ProfileLikelihoodResult, profile_likelihood_intervals
-from identification.estimation.residual_adequacy import IntervalReport, interval_report, residual_adequacy
-from identification.models.drive_models import (
-    DEFAULT_BOUNDS,
-    PARAM_UNITS,
-    DriveStructure,
-    all_structures,
-    parse_name,
+from identification.estimation.residual_adequacy import IntervalReport
+from identification.models.drive_models import DEFAULT_BOUNDS, DriveStructure, all_structures, parse_name
+from identification.models.drive_simulation import DEFAULT_FRICTION_EPS
+from identification.selection.chosen_model import chosen_intervals, chosen_traces, profile_chosen
+from identification.selection.fitting import (
+    FitResult,
+    Run,
+    _Scaling,
+    as_run,
+    fit_structure,
+    simulate_run,
 )
-from identification.models.drive_simulation import DEFAULT_FRICTION_EPS, StepInput, prepare_input, simulate
 
 __all__ = [
     "FitResult",
@@ -53,210 +55,10 @@ __all__ = [
     "fit_structure",
     "select_model",
     "as_run",
+    "chosen_intervals",
+    "profile_chosen",
+    "simulate_run",
 ]
-
-Run = tuple  # (u, y, dt) or (t, u, y, dt)
-
-
-def as_run(run: Run) -> tuple[np.ndarray, np.ndarray, float]:
-    """Accept ``(u, y, dt)`` or ``(t, u, y, dt)`` (as returned by ``daq.crane_experiment.crane_arrays``)."""
-    if len(run) == 4:
-        _, u, y, dt = run
-    elif len(run) == 3:
-        u, y, dt = run
-    else:
-        raise ValueError("a run is (u, y, dt) or (t, u, y, dt)")
-    u = np.asarray(u, dtype=float).ravel()
-    y = np.asarray(y, dtype=float).ravel()
-    if u.size != y.size:
-        raise ValueError("input and output of a run differ in length")
-    return u, y, float(dt)
-
-
-# ---------------------------------------------------------------------------------- parametrisation
-class _Scaling:
-    """Map the box [0, 1]^n_p to the bounds; log-scaled where lo > 0 and hi/lo >= 10."""
-
-    def __init__(self, names: Sequence[str], bounds: dict[str, tuple[float, float]]):
-        self.names = list(names)
-        self.lo = np.array([float(bounds[n][0]) for n in names])
-        self.hi = np.array([float(bounds[n][1]) for n in names])
-        if np.any(self.hi <= self.lo):
-            bad = [n for n, a, b in zip(names, self.lo, self.hi, strict=True) if b <= a]
-            raise ValueError(f"bounds need lo < hi for {bad}")
-        self.log = (self.lo > 0) & (self.hi / np.where(self.lo > 0, self.lo, 1.0) >= 10.0)
-        safe_lo = np.where(self.lo > 0, self.lo, 1.0)
-        self.ratio = np.where(self.log, np.log(np.where(self.log, self.hi / safe_lo, 2.0)), 0.0)
-
-    def to_p(self, th: np.ndarray) -> np.ndarray:
-        lin = self.lo + th * (self.hi - self.lo)
-        lg = self.lo * np.exp(th * self.ratio)
-        return np.where(self.log, lg, lin)
-
-    def dp_dth(self, th: np.ndarray) -> np.ndarray:
-        return np.where(self.log, self.to_p(th) * self.ratio, self.hi - self.lo)
-
-    def to_th(self, p: np.ndarray) -> np.ndarray:
-        p = np.clip(p, self.lo, self.hi)
-        lin = (p - self.lo) / (self.hi - self.lo)
-        lg = np.log(np.where(self.log, p / np.where(self.lo > 0, self.lo, 1.0), 1.0)) / np.where(
-            self.log, self.ratio, 1.0)
-        return np.clip(np.where(self.log, lg, lin), 0.0, 1.0)
-
-    @property
-    def ranges(self) -> np.ndarray:
-        return self.hi - self.lo
-
-
-# ---------------------------------------------------------------------------------------- fitting
-@dataclass
-class FitResult:
-    structure: DriveStructure
-    params: dict[str, float]
-    cost: float  # 0.5 * sum of squared residuals (training, after `skip`)
-    fit: float  # 1 - NRMSE on training
-    S: np.ndarray  # output sensitivity at the optimum (training samples used in the cost)
-    sigma2: float  # residual variance estimate
-    n_evals: int
-    n_starts: int
-    start_costs: list[float]
-    at_bound: list[str]
-    std_errors: dict[str, float] = field(default_factory=dict)  # SI, from the Fisher matrix (eq. 9 unscaled)
-
-
-def _nrmse(e: np.ndarray, y: np.ndarray) -> float:
-    den = np.linalg.norm(y - y.mean())
-    return float(np.linalg.norm(e) / den) if den > 0 else float("inf")
-
-
-class _Problem:
-    """Residuals and Jacobian in the scaled coordinates, with one cached simulation per point."""
-
-    def __init__(self, structure, inp: StepInput, y: np.ndarray, scaling: _Scaling, skip: int,
-                 friction_eps: float, fixed: dict[str, float] | None = None):
-        self.s = structure
-        self.inp = inp
-        self.y = y
-        self.sc = scaling
-        self.skip = skip
-        self.eps = friction_eps
-        self.fixed = dict(fixed or {})
-        self.free = [j for j, n in enumerate(scaling.names) if n not in self.fixed]
-        self._key = None
-        self._val = None
-        self.n_evals = 0
-
-    def params(self, th_free: np.ndarray) -> dict[str, float]:
-        p = self.sc.to_p(np.clip(self._expand(th_free), 0, 1))
-        out = {n: float(v) for n, v in zip(self.sc.names, p, strict=True)}
-        out.update(self.fixed)
-        return out
-
-    def _expand(self, th_free: np.ndarray) -> np.ndarray:
-        th = np.full(len(self.sc.names), 0.5)
-        th[self.free] = th_free
-        return th
-
-    def _eval(self, th_free: np.ndarray):
-        key = th_free.tobytes()
-        if key != self._key:
-            p = self.params(th_free)
-            r = simulate(self.s, p, self.inp, sensitivities=True, friction_eps=self.eps)
-            n = min(r.y.size, self.y.size)
-            res = (r.y[:n] - self.y[:n])[self.skip:]
-            J = r.S[:n][self.skip:][:, self.free] * self.sc.dp_dth(self._expand(th_free))[self.free]
-            bad = not (np.all(np.isfinite(res)) and np.all(np.isfinite(J)))
-            if bad:
-                res = np.full_like(res, 1e3)
-                J = np.zeros_like(J)
-            self._key, self._val = key, (res, J, r.S[:n][self.skip:])
-            self.n_evals += 1
-        return self._val
-
-    def fun(self, th_free):
-        return self._eval(th_free)[0]
-
-    def jac(self, th_free):
-        return self._eval(th_free)[1]
-
-
-def _starts(n_p: int, n_starts: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Centre of the (scaled) box, then Latin-hypercube points in [0.1, 0.9]."""
-    out = [np.full(n_p, 0.5)]
-    m = max(n_starts - 1, 0)
-    if m:
-        cut = (np.arange(m)[:, None] + rng.random((m, n_p))) / m
-        for j in range(n_p):
-            cut[:, j] = rng.permutation(cut[:, j])
-        out += list(0.1 + 0.8 * cut)
-    return out[:max(n_starts, 1)]
-
-
-def fit_structure(structure: DriveStructure | str, u: np.ndarray, y: np.ndarray, dt: float,
-                  bounds: dict[str, tuple[float, float]] | None = None, *, n_starts: int = 4, seed: int = 0,
-                  decimate: int = 5, skip: int = 0, friction_eps: float = DEFAULT_FRICTION_EPS,
-                  max_nfev: int = 60, fixed: dict[str, float] | None = None,
-                  start: dict[str, float] | None = None, xtol: float = 1e-10) -> FitResult:
-    """Fit one candidate on a run: multistart ``least_squares`` (TRF, box bounds) with sensitivity Jacobian.
-
-    The model runs on the step ``decimate*dt``; the output is compared at the same instants
-    (``y[::decimate]``). Parameters in ``fixed`` are held; ``start`` (physical values) replaces
-    the first start point.
-    """
-    s = parse_name(structure) if isinstance(structure, str) else structure
-    bounds = {**DEFAULT_BOUNDS, **(bounds or {})}
-    inp = prepare_input(u, dt, decimate)
-    yd = np.asarray(y, dtype=float)[::decimate][: inp.n_steps]
-    sc = _Scaling(s.param_names, bounds)
-    prob = _Problem(s, inp, yd, sc, skip, friction_eps, fixed)
-    n_free = len(prob.free)
-    rng = np.random.default_rng(seed)
-    best = None
-    start_costs = []
-    if n_free == 0:
-        res0 = prob.fun(np.zeros(0))
-        best_th = np.zeros(0)
-        best_cost = 0.5 * float(res0 @ res0)
-        start_costs.append(best_cost)
-    else:
-        starts = _starts(n_free, n_starts, rng)
-        if start is not None:
-            starts[0] = sc.to_th(np.array([start.get(n, 0.5 * (sc.lo[j] + sc.hi[j]))
-                                           for j, n in enumerate(sc.names)]))[prob.free]
-        for th0 in starts:
-            try:
-                r = scipy.optimize.least_squares(prob.fun, th0, jac=prob.jac, bounds=(0.0, 1.0), method="trf",
-                                                 x_scale="jac", max_nfev=max_nfev, xtol=xtol, ftol=xtol)
-                cost = float(r.cost)
-                th = r.x
-            except (ValueError, np.linalg.LinAlgError, FloatingPointError):
-                cost, th = math.inf, th0
-            start_costs.append(cost)
-            if best is None or cost < best[0]:
-                best = (cost, th)
-        best_cost, best_th = best
-    res, _, S = prob._eval(np.asarray(best_th, dtype=float))
-    params = prob.params(best_th)
-    n_used = res.size
-    n_free_p = max(n_used - n_free, 1)
-    y_used = yd[: n_used + skip][skip:]
-    th_full = sc.to_th(np.array([params[n] for n in sc.names]))
-    at_bound = [n for n, v in zip(sc.names, th_full, strict=True)
-                if n not in prob.fixed and (v <= 1e-6 or v >= 1 - 1e-6)]
-    return FitResult(structure=s, params=params, cost=float(best_cost), fit=1.0 - _nrmse(res, y_used), S=S,
-                     sigma2=float(res @ res) / n_free_p, n_evals=prob.n_evals, n_starts=len(start_costs),
-                     start_costs=start_costs, at_bound=at_bound)
-
-
-def simulate_run(structure: DriveStructure, params: dict[str, float], u: np.ndarray, y: np.ndarray,
-                 dt: float, decimate: int, friction_eps: float = DEFAULT_FRICTION_EPS
-                 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """Model output on the run's decimated grid; returns (t, y_model, 1 - NRMSE)."""
-    inp = prepare_input(u, dt, decimate)
-    r = simulate(structure, params, inp, sensitivities=False, friction_eps=friction_eps)
-    yd = np.asarray(y, dtype=float)[::decimate][: inp.n_steps]
-    n = min(yd.size, r.y.size)
-    return r.t[:n], r.y[:n], 1.0 - _nrmse(r.y[:n] - yd[:n], yd[:n])
 
 
 # ------------------------------------------------------------------------------------- selection
@@ -312,6 +114,8 @@ class SelectionResult:
     # kept for plots: decimated traces of the chosen model
     traces: dict = field(default_factory=dict)
     intervals: IntervalReport | None = None  # the chosen model's model-based and robust intervals, adequacy
+    refined: list[CandidateResult] = field(default_factory=list)  # the close rivals refitted on the fine step
+    stages: dict = field(default_factory=dict)  # stage -> {"seconds": wall, "cpu_seconds": cpu}
 
     @property
     def chosen_name(self) -> str | None:
@@ -334,6 +138,8 @@ class SelectionResult:
             "intervals": self.intervals.to_dict() if self.intervals else None,
             "settings": _jsonable(self.settings),
             "seconds": self.seconds,
+            "refined": [c.to_dict() for c in self.refined],
+            "stages": _jsonable(self.stages),
         }
 
     def format_table(self) -> str:
@@ -356,6 +162,13 @@ class SelectionResult:
         lines.append(f"accepted when: min PII >= {100 * s.get('min_pii_ratio', nan):g} % of the largest, "
                      f"every scaled condition index < {s.get('max_condition_index', nan):g}, "
                      f"validation fit >= {100 * s.get('min_validation_fit', nan):g} %")
+        if self.refined:
+            rivals = ", ".join(f"{c.name} valid {100 * c.valid_fit:.3f} % "
+                               f"({'accepted' if c.accepted else 'rejected'})" for c in self.refined)
+            lines.append(f"close rivals refitted on the {1e3 * s.get('model_step', nan):.3g} ms step "
+                         f"(the choice is made there): {rivals}")
+        if self.stages:
+            lines.append("stages: " + ", ".join(f"{k} {v['seconds']:.1f} s" for k, v in self.stages.items()))
         if self.chosen is not None:
             lines.append(f"parameters of {self.chosen.name} (+- one standard error):")
             for name, value in self.chosen.params.items():
@@ -386,13 +199,15 @@ def _jsonable(d):
     return d
 
 
-def _evaluate_candidate(structure: DriveStructure, train, valid, bounds, opts: dict) -> CandidateResult:
-    """Fit, identifiability and validation of one candidate (runs in a worker process)."""
+def _evaluate_candidate(structure: DriveStructure, train, valid, bounds, opts: dict,
+                        start: dict[str, float] | None = None) -> CandidateResult:
+    """Fit, identifiability and validation of one candidate (runs in a worker process); ``start``: the
+    single start point of a refit (physical values), else the multistart of ``opts``."""
     t0 = time.perf_counter()
     u, y, dt = train
-    fit = fit_structure(structure, u, y, dt, bounds, n_starts=opts["n_starts"], seed=opts["seed"],
-                        decimate=opts["decimate"], skip=opts["skip"], friction_eps=opts["friction_eps"],
-                        max_nfev=opts["max_nfev"])
+    fit = fit_structure(structure, u, y, dt, bounds, n_starts=1 if start else opts["n_starts"],
+                        seed=opts["seed"], decimate=opts["decimate"], skip=opts["skip"],
+                        friction_eps=opts["friction_eps"], max_nfev=opts["max_nfev"], start=start)
     sc = _Scaling(structure.param_names, {**DEFAULT_BOUNDS, **bounds})
     idf = analyze_identifiability(fit.S, sc.ranges, structure.param_names, sigma2=fit.sigma2,
                                   min_pii_ratio=opts["min_pii_ratio"],
@@ -418,6 +233,14 @@ def _candidate_task(args: tuple) -> CandidateResult:
     return _evaluate_candidate(*args)
 
 
+def _details_task(args: tuple):
+    """The chosen model's intervals (with both checks) and its traces (runs on the executor)."""
+    chosen, train, valid, bounds, opts = args
+    with single_thread_blas():
+        return (chosen_intervals(chosen, train, valid, bounds, opts),
+                chosen_traces(chosen, train, valid, opts["decimate"], opts["friction_eps"]))
+
+
 def _choose(cands: list[CandidateResult], parsimony_tol: float) -> CandidateResult | None:
     acc = [c for c in cands if c.accepted and math.isfinite(c.valid_cost)]
     if not acc:
@@ -429,6 +252,103 @@ def _choose(cands: list[CandidateResult], parsimony_tol: float) -> CandidateResu
     return min(near, key=lambda c: (c.structure.n_params, c.valid_cost))
 
 
+
+
+def _default_clock() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+class _Stages:
+    """Wall and CPU seconds per stage of a selection, from ``clock() -> (wall, cpu)``."""
+
+    def __init__(self, clock: Callable[[], tuple[float, float]] | None):
+        self.clock = clock or _default_clock
+        self.seconds: dict[str, dict[str, float]] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        w0, c0 = self.clock()
+        try:
+            yield
+        finally:
+            w1, c1 = self.clock()
+            self.seconds[name] = {"seconds": w1 - w0, "cpu_seconds": c1 - c0}
+
+
+class _SpawnPool:
+    """A process pool for one selection when the caller gave no executor (spawn, not fork: the caller may
+    hold threads - asyncio executors, ZeroMQ I/O, BLAS pools - whose locks a forked child would inherit
+    locked and wait on forever)."""
+
+    def __init__(self, n_jobs: int):
+        self.n_jobs = int(n_jobs)
+        self._pool: cf.ProcessPoolExecutor | None = None
+
+    def imap_unordered(self, fn, items):
+        if self._pool is None:
+            self._pool = cf.ProcessPoolExecutor(max_workers=self.n_jobs, initializer=limit_blas_to_one_thread,
+                                                mp_context=multiprocessing.get_context("spawn"))
+        futs = {self._pool.submit(fn, item): i for i, item in enumerate(items)}
+        for f in cf.as_completed(futs):
+            yield futs[f], f.result()
+
+    def map(self, fn, items) -> list:
+        items = list(items)
+        out: list = [None] * len(items)
+        for i, r in self.imap_unordered(fn, items):
+            out[i] = r
+        return out
+
+    __call__ = map
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def _serial_map(fn, items) -> list:
+    with single_thread_blas():
+        return [fn(item) for item in items]
+
+
+def _stream(executor, fn, items: list) -> Iterator:
+    """Results of ``fn`` over ``items`` as they complete (``imap_unordered``) or in order (``map``)."""
+    if hasattr(executor, "imap_unordered"):
+        return (r for _, r in executor.imap_unordered(fn, items))
+    return iter(getattr(executor, "map", executor)(fn, items))
+
+
+def _screen(structs, train, valid, bounds, opts, executor, progress) -> list[CandidateResult]:
+    """Every candidate fitted on the coarse step, in the order given back."""
+    results: list[CandidateResult] = []
+    # expensive (nonlinear, many parameters) first for load balance
+    order = sorted(structs, key=lambda s: (not s.nonlinear, -s.n_params))
+    for r in _stream(executor, _candidate_task, [(s, train, valid, bounds, opts) for s in order]):
+        results.append(r)
+        if progress:
+            progress(len(results), len(structs), r)
+    rank = {s: i for i, s in enumerate(structs)}
+    return sorted(results, key=lambda r: rank[r.structure])
+
+
+def _rivals(results: list[CandidateResult], chosen: CandidateResult, rival_tol: float,
+            max_rivals: int) -> list[CandidateResult]:
+    """The coarse choice and the accepted candidates whose validation cost is within ``1 + rival_tol`` of
+    the best accepted one (cheapest first), at most ``max_rivals`` in all."""
+    acc = sorted((c for c in results if c.accepted and math.isfinite(c.valid_cost)),
+                 key=lambda c: c.valid_cost)
+    near = [c for c in acc if c is not chosen and c.valid_cost <= acc[0].valid_cost * (1.0 + rival_tol)]
+    return ([chosen] + near)[:max(1, int(max_rivals))]
+
+
+def _refit(rivals, train, valid, bounds, opts, executor) -> list[CandidateResult]:
+    """The rivals refitted on the fine step of ``opts``, each from its coarse estimate."""
+    items = [(c.structure, train, valid, bounds, opts, c.params) for c in rivals]
+    rank = {c.structure: i for i, c in enumerate(rivals)}
+    return sorted(_stream(executor, _candidate_task, items), key=lambda r: rank[r.structure])
+
+
 def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] | None = None, *,
                  candidates: Sequence[DriveStructure | str] | None = None, n_starts: int = 3, seed: int = 0,
                  min_pii_ratio: float = 0.01, max_condition_index: float = 30.0,
@@ -436,165 +356,64 @@ def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] 
                  skip: int = 0, friction_eps: float = DEFAULT_FRICTION_EPS, max_nfev: int = 60,
                  profile: bool = True, profile_points: int = 9,
                  progress: Callable[[int, int, CandidateResult], None] | None = None,
-                 n_jobs: int = 2, executor=None) -> SelectionResult:
-    """Fit all candidates (default: the 96 of the kit), check identifiability, validate, choose.
+                 n_jobs: int = 2, executor=None, refit_decimate: int | None = 1, rival_tol: float = 0.05,
+                 max_rivals: int = 4, clock: Callable[[], tuple[float, float]] | None = None
+                 ) -> SelectionResult:
+    """Screen all candidates (default: the 96 of the kit) on the step ``decimate * dt``: fit, check
+    identifiability, validate. Then refit the coarse choice and its close rivals (:func:`_rivals`) on the
+    step ``refit_decimate * dt`` (default: the data's own; ``None``: no refit) and choose among them: the
+    chosen model's estimate, intervals, profiles and traces are those of the fine step, where the time
+    step no longer biases them.
 
-    ``progress(done, total, candidate_result)`` is called in this process after each candidate.
-    ``executor`` (e.g. ``daq.run.executor.make_executor(...)``: a local pool or a Dask cluster) runs
-    the candidates and the profile likelihood; it needs ``map(fn, items)`` and may offer
+    ``progress(done, total, candidate_result)`` is called in this process after each screened candidate.
+    ``executor`` (e.g. ``daq.executor.make_executor(...)``: a local pool or a Dask cluster) runs
+    the candidates, the refits and the profile likelihood; it needs ``map(fn, items)`` and may offer
     ``imap_unordered`` (then progress is reported as candidates finish). Without one,
-    ``n_jobs > 1`` spreads candidates over a process pool here.
+    ``n_jobs > 1`` spreads them over a process pool here. ``clock() -> (wall, cpu)`` times the stages
+    (default: this process's clocks).
     """
     t0 = time.perf_counter()
-    train = as_run(train)
-    valid = as_run(valid)
+    train, valid = as_run(train), as_run(valid)
     bounds = {k: (float(v[0]), float(v[1])) for k, v in {**DEFAULT_BOUNDS, **(bounds or {})}.items()}
     structs = [parse_name(c) if isinstance(c, str) else c for c in (candidates or all_structures())]
     opts = dict(n_starts=int(n_starts), seed=int(seed), min_pii_ratio=float(min_pii_ratio),
                 max_condition_index=float(max_condition_index), min_validation_fit=float(min_validation_fit),
                 decimate=int(decimate), skip=int(skip), friction_eps=float(friction_eps),
                 max_nfev=int(max_nfev))
-    results: list[CandidateResult] = []
-    total = len(structs)
-    # expensive (nonlinear, many parameters) first for load balance
-    order = sorted(structs, key=lambda s: (not s.nonlinear, -s.n_params))
-    if executor is not None:
-        items = [(s, train, valid, bounds, opts) for s in order]
-        if hasattr(executor, "imap_unordered"):
-            stream = (r for _, r in executor.imap_unordered(_candidate_task, items))
-        else:
-            stream = iter(getattr(executor, "map", executor)(_candidate_task, items))
-        for r in stream:
-            results.append(r)
-            if progress:
-                progress(len(results), total, r)
-    elif n_jobs > 1 and total > 1:
-        # spawn, not fork: the caller may hold threads (asyncio executors, ZeroMQ I/O threads, BLAS
-        # pools) whose locks a forked child would inherit in a locked state and wait on forever
-        ctx = multiprocessing.get_context("spawn")
-        with cf.ProcessPoolExecutor(max_workers=int(n_jobs),
-                                         initializer=limit_blas_to_one_thread, mp_context=ctx) as ex:
-            futs = [ex.submit(_evaluate_candidate, s, train, valid, bounds, opts) for s in order]
-            for f in cf.as_completed(futs):
-                r = f.result()
-                results.append(r)
-                if progress:
-                    progress(len(results), total, r)
-    else:
-        with single_thread_blas():
-            for s in order:
-                r = _evaluate_candidate(s, train, valid, bounds, opts)
-                results.append(r)
-                if progress:
-                    progress(len(results), total, r)
-    rank = {s: i for i, s in enumerate(structs)}
-    results.sort(key=lambda r: rank[r.structure])
-    chosen = _choose(results, float(parsimony_tol))
-    prof = None
+    fine_dec = int(refit_decimate) if refit_decimate else int(decimate)
+    fine = dict(opts, decimate=fine_dec, skip=int(skip) * int(decimate) // fine_dec)
+    stage = _Stages(clock)
+    pool = executor or (_SpawnPool(n_jobs) if n_jobs > 1 and len(structs) > 1 else _serial_map)
+    refined: list[CandidateResult] = []
+    prof = intervals = None
     traces: dict = {}
-    intervals = None
-    with single_thread_blas():
-        if chosen is not None:
-            traces, prof = _chosen_details(chosen, train, valid, bounds, opts, decimate, friction_eps,
-                                           profile, profile_points, executor)
-            intervals = chosen_intervals(chosen, train, valid, bounds, opts)
-            if prof is not None and intervals is not None:
-                prof.graded = bool(intervals.intervals_valid)  # identifiable only with valid intervals
-    settings = dict(opts, parsimony_tol=float(parsimony_tol), bounds={k: list(v) for k, v in bounds.items()},
-                    n_candidates=total, n_jobs=int(n_jobs))
-    return SelectionResult(candidates=results, chosen=chosen, profile=prof, settings=settings,
-                           seconds=time.perf_counter() - t0, traces=traces, intervals=intervals)
-
-
-def chosen_intervals(chosen: CandidateResult | FitResult, train, valid, bounds, opts: dict,
-                     level: float = 0.95, lags: int = 25, adequacy_step: float = 5e-4) -> IntervalReport:
-    """Model-based and robust intervals of ``chosen`` (its training fit) with the adequacy check on the
-    validation run and the time-step check (the model on ``decimate * dt`` against the same model on
-    ``dt``, at the estimate, on the training input). ``opts``: decimate, skip, friction_eps.
-
-    The residuals are judged on a grid of ``adequacy_step`` (at least the model step): the speed the drive
-    differences from encoder counts has sample-to-sample correlated quantisation noise (at 10 kHz a count
-    is 0.06 rad/s), which is the sensor's and is absorbed by the robust covariance."""
-    s = chosen.structure
-    dec, skip, eps = int(opts["decimate"]), int(opts["skip"]), float(opts["friction_eps"])
-    u, y, dt = as_run(train)
-    uv, yv, dtv = as_run(valid)
-    names = s.param_names
-    sc = _Scaling(names, {**DEFAULT_BOUNDS, **bounds})
-    inp = prepare_input(u, dt, dec)
-    prob = _Problem(s, inp, y[::dec][: inp.n_steps], sc, skip, eps)
-    values = np.array([chosen.params[n] for n in names])
-    res, _, S = prob._eval(sc.to_th(values))
-    _, ymv, _ = simulate_run(s, chosen.params, uv, yv, dtv, dec, eps)
-    ev = (ymv - yv[::dec][: ymv.size])[skip:]
-    u_grid = prepare_input(uv, dtv, dec).held(0.0)[0][: ymv.size][skip:]
-    stride = max(1, int(round(adequacy_step / (dec * dt))))
-    adequacy = residual_adequacy(ev, u_grid, lags=lags, level=1.0 - level, stride=stride)
-    step_error, note = None, ""
-    if dec > 1:
-        fine = simulate(s, chosen.params, prepare_input(u, dt, 1), sensitivities=False, friction_eps=eps)
-        n = min(inp.n_steps, fine.y[::dec].size)
-        coarse = res + y[::dec][: inp.n_steps][skip:][: res.size]  # the model output on the coarse step
-        step_error = (coarse[: n - skip] - fine.y[::dec][skip:n])
-        note = (f"decimate = {dec} (model step {1e3 * dec * dt:.3g} ms); fit with decimate = 1 for valid "
-                "intervals")
-    return interval_report(names, values, S, res, adequacy, level=level, units=PARAM_UNITS,
-                           step_error=step_error, step_note=note)
-
-
-def _chosen_details(chosen, train, valid, bounds, opts, decimate, friction_eps, profile, profile_points,
-                    executor=None):
-    """Decimated traces of the chosen model and its profile likelihood."""
-    prof = None
-    u, y, dt = train
-    uv, yv, dtv = valid
-    tt, yt, _ = simulate_run(chosen.structure, chosen.params, u, y, dt, decimate, friction_eps)
-    tv, yvm, _ = simulate_run(chosen.structure, chosen.params, uv, yv, dtv, decimate, friction_eps)
-    traces = {"train": (tt, y[::decimate][: tt.size], yt), "valid": (tv, yv[::decimate][: tv.size], yvm)}
-    if profile:
-        prof = profile_chosen(chosen, train, bounds, opts, n_grid=profile_points, executor=executor)
-    return traces, prof
-
-
-class _ProfileRefit:
-    """Re-fit of the chosen structure with one parameter held (picklable: runs on the executor)."""
-
-    def __init__(self, structure: DriveStructure, train, bounds, opts: dict):
-        self.s, self.train, self.bounds, self.opts = structure, train, bounds, opts
-
-    def __call__(self, j: int, value: float, start: np.ndarray) -> tuple[float, np.ndarray]:
-        u, y, dt = self.train
-        names = self.s.param_names
-        o = self.opts
-        r = fit_structure(self.s, u, y, dt, self.bounds, n_starts=1, decimate=o["decimate"], skip=o["skip"],
-                          friction_eps=o["friction_eps"], max_nfev=25, fixed={names[j]: value},
-                          start={n: float(v) for n, v in zip(names, start, strict=True)})
-        return r.cost, np.array([r.params[n] for n in names])
-
-
-def profile_chosen(chosen: CandidateResult, train, bounds, opts: dict, n_grid: int = 9,
-                   executor=None) -> ProfileLikelihoodResult:
-    """Profile likelihood of every parameter of ``chosen`` on the training run.
-
-    Traced from the optimum outwards (:mod:`identification.estimation.profile_likelihood`) with warm-started
-    re-fits, at most ``n_grid`` steps per side plus one refinement of each crossing, until the 95 %
-    likelihood-ratio threshold (chi-square, 1 dof; sigma^2 from the residuals of thousands of samples,
-    so F(1, n-p) differs by < 0.1 %) is crossed or a bound is hit; Fisher intervals (normal quantile)
-    from the sensitivity matrix at the optimum. The residuals are treated as white, so the intervals
-    are as narrow as that assumption makes them.
-    """
-    u, y, dt = train
-    s = chosen.structure
-    names = s.param_names
-    base = fit_structure(s, u, y, dt, bounds, n_starts=1, decimate=opts["decimate"], skip=opts["skip"],
-                         friction_eps=opts["friction_eps"], max_nfev=opts["max_nfev"], start=chosen.params)
-    est = np.array([base.params[n] for n in names])
-    n_used, n_p = base.S.shape
     try:
-        cov = base.sigma2 * np.linalg.inv(base.S.T @ base.S)
-        se = np.sqrt(np.where(np.diag(cov) > 0, np.diag(cov), np.nan))
-    except np.linalg.LinAlgError:
-        se = np.full(n_p, np.nan)
-    return profile_likelihood_intervals(
-        _ProfileRefit(s, train, bounds, opts), est, [bounds[n] for n in names], base.cost, base.sigma2, names,
-        fisher_se=se, max_steps=n_grid, refine=2, executor=executor)
+        with stage("selection"):
+            results = _screen(structs, train, valid, bounds, opts, pool, progress)
+            chosen = _choose(results, float(parsimony_tol))
+        if chosen is not None and fine_dec != int(decimate):
+            with stage("refit"):
+                refined = _refit(_rivals(results, chosen, rival_tol, max_rivals), train, valid, bounds, fine,
+                                 pool)
+                chosen = _choose(refined, float(parsimony_tol))
+            if chosen is None:  # no rival holds up on the fine step: report the coarse choice as before
+                chosen, fine = _choose(results, float(parsimony_tol)), opts
+        if chosen is not None:
+            with stage("adequacy"):  # intervals, adequacy and time-step checks, traces: one task
+                intervals, traces = getattr(pool, "map", pool)(_details_task, [(chosen, train, valid, bounds,
+                                                                                fine)])[0]
+            with stage("profiles"):
+                if profile:
+                    prof = profile_chosen(chosen, train, bounds, fine, n_grid=profile_points,
+                                          executor=None if pool is _serial_map else pool)
+                    prof.graded = bool(intervals.intervals_valid)  # identifiable only with valid intervals
+    finally:
+        if isinstance(pool, _SpawnPool):
+            pool.close()
+    h = float(train[2]) * fine["decimate"]
+    settings = dict(opts, parsimony_tol=float(parsimony_tol), bounds={k: list(v) for k, v in bounds.items()},
+                    n_candidates=len(structs), n_jobs=int(n_jobs), refit_decimate=fine["decimate"],
+                    model_step=h, rival_tol=float(rival_tol), max_rivals=int(max_rivals))
+    return SelectionResult(candidates=results, chosen=chosen, profile=prof, settings=settings,
+                           seconds=time.perf_counter() - t0, traces=traces, intervals=intervals,
+                           refined=refined, stages=stage.seconds)

@@ -67,6 +67,8 @@ class CraneTruth:
         for name, value in d.items():
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError(f"crane truth: {name} must be a number, got {value!r}")
+            if known[name].type in ("int", int) and not float(value).is_integer():
+                raise ValueError(f"{name} must be a whole number, got {value!r}")
             kwargs[name] = int(value) if known[name].type in ("int", int) else float(value)
         truth = cls(**kwargs)
         truth.validate()

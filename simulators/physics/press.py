@@ -81,6 +81,9 @@ class PressTruth:
         unknown = sorted(set(d) - names)
         if unknown:
             raise ValueError(f"unknown PressTruth keys: {unknown}")
+        if "friction_n" in d and not float(d["friction_n"]).is_integer():
+            raise ValueError(f"friction_n must be a whole number (a count of stop operators), got "
+                             f"{d['friction_n']!r}")
         kw = {k: (int(v) if k == "friction_n" else float(v)) for k, v in d.items()}
         truth = cls(**kw)
         for k in ("k5", "k7", "k_lever", "k_guide", "k_joint", "friction_scale", "q_max"):

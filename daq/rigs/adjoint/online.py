@@ -25,13 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from daq.bus.frames import Event, Frame
-from daq.online.estimates import Emit, OnlineEstimates
+from daq.online.estimates import Emit, OnlineEstimates, start_online
 from daq.online.estimates import publisher_emit as _publisher_emit
 from daq.rigs import parse_config
 from daq.rigs.adjoint.config import OUTPUTS, AdjointRigConfig
 from daq.rigs.adjoint.design import fisher_std, lagged_mean, nominal_values, nuisance_starts, problem_of
 from daq.rigs.base import RunContext
-from daq.rigs.drive import DriveRigDevices, ReceivedTrajectory, TrajectoryReceiver, start_online
+from daq.rigs.drive import DriveRigDevices, ReceivedTrajectory, TrajectoryReceiver
 
 #: SI units of the parameters the drive rigs identify (for the event body and `hil watch`).
 PARAM_UNITS = {"m1": "kg", "m2": "kg", "c1": "N/m", "c2": "N/m", "d1": "N*s/m", "d2": "N*s/m",

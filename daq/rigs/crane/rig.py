@@ -8,11 +8,14 @@ drive's 10 kHz, one trajectory per role between ``trajectory_start``/``trajector
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from daq.executor import make_executor
+from daq.online.estimates import start_online
 from daq.rigs import drive
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, RunContext
@@ -28,7 +31,6 @@ from daq.rigs.crane.config import (
 )
 from daq.rigs.crane.online import TOPICS, CraneOnlineIdentifier
 from daq.rigs.excitation import ROLES, design_excitation
-from daq.run.executor import make_executor
 from daq.store.reader import SessionReader
 from identification.models.drive_models import PARAM_UNITS
 
@@ -92,6 +94,22 @@ def report_text(result) -> str:
     return text
 
 
+def stage_clock() -> tuple[float, float]:
+    """Wall seconds and the CPU seconds of this process and its live children (the executor's local
+    workers), so that a stage's CPU time counts the work it handed out; a remote Dask cluster's is not in
+    it."""
+    import psutil  # lazy: only an analysis times its stages (psutil comes with dask.distributed)
+
+    me = psutil.Process()
+    cpu = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        try:
+            cpu += sum(child.cpu_times()[:2])
+        except psutil.Error:  # ended between the listing and the reading
+            pass
+    return time.perf_counter(), cpu
+
+
 # ----------------------------------------------------------------------------------------- the rig
 
 
@@ -139,7 +157,7 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
         online = None
         if ctx.config.online.enabled:
             settings = online_settings(ctx.config)
-            online = await drive.start_online(ctx, ONLINE_STREAM, TOPICS,
+            online = await start_online(ctx, ONLINE_STREAM, TOPICS,
                                               lambda emit: CraneOnlineIdentifier(settings, emit),
                                               "crane online identifier")
         t_end = 0.0  # end of the last published trace: time bases never overlap
@@ -168,10 +186,11 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
         if progress is not None:  # show the bar at once: the first candidates take a while
             progress(0, len(opts["candidates"]), "fitting candidate models")
         bounds = opts.pop("bounds")
-        # candidates and profile-likelihood directions are independent fits: both go through the executor
+        # candidates, the refits of the close rivals and the profile-likelihood directions are independent
+        # fits: all go through the executor (a Dask cluster speeds up the whole analysis)
         with make_executor(cfg.model_selection.scheduler, opts["n_jobs"]) as ex:
             return select_model(arrays["training"], arrays["validation"], bounds, progress=progress,
-                                executor=ex, **opts)
+                                executor=ex, clock=stage_clock, **opts)
 
     def report_text(self, result: SelectionResult) -> str:
         return report_text(result)
@@ -179,7 +198,11 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
     def plots(self, result: SelectionResult, arrays: CraneRuns, folder: Path) -> list[Path]:
         from daq.rigs.crane.plots import write_plots  # lazy: scipy and matplotlib
 
-        return write_plots(result, folder)
+        w0, c0 = stage_clock()
+        files = write_plots(result, folder)
+        w1, c1 = stage_clock()
+        result.stages["plots"] = {"seconds": w1 - w0, "cpu_seconds": c1 - c0}
+        return files
 
 
 RIG = CraneRig()

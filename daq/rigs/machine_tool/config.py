@@ -12,8 +12,8 @@ from msgspec import Meta
 from msgspec import field as sfield
 
 from daq.config.load import Invalid, to_dict
-from daq.config.schema import Hz, Port, RigConfig, Seed, Table, Timeout
-from drivers.modal_frontend import ModalFrontEnd
+from daq.config.schema import Hz, RigConfig, Seed, Table
+from drivers.modal_frontend import FrontEndSettings, ModalFrontEnd
 from identification.models.machine_tool_model import MachineTool, MachineToolConstants, as_vector
 
 #: a stiffness (N/m) or damping (N*s/m) of a machine-tool joint: positive, below what steel can have
@@ -37,11 +37,8 @@ class MTSimulator(Table, kw_only=True):
             raise Invalid("noise", "keys accel and force (>= 0) only")
 
 
-class FrontEndDevice(Table, kw_only=True):
-    host: Annotated[str, Meta(min_length=1)] = "127.0.0.1"
-    port: Port
-    timeout: Annotated[float, Meta(gt=0, le=60.0)] = 5.0   # s per SCPI request
-    measure_timeout: Timeout = 120.0                       # s one measurement may take
+#: ``[devices.frontend]`` is the driver's own settings struct
+FrontEndDevice = FrontEndSettings
 
 
 class MTDevices(Table, kw_only=True):
@@ -130,15 +127,14 @@ class MachineToolConfig(RigConfig, kw_only=True):
 def check_rig(cfg: MachineToolConfig, config_dir: Path) -> None:
     """What `hil run` builds before the first byte: the simulated front end (``[rig].simulated``) and the
     front-end driver of ``[devices]``; a refusal is an :class:`Invalid` naming the table."""
-    raw = to_dict(cfg)
     if cfg.rig.simulated:
         from simulators.machine_tool_sim import MachineToolFrontEndSim  # lazy: only a simulated rig needs it
 
-        _build("simulator", lambda: MachineToolFrontEndSim(raw))  # built, not started
+        _build("simulator", lambda: MachineToolFrontEndSim(to_dict(cfg)))  # built, not started
     elif cfg.devices is None:
         raise Invalid("devices", "missing required table (a real rig needs its devices)", table=True)
     if cfg.devices is not None:
-        _build("devices.frontend", lambda: ModalFrontEnd(raw["devices"]["frontend"]))
+        _build("devices.frontend", lambda: ModalFrontEnd(cfg.devices.frontend))
 
 
 def _build(table: str, make) -> None:

@@ -17,15 +17,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from daq.config.load import to_dict
+from daq.executor import make_executor
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, Rig, RunContext
-from daq.rigs.machine_tool.config import MachineToolConfig, check_rig
+from daq.rigs.config import session_config
+from daq.rigs.machine_tool.config import MachineToolConfig, MTDevices, MTSimulator, check_rig
 from daq.rigs.machine_tool.plots import write_plots
-from daq.run.executor import make_executor
-from drivers.modal_frontend import ModalFrontEnd
+from drivers.modal_frontend import FrontEndSettings, ModalFrontEnd
 from identification.frequency.frf_estimation import h1_estimate, lpm_periodic
 from identification.frequency.modal_extraction import extract_modes
 from identification.models.machine_tool_model import (
@@ -95,9 +98,9 @@ class MTArrays:
 def mt_arrays(store, session_id: str) -> MTArrays:
     """FRFs per position: H1 from the recorded streams, or the stored FRFs of an imported session."""
     info = store.get_session(session_id)
-    cfg = info.config or {}
-    sim = cfg.get("simulator") if (cfg.get("rig") or {}).get("simulated") else None
-    truth = dict(sim.get("truth") or {}) if sim is not None else None
+    cfg = session_config(info.config, MachineToolConfig, info.id) if info.config else None
+    sim = (cfg.simulator or MTSimulator()) if cfg is not None and cfg.rig.simulated else None
+    truth = dict(sim.truth) if sim is not None else None
     if store.events(info.id, kind="frf_start"):
         out = _frf_arrays(store, info.id)
     else:
@@ -253,7 +256,7 @@ class MTAnalysisResult:
 
 def analyze(arrays: MTArrays, cfg: MachineToolConfig, progress=None, executor=None) -> MTAnalysisResult:
     """EMA per position, then the GSA identification through the executor (progress on ``progress``)."""
-    from identification.gsa.gsa_identification import ModalReference, identify  # lazy: SALib is heavy
+    from identification.gsa import ModalReference, identify  # lazy: SALib is heavy
 
     a = cfg.analysis
     model = MachineTool()
@@ -364,8 +367,8 @@ class MachineToolRig(Rig[MachineToolConfig, MTDevicesOpen, MTArrays, MTAnalysisR
     def check(self, cfg: MachineToolConfig, config_dir: Path) -> None:
         check_rig(cfg, config_dir)  # the simulated front end and the driver, built before anything opens
 
-    async def open_devices(self, cfg: MachineToolConfig, tables: dict) -> MTDevicesOpen:
-        fe = ModalFrontEnd(dict(tables["frontend"]))
+    async def open_devices(self, cfg: MachineToolConfig, tables: MTDevices) -> MTDevicesOpen:
+        fe = ModalFrontEnd(tables.frontend)
 
         async def source_off() -> bool:
             return await fe.safe_state()
@@ -373,15 +376,18 @@ class MachineToolRig(Rig[MachineToolConfig, MTDevicesOpen, MTArrays, MTAnalysisR
         await fe.connect()
         return MTDevicesOpen(fe, [("shaker output off", source_off)])
 
-    def simulator(self, raw: dict):
+    def simulator(self, cfg: MachineToolConfig):
         from simulators.machine_tool_sim import MachineToolFrontEndSim  # lazy: only a simulated run serves it
 
-        return MachineToolFrontEndSim(raw)
+        return MachineToolFrontEndSim(to_dict(cfg))
 
-    def simulated_devices(self, sim, raw: dict) -> dict:
-        devices = {k: dict(v) for k, v in (raw.get("devices") or {}).items()}
-        devices.setdefault("frontend", {}).update(sim.device_config()["frontend"])
-        return devices
+    def simulated_devices(self, sim, cfg: MachineToolConfig) -> MTDevices:
+        """The ``[devices]`` with the front end's address the started simulator listens on."""
+        where = sim.device_config()["frontend"]
+        if cfg.devices is None:
+            return MTDevices(frontend=FrontEndSettings(host=where["host"], port=where["port"]))
+        return msgspec.structs.replace(cfg.devices, frontend=msgspec.structs.replace(
+            cfg.devices.frontend, host=where["host"], port=where["port"]))
 
     def describe_simulator(self, sim) -> list[dict]:
         return [

@@ -349,7 +349,7 @@ def read_file(path: str | Path, mapping: Mapping, labels: list[str]) -> UffFile:
     try:
         uff = pyuff.UFF(str(path))
         types = [int(t) for t in uff.get_set_types()]
-    except Exception as exc:  # pyuff raises bare Exceptions
+    except Exception as exc:  # noqa: BLE001 - pyuff raises bare Exceptions
         raise UffError(f"{path}: not a readable universal file ({exc})") from None
     if not types:
         raise UffError(f"{path}: no universal-file datasets found (not a UFF file, or damaged)")
@@ -364,7 +364,7 @@ def read_file(path: str | Path, mapping: Mapping, labels: list[str]) -> UffFile:
         where = f"{path.name} dataset {i + 1}"
         try:
             ds = uff.read_sets(i)
-        except Exception:
+        except Exception:  # noqa: BLE001 - pyuff raises bare Exceptions
             raise UffError(f"{where}: malformed dataset 58 (cannot parse its records)") from None
         functions.append(_function(ds, where, path.name, i, mapping, labels))
     return UffFile(str(path), hashlib.sha256(blob).hexdigest(), functions, skipped)

@@ -147,7 +147,7 @@ def _write(path: Path, sets: list[dict]) -> None:
         os.replace(part, path)
     except OSError as exc:
         raise UffError(f"cannot write {path}: {exc.strerror or exc}") from None
-    except Exception as exc:  # pyuff raises bare Exceptions
+    except Exception as exc:  # noqa: BLE001 - pyuff raises bare Exceptions
         raise UffError(f"cannot write {path}: {exc}") from None
     finally:
         for tmp in (part, one):

@@ -72,7 +72,7 @@ class ForceAcquisition:
                 force = await self.source.read_force()
                 pressure = await self.source.read_pressure()
                 failures = 0
-            except Exception as exc:  # noqa: BLE001 - repeated failures of the source end the plan
+            except Exception as exc:  # repeated failures of the source end the plan
                 failures += 1
                 if failures >= self.max_failures:
                     raise DeviceFault(*_where(self.source), f"force source lost: {exc}") from exc
@@ -96,7 +96,7 @@ class ForceAcquisition:
         try:
             await self.source.heartbeat()
             status = await self.source.read_status()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise DeviceFault(*_where(self.source), f"force source lost: {exc}") from exc
         fault = getattr(status, "fault_code", 0)
         if fault or getattr(status, "fault", False):

@@ -19,87 +19,26 @@ from daq.config.load import Invalid, to_dict
 from daq.config.schema import (
     Budget,
     Finite,
-    Interval,
-    ModbusLink,
-    Port,
-    Range,
-    Register,
     RigConfig,
     Seed,
     Settle,
     Table,
     Wait,
 )
-from drivers.displacement import open_sensor
-from drivers.force_source import ForceSource
+from drivers.displacement import SensorSettings, open_sensor
+from drivers.errors import HilError
+from drivers.force_source import ForceSource, ForceSourceSettings, Newton
 from simulators.physics.press import SENSOR_NAMES, PressLinkage, PressTruth
 from simulators.press_rig import PressRig
 
 #: the press analysis fits the memory (friction) model on all series but the last two and tests on those
 MIN_SERIES = 3
 
-Newton = Annotated[float, Meta(gt=0, le=1e7)]          # a force, N (a press: up to 10 MN)
-Baud = Annotated[int, Meta(ge=300, le=4_000_000)]
-UnitId = Annotated[int, Meta(ge=0, le=247)]
-NonEmpty = Annotated[str, Meta(min_length=1)]
 
 
-class ForceSourceDevice(ModbusLink, kw_only=True):
-    protocol: Literal["modbus_tcp", "modbus_rtu"] = "modbus_tcp"
-    host: NonEmpty = "127.0.0.1"
-    port: Port = 502
-    url: NonEmpty | None = None
-    baudrate: Baud = 19200
-    device_id: UnitId = 1
-    f_min: Annotated[float, Meta(ge=0, le=1e7)] = 0.0   # N, setpoints below are refused before sending
-    f_max: Newton                    # N, setpoints above are refused before sending
-    heartbeat_interval: Interval = 0.2
-    safe_state_timeout: Annotated[float, Meta(gt=0, le=2.9)] = 2.5  # s; below the guard's 3 s per attempt
-    registers: dict[str, Register]
-
-    def check(self) -> None:
-        if not self.f_min < self.f_max:
-            raise Invalid("f_max", f"must be above f_min ({self.f_min} N)")
-        missing = {"setpoint", "enable", "force", "pressure", "status"} - set(self.registers)
-        if missing:
-            raise Invalid("registers", f"missing register(s) {', '.join(sorted(missing))}")
-        if self.protocol == "modbus_rtu" and not self.url:
-            raise Invalid("url", "required for protocol 'modbus_rtu' (the serial line, e.g. /dev/ttyUSB0)")
-        setpoint = self.registers["setpoint"]
-        for force in (self.f_min, self.f_max):
-            if not setpoint.encodable(force):
-                raise Invalid("registers.setpoint.scale",
-                              f"{setpoint.scale!r} cannot write a setpoint of {force:g} N into a "
-                              f"{setpoint.type} register; choose scale/offset so f_min..f_max fit")
-
-
-class SensorDevice(ModbusLink, kw_only=True):
-    protocol: Literal["modbus_rtu", "modbus_tcp", "serial"]
-    url: NonEmpty | None = None
-    host: NonEmpty = "127.0.0.1"
-    port: Port = 502
-    device_id: UnitId = 1
-    baudrate: Baud = 9600
-    sigma: Annotated[float, Meta(gt=0, le=0.1)]   # m, nominal noise std of one reading (the analysis weights)
-    range: Range = sfield(default_factory=lambda: [-1.0, 1.0])  # m, plausible readings
-    registers: dict[str, Register] | None = None
-    query: NonEmpty = "MEAS?"
-    id_query: NonEmpty = "ID?"
-    terminator: NonEmpty = "\r\n"
-
-    def check(self) -> None:
-        if not self.range[0] < self.range[1]:
-            raise Invalid("range", f"needs lo < hi, got {self.range}")
-        if self.protocol != "modbus_tcp" and not self.url:
-            raise Invalid("url", f"required for protocol {self.protocol!r}")
-        if self.protocol != "serial" and "displacement" not in (self.registers or {}):
-            raise Invalid("registers", "a Modbus sensor needs a 'displacement' register")
-        reg = (self.registers or {}).get("displacement")
-        for value in self.range if reg is not None else ():
-            if not reg.encodable(value):
-                raise Invalid("registers.displacement.scale",
-                              f"{reg.scale!r} puts the plausible reading {value:g} m outside the {reg.type} "
-                              f"register {reg.raw_limits()}; choose scale so [range] fits the register")
+#: the devices' tables are the drivers' own settings structs (defaults, ranges and rules written there once)
+ForceSourceDevice = ForceSourceSettings
+SensorDevice = SensorSettings
 
 
 class PressDevices(Table, kw_only=True):
@@ -109,6 +48,10 @@ class PressDevices(Table, kw_only=True):
     def check(self) -> None:
         if not 2 <= len(self.sensors) <= 8:
             raise Invalid("sensors", f"the press analysis needs 2 to 8 sensors, got {len(self.sensors)}")
+        for name, sensor in self.sensors.items():
+            if sensor.sigma is None:
+                raise Invalid(f"sensors.{name}.sigma", "missing required key (the nominal noise std of one "
+                                                       "reading, m: the press analysis weights by it)")
 
 
 class ForceSourceSim(Table, kw_only=True):
@@ -264,8 +207,6 @@ def check_rig(cfg: PressConfig, config_dir: Path) -> None:
     """What `hil run` builds before the first byte is sent, built here: the simulated plant and devices
     (``[rig].simulated``) and the drivers of ``[devices]`` (register maps, limits). Any refusal is an
     :class:`Invalid` naming the table it comes from."""
-    raw = to_dict(cfg)
-    devices = raw["devices"]
     if cfg.rig.simulated:
         for name, sensor in cfg.devices.sensors.items():
             if name not in SENSOR_NAMES:
@@ -278,14 +219,14 @@ def check_rig(cfg: PressConfig, config_dir: Path) -> None:
             if name not in cfg.devices.sensors:
                 raise Invalid(f"simulator.sensors.{name}", f"no sensor {name!r} in [devices.sensors]",
                               table=True)
-        _build("simulator", lambda: PressRig(raw))  # built, not started: no socket opens
-    _build("devices.force_source", lambda: ForceSource(devices["force_source"], name="force_source"))
-    for name, table in devices["sensors"].items():
+        _build("simulator", lambda: PressRig(to_dict(cfg)))  # built, not started: no socket opens
+    _build("devices.force_source", lambda: ForceSource(cfg.devices.force_source, name="force_source"))
+    for name, table in cfg.devices.sensors.items():
         _build(f"devices.sensors.{name}", lambda n=name, t=table: open_sensor(n, t))
 
 
 def _build(table: str, make) -> None:
     try:
         make()
-    except (TypeError, ValueError, KeyError) as exc:
+    except (TypeError, ValueError, KeyError, HilError) as exc:
         raise Invalid(table, str(exc) or type(exc).__name__, table=True) from None

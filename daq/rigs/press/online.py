@@ -33,6 +33,7 @@ import contextlib
 import multiprocessing
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -150,20 +151,25 @@ class OnlineIdentifier(OnlineEstimates):
                 await asyncio.wait_for(asyncio.wrap_future(self._warm), timeout)
 
     @classmethod
+    def for_config(cls, cfg: Any, emit: Emit, *, verdict: bool | None = None) -> OnlineIdentifier:
+        """The identifier a parsed press config describes: its sensors' sigmas, [online] and [analysis].
+        ``verdict`` overrides [online].verdict."""
+        o, a = cfg.online, cfg.analysis
+        use = o.verdict if verdict is None else verdict
+        rule = StopRule(mode=o.stop_rule, target_rel_std=o.target_rel_std, min_series=o.min_series,
+                        settle_series=o.settle_series, needs_kept=o.settle_needs_kept)
+        sigmas = {name: s.sigma for name, s in cfg.devices.sensors.items()}
+        return cls(sigmas, emit, inflate=o.inflate, alpha=o.alpha, constants=a.constants,
+                   verdict=verdict_options(a) if use else None, rule=rule, verdict_from=o.verdict_from)
+
+    @classmethod
     def from_config(cls, config: dict, emit: Emit, *, verdict: bool | None = None) -> OnlineIdentifier:
-        """The identifier a press config snapshot (dict) describes: its [online] and [analysis] tables
-        (for replays and tools; defaults as in ``daq.rigs.press.rig``). ``verdict`` overrides
-        [online].verdict."""
-        o = config.get("online") or {}
-        a = config.get("analysis") or {}
-        use = o.get("verdict", True) if verdict is None else verdict
-        rule = StopRule(mode=o.get("stop_rule", "target"), target_rel_std=o.get("target_rel_std", 0.002),
-                        min_series=o.get("min_series", 3), settle_series=o.get("settle_series", 2),
-                        needs_kept=o.get("settle_needs_kept", True))
-        return cls(sigmas_from_config(config), emit, inflate=o.get("inflate", True),
-                   alpha=o.get("alpha", 0.05), constants=a.get("constants"),
-                   verdict=verdict_options(a) if use else None, rule=rule,
-                   verdict_from=o.get("verdict_from", 2), spending=o.get("spending", "obrien-fleming"))
+        """The identifier a press config snapshot (TOML data) describes, parsed by the press schema (for
+        replays and tools)."""
+        from daq.config.load import parse  # lazy: the schema pulls in the drivers and the simulated plant
+        from daq.rigs.press.config import PressConfig  # lazy: as above
+
+        return cls.for_config(parse(config, PressConfig, "press config"), emit, verdict=verdict)
 
     # -- feeding ------------------------------------------------------------------------------------
     async def handle(self, ev: Event) -> None:
@@ -328,16 +334,16 @@ def _run_length(patterns: list) -> int:
     return n
 
 
-def verdict_options(analysis: dict) -> dict:
-    """``model_verdict`` keyword arguments from a config's [analysis] table (the offline settings)."""
-    keys = {"tol": 0.05, "criterion": "E", "n_sensors": 2, "n_random_splits": 0, "seed": 0, "constants": None}
-    return {k: (analysis.get(k, d) if analysis.get(k) is not None else d) for k, d in keys.items()}
+def verdict_options(analysis: Any) -> dict:
+    """``model_verdict`` keyword arguments from a parsed [analysis] table (the offline settings); a dict is
+    parsed by the press schema's table first (its defaults)."""
+    if isinstance(analysis, dict):
+        from daq.config.load import parse  # lazy: as in OnlineIdentifier.from_config
+        from daq.rigs.press.config import AnalysisTable  # lazy: as above
 
-
-def sigmas_from_config(config: dict) -> dict[str, float]:
-    """Per-reading sensor sigmas (m) from a press config snapshot (``[devices.sensors.<name>].sigma``)."""
-    sensors = (config.get("devices") or {}).get("sensors") or {}
-    return {name: float(c["sigma"]) for name, c in sensors.items() if "sigma" in c}
+        analysis = parse(analysis, AnalysisTable, "press config", ["analysis"])
+    keys = ("tol", "criterion", "n_sensors", "n_random_splits", "seed", "constants")
+    return {k: getattr(analysis, k) for k in keys}
 
 
 def publisher_emit(publisher, session_id: str | None = None) -> Emit:

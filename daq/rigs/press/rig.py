@@ -18,11 +18,13 @@ from typing import Any
 import numpy as np
 
 from daq.bus.frames import Frame
+from daq.config.load import parse, to_dict
+from daq.online.estimates import start_online
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, Rig, RunContext
 from daq.rigs.press.acquisition import FORCE_STREAM, ForceAcquisition
-from daq.rigs.press.config import OnlineTable, PressConfig, check_rig
-from daq.rigs.press.online import ONLINE_STREAM, PLAN_TOPIC, OnlineIdentifier, StopRule, verdict_options
+from daq.rigs.press.config import OnlineTable, PressConfig, PressDevices, check_rig
+from daq.rigs.press.online import ONLINE_STREAM, PLAN_TOPIC, OnlineIdentifier
 from daq.rigs.press.session import PressArrays, press_arrays
 from daq.rigs.press.setpoint_correction import CorrectionResult, CorrectionSettings, SetpointCorrector
 from drivers.displacement import open_sensor
@@ -66,21 +68,8 @@ async def _start_online(ctx):
     if not cfg.online.enabled:
         return None
 
-    async def emit(kind: str, body: dict) -> None:
-        await ctx.event(ONLINE_STREAM, kind, **body)
-
-    o = cfg.online
-    a = cfg.analysis
-    sigmas = {name: s.sigma for name, s in cfg.devices.sensors.items()}
-    analysis = {k: getattr(a, k) for k in a.__struct_fields__}
-    rule = StopRule(mode=o.stop_rule, target_rel_std=o.target_rel_std, min_series=o.min_series,
-                    settle_series=o.settle_series, needs_kept=o.settle_needs_kept)
-    ident = OnlineIdentifier(sigmas, emit, inflate=o.inflate, alpha=o.alpha, constants=a.constants,
-                             verdict=verdict_options(analysis) if o.verdict else None, rule=rule,
-                             verdict_from=o.verdict_from)
-    await ident.ready()
-    ctx.spawn(ident.run(await ctx.subscribe(PLAN_TOPIC)), "online identifier")
-    return ident
+    return await start_online(ctx, ONLINE_STREAM, (PLAN_TOPIC,),
+                              lambda emit: OnlineIdentifier.for_config(cfg, emit), "online identifier")
 
 
 async def _online_stop(ctx, ident, n_done: int, elapsed: float) -> bool:
@@ -172,10 +161,10 @@ class PressRig(Rig[PressConfig, PressRigDevices, PressArrays, PressAnalysisResul
     def check(self, cfg: PressConfig, config_dir: Path) -> None:
         check_rig(cfg, config_dir)  # the simulated plant and the drivers, built before anything opens
 
-    async def open_devices(self, cfg: PressConfig, tables: dict) -> PressRigDevices:
+    async def open_devices(self, cfg: PressConfig, tables: PressDevices) -> PressRigDevices:
         """The force source and every displacement sensor, connected; all closed again on a failure."""
-        source = ForceSource(tables["force_source"], name="force_source")
-        sensors = {name: open_sensor(name, c) for name, c in tables["sensors"].items()}
+        source = ForceSource(tables.force_source, name="force_source")
+        sensors = {name: open_sensor(name, c) for name, c in tables.sensors.items()}
         devices = PressRigDevices(source, sensors, [("force to zero and disable", source.safe_state)])
         try:
             await source.connect()
@@ -185,8 +174,12 @@ class PressRig(Rig[PressConfig, PressRigDevices, PressArrays, PressAnalysisResul
             raise
         return devices
 
-    def simulator(self, raw: dict) -> press_rig.PressRig:
-        return press_rig.PressRig(raw)
+    def simulator(self, cfg: PressConfig) -> press_rig.PressRig:
+        return press_rig.PressRig(to_dict(cfg))
+
+    def simulated_devices(self, sim: press_rig.PressRig, cfg: PressConfig) -> PressDevices:
+        """The ``[devices]`` with the ports the started simulator listens on."""
+        return parse(sim.device_config(), PressDevices, None, ["devices"])
 
     def progress_total(self, cfg: PressConfig) -> int:
         return cfg.plan.n_series * len(cfg.plan.q_desired)
@@ -200,10 +193,7 @@ class PressRig(Rig[PressConfig, PressRigDevices, PressArrays, PressAnalysisResul
         acquisition = ForceAcquisition(devices.source, ctx.publisher, ctx.session_id,
                                        rate=cfg.acquisition.rate, block=cfg.acquisition.block,
                                        max_failures=cfg.acquisition.max_failures)
-        settings = CorrectionSettings(**{k: getattr(cfg.correction, k) for k in (
-            "tolerance", "gain", "max_iterations", "monotone", "margin", "settle_time", "window",
-            "max_stall")}, min_command=cfg.devices.force_source.f_min,
-            max_command=cfg.devices.force_source.f_max)
+        settings = CorrectionSettings.for_config(cfg.correction, cfg.devices.force_source)
 
         async def set_command(force: float) -> None:
             await devices.source.set_force(force)

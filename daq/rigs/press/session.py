@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from daq.config.load import ConfigError
+from daq.rigs.config import session_config
+from daq.rigs.press.config import PressConfig
 from daq.store.errors import StoreError
 from daq.store.read_write import SessionStore
 from identification.analyses.press_analysis import corrected_displacements
@@ -37,6 +40,16 @@ class PressArrays:
         return corrected_displacements(self.z, self.q, self.q_desired)
 
 
+def _recorded_config(info) -> PressConfig | None:
+    """The session's config snapshot in the press struct (None for a session recorded without one)."""
+    if not info.config:
+        return None
+    try:
+        return session_config(info.config, PressConfig, info.id)
+    except ConfigError as exc:
+        raise NotAPressSession(f"session {info.id}: its config snapshot does not parse: {exc}") from None
+
+
 def press_arrays(store: SessionStore, session_id: str) -> PressArrays:
     """Collect the ``measurement`` events of a press session into complete arrays."""
     info = store.get_session(session_id)
@@ -60,10 +73,11 @@ def press_arrays(store: SessionStore, session_id: str) -> PressArrays:
     complete = ~np.isnan(q).any(axis=1) & ~np.isnan(z).any(axis=(1, 2))
     if not complete.any():
         raise NotAPressSession(f"session {info.id} has no complete measurement series")
-    sens_cfg = info.config.get("devices", {}).get("sensors", {})
+    cfg = _recorded_config(info)
+    sensor_cfg = cfg.devices.sensors if cfg is not None and cfg.devices is not None else {}
     n_avg = np.array([e.body.get("n_samples", 1) for e in events], dtype=float).min()
     # each z value is the mean of n_avg readings: its standard deviation is sigma / sqrt(n_avg)
-    sigma_reading = np.array([float(sens_cfg.get(name, {}).get("sigma", np.nan)) for name in sensors])
+    sigma_reading = np.array([sensor_cfg[name].sigma if name in sensor_cfg else np.nan for name in sensors])
     sigmas = sigma_reading / np.sqrt(n_avg)
-    n_up = int(info.config.get("plan", {}).get("n_steps_up", (n_q - 1) // 2))
+    n_up = cfg.plan.n_steps_up if cfg is not None else (n_q - 1) // 2
     return PressArrays(z[complete], q[complete], q_desired, sensors, sigmas, n_up + 1)

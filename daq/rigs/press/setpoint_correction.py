@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -39,11 +40,13 @@ class CorrectionSettings:
     max_stall: float = 1.0         # s the force stream may pause before the correction gives up
 
     @classmethod
-    def from_config(cls, d: dict, min_command: float = 0.0,
-                    max_command: float = math.inf) -> CorrectionSettings:
-        casts = {"max_iterations": int, "monotone": bool}
-        known = {k: casts.get(k, float)(v) for k, v in d.items() if k in cls.__dataclass_fields__}
-        return cls(**{"min_command": min_command, "max_command": max_command, **known})
+    def for_config(cls, table: Any, source: Any) -> CorrectionSettings:
+        """The settings of a parsed ``[correction]`` table, commanding within the force source's
+        ``f_min``..``f_max``."""
+        names = ("tolerance", "gain", "max_iterations", "monotone", "margin", "settle_time", "window",
+                 "max_stall")
+        return cls(**{k: getattr(table, k) for k in names}, min_command=source.f_min,
+                   max_command=source.f_max)
 
 
 class ForceStreamStalled(ProtocolError, TimeoutError):
