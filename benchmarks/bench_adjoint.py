@@ -18,6 +18,7 @@ which a real rig cannot have.
 
     .venv/bin/python benchmarks/bench_adjoint.py [--seeds 100] [--skip-mc] [--only osc,pend,crane]
         [--design-at-truth]
+    .venv/bin/python benchmarks/bench_adjoint.py --convergence sqp,lbfgs [--only osc,pend,crane]
 """
 
 from __future__ import annotations
@@ -180,8 +181,8 @@ def mc_pendulum(seeds: int, at_truth: bool = False) -> dict:
     pb = design_problem("pendulum", values, spec)
     b_true = np.array([truth.model_values()[n] for n in pb.model.param_names])
     t0 = time.perf_counter()
-    r = optimize_input(pb, reference_inputs(pb)["F0"], max_iter=spec["max_iter"], rounds=spec["rounds"],
-                       end_tol=spec["end_tol"])
+    r = optimize_input(pb, reference_inputs(pb)["F0"], method=spec["method"], max_iter=spec["max_iter"],
+                       rounds=spec["rounds"], end_tol=spec["end_tol"])
     ev = evaluate(pb, r.u, gradient=False)
     nuisance = {n: float(values.get(n, v)) for n, v in fit_cfg.get("nuisance", {}).items()}
     print(f"\n## Monte Carlo, pendulum ({seeds} seeds): design at {pb.b.tolist()} "
@@ -291,6 +292,41 @@ def mc_crane(seeds: int, at_truth: bool = False) -> dict:
     return out
 
 
+# ------------------------------------------------------------------------------ 0. shipped convergence
+CONFIGS = {"osc": "oscillator-sim", "pend": "pendulum-sim", "crane": "crane-adjoint-sim"}
+PENALTY_MAX_ITER = {"osc": 1000, "pend": 300, "crane": 1000}  # per round, as the configs shipped with lbfgs
+
+
+def bench_convergence(only: set[str], methods: list[str]) -> None:
+    """The shipped configs' designs (``hil design adjoint configs/<x>.toml``, the config's max_iter and
+    tolerances) with each method: iterations, gradient solves, criterion, status, CPU and wall time."""
+    import resource
+
+    from daq.rigs import parse_config
+    from daq.rigs.adjoint.design import problem_of
+    from daq.rigs.config import load_config
+
+    print("\n## shipped designs: iterations to convergence (CPU s of this process; wall s inflated by load)")
+    print(f"{'config':<18} {'method':<7} {'iter':>5} {'solves':>7} {'criterion':>12} {'CPU s':>7} "
+          f"{'wall s':>7} status")
+    for key, name in CONFIGS.items():
+        if key not in only:
+            continue
+        path = str(ROOT / "configs" / f"{name}.toml")
+        cfg = parse_config(load_config(path), path)[1]
+        a = cfg.adjoint
+        for method in methods:
+            pb = problem_of(cfg)
+            cpu0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime, time.perf_counter()
+            res = optimize_input(pb, reference_inputs(pb, a.start)["F0"], method=method,
+                                 max_iter=a.max_iter if method == a.method else PENALTY_MAX_ITER[key],
+                                 rounds=a.rounds,
+                                 end_tol=a.end_tol, grad_tol=a.grad_tol)
+            cpu = resource.getrusage(resource.RUSAGE_SELF).ru_utime - cpu0
+            print(f"{name:<18} {method:<7} {res.iterations:>5} {res.n_evaluations:>7} {res.info_cost:>12.5f} "
+                  f"{cpu:>7.1f} {time.perf_counter() - t0:>7.1f} {res.status}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=100)
@@ -300,7 +336,12 @@ def main() -> int:
     ap.add_argument("--opt-iter", type=int, default=300)
     ap.add_argument("--design-at-truth", action="store_true",
                     help="design at the simulator truth: best case, a real rig has no truth")
+    ap.add_argument("--convergence", default="",
+                    help="only the shipped designs' convergence with these methods, e.g. sqp,lbfgs")
     args = ap.parse_args()
+    if args.convergence:
+        bench_convergence(set(args.only.split(",")), args.convergence.split(","))
+        return 0
     at = args.design_at_truth
     only = set(args.only.split(","))
     osc_cfg, pend_cfg = _toml("oscillator-sim.toml"), _toml("pendulum-sim.toml")

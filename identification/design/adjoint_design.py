@@ -34,10 +34,10 @@ State limits ``|x_i| <= limit_i`` are a smooth quadratic penalty on the excess.
 
 Gradient: the exact discrete adjoint of the RK4 integration (``identification.models.ode_sensitivity``);
 one gradient costs one forward solve plus one reverse sweep, independent of N.
-
 Optimisers: ``"gradient"`` - the paper's step ``w <- w - kappa*dJ/dw`` (eq. 16) with a
 backtracking line search for kappa (baseline); ``"lbfgs"`` - scipy's L-BFGS-B on ``w`` with the
-adjoint gradient (default).
+adjoint gradient (default here); ``"sqp"`` - end conditions as exact constraints, the input scaled to
+its bounds (:mod:`identification.design.adjoint_sqp`; the rigs' default, 50-150 iterations, not 400-900).
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ __all__ = [
 ]
 
 CRITERIA = ("A", "D", "E")
+METHODS = ("sqp", "lbfgs", "gradient")
 
 
 @dataclass(frozen=True)
@@ -423,8 +424,8 @@ def optimize_input(problem: DesignProblem, u0: np.ndarray, method: str = "lbfgs"
     The arctan map approaches the bounds only asymptotically, so a sample 1e-3 of the range short of its
     bound counts 1e-3. Iteration limits and the optimiser's own stop do not decide: they are reported.
     """
-    if method not in ("lbfgs", "gradient"):
-        raise ValueError("method must be 'lbfgs' or 'gradient'")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}")
     with single_thread_blas():  # tiny matrices: BLAS threads only contend (measured 8 ms per L-BFGS-B step)
         return _optimize(problem, u0, method, max_iter, tol, rounds, end_tol, grad_tol)
 
@@ -458,6 +459,15 @@ def _optimize(problem: DesignProblem, u0: np.ndarray, method: str, max_iter: int
     t0 = time.perf_counter()
     n_rounds = max(1, rounds if ends else 1)
     mu_inner = mu.copy()
+    out = None
+    if method == "sqp":
+        from identification.design.adjoint_sqp import solve_sqp  # the module builds on this one
+        out = solve_sqp(pb, u0, evaluate, max_iter)
+        iters, n_eval, msg = out.iterations, out.n_evaluations, out.message
+        mu = mu_inner = out.multipliers
+        hist += out.cost_history
+        ihist += out.cost_history
+        n_rounds = 0
     for _ in range(n_rounds):
         mu_inner = mu.copy()
         fun = _Counter(pb, mu_inner.copy())
@@ -482,7 +492,7 @@ def _optimize(problem: DesignProblem, u0: np.ndarray, method: str, max_iter: int
             break
         mu = mu + pb.end_weight * e
     elapsed = time.perf_counter() - t0
-    u, _ = to_bounded(w.reshape(lo.shape), lo, hi)
+    u = out.u if out is not None else to_bounded(w.reshape(lo.shape), lo, hi)[0]
     try:  # the last inner problem's gradient at the result (one more solve)
         ev = evaluate(pb, u, mu_inner, gradient=True)
         n_eval += 1
@@ -509,14 +519,14 @@ def _optimize(problem: DesignProblem, u0: np.ndarray, method: str, max_iter: int
         why.append("end conditions not met")
     if not ok_lim:
         why.append(f"state limits exceeded by {ev.max_excess:.3g} (> 1e-3 of the limit)")
+    why_s = "; ".join(why)
     return DesignResult(u=u, dt=pb.dt, bounds=(lo[0].copy(), hi[0].copy()), criterion=pb.criterion,
                         param_names=tuple(pb.model.param_names), b=pb.b.copy(), fisher=ev.fisher,
                         std=fisher_std(ev.fisher), info_cost=ev.info_cost, cost_history=hist,
-                        info_history=ihist,
-                        end_residuals=end_res, max_state_excess=float(ev.max_excess), iterations=iters,
-                        n_evaluations=n_eval, time=elapsed, method=method, message=msg, success=success,
-                        multipliers=mu, converged=success and not why, grad_norm=g_norm, grad_tol=grad_tol,
-                        constraint_residual=residual, constraint_tol=end_tol, reason="; ".join(why))
+                        info_history=ihist, end_residuals=end_res, max_state_excess=float(ev.max_excess),
+                        iterations=iters, n_evaluations=n_eval, time=elapsed, method=method, message=msg,
+                        success=success, multipliers=mu, converged=success and not why, grad_norm=g_norm,
+                        grad_tol=grad_tol, constraint_residual=residual, constraint_tol=end_tol, reason=why_s)
 
 
 # ------------------------------------------------------------------------------- fitting helpers

@@ -66,7 +66,7 @@ class AdjointTable(Table, kw_only=True):
     start: Annotated[float, Meta(ge=-1, le=1)] = 0.5  # F0 = start * F_max
     sigma: Positive                   # measurement noise std (output units)
     meas_dt: Annotated[float, Meta(ge=1e-6, le=10.0)]  # s, measurement sample time assumed by the design
-    method: Literal["lbfgs", "gradient"] = "lbfgs"
+    method: Literal["sqp", "lbfgs", "gradient"] = "sqp"  # sqp: end conditions exact (adjoint_sqp)
     max_iter: Annotated[int, Meta(ge=1, le=100000)] = 300
     rounds: Annotated[int, Meta(ge=1, le=100)] = 6
     end_tol: Positive = 1e-3
