@@ -163,6 +163,20 @@ def test_a_token_file_saved_with_a_byte_order_mark_names_its_token_without_it(tm
     assert list(Tokens.load(path).names.values()) == ["root"]
 
 
+def test_hil_serve_token_add_viewer_writes_a_read_only_token(tmp_path):
+    from click.testing import CliRunner
+
+    from daq.cli.main import main
+
+    path = tmp_path / "tokens"
+    res = CliRunner().invoke(main, ["serve", "token", "add", "wall", "--viewer", "--token-file", str(path)])
+    assert res.exit_code == 0, res.output
+    tokens = Tokens.load(path)
+    (token,) = tokens.names
+    assert tokens.names[token] == "wall" and not tokens.may_change(token)
+    assert path.read_text().splitlines()[-1] == f"wall {token} viewer"
+
+
 def test_runs_answer_one_by_one_queued_ones_with_their_kind_and_replays_404_in_words(srv):
     with http_client(srv, **bearer(srv.token)) as http:
         done = http.get(f"/api/runs/{srv.session}").json()

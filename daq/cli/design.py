@@ -97,6 +97,7 @@ def _prior(ctx: click.Context, session: str, cfg):
     """The prior of ``--prior SESSION``: its last online estimate, else its offline analysis."""
     from daq.rigs.adjoint.design import prior_from_analysis, prior_from_estimate  # lazy: scipy
     from daq.rigs.analysis import analyze_session  # lazy: the registry loads every rig kind
+    from daq.rigs.config import session_config  # lazy: as above
 
     state = ctx.find_object(CliState)
     with state.open_store() as store:
@@ -104,12 +105,13 @@ def _prior(ctx: click.Context, session: str, cfg):
         if info.kind != cfg.rig.kind:
             raise ConfigError(f"--prior {session}: session {info.id} is a {info.kind!r} session, the config "
                               f"a {cfg.rig.kind!r} rig", None, "--prior")
+        recorded = session_config(info.config, type(cfg), info.id)  # the snapshot, typed as the run was
         ests = [e.body for e in store.events(info.id, kind="estimate")
                 if e.stream == f"{cfg.rig.kind}.online"]
         if ests:
-            return prior_from_estimate(info.id, info.config, ests[-1])
+            return prior_from_estimate(info.id, recorded, ests[-1])
         _, result, rig, _ = analyze_session(store, info.id)
-        return prior_from_analysis(info.id, info.config, rig.report_dict(result))
+        return prior_from_analysis(info.id, recorded, rig.report_dict(result))
 
 
 def _print(cfg, res, summary, table, worse, prior, prior_info, what, unit, files) -> None:

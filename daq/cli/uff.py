@@ -10,7 +10,7 @@ import click
 
 from daq import json_codec
 from daq.cli.common import CliState, pass_state
-from daq.config.load import store_path_for, to_dict
+from daq.config.load import store_path_for
 from daq.store.read_write import SessionStore
 
 
@@ -38,10 +38,10 @@ def uff(state: CliState, files: tuple[str, ...], config_path: str | None, map_fi
     (as `hil export --format uff` writes them) or from the --map file; response and reference DOFs from
     the node/direction fields.
     """
-    from daq.rigs.config import load  # lazy: the registry loads every rig kind
+    from daq.rigs.config import load_config  # lazy: the registry loads every rig kind
     from daq.rigs.machine_tool.uff import import_uff, prepare_import  # lazy: pyuff and the machine-tool rig
 
-    config = to_dict(load(config_path)[1]) if config_path else None
+    config = load_config(config_path) if config_path else None  # TOML data: the import builds on it
     path = store_path_for(state.store_option, config if config is not None else state.config)
     prepared = prepare_import(list(files), config=config, map_file=map_file)  # before the store is opened
     with SessionStore(path, create=True) as store:

@@ -299,7 +299,21 @@ def _resolve(raw: Any, tp: Any, base: Path) -> None:
 
 
 def to_dict(obj: Any) -> Any:
-    """A typed table back to plain TOML-like data (for drivers, simulators and session snapshots)."""
+    """A typed table back to plain TOML-like data as a config would write it (defaults left out)."""
+    return msgspec.to_builtins(obj)
+
+
+def snapshot(obj: Any) -> Any:
+    """A typed config as plain data with every value it holds, defaults included (the session's record of
+    what a run used: parsed again later it gives the same struct even if a default changes meanwhile).
+    Absent optional tables and keys (None) are left out, as a TOML file leaves them out."""
+    if isinstance(obj, msgspec.Struct):
+        return {f.encode_name: snapshot(getattr(obj, f.name)) for f in msgspec.structs.fields(obj)
+                if getattr(obj, f.name) is not None}
+    if isinstance(obj, dict):
+        return {str(k): snapshot(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list | tuple):
+        return [snapshot(v) for v in obj]
     return msgspec.to_builtins(obj)
 
 

@@ -30,7 +30,8 @@ from daq import json_codec
 from daq.bus.frames import Event, Frame
 from daq.bus.keys import load_keys, with_own_client
 from daq.bus.pubsub import BusPublisher, BusSubscriber
-from daq.config.load import ConfigError, store_path_for, to_dict
+from daq.config.load import ConfigError, store_path_for
+from daq.config.load import snapshot as config_snapshot
 from daq.config.schema import RigConfig
 from daq.rigs import check_rules, get_rig, parse_config
 from daq.rigs.base import Devices, Rig
@@ -313,9 +314,9 @@ class _Session:
         self.devices = ctx.devices = await rig.open_devices(self.cfg, device_cfg)
         await rig.prepare(ctx)
         # the parsed config, with the store it went to and the devices as they were reached (simulated ports)
-        snapshot = dict(to_dict(self.cfg), store={"path": str(self.store_path)})
+        snapshot = dict(config_snapshot(self.cfg), store={"path": str(self.store_path)})
         if "devices" in rig.schema.__struct_fields__:
-            snapshot["devices"] = to_dict(device_cfg)
+            snapshot["devices"] = config_snapshot(device_cfg)
         self.session_id = ctx.session_id = self.store.create_session(
             rig.kind, json_codec.jsonable(snapshot), devices=await self.devices.identities())
         if on_session is not None:

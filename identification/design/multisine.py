@@ -31,6 +31,8 @@ __all__ = [
     "crest_factor",
     "schroeder_phases",
     "multisine_lines",
+    "odd_random_phase_lines",
+    "random_phase_realisations",
 ]
 
 
@@ -252,3 +254,40 @@ def design_multisine(f_min: float, f_max: float, n_lines: int, dt: float, n_peri
         crest_factor=crest_factor(signal), crest_factor_schroeder=float(cf_schroeder),
         crest_factor_random=float(cf_random), history=history,
     )
+
+
+def odd_random_phase_lines(n_per: int, dt: float, f_min: float, f_max: float, group: int = 4,
+                           seed: int = 0) -> np.ndarray:
+    """Excited bins of an odd random-phase multisine with detection lines.
+
+    Of the odd bins in ``[f_min, f_max]`` one in every ``group`` consecutive ones (chosen at random) stays
+    unexcited, like all even bins: there a linear plant's output holds only noise, so the odd (odd bins)
+    and even (even bins) nonlinear distortions show (Pintelon and Schoukens).
+    """
+    if group < 2:
+        raise ValueError("group must be >= 2 (one detection line per group)")
+    df = 1.0 / (n_per * dt)
+    k_lo = max(int(math.ceil(f_min / df - 1e-9)), 1)
+    k_hi = min(int(math.floor(f_max / df + 1e-9)), n_per // 2 - 1)
+    odd = np.arange(k_lo + 1 - k_lo % 2, k_hi + 1, 2)
+    if odd.size < group:
+        raise ValueError(f"only {odd.size} odd bins in {f_min:g}-{f_max:g} Hz; lengthen the period")
+    rng = np.random.default_rng(seed)
+    keep = np.ones(odd.size, dtype=bool)
+    for start in range(0, odd.size - group + 1, group):
+        keep[start + rng.integers(group)] = False
+    return odd[keep]
+
+
+def random_phase_realisations(n_per: int, bins: np.ndarray, n_realisations: int, seed: int = 0,
+                              amplitudes: np.ndarray | None = None) -> np.ndarray:
+    """``n_realisations`` periods (n_realisations, n_per) of multisines on ``bins`` with independent
+    uniform random phases and the same amplitude spectrum (flat by default), each of unit RMS."""
+    bins = np.asarray(bins, dtype=int)
+    amps = np.ones(bins.size) if amplitudes is None else np.asarray(amplitudes, dtype=float)
+    rng = np.random.default_rng(seed)
+    out = np.empty((int(n_realisations), int(n_per)))
+    for m in range(out.shape[0]):
+        x = _synth(n_per, bins, amps, rng.uniform(0, 2 * np.pi, bins.size))
+        out[m] = x / np.sqrt(np.mean(x**2))
+    return out

@@ -1,4 +1,4 @@
-"""Frequency domain: FRF estimation, modal extraction, modal metrics."""
+"""Frequency domain: FRF estimation, modal extraction, modal metrics, nonlinear distortions (BLA)."""
 
 from identification.frequency.frf_estimation import (
     FRFEstimate,
@@ -23,6 +23,12 @@ from identification.frequency.modal_metrics import (
     ndd,
     summary_stats,
 )
+from identification.frequency.nonlinear_distortion import (
+    BLAEstimate,
+    DistortionVerdict,
+    best_linear_approximation,
+    distortion_verdict,
+)
 
 __all__ = [
     "FRFEstimate",
@@ -42,4 +48,8 @@ __all__ = [
     "frac",
     "csf",
     "summary_stats",
+    "BLAEstimate",
+    "DistortionVerdict",
+    "best_linear_approximation",
+    "distortion_verdict",
 ]

@@ -334,7 +334,8 @@ def refine_poles(
 
 
 def pole_covariance(freq: np.ndarray, H: np.ndarray, lam: np.ndarray, fixed: np.ndarray, kind: str,
-                    rel_step: float = 1e-6) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    rel_step: float = 1e-6, var: np.ndarray | None = None,
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Standard deviations of the natural frequencies (Hz) and damping ratios of the poles ``lam``
     fitted to ``H`` (n_frf, n_freq) with the ``fixed`` poles, and the covariance of (relative
     frequency, log damping) per pole (2 n, 2 n).
@@ -343,6 +344,9 @@ def pole_covariance(freq: np.ndarray, H: np.ndarray, lam: np.ndarray, fixed: np.
     by central differences. The noise variance of each FRF is its residual RMS^2 scaled by
     n_lines / (n_lines - its linear unknowns - its share of the poles' unknowns); the covariance is the
     sandwich ``(J^T J)^-1 J^T diag(s^2) J (J^T J)^-1``, the rows of one FRF sharing its variance.
+    ``var`` (n_frf, n_freq): the FRFs' own noise variance per line (``E|dH|^2``, e.g. from
+    :func:`identification.frequency.frf_estimation.lpm_periodic`) replaces the flat one; where an FRF's
+    residual is larger than that variance predicts (a model error), its lines are scaled up to the residual.
     """
     lam = np.asarray(lam, dtype=complex)
     n = lam.size
@@ -371,7 +375,12 @@ def pole_covariance(freq: np.ndarray, H: np.ndarray, lam: np.ndarray, fixed: np.
     n_lin = 2 * (n + np.asarray(fixed).size) + 3  # real unknowns of one FRF's LSFD fit
     dof = max(2 * n_f - n_lin - 2 * n / n_frf, 1.0)
     s2 = np.sum(np.abs(r0) ** 2, axis=1) / dof  # per FRF, real and imaginary part together
-    var_rows = np.concatenate([np.repeat(s2, n_f), np.repeat(s2, n_f)])
+    if var is None:
+        line = np.repeat(s2, n_f).reshape(n_frf, n_f)
+    else:
+        line = np.asarray(var, dtype=float).reshape(n_frf, n_f) / 2  # per real component
+        line = line * np.maximum(1.0, s2 / np.maximum(line.mean(axis=1), np.finfo(float).tiny))[:, None]
+    var_rows = np.concatenate([line.ravel(), line.ravel()])
     d = np.linalg.norm(J, axis=0)
     d = np.where(d > 0, d, 1.0)
     try:
@@ -412,6 +421,15 @@ def order_spread(sets: list[np.ndarray], lam: np.ndarray, freq_tol: float = 0.00
     return fs, xs
 
 
+def _var_to_kind(f: np.ndarray, var: np.ndarray, band: np.ndarray, src: str, dst: str) -> np.ndarray:
+    """Per-line FRF variances (n_ref, n_resp, n_freq) or (n_resp, n_freq), cut to ``band`` (at ``f``) and
+    converted from ``src`` to ``dst`` kind, as (n_frf, n_lines)."""
+    V = np.asarray(var, dtype=float)
+    V = (V[None] if V.ndim == 2 else V)[..., band]
+    V = V * np.abs(2 * np.pi * f) ** (2 * (_POWER[dst] - _POWER[src]))
+    return V.reshape(-1, f.size)
+
+
 def synthesize(fit: ModalFit, freq: np.ndarray, kind: str = "receptance") -> np.ndarray:
     """FRFs (n_ref, n_resp, n_freq) of the identified modal model (with out-of-band poles and residuals)."""
     jw = 2j * np.pi * np.asarray(freq, dtype=float)
@@ -446,6 +464,7 @@ def extract_modes(
     fit_kind: str | None = None,
     headroom: float = 1.25,
     refine: bool = True,
+    frf_var: np.ndarray | None = None,
 ) -> ModalFit:
     """Modal parameters of ``n_modes`` modes in ``[f_min, f_max]`` Hz from FRFs (see module docstring).
 
@@ -454,7 +473,8 @@ def extract_modes(
     should reach beyond it, so modes just outside are fitted instead of lumped into residuals).
     ``orders``: the LSCF orders of the stabilisation diagram (default ``2 n_modes + 4`` to
     ``2 n_modes + 42`` in steps of 2). Raises ValueError when fewer than ``n_modes`` stable modes
-    lie in the band.
+    lie in the band. ``frf_var`` (shape of ``H``): the FRFs' noise variance per line, carried into the
+    poles' standard deviations (:func:`pole_covariance`).
     """
     freq = np.asarray(freq, dtype=float)
     H = np.asarray(H, dtype=complex)
@@ -494,7 +514,8 @@ def extract_modes(
         lam = refine_poles(f, Hk, lam, lam_out, fit_kind)
     res, lower, upper, Hfit = lsfd(f, Hk, np.concatenate([lam, lam_out]), kind=fit_kind)
     err = float(np.linalg.norm(Hfit - Hk) / np.linalg.norm(Hk))
-    f_std, xi_std, _ = pole_covariance(f, Hk[use], lam, lam_out, fit_kind)
+    Vk = None if frf_var is None else _var_to_kind(f, frf_var, fb, kind, fit_kind)[use]
+    f_std, xi_std, _ = pole_covariance(f, Hk[use], lam, lam_out, fit_kind, var=Vk)
     f_sp, xi_sp = order_spread(sets, lam, freq_tol, damping_tol)
     f_std, xi_std = np.hypot(f_std, f_sp), np.hypot(xi_std, xi_sp)
     res = res.reshape(n_ref, n_resp, -1)

@@ -266,7 +266,11 @@ def simulate_modal_test(truth: MachineToolTruth, s: float, force: np.ndarray, dt
     The structure starts at rest. The force samples are taken as a band-limited signal: they are
     interpolated ``substeps``-fold (polyphase FIR) and held over each fine step (exact
     discretisation per complex mode), so the sampled data follow the continuous FRF up to about
-    0.8 x Nyquist (phase lag ``pi f dt / substeps``); the responses are read at the sample instants.
+    0.8 x Nyquist; the responses are read at the sample instants. The hold delays the applied force by
+    half a fine step (and rounds it off, ``sinc(f dt / substeps)``) against its samples: the force
+    channel and the accelerations' direct term (the mass line) see the applied force, as a
+    transducer does, so both channels carry the same lag (a direct term without it puts a phase
+    error ``pi f dt / substeps`` between the mass line and the modes, which biases the poles).
     Returns ``t`` (s), ``force`` (N, measured, with
     ``force_noise`` std added), ``accel`` (n, n_obs) in m/s^2 with ``accel_noise`` std added, and
     ``labels`` of the acceleration channels.
@@ -297,7 +301,9 @@ def simulate_modal_test(truth: MachineToolTruth, s: float, force: np.ndarray, dt
         # z[i+1] = ed z[i] + gain u[i]  ->  z[i] = sum_{m<i} ed^(i-1-m) gain u[m]
         z = scipy.signal.lfilter([0.0, gain[k]], [1.0, -ed[k]], uc)[::sub]
         y += np.real(np.outer(z, CV[:, k]))
-    u = f_in
+    spectrum = np.fft.rfft(f_in)
+    nu = np.fft.rfftfreq(f_in.size, dt)
+    u = np.fft.irfft(spectrum * np.sinc(nu * h) * np.exp(-1j * np.pi * nu * h), f_in.size)  # the held force
     y += np.outer(u, Dacc)
     t = np.arange(u.size) * dt
     acc = y + (rng.normal(0.0, accel_noise, y.shape) if accel_noise > 0 else 0.0)

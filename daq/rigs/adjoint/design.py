@@ -239,9 +239,9 @@ class Prior:
                 "covariance": None if self.covariance is None else self.covariance.tolist()}
 
 
-def prior_from_estimate(session: str, config: dict, estimate: dict) -> Prior:
-    """A prior from a session's last online ``estimate`` event (its body) and its config snapshot."""
-    values = {k: float(v) for k, v in ((config.get("adjoint") or {}).get("nominal") or {}).items()}
+def prior_from_estimate(session: str, config: AdjointRigConfig, estimate: dict) -> Prior:
+    """A prior from a session's last online ``estimate`` event (its body) and its config snapshot (parsed)."""
+    values = dict(config.adjoint.nominal)
     names = list(estimate["parameters"])
     values.update(zip(names, map(float, estimate["values"]), strict=True))
     values.update({n: float(d["value"]) for n, d in (estimate.get("nuisance") or {}).items()})
@@ -249,10 +249,10 @@ def prior_from_estimate(session: str, config: dict, estimate: dict) -> Prior:
                  f"online estimate over {estimate.get('used', '?')} run(s)")
 
 
-def prior_from_analysis(session: str, config: dict, result: dict) -> Prior:
+def prior_from_analysis(session: str, config: AdjointRigConfig, result: dict) -> Prior:
     """A prior from the analysis of a session (``AdjointAnalysis.to_dict()``): its estimates and, as the
     analysis reports standard deviations only, a diagonal covariance of the compared std."""
-    values = {k: float(v) for k, v in ((config.get("adjoint") or {}).get("nominal") or {}).items()}
+    values = dict(config.adjoint.nominal)
     names = list(result["estimate"])
     values.update({k: float(v) for k, v in result["estimate"].items()})
     values.update({n: float(d["estimate"]) for n, d in (result.get("nuisance") or {}).items()})

@@ -174,7 +174,7 @@ function onMessage(m) {
     case "replay": onReplay(m); break;
     case "run":
       if (m.state === "started") { newRun(m.run); setTimeout(refreshSessions, 1000); }
-      if (m.state === "ended") runEnded(m.run);
+      if (m.state === "ended") { runEnded(m.run); refreshSessions(); setTimeout(refreshSessions, 2000); }
       refreshRuns();
       break;
     case "queue": refreshRuns(); break;

@@ -41,6 +41,7 @@ class StreamPlot {
     const k = channels.length;
     this.cols = Array.from({length: 1 + 3 * k}, () => new Float64Array(2 * CAP));  // t, values, min, max
     this.end = 0;
+    this.gapAt = -1;           // where the newest gap row is (a view from there on needs nulls)
     this.dirty = false;
     this.decimated = 0;        // samples received / samples kept (> 1: the envelope is drawn)
     this.spacings = [];
@@ -86,13 +87,13 @@ class StreamPlot {
   // t (s, absolute), data[channel][k], lo/hi like data or undefined (not decimated)
   push(t, data, lo, hi, n) {
     if (this.group.t0 == null && t.length) this.group.t0 = t[0];
-    const k = this.channels.length;
     if (n && t.length && n > t.length) this.decimated = Math.max(this.decimated, n / t.length);
+    const typical = this.typical();  // once per block: the median of the recent sample spacings
     for (let j = 0; j < t.length; j++) {
       if (this.lastT != null && t[j] != null) {
         const d = t[j] - this.lastT;
-        if (d > MIN_GAP_S && d > GAP_FACTOR * this.typical()) this.row(null, null, null, null);
-        else if (d > 0) { this.spacings.push(d); if (this.spacings.length > 64) this.spacings.shift(); }
+        if (d > MIN_GAP_S && d > GAP_FACTOR * typical) this.row(null, null, null, null);
+        else if (d > 0 && j < 4) { this.spacings.push(d); if (this.spacings.length > 32) this.spacings.shift(); }
       }
       this.row(t[j], data, lo, hi, j);
       if (t[j] != null) this.lastT = t[j];
@@ -102,16 +103,18 @@ class StreamPlot {
   }
   typical() {
     if (!this.spacings.length) return Infinity;
-    const s = [...this.spacings].sort((a, b) => a - b);
+    const s = this.spacings.slice().sort((a, b) => a - b);
     return s[s.length >> 1];
   }
   row(t, data, lo, hi, j) {  // one sample (t null: a gap)
     if (this.end === 2 * CAP) {
       for (const c of this.cols) c.copyWithin(0, CAP, 2 * CAP);
       this.end = CAP;
+      this.gapAt -= CAP;
     }
     const k = this.channels.length;
-    this.cols[0][this.end] = t == null ? (this.lastT ?? 0) : t;
+    this.cols[0][this.end] = (t == null ? (this.lastT ?? 0) : t) - (this.group.t0 || 0);  // s since t0
+    if (t == null) this.gapAt = this.end;
     for (let i = 0; i < k; i++) {
       const v = t == null || !data[i] ? null : data[i][j];
       this.cols[1 + i][this.end] = v == null ? NaN : v;
@@ -123,8 +126,8 @@ class StreamPlot {
   }
   extent() {
     const a = Math.max(0, this.end - CAP);
-    if (this.end <= a || this.group.t0 == null) return [Infinity, -Infinity];
-    return [this.cols[0][a] - this.group.t0, this.cols[0][this.end - 1] - this.group.t0];
+    if (this.end <= a) return [Infinity, -Infinity];
+    return [this.cols[0][a], this.cols[0][this.end - 1]];
   }
   last(i) {
     for (let j = this.end - 1; j >= Math.max(0, this.end - CAP); j--) {
@@ -133,15 +136,16 @@ class StreamPlot {
     }
     return null;
   }
-  view() {  // uPlot's data: x in s since t0, NaN as null (a gap in the line)
-    const a = Math.max(0, this.end - CAP), t0 = this.group.t0 || 0;
-    const x = Array.from(this.cols[0].subarray(a, this.end), (t) => t - t0);
-    const ys = this.channels.map((_, i) => Array.from(this.cols[1 + i].subarray(a, this.end), (v) => isNaN(v) ? null : v));
-    return [x, ...ys];
+  view() {  // uPlot's data: x in s since t0; with a gap or a lost value in view, NaN as null (a break)
+    const a = Math.max(0, this.end - CAP), k = this.channels.length;
+    const ys = this.cols.slice(1, 1 + k).map((c) => c.subarray(a, this.end));
+    const holes = this.gapAt >= a || ys.some((y) => y.some(isNaN));
+    return [this.cols[0].subarray(a, this.end),
+      ...(holes ? ys.map((y) => Array.from(y, (v) => isNaN(v) ? null : v)) : ys)];
   }
   drawEnvelope(u) {
     if (!(this.decimated > 1)) return;
-    const k = this.channels.length, a = Math.max(0, this.end - CAP), t0 = this.group.t0 || 0;
+    const k = this.channels.length, a = Math.max(0, this.end - CAP);
     const g = u.ctx;
     g.save();
     g.beginPath();
@@ -163,7 +167,7 @@ class StreamPlot {
       for (let j = a; j < this.end; j++) {
         const lo = this.cols[1 + k + i][j], hi = this.cols[1 + 2 * k + i][j];
         if (isNaN(lo) || isNaN(hi)) { flush(); continue; }
-        const x = u.valToPos(this.cols[0][j] - t0, "x", true);
+        const x = u.valToPos(this.cols[0][j], "x", true);
         run.push([x, u.valToPos(lo, this.units[i], true), u.valToPos(hi, this.units[i], true)]);
       }
       flush();
