@@ -403,8 +403,10 @@ def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] 
                 intervals, traces = getattr(pool, "map", pool)(_details_task, [(chosen, train, valid, bounds,
                                                                                 fine)])[0]
             with stage("profiles"):
-                if profile:
-                    prof = profile_chosen(chosen, train, bounds, fine, n_grid=profile_points,
+                if profile:  # a profile that will not be graded (intervals not valid) is traced on the coarse
+                    # step: on the fine one it costs 5x the CPU (the shipped Stribeck session: minutes)
+                    prof = profile_chosen(chosen, train, bounds, fine if intervals.intervals_valid else opts,
+                                          n_grid=profile_points,
                                           executor=None if pool is _serial_map else pool)
                     prof.graded = bool(intervals.intervals_valid)  # identifiable only with valid intervals
     finally:
