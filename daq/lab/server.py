@@ -74,8 +74,8 @@ def build_lab_app(opts: ServeOptions, key: str):
         from tiled.catalog import from_uri  # lazy: tiled's server side is heavy, only the lab server needs it
         from tiled.config import Authentication  # lazy: as above
         from tiled.server.app import build_app  # lazy: as above
-    except ImportError:
-        raise LabError("the lab server needs Tiled's server: pip install 'hil-lab[lab]'") from None
+    except ImportError as exc:  # say which import failed: a broken dependency is not a missing extra
+        raise LabError(f"the lab server needs Tiled's server ({exc}): pip install 'hil-lab[lab]'") from None
 
     arrays = opts.arrays or str(opts.data_dir / ARRAYS_DIR)
     if "://" not in arrays:
