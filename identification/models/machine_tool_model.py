@@ -1,7 +1,7 @@
 """Identification model of a one-axis machine tool (seed paper 003, section 3.1): position-flexible,
 lumped-parameter, 27 unknown stiffness and damping parameters.
 
-This is the model the GSA identification (:mod:`identification.gsa.gsa_identification`), the modal analysis
+This is the model the GSA identification (:mod:`identification.gsa`), the modal analysis
 and the rig's reports work with. The simulated structure (:mod:`simulators.physics.machine_tool`) is the
 simulator's own truth; today it has the same structure and constants, so an identification of simulated
 data can reach the truth exactly (``variant = "disturbed"`` of the simulator, or
