@@ -87,3 +87,39 @@ def test_friction_coefficient_covariance_matches_monte_carlo():
     pred_emp = np.var(np.array(fits) @ X.T, axis=0, ddof=1)
     assert np.median(pred_emp / pred_var) == pytest.approx(1.0, abs=0.15)
     assert np.sqrt(pred_var).max() < 20.0  # N: far tighter than the single coefficients
+
+
+def _ridge_reference(X: np.ndarray, q: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
+    """The same scaled ridge solution in extended precision (x87 long double, eps ~1e-19), for reference."""
+    A = np.column_stack([X, q]).astype(np.longdouble)
+    scale = np.sqrt((A * A).sum(axis=0))
+    As = A / scale
+    G = As.T @ As + ridge * np.eye(As.shape[1], dtype=np.longdouble)
+    # Gaussian elimination with partial pivoting in long double (numpy's solvers work in double only)
+    n = G.shape[0]
+    M = np.column_stack([G, As.T @ y.astype(np.longdouble)])
+    for k in range(n):
+        piv = k + int(np.argmax(np.abs(M[k:, k])))
+        M[[k, piv]] = M[[piv, k]]
+        M[k + 1:] -= np.outer(M[k + 1:, k] / M[k, k], M[k])
+    c = np.zeros(n, dtype=np.longdouble)
+    for k in range(n - 1, -1, -1):
+        c[k] = (M[k, n] - M[k, k + 1:n] @ c[k + 1:]) / M[k, k]
+    return np.asarray(c / scale, float)[:-1]
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).eps > 1e-18, reason="needs an extended-precision long double")
+def test_memory_friction_coefficients_do_not_depend_on_rounding():
+    """The arctan units are nearly collinear; the coefficients must come out to the accuracy the data
+    allow, not to what the BLAS's rounding leaves of a squared condition number (the online verdict
+    differed from the offline one in the 5th digit when the worker ran with one BLAS thread)."""
+    from identification.models.press_models import _fit_with_nuisance
+
+    rng = np.random.default_rng(11)
+    q = np.tile(staircase_forces(), 4) + 20 * rng.standard_normal(4 * 29)
+    m3 = MemoryFriction()
+    X = m3.features(q)
+    y = X @ rng.normal(0, 300, X.shape[1]) + 0.01 * q + 5 * rng.standard_normal(q.size)
+    c, _ = _fit_with_nuisance(X, q, y, ridge=m3.ridge)
+    ref = _ridge_reference(X, q, y, m3.ridge)
+    np.testing.assert_allclose(c, ref, rtol=1e-8, atol=1e-8 * np.abs(ref).max())

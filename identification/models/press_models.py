@@ -270,8 +270,12 @@ def _fit_with_nuisance(X: np.ndarray, q: np.ndarray, y: np.ndarray, ridge: float
     A = np.column_stack([X, q])
     scale = np.linalg.norm(A, axis=0) + 1e-300
     As = A / scale
-    M = np.linalg.inv(As.T @ As + ridge * np.eye(As.shape[1]))
-    coef = (M @ As.T @ y) / scale
+    # ridge solution through the SVD of As, not the normal equations: the arctan units are nearly collinear
+    # (condition ~1e5), and squaring that in As.T @ As made the coefficients depend on the BLAS's rounding
+    # (a thread count or CPU changed M3's first coefficient in the third digit)
+    U, sv, Vt = np.linalg.svd(As, full_matrices=False)
+    M = (Vt.T / (sv**2 + ridge)) @ Vt
+    coef = (Vt.T @ ((sv / (sv**2 + ridge)) * (U.T @ y))) / scale
     if y_var is None:
         e = y - A @ coef
         cov_s = float(e @ e) / max(y.size - A.shape[1], 1) * M
