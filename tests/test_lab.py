@@ -54,11 +54,21 @@ class LabServer:
         return rc
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    server = LabServer(tmp_path_factory.mktemp("lab") / "lab")
+def shared_lab(request, tmp_path_factory):
+    """One `hil lab serve` (SQLite catalogue) for every lab test that does not kill or restart its server:
+    kept on the pytest session, so the `lab` fixtures of test_lab and test_lab_faults hand out the same
+    server (a Tiled server start costs ~7 CPU-s); stopped with Ctrl-C at the end of the session."""
+    server = getattr(request.session, "hil_lab_server", None)
+    if server is None:
+        server = request.session.hil_lab_server = LabServer(tmp_path_factory.mktemp("lab") / "lab")
     yield server
-    assert server.stop() == 0  # Ctrl-C ends it cleanly
+    if server.proc.poll() is None:
+        assert server.stop() == 0  # Ctrl-C ends it cleanly
+
+
+@pytest.fixture(scope="session")
+def lab(request, tmp_path_factory):
+    yield from shared_lab(request, tmp_path_factory)
 
 
 def hil(*args: str, key: str | None = None):

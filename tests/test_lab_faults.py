@@ -27,9 +27,15 @@ from daq.lab.reader import LabReader
 from daq.store.read_write import SessionStore
 from daq.store.reader import SessionReader
 from tests.polling import poll_until
-from tests.test_lab import ROOT, T0, LabServer, hil, make_session
+from tests.test_lab import ROOT, T0, LabServer, hil, make_session, shared_lab
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+@pytest.fixture(scope="session")
+def lab(request, tmp_path_factory):
+    """The lab server test_lab uses too (one per pytest session)."""
+    yield from shared_lab(request, tmp_path_factory)
 
 
 def wide_session(path: Path, seconds: float = 60.0, rate: float = 5000.0) -> str:
@@ -44,6 +50,22 @@ def wide_session(path: Path, seconds: float = 60.0, rate: float = 5000.0) -> str
                                     rng.normal(size=(n, 8))))
         store.finish(sid, "complete")
     return sid
+
+
+@pytest.fixture(scope="module")
+def wide_template(tmp_path_factory) -> tuple[Path, str]:
+    """The wide session, made once per module (the tests that push it copy the store file)."""
+    path = tmp_path_factory.mktemp("wide") / "hil.sqlite"
+    return path, wide_session(path)
+
+
+def wide_store(template: tuple[Path, str], folder: Path) -> tuple[Path, str]:
+    """A copy of the template store (closed, so the file is whole) in ``folder`` (the tests that use it
+    push it to different labs)."""
+    src, sid = template
+    dst = folder / "hil.sqlite"
+    shutil.copyfile(src, dst)
+    return dst, sid
 
 
 def push_process(store: Path, sid: str, url: str, key: str, **env: str) -> subprocess.Popen:
@@ -73,70 +95,67 @@ def assert_whole_copy(url: str, key: str, store: Path, sid: str) -> None:
         assert len(node["crane.trace"][layout.FRAMES].read()) == 300
 
 
-@pytest.mark.slow(reason="starts a Tiled server and pushes a 19 MB session twice")
-def test_a_push_killed_with_sigkill_completes_on_the_next_push_without_duplicates(tmp_path):
-    lab = LabServer(tmp_path / "lab")
+@pytest.mark.slow(reason="pushes a 19 MB session twice, once in a process killed half-way")
+def test_a_push_killed_with_sigkill_completes_on_the_next_push_without_duplicates(
+        lab, wide_template, tmp_path):
+    store, sid = wide_store(wide_template, tmp_path)
+    proc = push_process(store, sid, lab.url, lab.key)
     try:
-        store = tmp_path / "hil.sqlite"
-        sid = wide_session(store)
-        proc = push_process(store, sid, lab.url, lab.key)
         poll_until(lambda: blocks_in(store) >= 4 or proc.poll() is not None, timeout=120)
-        proc.kill()
-        proc.wait(timeout=30)
-        assert proc.returncode == -signal.SIGKILL, proc.stdout.read()
-        assert replicas(store) == {}
-        with LabReader(lab.url, lab.key) as rem:  # half there, and not listed as a session
-            assert sid in rem.root and sid not in [i.id for i in rem.list_sessions()]
-        with closing(sqlite3.connect(store)) as db:
-            done = db.execute("SELECT node, block FROM lab_progress").fetchall()
-        rows = [65536] * 4 + [300_000 - 4 * 65536]
-        saved = sum(rows[b] * (8 if node.endswith("/t") else 64) for node, b in done
-                    if not node.endswith("index"))
-        res = hil("--store", str(store), "lab", "push", sid, "--to", lab.url, key=lab.key)
-        assert res.exit_code == 0 and "pushed and verified" in res.output, res.output
-        sent = float(re.search(r"\(([\d.]+) MB\)", res.output).group(1)) * 1e6
-        full = 300_000 * (8 + 64)
-        assert saved > 0 and abs(sent - (full - saved)) < 0.15e6  # the blocks already in were not sent again
-        assert replicas(store) == {sid: [lab.url]} and blocks_in(store) == 0
-        assert_whole_copy(lab.url, lab.key, store, sid)
     finally:
-        lab.stop()
+        proc.kill()
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, proc.stdout.read()
+    assert replicas(store) == {}
+    with LabReader(lab.url, lab.key) as rem:  # half there, and not listed as a session
+        assert sid in rem.root and sid not in [i.id for i in rem.list_sessions()]
+    with closing(sqlite3.connect(store)) as db:
+        done = db.execute("SELECT node, block FROM lab_progress").fetchall()
+    rows = [65536] * 4 + [300_000 - 4 * 65536]
+    saved = sum(rows[b] * (8 if node.endswith("/t") else 64) for node, b in done
+                if not node.endswith("index"))
+    res = hil("--store", str(store), "lab", "push", sid, "--to", lab.url, key=lab.key)
+    assert res.exit_code == 0 and "pushed and verified" in res.output, res.output
+    sent = float(re.search(r"\(([\d.]+) MB\)", res.output).group(1)) * 1e6
+    full = 300_000 * (8 + 64)
+    assert saved > 0 and abs(sent - (full - saved)) < 0.15e6  # the blocks already in were not sent again
+    assert replicas(store) == {sid: [lab.url]} and blocks_in(store) == 0
+    assert_whole_copy(lab.url, lab.key, store, sid)
 
 
 @pytest.mark.slow(reason="starts a Tiled server twice and pushes a 19 MB session")
-def test_a_lab_killed_mid_push_is_one_line_and_the_push_completes_when_it_is_back(tmp_path):
-    lab = LabServer(tmp_path / "lab")
-    port = lab.url.rsplit(":", 1)[1]
-    store = tmp_path / "hil.sqlite"
-    sid = wide_session(store)
-    proc = push_process(store, sid, lab.url, lab.key, TILED_RETRY_ATTEMPTS="2", TILED_RETRY_TIMEOUT="2")
+def test_a_lab_killed_mid_push_is_one_line_and_the_push_completes_when_it_is_back(wide_template, tmp_path):
+    server = LabServer(tmp_path / "lab")  # its own: this test kills it
+    port = server.url.rsplit(":", 1)[1]
+    store, sid = wide_store(wide_template, tmp_path)
+    proc = push_process(store, sid, server.url, server.key, TILED_RETRY_ATTEMPTS="2", TILED_RETRY_TIMEOUT="2")
     try:
         poll_until(lambda: blocks_in(store) >= 1 or proc.poll() is not None, timeout=120)
-        lab.stop(signal.SIGKILL)
+        server.stop(signal.SIGKILL)
         out, _ = proc.communicate(timeout=120)
         assert proc.returncode == 1, out
         lines = out.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("Error: lab ") and "retry later" in lines[0], out
         assert replicas(store) == {}
-        lab = LabServer(tmp_path / "lab", port=int(port))
-        res = hil("--store", str(store), "lab", "push", "--pending", "--to", lab.url, key=lab.key)
+        server = LabServer(tmp_path / "lab", port=int(port))
+        res = hil("--store", str(store), "lab", "push", "--pending", "--to", server.url, key=server.key)
         assert res.exit_code == 0 and f"{sid}: pushed and verified" in res.output, res.output
-        assert_whole_copy(lab.url, lab.key, store, sid)
+        assert_whole_copy(server.url, server.key, store, sid)
     finally:
         proc.kill()
-        lab.stop()
+        server.stop()
 
 
-def press_config(tmp_path: Path, lab: LabServer | None) -> Path:
+def press_config(tmp_path: Path, server: LabServer | None) -> Path:
     text = (ROOT / "configs" / "press-sim.toml").read_text()
     text = re.sub(r"(?m)^n_series = \d+", "n_series = 3", text)
     text = re.sub(r"(?m)^n_steps_up = \d+", "n_steps_up = 3", text)
     text = re.sub(r"(?m)^n_samples = \d+", "n_samples = 4", text)
     text = re.sub(r"(?m)^q_max = 20000.0(\s+# N, top)", r"q_max = 8000.0\1", text)
-    if lab is not None:
-        (tmp_path / "lab.key").write_text(lab.key + "\n")
-        text += f'\n[lab]\nurl = "{lab.url}"\nkey_file = "lab.key"\n'
-    path = tmp_path / ("press-lab.toml" if lab else "press.toml")
+    if server is not None:
+        (tmp_path / "lab.key").write_text(server.key + "\n")
+        text += f'\n[lab]\nurl = "{server.url}"\nkey_file = "lab.key"\n'
+    path = tmp_path / ("press-lab.toml" if server else "press.toml")
     path.write_text(text)
     return path
 
@@ -154,11 +173,11 @@ def run_process(store: Path, config: Path) -> subprocess.Popen:
 
 @pytest.mark.slow(reason="two simulated press runs at once (about 15 s each), two analyses, a Tiled server")
 @pytest.mark.timeout(900)
-def test_a_stalled_lab_never_holds_up_a_run(tmp_path):
+def test_a_stalled_lab_never_holds_up_a_run(lab, tmp_path):
     """A run with [lab] while the lab is stalled (SIGSTOP: it accepts connections and never answers) and a
     push to it hangs, beside the same run without [lab] at the same time (the same load on the machine):
-    the same acquisition rate; the stuck push ends in one line; the sessions go once the lab is back."""
-    lab = LabServer(tmp_path / "lab")
+    the same acquisition rate; the stuck push ends in one line; the sessions go once the lab is back.
+    The shared lab server: stalled here, and always let go again on the way out."""
     plain_store, store = tmp_path / "plain" / "hil.sqlite", tmp_path / "hil.sqlite"
     plain_store.parent.mkdir()
     try:
@@ -197,7 +216,6 @@ def test_a_stalled_lab_never_holds_up_a_run(tmp_path):
     finally:
         if lab.proc.poll() is None:
             os.kill(lab.proc.pid, signal.SIGCONT)
-        lab.stop()
 
 
 def free_port() -> int:
@@ -232,18 +250,18 @@ def postgres():
 
 @pytest.mark.slow(reason="initdb, a PostgreSQL server and a Tiled server")
 def test_a_postgresql_catalogue_holds_pushed_sessions_and_answers_searches(postgres, tmp_path):
-    lab = LabServer(tmp_path / "lab", "--catalog", postgres)
+    server = LabServer(tmp_path / "lab", "--catalog", postgres)
     try:
         assert not (tmp_path / "lab" / "catalog.db").exists()
         store = tmp_path / "hil.sqlite"
         ids = [make_session(store, 2.0, seed=s, name=n) for s, n in ((1, "press-a"), (2, "press-b"))]
-        res = hil("--store", str(store), "lab", "push", "--all", "--to", lab.url, key=lab.key)
+        res = hil("--store", str(store), "lab", "push", "--all", "--to", server.url, key=server.key)
         assert res.exit_code == 0 and res.output.count("pushed and verified") == 2, res.output
-        res = hil("--store", lab.url, "sessions", "--rig", "press-b", key=lab.key)
+        res = hil("--store", server.url, "sessions", "--rig", "press-b", key=server.key)
         assert res.exit_code == 0 and ids[1] in res.output and ids[0] not in res.output
-        with LabReader(lab.url, lab.key) as rem, SessionReader(store) as loc:
+        with LabReader(server.url, server.key) as rem, SessionReader(store) as loc:
             a, b = rem.read_window(ids[0], "press.force", T0 + 0.5, T0 + 1.5), loc.read_window(
                 ids[0], "press.force", T0 + 0.5, T0 + 1.5)
             assert len(a) == 1000 and np.array_equal(a.data, b.data) and np.array_equal(a.t, b.t)
     finally:
-        assert lab.stop() == 0
+        assert server.stop() == 0
