@@ -4,9 +4,11 @@ the same arrays (`write_array` of each stream's time axis and data) into the sam
 search latency over a catalogue of generated session metadata; the peak memory of pushing one session far
 larger than the 300 MB budget.
 
-`hil lab push` does more than the plain client: it checks the local session whole first, writes the frame
-and event tables and the time index, and reads the whole copy back to compare digests before it marks the
-session. MB/s counts the session's sample bytes (t + data) for both.
+`hil lab push` does more than the plain client: it checks the local session whole first (decodes every
+frame, SHA-256 of t and data), writes the frame and event tables and the time index, has the server
+confirm every block by its own hash of what it stored (Tiled's ETag: a 304 with no body), reads the two
+tables back, and compares the server's row counts and the stored digests before it marks the session.
+MB/s counts the session's sample bytes (t + data) for both.
 
     .venv/bin/python benchmarks/bench_lab.py [--pushers 4 16] [--sessions 2] [--session-mb 8]
         [--catalogue 10000] [--big-mb 1024 ...]

@@ -4,6 +4,7 @@ started as a user starts it, sessions pushed with `hil lab push`, read back with
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -299,3 +300,60 @@ def test_window_read_fetches_only_the_window(lab, tmp_path):
     print(f"window read: {window_bytes} B on the wire for {w.data.nbytes + w.t.nbytes} B of samples; "
           f"whole stream {whole} B")
     assert window_bytes < payload + 20_000 and window_bytes < whole / 50
+
+
+def count_downloads(root) -> list[int]:
+    """Body bytes of every response the client ``root`` receives from now on."""
+    wire: list[int] = []
+    hooks = root.context.http_client.event_hooks
+    hooks["response"] = [*hooks.get("response", []),
+                         lambda r: (r.read(), wire.append(r.num_bytes_downloaded))]
+    return wire
+
+
+def test_a_push_is_verified_by_the_server_without_downloading_the_samples(lab, tmp_path):
+    """Each block is confirmed by the server's own hash of what it stored (a 304, no body) and the
+    row counts and digests are read from the nodes' structure and metadata: the push downloads metadata
+    and the two small tables, not the samples (reading the copy back downloaded all of them)."""
+    from daq.lab.client import push_structure_clients
+    from daq.lab.connect import open_lab
+    from daq.lab.marks import Marks
+    from daq.lab.push import Pusher
+
+    store = tmp_path / "hil.sqlite"
+    sid = make_session(store, 120.0)  # press.force: 120,000 samples, 2 blocks of t and of data
+    root = open_lab(lab.url, lab.key, push_structure_clients())
+    wire = count_downloads(root)
+    with SessionReader(store) as reader, Marks(store) as marks:
+        result = Pusher(root, lab.url, reader, marks).push(sid)
+    samples = 120_000 * (1 + 3) * 8
+    print(f"push of {result.bytes_sent} B downloaded {sum(wire)} B in {len(wire)} responses")
+    assert result.state == "pushed" and replicas(store) == {sid: [lab.url]}
+    assert sum(wire) < samples / 10
+    with LabReader(lab.url, lab.key) as rem, SessionReader(store) as loc:  # and the copy is whole
+        a, b = rem.read_stream(sid, "press.force"), loc.read_stream(sid, "press.force")
+        assert np.array_equal(a.t, b.t) and np.array_equal(a.data, b.data)
+        meta = rem.root[sid]["press.force"]["data"].metadata
+        assert meta["rows"] == 120_000 and meta["sha256"] == hashlib.sha256(b.data.tobytes()).hexdigest()
+
+
+def test_the_lab_confirms_a_block_by_its_own_hash_and_a_wrong_block_is_caught(lab, tmp_path):
+    from daq.lab.client import push_structure_clients
+    from daq.lab.connect import open_lab
+
+    store = tmp_path / "hil.sqlite"
+    sid = make_session(store, 2.0)
+    assert hil("--store", str(store), "lab", "push", sid, "--to", lab.url, key=lab.key).exit_code == 0
+    root = open_lab(lab.url, lab.key, push_structure_clients())
+    arr = root[sid]["press.force"]["data"]
+    good = SessionReader(store).read_stream(sid, "press.force").data
+    wire = count_downloads(root)
+    assert arr.block_matches(good, (0, 0)) and wire == [0]  # a 304: the server's hash, nothing downloaded
+    assert arr.block_matches(good, (0, 0), token="another-hash") and wire[-1] == good.nbytes  # compared here
+    bad = good.copy()
+    bad[1234, 2] = np.nextafter(bad[1234, 2], np.inf)  # one sample, one unit in the last place
+    arr.write_block(bad, (0, 0))
+    assert not arr.block_matches(good, (0, 0))
+    arr.write_block(good, (0, 0))
+    assert arr.block_matches(good, (0, 0))
+

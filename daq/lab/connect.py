@@ -32,16 +32,17 @@ def probe(url: str, key: str, timeout: float = PROBE_TIMEOUT) -> None:
         raise LabError(f"lab {url} answered HTTP {resp.status_code} to a probe; is it a Tiled server?")
 
 
-def open_lab(url: str, key: str):
-    """The Tiled client's root container of the lab at ``url`` (probed first)."""
+def open_lab(url: str, key: str, structure_clients: str | dict = "numpy"):
+    """The Tiled client's root container of the lab at ``url`` (probed first); ``structure_clients`` as
+    Tiled's ``from_uri`` takes it (a push gives its own light classes: daq.lab.client)."""
     probe(url, key)
     try:
-        from tiled.client import from_uri  # lazy: tiled's client loads pandas, dask and more
+        from tiled.client import from_uri  # lazy: only commands that talk to a lab load tiled's client
     except ImportError:
         raise LabError(NOT_INSTALLED) from None
 
     try:
-        return from_uri(url, api_key=key)
+        return from_uri(url, api_key=key, structure_clients=structure_clients)
     except Exception as exc:  # noqa: BLE001 - whatever the client raises becomes one line
         raise from_client_error(url, exc) from None
 

@@ -3,14 +3,16 @@
 Idempotent and resumable by construction: every array block goes to a fixed index of an array whose
 shape is known up front, so writing a block twice puts the same bytes in the same place; the local store
 remembers which blocks are in (``daq.lab.marks``), so a push killed with SIGKILL and started again goes on
-where it stopped. Verified: the lab's copy is read back and its row counts and SHA-256 digests compared
-with the local ones (:mod:`daq.lab.checks`) before the session is marked replicated, in the lab
-(``replication.state = "verified"``) and in the local store.
+where it stopped. Verified without downloading the data again: the server checks each block right after
+it is written (Tiled's ETag - a hash the server computes over what it stored - against the same hash of
+the sent block, :mod:`daq.lab.client`), each table is read back (they are small), and before the session
+is marked replicated - in the lab (``replication.state = "verified"``) and in the local store - the row
+counts of the server's arrays and the SHA-256 digests stored with them are compared with the local ones
+(:mod:`daq.lab.checks`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import socket
 import time
 from collections import deque
@@ -74,8 +76,13 @@ def child(node, key: str):
         return None
 
 
+def status_of(exc: BaseException) -> int | None:
+    return getattr(getattr(exc, "response", None), "status_code", None)
+
+
 class Pusher:
-    """Pushes sessions of one local store to one lab (a Tiled client root container)."""
+    """Pushes sessions of one local store to one lab (a Tiled client root container opened with
+    :func:`daq.lab.client.push_structure_clients`)."""
 
     def __init__(self, root, lab_url: str, store: SessionReader, marks: Marks, workers: int = WORKERS,
                  on_block: Callable[[str, int], None] | None = None):
@@ -89,29 +96,27 @@ class Pusher:
         if info.status not in FINAL_STATUSES:
             return PushResult(info.id, "skipped", note=f"{info.status}, not finished")
         check = check_session(self.store, info)  # a corrupt session stops here: nothing written
-        checks = check.as_dict()
         try:
-            return self._push(info, check, checks)
+            return self._push(info, check)
         except (LabError, KeyboardInterrupt):
             raise
         except Exception as exc:  # noqa: BLE001 - the client's HTTP and server errors, one line
             raise from_client_error(self.lab, exc) from None
 
-    def _push(self, info: SessionInfo, check: SessionCheck, checks: dict) -> PushResult:
-        node = child(self.root, info.id)
+    def _push(self, info: SessionInfo, check: SessionCheck) -> PushResult:
+        checks = check.as_dict()
         meta = session_metadata(self.store, info)
-        if node is not None:
+        node, fresh = self._create(self.root, info.id, meta, layout.SESSION_SPEC)
+        if not fresh:
             there = layout.plain(node.metadata.get("replication", {}))
             if there.get("state") == layout.VERIFIED and there.get("checks") == checks:
                 self.marks.mark(info.id, self.lab, checks)
                 return PushResult(info.id, "already")
-        else:
-            node = self._create(self.root, info.id, meta, layout.SESSION_SPEC)
         self.sent = 0
         for name, sc in check.streams.items():
             self._push_stream(node, info, info.streams[name], sc)
-        self._push_table(node, layout.EVENTS, event_columns(event_rows(self.store.path, info.id)),
-                         check.events, check.events_sha256)
+        events = event_columns(event_rows(self.store.path, info.id))
+        self._push_table(node, fresh, info.id, layout.EVENTS, events, check.events, check.events_sha256)
         self._verify(node, info, check)
         analysis = layout.plain(node.metadata.get("analysis")) if node.metadata.get("analysis") else None
         meta["replication"] = {"state": layout.VERIFIED, "checks": checks, "pushed_at": time.time(),
@@ -125,27 +130,30 @@ class Pusher:
     # ------------------------------------------------------------------ nodes
 
     def _create(self, parent, key: str, metadata: dict, spec: str):
+        """(the container ``key``, True when this call made it): made if missing, else the one there."""
         try:
-            return parent.create_container(key, metadata=metadata, specs=[spec])
+            return parent.create_container(key, metadata=metadata, specs=[spec]), True
         except Exception as exc:
-            if getattr(getattr(exc, "response", None), "status_code", None) == 409:  # a concurrent push
-                return parent[key]
+            if status_of(exc) == 409:  # there already (an earlier or a concurrent push)
+                return parent[key], False
             raise
 
-    def _array(self, parent, key: str, shape: tuple, dtype: np.dtype, rows: int, metadata: dict,
-               dims: tuple, node_name: str):
-        """The array ``key`` with exactly this shape, dtype and chunking (an unfitting one is replaced)."""
+    def _array(self, parent, fresh: bool, key: str, shape: tuple, dtype: np.dtype, rows: int,
+               metadata: dict, dims: tuple, node_name: str):
+        """The array ``key`` with exactly this shape, dtype, chunking and digest (an unfitting one is
+        replaced); ``fresh``: the parent was just made, so there is nothing to look up."""
         from tiled.structures.array import ArrayStructure, BuiltinDtype  # lazy: tiled's client side
         from tiled.structures.core import StructureFamily  # lazy: as above
         from tiled.structures.data_source import DataSource  # lazy: as above
 
         blocks = [rows] * (shape[0] // rows) + ([shape[0] % rows] if shape[0] % rows else [])
         chunks = (tuple(blocks), *((s,) for s in shape[1:]))
-        existing = child(parent, key)
+        existing = None if fresh else child(parent, key)
         if existing is not None:
             st = existing.structure()
             if tuple(st.shape) == shape and tuple(map(tuple, st.chunks)) == chunks \
-                    and st.data_type.to_numpy_dtype() == dtype:
+                    and st.data_type.to_numpy_dtype() == dtype \
+                    and existing.metadata.get("sha256") == metadata.get("sha256"):
                 return existing
             existing.delete(external_only=False)
             self.marks.forget(parent.metadata.get("session", ""), self.lab, [node_name])
@@ -157,20 +165,22 @@ class Pusher:
 
     def _push_stream(self, node, info: SessionInfo, si: StreamInfo, sc: StreamCheck) -> None:
         fields = layout.stream_node_fields(si, sc.chunk_rows)
-        snode = child(node, si.name) or self._create(node, si.name, {**fields, "session": info.id},
-                                                     layout.STREAM_SPEC)
+        snode, new = self._create(node, si.name, {**fields, "session": info.id}, layout.STREAM_SPEC)
         dtype = SUPPORTED_DTYPES[si.dtype]
         t_name, d_name = f"{si.name}/{layout.TIME}", f"{si.name}/{layout.DATA}"
-        t_arr = self._array(snode, layout.TIME, (sc.rows,), np.dtype("<f8"), sc.chunk_rows,
-                            {"unit": "s", "time_unit": "s"}, ("sample",), t_name)
-        d_arr = self._array(snode, layout.DATA, (sc.rows, len(si.channels)), dtype, sc.chunk_rows,
-                            {"channels": si.channels, "units": si.units}, ("sample", "channel"), d_name)
-        index = self._array(snode, layout.T_INDEX, sc.t_index.shape, np.dtype("<f8"), max(1, len(sc.t_index)),
-                            {"unit": "s", "step": layout.index_step(sc.chunk_rows)}, ("entry",),
-                            f"{si.name}/{layout.T_INDEX}")
-        if not self.marks.done_blocks(info.id, self.lab, f"{si.name}/{layout.T_INDEX}"):
-            index.write_block(sc.t_index, (0,))
-            self.marks.block_done(info.id, self.lab, f"{si.name}/{layout.T_INDEX}", 0)
+        t_arr = self._array(snode, new, layout.TIME, (sc.rows,), np.dtype("<f8"), sc.chunk_rows,
+                            {"unit": "s", "time_unit": "s", "rows": sc.rows, "sha256": sc.t_sha256},
+                            ("sample",), t_name)
+        d_arr = self._array(snode, new, layout.DATA, (sc.rows, len(si.channels)), dtype, sc.chunk_rows,
+                            {"channels": si.channels, "units": si.units, "rows": sc.rows,
+                             "sha256": sc.data_sha256}, ("sample", "channel"), d_name)
+        i_name = f"{si.name}/{layout.T_INDEX}"
+        index = self._array(snode, new, layout.T_INDEX, sc.t_index.shape, np.dtype("<f8"),
+                            max(1, len(sc.t_index)), {"unit": "s", "step": layout.index_step(sc.chunk_rows)},
+                            ("entry",), i_name)
+        if not self.marks.done_blocks(info.id, self.lab, i_name):
+            self._write_block(index, sc.t_index, (0,))
+            self.marks.block_done(info.id, self.lab, i_name, 0)
             self.sent += sc.t_index.nbytes
         done_t = self.marks.done_blocks(info.id, self.lab, t_name)
         done_d = self.marks.done_blocks(info.id, self.lab, d_name)
@@ -183,15 +193,22 @@ class Pusher:
                         continue
                     block = (i,) if values.ndim == 1 else (i, 0)
                     values = np.ascontiguousarray(values)
-                    pending.append((pool.submit(arr.write_block, values, block), name, i))
+                    pending.append((pool.submit(self._write_block, arr, values, block), name, i))
                     self.sent += values.nbytes
                 while len(pending) >= self.workers:
                     self._finish(info.id, pending.popleft())
             while pending:
                 self._finish(info.id, pending.popleft())
-        self._push_table(snode, layout.FRAMES, layout.frames_rows(frame_rows(self.store.path, info.id,
-                                                                             si.name)),
-                         sc.frames, sc.frames_sha256)
+        self._push_table(snode, new, info.id, layout.FRAMES,
+                         layout.frames_rows(frame_rows(self.store.path, info.id, si.name)), sc.frames,
+                         sc.frames_sha256, progress=f"{si.name}/{layout.FRAMES}")
+
+    def _write_block(self, arr, values: np.ndarray, block: tuple[int, ...]) -> None:
+        """Write one block and have the server confirm it holds exactly these bytes."""
+        arr.write_block(values, block)
+        if not arr.block_matches(values, block):
+            raise LabError(f"the lab's copy of block {block[0]} of {arr.item['id']} differs from the sent "
+                           "one; push again")
 
     def _finish(self, sid: str, item: tuple[Future, str, int]) -> None:
         future, name, block = item
@@ -200,64 +217,72 @@ class Pusher:
         if self.on_block is not None:
             self.on_block(name, block)
 
-    def _push_table(self, parent, key: str, columns: dict, rows: int, sha: str) -> None:
-        """A table written whole; one that is there but not exactly these rows is replaced."""
-        import pandas as pd  # lazy: pandas only where tables go to or come from the lab
+    def _push_table(self, parent, fresh: bool, sid: str, key: str, columns: dict, rows: int, sha: str,
+                    progress: str | None = None) -> None:
+        """A table written whole and read back; one that is there but not known to be whole is replaced."""
+        from tiled.structures.core import StructureFamily  # lazy: tiled's client side
+        from tiled.structures.data_source import DataSource  # lazy: as above
+        from tiled.structures.table import TableStructure  # lazy: as above
 
         if rows == 0:
             return
-        existing = child(parent, key)
+        progress = progress or key
+        existing = None if fresh else child(parent, key)
         if existing is not None:
-            if table_digest(existing) == (rows, sha):
+            if self.marks.done_blocks(sid, self.lab, progress):
                 return
             existing.delete(external_only=False)
-        parent.write_table(pd.DataFrame(columns), key=key)
-        self.sent += sum(np.asarray(c).nbytes for c in columns.values())
+        table = arrow_table(columns)
+        tnode = parent.new(StructureFamily.table,
+                           [DataSource(structure=TableStructure.from_arrow_table(table),
+                                       structure_family=StructureFamily.table)],
+                           key=key, metadata={"rows": rows, "sha256": sha})
+        tnode.write_arrow(table)
+        self.sent += table.nbytes
+        if table_digest(tnode.read_arrow(), list(columns)) != (rows, sha):
+            raise LabError(f"session {sid}: the lab's copy of the {key} table differs from the local one; "
+                           "push again")
+        self.marks.block_done(sid, self.lab, progress, 0)
 
     # ------------------------------------------------------------------ verification
 
     def _verify(self, node, info: SessionInfo, check: SessionCheck) -> None:
-        """Read the lab's copy back and compare counts and digests; a mismatch forgets the progress (the
-        next push writes the stream again) and is an error."""
+        """Every block confirmed by the server; the server's row counts, and the digests stored with the
+        arrays, equal the local ones. A mismatch forgets the progress (the next push writes the stream
+        again) and is an error."""
         for name, sc in check.streams.items():
-            snode = node[name]
-            got = stream_digest(snode, sc.chunk_rows, self.workers)
-            want = (sc.rows, sc.t_sha256, sc.data_sha256)
-            frames = table_digest(snode[layout.FRAMES])
-            index_ok = np.array_equal(np.asarray(snode[layout.T_INDEX].read()), sc.t_index)
-            if got != want or frames != (sc.frames, sc.frames_sha256) or not index_ok:
-                self.marks.forget(info.id, self.lab, [f"{name}/{n}" for n in (layout.TIME, layout.DATA,
-                                                                               layout.T_INDEX)])
-                raise LabError(f"session {info.id}: the lab's copy of {name} differs from the local one "
-                               f"({got[0]} rows of {sc.rows}); push again")
-        if check.events and table_digest(node[layout.EVENTS]) != (check.events, check.events_sha256):
-            raise LabError(f"session {info.id}: the lab's events differ from the local ones; push again")
+            parts = dict(node[name].items())
+            width = len(info.streams[name].channels)
+            want = {layout.TIME: ((sc.rows,), sc.t_sha256), layout.DATA: ((sc.rows, width), sc.data_sha256)}
+            blocks = layout.n_blocks(sc.rows, sc.chunk_rows)
+            ok = all(key in parts and tuple(parts[key].structure().shape) == shape
+                     and parts[key].metadata.get("sha256") == sha
+                     and len(self.marks.done_blocks(info.id, self.lab, f"{name}/{key}")) == blocks
+                     for key, (shape, sha) in want.items())
+            ok = ok and layout.T_INDEX in parts and layout.FRAMES in parts
+            if not ok:
+                parts_of = (layout.TIME, layout.DATA, layout.T_INDEX, layout.FRAMES)
+                self.marks.forget(info.id, self.lab, [f"{name}/{n}" for n in parts_of])
+                raise LabError(f"session {info.id}: the lab's copy of {name} differs from the local one; "
+                               "push again")
+        if check.events and layout.EVENTS not in node:
+            raise LabError(f"session {info.id}: the lab has no events table; push again")
 
 
-def stream_digest(snode, rows: int, workers: int = WORKERS) -> tuple[int, str, str]:
-    """(rows, SHA-256 of t, SHA-256 of data) of a stream in the lab, read block by block."""
-    t_arr, d_arr = snode[layout.TIME], snode[layout.DATA]
-    n = int(t_arr.shape[0])
-    if tuple(d_arr.shape[:1]) != (n,):
-        return -1, "", ""
-    th, dh = hashlib.sha256(), hashlib.sha256()
-    spans = [(lo, min(n, lo + rows)) for lo in range(0, n, rows)]
-    with ThreadPoolExecutor(workers, thread_name_prefix="lab-verify") as pool:
-        for k in range(0, len(spans), workers):
-            batch = spans[k:k + workers]
-            ts = pool.map(lambda s: t_arr[s[0]:s[1]], batch)
-            ds = pool.map(lambda s: d_arr[s[0]:s[1]], batch)
-            for t, d in zip(ts, ds, strict=True):
-                th.update(memoryview(np.ascontiguousarray(t, dtype="<f8")))  # no copy for the digest
-                dh.update(memoryview(np.ascontiguousarray(d)))
-    return n, th.hexdigest(), dh.hexdigest()
+def arrow_table(columns: dict[str, np.ndarray]):
+    """Columns as an Arrow table: numbers as they are, text as strings."""
+    import pyarrow as pa  # lazy: only the push writes tables
+
+    arrays = [pa.array(list(col), type=pa.string()) if np.asarray(col).dtype.kind in "OUS"
+              else pa.array(col) for col in columns.values()]
+    return pa.Table.from_arrays(arrays, names=list(columns))
 
 
-def table_digest(tnode) -> tuple[int, str]:
-    """(rows, SHA-256) of a table in the lab, columns as :func:`table_sha256` hashes them."""
-    df = tnode.read()
+def table_digest(table, names: list[str]) -> tuple[int, str]:
+    """(rows, SHA-256) of an Arrow table's columns ``names``, as :func:`table_sha256` hashes them."""
     cols = {}
-    for name in df.columns:
-        col = df[name].to_numpy()
-        cols[name] = np.array(list(col), dtype=object) if col.dtype.kind not in "fiub" else col
-    return len(df), table_sha256(cols)
+    for name in names:
+        col = table.column(name)
+        values = col.to_numpy(zero_copy_only=False)
+        cols[name] = np.array(list(values), dtype=object) if values.dtype.kind not in "fiub" else values
+    return table.num_rows, table_sha256(cols)

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from daq.lab.client import push_structure_clients
 from daq.lab.connect import open_lab
 from daq.lab.marks import Marks
 from daq.lab.push import Pusher, PushResult
@@ -30,7 +31,7 @@ def pending_sessions(store: SessionReader, marks: Marks, lab: str) -> list[str]:
 def push_sessions(store_path: str | os.PathLike, url: str, key: str, sessions: Iterable[str] | None,
                   say: Callable[[str], None] = print, on_block=None) -> list[PushResult]:
     """Push ``sessions`` (None: every pending one) of the store to the lab at ``url``."""
-    root = open_lab(url, key)
+    root = open_lab(url, key, push_structure_clients())
     results = []
     with SessionReader(store_path, recover=False) as store, Marks(store_path) as marks:
         todo = pending_sessions(store, marks, url) if sessions is None else list(sessions)

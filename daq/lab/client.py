@@ -1,0 +1,124 @@
+"""The Tiled client a push uses: Tiled's own ``Container`` for the tree, and two small node clients given
+to it through ``structure_clients`` (Tiled's documented hook for choosing the class a node is handled
+with). Tiled's default ``ArrayClient`` and ``DataFrameClient`` import dask.array, pandas and xarray when
+the first array or table is touched (about 160 MB of a push's memory); a push only writes blocks and
+Arrow tables and asks whether the server holds them, so it gets by with httpx, numpy and pyarrow.
+
+Whether the lab holds a block is asked without downloading it: Tiled answers a block read with an ETag,
+a hash the server computes over the array it read from its storage (``tiled.server.etag.tokenize``,
+i.e. dask's ``tokenize``), and answers 304 with no body when the request's ``If-None-Match`` is that
+hash. The push computes the same hash over the block it sent; a 304 means the server's bytes are the
+sent bytes. Any other answer carries the stored block, which is then compared here byte for byte - so a
+server whose hash differs (another dask version) costs a download, never a wrong verdict.
+"""
+
+from __future__ import annotations
+
+import io
+from functools import cache
+
+import numpy as np
+
+OCTET_STREAM = "application/octet-stream"
+ARROW_FILE = "application/vnd.apache.arrow.file"
+
+
+#: How the server's arrays spell a little-endian dtype: the hash covers the dtype's spelling, and Zarr 3
+#: hands out explicit "<f8" where numpy says "float64" ("="). The first answer with a body tells which
+#: spelling this server uses, and later blocks are hashed that way.
+BYTE_ORDERS = ("<", "=")
+_order = {"now": BYTE_ORDERS[0]}
+
+
+def block_token(values: np.ndarray, order: str | None = None) -> str:
+    """The ETag a Tiled server gives ``values`` served as raw bytes (see the module's docstring)."""
+    from dask.tokenize import tokenize  # lazy: the light part of dask (no dask.array, no pandas)
+
+    dtype = values.dtype
+    if dtype.itemsize > 1 and dtype.byteorder in "<=":
+        values = values.view(dtype.newbyteorder(order or _order["now"]))
+    return tokenize((values, OCTET_STREAM))
+
+
+def _client_base():
+    from tiled.client.base import BaseClient  # lazy: only commands that talk to a lab load tiled
+
+    return BaseClient
+
+
+def _http(node):
+    from tiled.client.utils import handle_error, retry_context  # lazy: as above
+
+    return node.context.http_client, handle_error, retry_context
+
+
+class _BlockArrayMixin:
+    """An array node written and checked block by block."""
+
+    def write_block(self, values: np.ndarray, block: tuple[int, ...]) -> None:
+        """Store ``values`` as block ``block`` (what Tiled's ``ArrayClient.write_block`` sends)."""
+        http, handle_error, retry_context = _http(self)
+        url = self.item["links"]["block"].format(*block)
+        payload = np.ascontiguousarray(values).tobytes()
+        for attempt in retry_context():
+            with attempt:
+                handle_error(http.put(url, content=payload, headers={"Content-Type": OCTET_STREAM}))
+
+    def block_matches(self, values: np.ndarray, block: tuple[int, ...], token: str | None = None) -> bool:
+        """True when the lab stores exactly ``values`` as block ``block``: a 304 to the block's token, or
+        else the block's bytes as served, compared here."""
+        http, handle_error, retry_context = _http(self)
+        values = np.ascontiguousarray(values)
+        url = self.item["links"]["block"].format(*block)
+        headers = {"Accept": OCTET_STREAM, "If-None-Match": token or block_token(values)}
+        for attempt in retry_context():
+            with attempt:
+                resp = http.get(url, headers=headers)
+                if resp.status_code == 304:
+                    return True
+                handle_error(resp)
+        same = resp.content == values.tobytes()
+        if same and token is None:  # learn how this server spells the dtype, for the next blocks
+            etag = resp.headers.get("ETag")
+            _order["now"] = next((o for o in BYTE_ORDERS if block_token(values, o) == etag), _order["now"])
+        return same
+
+
+class _ArrowTableMixin:
+    """A table node written whole and read as an Arrow table."""
+
+    def write_arrow(self, table) -> None:
+        import pyarrow as pa  # lazy: only tables need it
+
+        http, handle_error, retry_context = _http(self)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        payload = sink.getvalue().to_pybytes()
+        for attempt in retry_context():
+            with attempt:
+                handle_error(http.put(self.item["links"]["full"], content=payload,
+                                      headers={"Content-Type": ARROW_FILE}))
+
+    def read_arrow(self):
+        import pyarrow as pa  # lazy: as above
+
+        http, handle_error, retry_context = _http(self)
+        for attempt in retry_context():
+            with attempt:
+                resp = handle_error(http.get(self.item["links"]["full"], headers={"Accept": ARROW_FILE}))
+        return pa.ipc.open_file(io.BytesIO(resp.content)).read_all()
+
+
+@cache
+def push_structure_clients() -> dict:
+    """The ``structure_clients`` of a pushing client: containers as Tiled has them, arrays and tables
+    with the classes above."""
+    from tiled.client.container import Container  # lazy: as above
+
+    base = _client_base()
+    return {
+        "container": Container,
+        "array": type("BlockArrayClient", (_BlockArrayMixin, base), {}),
+        "table": type("ArrowTableClient", (_ArrowTableMixin, base), {}),
+    }
