@@ -357,3 +357,28 @@ def test_the_lab_confirms_a_block_by_its_own_hash_and_a_wrong_block_is_caught(la
     arr.write_block(good, (0, 0))
     assert arr.block_matches(good, (0, 0))
 
+
+def test_hil_serve_lists_whether_a_session_is_in_the_lab_with_a_link_to_it(lab, tmp_path):
+    import httpx
+
+    from tests.serve_fixtures import ServerThread
+
+    store = tmp_path / "store" / "hil.sqlite"
+    store.parent.mkdir()
+    pushed_id, local_id = make_session(store, 1.0, seed=5), make_session(store, 1.0, seed=6)
+    assert hil("--store", str(store), "lab", "push", pushed_id, "--to", lab.url, key=lab.key).exit_code == 0
+    (tmp_path / "configs").mkdir()
+    srv = ServerThread(tmp_path / "configs", store, tmp_path / "tokens").start()
+    try:
+        with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {srv.token}"}) as http:
+            rows = {r["id"]: r for r in http.get("/api/sessions").raise_for_status().json()}
+            page = http.get("/").text + http.get("/static/app.js").text
+    finally:
+        srv.stop()
+    link = f"{lab.url}/ui/browse/{pushed_id}"
+    assert rows[pushed_id]["lab"] == [{"url": lab.url, "link": link}] and rows[local_id]["lab"] == []
+    assert ">lab</th>" in page and "labCell(s.lab)" in page
+    answer = httpx.get(link, timeout=60)  # Tiled's own page for the session (it asks for the key itself)
+    assert answer.status_code == 200 and "text/html" in answer.headers["content-type"]
+    assert lab.key not in link
+

@@ -9,6 +9,7 @@ import sqlite3
 import time
 from collections.abc import Iterable
 from contextlib import closing
+from urllib.parse import quote
 
 from daq import json_codec
 
@@ -98,3 +99,12 @@ def replicas(path: str | os.PathLike) -> dict[str, list[str]]:
     for sid, lab in rows:
         out.setdefault(sid, []).append(lab)
     return out
+
+
+def session_link(lab: str, session_id: str) -> str | None:
+    """Where a person sees ``session_id`` in ``lab``: the session's page in Tiled's web UI (it asks for the
+    key itself: the key is never in a URL); None for a lab URL that is not http(s)."""
+    lab = lab.rstrip("/")
+    if not lab.startswith(("http://", "https://")):
+        return None
+    return f"{lab}/ui/browse/{quote(session_id, safe='')}"

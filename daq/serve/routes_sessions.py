@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 
 from daq.export.listing import session_detail, session_rows
+from daq.lab.marks import replicas, session_link
 from daq.serve import series as series_math
 from daq.serve.exports import ClientGone, ExportResponse
 from daq.serve.problems import BadRequest, Conflict, NotFound
@@ -27,10 +28,15 @@ async def configs(service, request: Request, name) -> Response:
 
 
 def _rows(service) -> list[dict]:
+    """``hil sessions --json``, each row with ``lab``: the labs holding the session verified, with a link."""
     if not service.store_path.exists():
         return []
     with service.reader() as reader:
-        return session_rows(reader)
+        rows = session_rows(reader)
+    held = replicas(service.store_path)
+    for row in rows:
+        row["lab"] = [{"url": lab, "link": session_link(lab, row["id"])} for lab in held.get(row["id"], [])]
+    return rows
 
 
 async def sessions(service, request: Request, name) -> Response:

@@ -341,13 +341,19 @@ async function refreshRuns() {
     `<td>${esc(e.by)}</td><td class="reason">${esc(e.reason || "")}</td></tr>`).join("");
 }
 
+// "yes" linked to the session in each lab that holds it verified (hil lab push), else nothing
+function labCell(labs) {
+  return (labs || []).map((l) => l.link ? `<a href="${esc(l.link)}" target="_blank" rel="noopener noreferrer" ` +
+    `title="${esc(l.url)}" data-lab-link>yes</a>` : `<span title="${esc(l.url)}">yes</span>`).join(" ");
+}
+
 async function refreshSessions() {
   try {
     const sessions = await api("GET", "/api/sessions");
     sessions.sort((a, b) => b.started - a.started);
     $("sessions").tBodies[0].innerHTML = sessions.slice(0, 200).map((s) => `<tr><td><a href="#/sessions/${esc(s.id)}" data-session-link="${esc(s.id)}">` +
       `${esc(s.id)}</a></td><td>${esc(s.kind)}</td><td>${esc(s.status)}${s.reason ? `<div class="reason">${esc(s.reason)}</div>` : ""}</td>` +
-      `<td>${fmtTime(s.started)}</td><td>${esc(s.started_by || "")}</td><td>` + ["hdf5", "mat", "csv"].map((f) =>
+      `<td>${fmtTime(s.started)}</td><td>${esc(s.started_by || "")}</td><td>${labCell(s.lab)}</td><td>` + ["hdf5", "mat", "csv"].map((f) =>
         `<a href="/api/sessions/${esc(s.id)}/export?format=${f}">${f}</a>`).join(" ") +
       `</td><td><button data-replay="${esc(s.id)}" title="play it on the live view"${S.role === "operator" ? "" : " disabled"}>replay</button></td></tr>`).join("");
   } catch (e) { say("sessions: " + e.message); }
