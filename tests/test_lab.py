@@ -382,3 +382,30 @@ def test_hil_serve_lists_whether_a_session_is_in_the_lab_with_a_link_to_it(lab, 
     assert answer.status_code == 200 and "text/html" in answer.headers["content-type"]
     assert lab.key not in link
 
+
+def test_the_shipped_tiled_configs_for_a_lab_of_many_rigs_parse_with_tileds_own_schema(monkeypatch):
+    """configs/lab/: PostgreSQL catalogue with arrays in a folder, or on an S3-compatible store (that one
+    is not served here: no object store on the test machines; `hil lab serve --catalog` runs the same
+    catalogue on a real PostgreSQL in test_lab_faults)."""
+    from tiled.config import parse_configs
+
+    env = {"HIL_LAB_KEY": "k" * 32, "HIL_LAB_CATALOG": "postgresql+asyncpg://hil@db:5432/lab",
+           "HIL_LAB_ARRAYS": "/srv/lab/data", "HIL_LAB_S3": "https://s3.lab:9000/hil-lab",
+           "HIL_LAB_FOLDER": "/srv/lab/tables", "AWS_ACCESS_KEY_ID": "id",
+           "AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    storages = {}
+    for name in ("lab-postgres.yml", "lab-postgres-s3.yml"):
+        text = (ROOT / "configs" / "lab" / name).read_text()
+        assert "s3cr3t-value" not in text and "k" * 32 not in text  # keys only from the environment
+        cfg = parse_configs(ROOT / "configs" / "lab" / name)
+        assert cfg.authentication.single_user_api_key == "k" * 32
+        assert cfg.authentication.allow_anonymous_access is False
+        (tree,) = cfg.trees
+        assert tree.path == "/" and tree.args["uri"] == env["HIL_LAB_CATALOG"]
+        storages[name] = tree.args["writable_storage"]
+    assert storages["lab-postgres.yml"] == ["/srv/lab/data"]
+    s3, folder = storages["lab-postgres-s3.yml"]
+    assert (s3["uri"], s3["provider"], folder) == (env["HIL_LAB_S3"], "s3", "/srv/lab/tables")
+    assert s3["config"]["secret_access_key"] == "s3cr3t-value"
