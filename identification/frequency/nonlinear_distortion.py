@@ -31,7 +31,7 @@ import numpy as np
 import scipy.stats
 
 __all__ = ["BLAEstimate", "DistortionVerdict", "best_linear_approximation", "distortion_verdict",
-           "distortion_from_records", "remove_trend"]
+           "distortion_from_records", "excited_lines", "remove_trend"]
 
 
 @dataclass
@@ -183,6 +183,17 @@ def distortion_verdict(bla: BLAEstimate, alpha: float = 0.01, line_alpha: float 
         level = 10 * np.log10(ratio + 2 * se)
     return DistortionVerdict(detected=bool(detected), p_value=p, level_db=float(level), band=band,
                              alpha=alpha)
+
+
+def excited_lines(u: np.ndarray, rel: float = 1e-2) -> np.ndarray:
+    """The excited DFT bins of one period, read from the measured input ``u`` (realisations, periods,
+    samples): the bins whose mean power is above ``rel`` times the median power of the strongest tenth
+    of the bins (a flat-spectrum multisine's lines sit there; noise lies many decades below).
+    For a rig whose source designs its own lines: the analysis takes them from what it measured."""
+    power = np.mean(np.abs(_spectra(np.asarray(u, dtype=float))) ** 2, axis=(0, 1))
+    power[0] = 0.0
+    top = np.sort(power)[-max(power.size // 10, 1):]
+    return np.flatnonzero(power > rel * np.median(top))
 
 
 def remove_trend(x: np.ndarray, degree: int) -> np.ndarray:
