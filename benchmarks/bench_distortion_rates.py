@@ -8,8 +8,12 @@ Cases (the known-answer plants of tests/test_nonlinear_distortion.py and the cra
   configs/crane-sim.toml (Coulomb + Stribeck friction), and the same with ``coulomb = stribeck_torque =
   0``, under the shipped ``[distortion]`` plan (3 realisations x (2 settling + 2 measured) periods of 1 s
   at 10 kHz, 1-100 Hz, 10 N*m peak, cubic trend removed), torque command -> measured motor speed.
-One seed = one draw of the lines, phases and noise. Prints the share detected at alpha = 1 % and the
-median level.
+- "machine tool": the simulated front end (simulators/machine_tool_sim.py, the truth and noise of
+  configs/machine-tool-sim.toml, a linear structure) under its shipped ``[distortion]`` plan: 3 odd
+  random-phase multisines (``SOUR:DET 4``) x (3 settling + 2 measured) periods of 2 s, 10-240 Hz, 100 N rms
+  at T1x, 0.05 m; force -> acceleration at T1x.
+One seed = one draw of the lines, phases and noise (the front end: of the phases and noise). Prints the
+share detected at alpha = 1 % and the median level.
 
     nice .venv/bin/python benchmarks/bench_distortion_rates.py [--seeds 100] [--crane-seeds 20]
 """
@@ -55,6 +59,28 @@ def _crane(truth: CraneTruth, table: DistortionTable, seed: int):
     return v
 
 
+def _machine_tool(seed: int):
+    from daq.rigs.machine_tool.distortion import DistortionRecords, analyze
+    from simulators.machine_tool_sim import MachineToolFrontEndSim
+
+    raw = read_toml(Path(__file__).resolve().parents[1] / "configs/machine-tool-sim.toml")
+    raw["simulator"]["seed"] = seed
+    d, e = raw["distortion"], raw["excitation"]
+    dev = MachineToolFrontEndSim(raw).dev
+    dev.position, dev.dof, dev.output, dev.detection = raw["plan"]["positions"][0], "T1x", True, d["group"]
+    dev.amplitude, dev.f_start, dev.f_stop, dev.period, dev.dt = (e["amplitude"], e["f_min"], e["f_max"],
+                                                                 e["period"], e["dt"])
+    dev.periods, dev.settle = d["n_periods"], d["n_settle"]
+    force, accel = [], []
+    for m in range(d["n_realisations"]):
+        dev.source_seed = seed * 100 + m
+        dev.measure()
+        force.append(dev.force)
+        accel.append(dev.accel[:, dev.truth.obs_labels.index("T1x")])
+    cfg = type("Cfg", (), {"distortion": type("D", (), {"alpha": d["alpha"]})})
+    return analyze(DistortionRecords(force, accel, e["dt"], e["period"], "T1x"), cfg).verdict
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=100)
@@ -71,6 +97,7 @@ def main() -> None:
                                                   100.0),
         "crane shipped": lambda: [_crane(shipped, table, s) for s in range(a.crane_seeds)],
         "crane viscous only": lambda: [_crane(viscous, table, s) for s in range(a.crane_seeds)],
+        "machine tool": lambda: [_machine_tool(s) for s in range(a.crane_seeds)],
     }
     print(f"{'case':<20} {'seeds':>5} {'detected':>9} {'median level dB':>16} {'wall s':>7} {'cpu s':>7}")
     for name, fn in cases.items():

@@ -69,5 +69,5 @@ def test_shipped_friction_is_detected_viscous_only_is_not(tmp_path):
     d, _ = _run_and_analyze(tmp_path / "viscous", text=False, coulomb=0.0, stribeck_torque=0.0)
     nl = d["nonlinear_distortion"]
     assert nl["detected"] is False and nl["p_value"] > 0.01, nl
-    assert nl["level_db"] < 0  # an upper bound: below the noise
+    assert nl["level_db"] < 10  # an upper bound (the shipped truth: ~30 dB); median over seeds -0.7 dB
     assert nl["statement"].startswith("no nonlinear distortions detected")
