@@ -6,6 +6,7 @@ Without that, a linear crane is called nonlinear."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import msgspec
 import numpy as np
@@ -68,3 +69,23 @@ def test_a_viscous_only_crane_is_linear_once_the_slow_transient_is_removed():
         assert raw.detected and raw.p_value < 1e-6
     shipped = _verdicts(truth, 0, TABLE.trend_degree)
     assert shipped.detected and shipped.level_db > 10
+
+
+@pytest.mark.parametrize("config, old, new, words", [
+    ("crane-sim.toml", "period = 1.0 ", "period = 10.0 ",
+     "[distortion].n_periods: 400000 samples per realisation exceed [devices.drive].max_samples"),
+    ("crane-sim.toml", "n_realisations = 3 ", "n_realisations = 1 ", "[distortion].n_realisations"),
+    ("machine-tool-sim.toml", '# input = "T1x"', 'input = "X9"  #',
+     "[distortion].input: 'X9' is not a measured"),
+])
+def test_a_distortion_plan_that_cannot_run_is_one_line_from_check(tmp_path, config, old, new, words):
+    from click.testing import CliRunner
+
+    from daq.cli.main import main
+
+    text = (Path("configs") / config).read_text()
+    assert old in text
+    path = tmp_path / config
+    path.write_text(text.replace(old, new))
+    res = CliRunner().invoke(main, ["check", str(path)])
+    assert res.exit_code != 0 and words in res.output and "Traceback" not in res.output, res.output
