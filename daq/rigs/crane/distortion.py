@@ -41,14 +41,17 @@ def role_name(m: int) -> str:
 # ----------------------------------------------------------------------------------------- plan
 
 
-async def record(ctx: Any, streams: Any, dt: float, torque_limit: float, not_before: float) -> float:
-    """Run and publish the realisations (nothing when ``[distortion]`` is off); returns the end of the
-    last published trace's time base."""
+async def record(ctx: Any, streams: Any, dt: float, not_before: float) -> float:
+    """Run and publish the realisations (nothing when ``[distortion]`` is off), scaled to the lower of
+    the configured and the drive's own torque limit; returns the end of the last published trace's time
+    base."""
     from daq.rigs import drive  # the shared drive loop
 
     table: DistortionTable = ctx.config.distortion
     if not table.enabled:
         return not_before
+    torque_limit = min(ctx.config.devices.drive.torque_limit,
+                       ctx.devices.drive.drive_limits.get("torque_limit", np.inf))
     loop = asyncio.get_running_loop()
     runs = await loop.run_in_executor(None, design_realisations, table, dt, torque_limit)
     for m, torque in enumerate(runs, start=1):

@@ -138,7 +138,6 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
         cfg = ctx.config
         limit = min(cfg.devices.drive.torque_limit,
                     ctx.devices.drive.drive_limits.get("torque_limit", np.inf))
-        ctx.prepared["torque_limit"] = limit
         loop = asyncio.get_running_loop()
         for role in ROLES:
             dt, torque, info, ms, peak = await loop.run_in_executor(None, design_excitation, cfg.excitation,
@@ -169,7 +168,7 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
                                                   before=f"before the {role} run",
                                                   recorded=f"{role} run recorded", not_before=t_end,
                                                   label=f"{role}: ")
-        await distortion.record(ctx, STREAMS, ctx.config.excitation.dt, ctx.prepared["torque_limit"], t_end)
+        await distortion.record(ctx, STREAMS, ctx.config.excitation.dt, t_end)
         if online is not None:
             await _finish_online(ctx, online)
 
