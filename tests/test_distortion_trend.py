@@ -89,3 +89,12 @@ def test_a_distortion_plan_that_cannot_run_is_one_line_from_check(tmp_path, conf
     path.write_text(text.replace(old, new))
     res = CliRunner().invoke(main, ["check", str(path)])
     assert res.exit_code != 0 and words in res.output and "Traceback" not in res.output, res.output
+
+
+def test_a_session_without_the_measurement_says_so():
+    from daq.rigs.crane import distortion
+
+    out = distortion.analyze({}, TABLE)
+    assert out.to_dict() is None and "not measured" in out.note and "[distortion] was off" in out.note
+    one = {"distortion 1": (np.zeros(4), np.zeros(40000), np.zeros(40000), DT)}
+    assert "only one distortion run" in distortion.analyze(one, TABLE).note
