@@ -142,7 +142,8 @@ class ForceSource:
 
     async def set_force(self, force_N: float) -> None:
         """Write the force setpoint (N) after the limit check."""
-        await self.transport.write(self.regs["setpoint"], self.check_force(force_N))
+        await self.transport.write(self.regs["setpoint"], self.check_force(force_N),
+                                   limits=(f"force setpoint within [{self.f_min:g}, {self.f_max:g}] N",))
 
     async def enable(self) -> None:
         await self.transport.write(self.regs["enable"], 1)

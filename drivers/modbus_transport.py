@@ -36,7 +36,7 @@ import asyncio
 import logging
 import math
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from msgspec import Meta
@@ -47,6 +47,7 @@ from pymodbus.pdu import ModbusPDU
 
 from drivers.cancellation import checked
 from drivers.errors import BadResponse, DeviceConnectionError, DeviceError, DeviceRefused, DeviceTimeout
+from drivers.outputs import held
 from drivers.registers import RegisterSpec
 from drivers.settings import Baud, InvalidSetting, NonEmpty, Port, Settings, Timeout, UnitId, settings_from
 
@@ -488,11 +489,16 @@ class ModbusTransport:
                               f"{spec.unit} (plausible {lo:g}..{hi:g} {spec.unit})")
         return value
 
-    async def write(self, spec: RegisterSpec, value: float) -> None:
-        """Write one mapped value (SI units) to a holding register."""
+    async def write(self, spec: RegisterSpec, value: float, limits: Sequence[str] = ()) -> None:
+        """Write one mapped value (SI units) to a holding register; in a dry run (:mod:`drivers.outputs`) the
+        write is logged with ``limits`` (the checks it passed) instead of sent."""
         if spec.table != "holding":
             raise ValueError(f"{self.name}: {spec.name} is in the {spec.table} table and cannot be written")
         regs = spec.encode(value)
+        hold = held()
+        if hold is not None:
+            await hold.hold(self.name, self.address, spec.name, value, limits)
+            return
         what = f"write {spec.name}={value!r} @ holding[{spec.address}]"
         fc = 6 if len(regs) == 1 else 16
         device_id = self.device_id

@@ -29,6 +29,7 @@ from asyncua.crypto.validator import CertificateValidator, CertificateValidatorO
 
 from drivers import errors
 from drivers.cancellation import checked
+from drivers.outputs import held
 from drivers.servo_settings import IDENTITY_KEYS, NODE_DEFAULTS, DriveSecurity, ServoDriveConfig
 from drivers.settings import settings_from
 
@@ -84,6 +85,9 @@ class DriveTimeout(DriveError, errors.DeviceTimeout):
 class DriveSafeStateError(DriveError, errors.SafeStateError):
     """Stop / disable failed or the drive still reports itself enabled."""
 
+
+#: drive methods that only read (never held in a dry run)
+READ_METHODS = frozenset({"read_trace"})
 
 SESSION_TIMEOUT_MS = 600_000  # requested OPC UA session lifetime, kept alive by the client
 
@@ -315,8 +319,12 @@ class ServoDrive:
         node = self._client.get_node(self._node("heartbeat"))
         while True:
             self._hb_count = (self._hb_count + 1) % 2**32
+            hold = held()
             try:
-                await checked(node.write_value(ua.Variant(self._hb_count, ua.VariantType.UInt32)))
+                if hold is not None:  # a dry run: the beat is counted, not written
+                    await hold.hold(self.name, self.url, "heartbeat", self._hb_count)
+                else:
+                    await checked(node.write_value(ua.Variant(self._hb_count, ua.VariantType.UInt32)))
             except Exception as exc:  # noqa: BLE001 - a failed heartbeat marks the link lost
                 log.warning("%s: heartbeat failed: %r", self.name, exc)
                 self._connected = False
@@ -353,7 +361,14 @@ class ServoDrive:
     async def _read(self, key: str, retry: bool = True) -> Any:
         return await self._request(lambda c: c.get_node(self._node(key)).read_value(), retry=retry)
 
-    async def _method(self, key: str, *args: ua.Variant, retry: bool = False) -> list:
+    async def _method(self, key: str, *args: ua.Variant, retry: bool = False, value: Any = None,
+                      limits: tuple[str, ...] = ()) -> list:
+        """Call a method of the drive; in a dry run (:mod:`drivers.outputs`) every method but a read is
+        logged with ``value`` and ``limits`` (the checks it passed) instead of called."""
+        hold = held()
+        if hold is not None and key not in READ_METHODS:
+            await hold.hold(self.name, self.url, key, value, limits)
+            return [0, "held (dry run)"]
         obj, meth = self._node("object"), self._node(key)
         out = await self._request(lambda c: c.get_node(obj).call_method(meth, *args), retry=retry)
         out = out if isinstance(out, list) else [out]
@@ -384,8 +399,13 @@ class ServoDrive:
     async def load_trajectory(self, dt: float, torque: np.ndarray) -> str:
         """Check limits, then upload; returns the drive's message."""
         u = self.check_trajectory(dt, torque)
+        limit = min(self.cfg.torque_limit, self.drive_limits.get("torque_limit", math.inf))
         out = await self._method("load_trajectory", ua.Variant(float(dt), ua.VariantType.Double),
-                                 ua.Variant(u.tolist(), ua.VariantType.Double))
+                                 ua.Variant(u.tolist(), ua.VariantType.Double),
+                                 value={"dt": float(dt), "n": int(u.size), "duration": float(u.size * dt),
+                                        "peak": float(np.abs(u).max()), "rms": float(np.sqrt(np.mean(u * u)))},
+                                 limits=(f"peak |torque| <= {limit:.4g} N*m", f"samples <= {self.cfg.max_samples}",
+                                         "sample time > 0", "every sample finite"))
         self._expected_duration = u.size * float(dt)
         return str(out[1])
 

@@ -260,6 +260,7 @@ class CraneDrive:
         self._last_beat: dict[int, int] = {}
         self._beat_seen = 0.0
         self._runs = 0
+        self.n_calls = 0  # method calls that act on the drive (all but ReadTrace), for the dry-run tests
 
     # ------------------------------------------------------------------ faces
     def nodeid(self, idx: int, name: str) -> ua.NodeId:
@@ -305,11 +306,26 @@ class CraneDrive:
         for name, (func, ins, outs) in methods.items():
             if name in CONTROL_METHODS and not control:
                 func = _not_authorized(name)
+            if name != "ReadTrace":
+                func = self._counted(func)
             await obj.add_method(self.nodeid(idx, name), ua.QualifiedName(name, idx), func, ins, outs)
         self._faces.append((server, idx))
         if control:
             self._control_faces.add(id(server))
         return idx
+
+    def _counted(self, func):
+        async def call(parent, *args):
+            self.n_calls += 1
+            return await func(parent, *args)
+        return call
+
+    @property
+    def n_writes(self) -> int:
+        """What clients wrote: acting method calls, plus one per face whose heartbeat was ever written."""
+        beats = sum(1 for server, idx in self._faces
+                    if server.read_attribute_value(self.nodeid(idx, "Heartbeat")).Value.Value != 0)
+        return self.n_calls + beats
 
     def start(self) -> None:
         """Start the watchdog (call once the faces are serving)."""

@@ -42,25 +42,30 @@ def _load(config_path: str):
 @click.option("--plots", "plots_dir", default=None, metavar="DIR", help="With --analyze: write plots here.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome (and analysis) as JSON on stdout.")
+@click.option("--dry-run", is_flag=True,
+              help="Connect and read every device and walk the whole plan, but hold every command: each is "
+                   "checked against its limits and recorded, none is sent (docs/dry-run.md).")
 @pass_state
 def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | None, no_progress: bool,
-        as_json: bool) -> None:
+        as_json: bool, dry_run: bool) -> None:
     """Run the experiment of a rig config and record one session.
 
     A config with [rig] simulated = true starts its simulated rig on loopback first. Ctrl-C once
     finishes the current step and stops; twice stops at once, and so do SIGTERM (a service manager,
     `docker stop`) and SIGHUP (the terminal closed). All leave the rig safe. Operators can also stop or
-    pause the run from another terminal with `hil ctl`.
+    pause the run from another terminal with `hil ctl`. With --dry-run nothing is written to a device.
     """
     from daq.run.control import operator_name  # lazy: the whole run machinery and the rigs
     from daq.run.lifecycle import run as run_rig  # lazy: as above
 
     if plots_dir is not None and not then_analyze:
         raise click.ClickException("--plots needs --analyze (plots come from the analysis)")
+    if dry_run and then_analyze:
+        raise click.ClickException("--analyze needs a real run: a dry run moves nothing to analyse")
     rig, cfg = _load(config_path)
     store_path = store_path_for(state.store_option, cfg)
     result = asyncio.run(run_rig(cfg, store_path, file=config_path, show_progress=not no_progress,
-                                 started_by=operator_name()))
+                                 started_by=operator_name(), dry_run=dry_run))
     push_after_run(store_path, cfg)  # [lab]: replicate in the background, never waited for
     analysis = None
     files: list[Path] = []
@@ -75,8 +80,11 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
         echo_json({"run": result.to_dict(), "analysis": rig.report_dict(analysis) if analysis else None,
                     "plots": [str(f) for f in files]})
     else:
+        held = result.summary.get("dry_run")
         click.echo(f"session {result.session_id} {result.status}"
-                   + (f" ({result.reason})" if result.reason else "") + f"  store {store_path}")
+                   + (f" ({result.reason})" if result.reason else "")
+                   + (f" (dry run: {held['commands_held']} commands held, none sent)" if held else "")
+                   + f"  store {store_path}")
         if analysis is not None:
             click.echo(rig.report_text(analysis))
             if files:

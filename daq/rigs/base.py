@@ -110,6 +110,7 @@ class RunContext(Protocol[C, D]):
     summary: dict[str, Any]     # counters the plan reports; stored with the session's outcome
     prepared: dict[str, Any]    # what ``prepare`` made for the plan
     publisher: BusPublisher     # the run's bus (for acquisition loops that publish on their own)
+    dry_run: bool               # outputs held (docs/dry-run.md): waits for the plant must not wait for it
 
     async def event(self, stream: str, kind: str, **body: Any) -> None: ...
 

@@ -32,6 +32,7 @@ from daq.config.load import Invalid, parse, to_dict
 from daq.config.schema import PathStr, Port, Seed, Table
 from daq.rigs.base import A, C, R, Rig, RunContext
 from drivers.errors import HilError
+from drivers.outputs import held
 from drivers.servo_drive import ServoDriveConfig
 
 if TYPE_CHECKING:  # annotations only: the driver pulls in asyncua, loaded when devices open
@@ -244,11 +245,18 @@ async def run_trajectory(drive: ServoDrive, dt: float, samples: np.ndarray, *, n
 
     Returns (t0, trace): ``t0`` the start's wall-clock time, never before ``not_before``; the trace has
     ``dt`` and one array per :data:`TRACE_CHANNELS`. RuntimeError (``label`` first) when the trace does
-    not hold the trajectory's length at its own cycle."""
+    not hold the trajectory's length at its own cycle.
+
+    In a dry run (the drive's commands held) the drive never starts: there is nothing to wait for and no
+    trace; the trace is None and the drive's status, read once, is returned under ``"status"``."""
     await drive.load_trajectory(dt, samples)
     await drive.enable()
     t0 = max(time.time(), not_before)
     await drive.start()
+    if held() is not None:
+        status = await drive.status()
+        await drive.disable()
+        return t0, {"trace": None, "status": status}
     await drive.wait_done()
     trace = await drive.read_trace()
     await drive.disable()
@@ -269,6 +277,13 @@ async def record_trajectory(ctx: RunContext[Any, DriveRigDevices], streams: Trac
     Returns the end of the published trace's time base (a next trajectory starts no earlier if asked)."""
     await ctx.checkpoint(before)
     t0, trace = await run_trajectory(ctx.devices.drive, dt, samples, not_before=not_before, label=label)
+    if ctx.dry_run:  # the commands were held, the drive only read (docs/dry-run.md)
+        st = {k: v if isinstance(v, bool | int | float) else str(v) for k, v in trace["status"].items()}
+        await ctx.event(streams.plan, "trajectory_held", role=role, dt=dt, n=int(samples.size), t0=t0,
+                        status=st, **info)
+        ctx.summary["runs"] += 1
+        ctx.advance(1, f"{recorded} (dry run: held, {samples.size} samples not sent)")
+        return t0
     tdt = trace["dt"]
     n = int(trace["speed"].size)
     await ctx.event(streams.plan, "trajectory_start", role=role, dt=tdt, n=n, t0=t0, **info)

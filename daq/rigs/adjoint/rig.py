@@ -450,7 +450,7 @@ class AdjointRig(drive.DriveRig[AdjointRigConfig, Runs | None, AdjointAnalysis])
         ctx.summary.update(runs=0)
         dt, force, info = ctx.prepared["signal"]
         seq = ctx.config.sequential
-        if not seq.enabled:
+        if not seq.enabled or ctx.dry_run:  # a dry run: one run's commands, nothing to refit on
             await self._run_once(ctx, dt, force, info)
             return
         ident = await online.start(ctx)

@@ -155,7 +155,7 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
         ``[online]`` enabled, an estimate after each, and the plan waits (bounded) for the last one."""
         ctx.summary.update(runs=0)
         online = None
-        if ctx.config.online.enabled:
+        if ctx.config.online.enabled and not ctx.dry_run:  # a dry run records no trace to identify from
             settings = online_settings(ctx.config)
             online = await start_online(ctx, ONLINE_STREAM, TOPICS,
                                               lambda emit: CraneOnlineIdentifier(settings, emit),
