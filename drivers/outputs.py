@@ -78,7 +78,8 @@ class OutputHold:
         by_device: dict[str, int] = {}
         for c in self.commands:
             by_device[c.device] = by_device.get(c.device, 0) + 1
-        return {"commands_held": len(self.commands), "by_device": by_device, "keepalives_held": self.keepalives}
+        return {"commands_held": len(self.commands), "by_device": by_device,
+                "keepalives_held": self.keepalives}
 
 
 _HOLD: ContextVar[OutputHold | None] = ContextVar("hil_output_hold", default=None)

@@ -400,12 +400,12 @@ class ServoDrive:
         """Check limits, then upload; returns the drive's message."""
         u = self.check_trajectory(dt, torque)
         limit = min(self.cfg.torque_limit, self.drive_limits.get("torque_limit", math.inf))
+        summary = {"dt": float(dt), "n": int(u.size), "duration": float(u.size * dt),
+                   "peak": float(np.abs(u).max()), "rms": float(np.sqrt(np.mean(u * u)))}
+        checked = (f"peak |torque| <= {limit:.4g} N*m", f"samples <= {self.cfg.max_samples}",
+                   "sample time > 0", "every sample finite")
         out = await self._method("load_trajectory", ua.Variant(float(dt), ua.VariantType.Double),
-                                 ua.Variant(u.tolist(), ua.VariantType.Double),
-                                 value={"dt": float(dt), "n": int(u.size), "duration": float(u.size * dt),
-                                        "peak": float(np.abs(u).max()), "rms": float(np.sqrt(np.mean(u * u)))},
-                                 limits=(f"peak |torque| <= {limit:.4g} N*m", f"samples <= {self.cfg.max_samples}",
-                                         "sample time > 0", "every sample finite"))
+                                 ua.Variant(u.tolist(), ua.VariantType.Double), value=summary, limits=checked)
         self._expected_duration = u.size * float(dt)
         return str(out[1])
 

@@ -12,7 +12,7 @@ import click
 from daq import json_codec
 from daq.cli.common import CliState, StderrProgress, echo_json, pass_state
 from daq.cli.lab_search import filters_from, search_options
-from daq.export.listing import commands_given, session_detail, session_row, started_by
+from daq.export.listing import commands_given, is_dry_run, session_detail, session_row, started_by
 from daq.lab.marks import replicas
 from daq.lab.search import matches
 
@@ -62,7 +62,8 @@ def sessions(state: CliState, as_json: bool, **search) -> None:
     labs = {} if state.is_lab else replicas(state.store_path)
     header = ("ID", "KIND", "STATUS", "STARTED", "DURATION", "STREAMS", "LAB")
     rows = [
-        (i.id, i.kind, i.status, _fmt_time(i.started), _fmt_duration(i), str(len(i.streams)),
+        (i.id, i.kind, i.status + (" (dry run)" if is_dry_run(i) else ""), _fmt_time(i.started),
+         _fmt_duration(i), str(len(i.streams)),
          "lab" if state.is_lab else ("yes" if i.id in labs else "-")) for i in infos
     ]
     widths = [max(len(r[k]) for r in (header, *rows)) for k in range(len(header))]
@@ -93,6 +94,9 @@ def show(state: CliState, session: str, as_json: bool) -> None:
     click.echo(f"session   {info.id}")
     click.echo(f"kind      {info.kind}")
     click.echo(f"status    {info.status}" + (f" ({info.reason})" if info.reason else ""))
+    if is_dry_run(info):  # commands held, none sent (docs/dry-run.md)
+        held = sum(n for (_, kind), n in counts.items() if kind == "command_held")
+        click.echo(f"dry run   {held} commands held, none sent (events command_held, safe_state)")
     click.echo(f"started   {_fmt_time(info.started)}" + (f" by {by}" if by else ""))
     click.echo(f"ended     {_fmt_time(info.ended)}  ({_fmt_duration(info)})")
     click.echo(f"software  {info.software_version}")

@@ -24,9 +24,15 @@ def commands_given(store: SessionReader, info: SessionInfo) -> list[dict]:
     return [{"t": e.t, "command": e.body.get("command"), "by": e.body.get("by")} for e in found]
 
 
+def is_dry_run(info: SessionInfo) -> bool:
+    """Whether the session was a dry run (`hil run --dry-run`: commands held, none sent; docs/dry-run.md)."""
+    rig = (info.config or {}).get("rig") if isinstance(info.config, dict) else None
+    return bool(isinstance(rig, dict) and rig.get("dry_run"))
+
+
 def session_row(info: SessionInfo, by: str | None = None) -> dict:
     """One session of ``hil sessions --json``; ``by``: :func:`started_by`."""
-    return {**session_header(info, by), "streams": sorted(info.streams)}
+    return {**session_header(info, by), "dry_run": is_dry_run(info), "streams": sorted(info.streams)}
 
 
 def session_rows(store: SessionReader) -> list[dict]:
@@ -46,4 +52,5 @@ def session_detail(store: SessionReader, session: str) -> dict:
     meta = session_metadata(info, started_by(store, info))
     meta["event_counts"] = [{"stream": s, "kind": k, "n": n} for (s, k), n in counts.items()]
     meta["commands"] = commands_given(store, info)
+    meta["dry_run"] = is_dry_run(info)
     return meta
