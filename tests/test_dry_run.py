@@ -195,6 +195,10 @@ def test_the_cli_says_dry_run_and_sessions_show_it(tmp_path):
     sid = res.output.splitlines()[1].split()[0]
     res = CliRunner().invoke(main, ["--store", str(store), "show", sid])
     assert "dry run" in res.output and "none sent" in res.output, res.output
+    res = CliRunner().invoke(main, ["--store", str(store), "analyze", sid])
+    assert res.exit_code != 0 and "is a dry run" in res.output and "Traceback" not in res.output, res.output
+    res = CliRunner().invoke(main, ["--store", str(store), "run", str(path), "--dry-run", "--analyze"])
+    assert res.exit_code != 0 and "a dry run moves nothing to analyse" in res.output, res.output
 
 
 @pytest.mark.slow(reason="waits out the template's 10 s connect timeout once")

@@ -60,9 +60,9 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
 
     if plots_dir is not None and not then_analyze:
         raise click.ClickException("--plots needs --analyze (plots come from the analysis)")
-    if dry_run and then_analyze:
-        raise click.ClickException("--analyze needs a real run: a dry run moves nothing to analyse")
     rig, cfg = _load(config_path)
+    if (dry_run or cfg.rig.dry_run) and then_analyze:
+        raise click.ClickException("--analyze needs a real run: a dry run moves nothing to analyse")
     store_path = store_path_for(state.store_option, cfg)
     result = asyncio.run(run_rig(cfg, store_path, file=config_path, show_progress=not no_progress,
                                  started_by=operator_name(), dry_run=dry_run))

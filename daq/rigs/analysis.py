@@ -34,6 +34,9 @@ def analyze_session(store: SessionStore, session: str, *, plots_dir: str | Path 
         cfg = parse(info.config, rig.schema, f"session {info.id} config")
     except ConfigError as exc:
         raise AnalysisError(str(exc)) from None
+    if cfg.rig.dry_run:
+        raise AnalysisError(f"session {info.id} is a dry run: its commands were held, nothing moved, so there "
+                            "is nothing to analyse (docs/dry-run.md)")
     arrays = rig.arrays(store, info.id)
     try:
         result = rig.analyze(arrays, cfg, progress)
