@@ -17,6 +17,7 @@ import numpy as np
 from msgspec import Meta
 
 from drivers.errors import BadResponse, DeviceRefused
+from drivers.modbus_identity import check_identity
 from drivers.modbus_transport import ModbusSettings, ModbusTransport
 from drivers.registers import Register, RegisterMap, overlapping
 from drivers.serial_transport import SerialLine, SerialSettings
@@ -46,6 +47,10 @@ class SensorSettings(ModbusSettings, kw_only=True):
     terminator: NonEmpty = "\r\n"
 
     def check(self) -> None:
+        super().check()
+        if self.protocol == "serial" and self.expect:
+            raise InvalidSetting("expect", "a serial sensor has no device identification (FC43); its "
+                                           "identity is its answer to id_query")
         if not self.range[0] < self.range[1]:
             raise InvalidSetting("range", f"needs lo < hi, got {self.range}")
         if self.protocol != "modbus_tcp" and not self.url:
@@ -145,7 +150,9 @@ class ModbusDisplacementSensor(DisplacementSensor):
         return self.transport.address
 
     async def connect(self) -> None:
+        """Connect; with an ``expect`` table, refuse a device whose identification (FC43) differs."""
         await self.transport.connect()
+        await check_identity(self.transport, self.settings.expect)
 
     async def close(self) -> None:
         self.transport.close()

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 from msgspec import Meta
 
 from drivers.errors import DeviceError, DeviceFault, LimitError, SafeStateError
+from drivers.modbus_identity import check_identity
 from drivers.modbus_transport import ModbusSettings, ModbusTransport
 from drivers.registers import Register, RegisterMap, overlapping
 from drivers.settings import Interval, InvalidSetting, settings_from
@@ -120,7 +121,9 @@ class ForceSource:
         return self.transport.address
 
     async def connect(self) -> None:
+        """Connect; with an ``expect`` table, refuse a device whose identification (FC43) differs."""
         await self.transport.connect()
+        await check_identity(self.transport, self.settings.expect)
 
     async def close(self) -> None:
         self.transport.close()

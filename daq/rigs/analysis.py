@@ -35,8 +35,8 @@ def analyze_session(store: SessionStore, session: str, *, plots_dir: str | Path 
     except ConfigError as exc:
         raise AnalysisError(str(exc)) from None
     if cfg.rig.dry_run:
-        raise AnalysisError(f"session {info.id} is a dry run: its commands were held, nothing moved, so there "
-                            "is nothing to analyse (docs/dry-run.md)")
+        raise AnalysisError(f"session {info.id} is a dry run: its commands were held, nothing moved, so "
+                            "there is nothing to analyse (docs/dry-run.md)")
     arrays = rig.arrays(store, info.id)
     try:
         result = rig.analyze(arrays, cfg, progress)
