@@ -9,6 +9,7 @@ which must write (the negative control: the counters do count).
 from __future__ import annotations
 
 import copy
+import json
 import sys
 import time
 from pathlib import Path
@@ -195,6 +196,12 @@ def test_the_cli_says_dry_run_and_sessions_show_it(tmp_path):
     sid = res.output.splitlines()[1].split()[0]
     res = CliRunner().invoke(main, ["--store", str(store), "show", sid])
     assert "dry run" in res.output and "none sent" in res.output, res.output
+    held = [ln for ln in res.output.splitlines() if ln.startswith("held ")]
+    assert "force_source enable = 1" in held[0], res.output  # the log: in order, with values and checks
+    assert "setpoint = " in held[1] and "checked: force setpoint within [0, 22000] N" in held[1]
+    assert "safe state: force to zero and disable force_source enable = 0" in held[-1]
+    shown = json.loads(CliRunner().invoke(main, ["--store", str(store), "show", sid, "--json"]).output)
+    assert shown["dry_run"] is True and [h["n"] for h in shown["held_commands"]] == list(range(len(held)))
     res = CliRunner().invoke(main, ["--store", str(store), "analyze", sid])
     assert res.exit_code != 0 and "is a dry run" in res.output and "Traceback" not in res.output, res.output
     res = CliRunner().invoke(main, ["--store", str(store), "run", str(path), "--dry-run", "--analyze"])

@@ -12,7 +12,14 @@ import click
 from daq import json_codec
 from daq.cli.common import CliState, StderrProgress, echo_json, pass_state
 from daq.cli.lab_search import filters_from, search_options
-from daq.export.listing import commands_given, is_dry_run, session_detail, session_row, started_by
+from daq.export.listing import (
+    commands_given,
+    held_commands,
+    is_dry_run,
+    session_detail,
+    session_row,
+    started_by,
+)
 from daq.lab.marks import replicas
 from daq.lab.search import matches
 
@@ -88,6 +95,7 @@ def show(state: CliState, session: str, as_json: bool) -> None:
         counts = store.event_counts(info.id)
         by = started_by(store, info)
         commands = commands_given(store, info)
+        held = held_commands(store, info)
         for s in info.streams.values():
             if s.type == "frame" and s.n_samples:
                 s.timing = store.stream_timing(info.id, s.name)
@@ -95,8 +103,7 @@ def show(state: CliState, session: str, as_json: bool) -> None:
     click.echo(f"kind      {info.kind}")
     click.echo(f"status    {info.status}" + (f" ({info.reason})" if info.reason else ""))
     if is_dry_run(info):  # commands held, none sent (docs/dry-run.md)
-        held = sum(n for (_, kind), n in counts.items() if kind == "command_held")
-        click.echo(f"dry run   {held} commands held, none sent (events command_held, safe_state)")
+        click.echo(f"dry run   {len(held)} commands held, none sent (listed below)")
     click.echo(f"started   {_fmt_time(info.started)}" + (f" by {by}" if by else ""))
     click.echo(f"ended     {_fmt_time(info.ended)}  ({_fmt_duration(info)})")
     click.echo(f"software  {info.software_version}")
@@ -112,6 +119,10 @@ def show(state: CliState, session: str, as_json: bool) -> None:
             )
     for c in commands:
         click.echo(f"command   {_fmt_time(c['t'])} {c['command']} by {c['by']}")
+    for h in held:
+        checked = f"  checked: {'; '.join(h.get('limits') or [])}" if h.get("limits") else ""
+        click.echo(f"held {h['n']:>4}  {h['phase']:<12} {h['device']} {h['command']} = "
+                   f"{json_codec.dumps(h['value'])}{checked}")
     click.echo("events:")
     if not counts:
         click.echo("  (none)")

@@ -30,6 +30,14 @@ def is_dry_run(info: SessionInfo) -> bool:
     return bool(isinstance(rig, dict) and rig.get("dry_run"))
 
 
+def held_commands(store: SessionReader, info: SessionInfo) -> list[dict]:
+    """The commands a dry run held, in order (each ``command_held`` event's body: ``n``, ``device``,
+    ``command``, ``value``, ``limits``, ``phase``); empty for a session that is no dry run."""
+    if not is_dry_run(info):
+        return []
+    return [dict(e.body) for e in store.events(info.id, kind="command_held", stream=f"{info.kind}.dry_run")]
+
+
 def session_row(info: SessionInfo, by: str | None = None) -> dict:
     """One session of ``hil sessions --json``; ``by``: :func:`started_by`."""
     return {**session_header(info, by), "dry_run": is_dry_run(info), "streams": sorted(info.streams)}
@@ -53,4 +61,6 @@ def session_detail(store: SessionReader, session: str) -> dict:
     meta["event_counts"] = [{"stream": s, "kind": k, "n": n} for (s, k), n in counts.items()]
     meta["commands"] = commands_given(store, info)
     meta["dry_run"] = is_dry_run(info)
+    if meta["dry_run"]:
+        meta["held_commands"] = held_commands(store, info)
     return meta
