@@ -29,6 +29,14 @@ class FrontEndSettings(Settings, kw_only=True):
     measure_timeout: Timeout = 120.0                       # s one measurement may take
 
 
+def _value(arg: str) -> float | str | None:
+    """A command's argument as it is logged: a number where it is one (SI), else the word."""
+    try:
+        return float(arg)
+    except ValueError:
+        return arg or None
+
+
 class ModalFrontEnd:
     def __init__(self, settings: FrontEndSettings | Mapping[str, Any], name: str = "frontend"):
         self.name = name
@@ -85,7 +93,7 @@ class ModalFrontEnd:
         hold = held()
         if hold is not None:
             head, _, arg = text.partition(" ")
-            await hold.hold(self.name, self.address, head, arg.strip() or None)
+            await hold.hold(self.name, self.address, head, _value(arg.strip()))
             return
         async with self._lock:
             await self._send(text)

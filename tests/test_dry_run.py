@@ -134,6 +134,9 @@ async def test_a_dry_run_writes_nothing_and_records_every_command(name, tmp_path
         setpoints = [c for c in plan if c["command"] == "setpoint"]
         assert all(c["limits"] == ["force setpoint within [0, 22000] N"] for c in setpoints)
         assert max(c["value"] for c in setpoints) > 10000.0  # the staircase's top, held, not sent
+    if name == "machine-tool-sim":  # the axis move and the source's output, held with their values
+        assert held[0].body["value"] == 0.05
+        assert [c["value"] for c in plan if c["command"] == "OUTP"] == ["ON", "OFF"] * 2  # 2 positions
     if name in ("crane-sim", "oscillator-sim"):  # a trajectory is held as its summary, after its checks
         upload = held[0].body
         assert upload["value"]["n"] > 0 and upload["value"]["peak"] > 0
