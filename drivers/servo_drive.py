@@ -312,6 +312,7 @@ class ServoDrive:
         await self.close()
 
     async def _heartbeat(self) -> None:
+        assert self._client is not None  # started by _connect_once after the client is set
         node = self._client.get_node(self._node("heartbeat"))
         while True:
             self._hb_count = (self._hb_count + 1) % 2**32
@@ -328,7 +329,9 @@ class ServoDrive:
         ident = self.nodes[key]
         if ident.startswith(("ns=", "i=", "s=", "g=", "b=")):
             return ua.NodeId.from_string(ident)
-        return ua.NodeId(ident, self._ns)
+        # asyncua annotates its marker classes (ua.String, ua.Int16) where it takes a str and an int; _ns is
+        # None only before the first connect, and _request refuses to send anything then
+        return ua.NodeId(ident, self._ns)  # type: ignore[arg-type]
 
     async def _request(self, make, retry: bool = False):
         for attempt in (0, 1):
@@ -488,8 +491,8 @@ class ServoDrive:
 
         async def make(c: Client) -> LiveSubscription:
             sub = await c.create_subscription(period_ms, _LiveHandler(ids, callback))
-            await sub.subscribe_data_change([c.get_node(self._node(k)) for k in keys], queuesize=1,
-                                            sampling_interval=period_ms)
+            await sub.subscribe_data_change(  # type: ignore[call-overload]  # asyncua wants ua.Double, takes floats
+                [c.get_node(self._node(k)) for k in keys], queuesize=1, sampling_interval=period_ms)
             return LiveSubscription(sub)
 
         return await self._request(make)
@@ -513,7 +516,7 @@ class ServoDrive:
 
     async def device_identity(self) -> dict:
         """Model, serial number, firmware, url and limits (for the session record)."""
-        ident = {"name": self.name, "url": self.url}
+        ident: dict[str, Any] = {"name": self.name, "url": self.url}
         for key in ("model", "serial_number", "firmware"):
             ident[key] = str(await self._read(key))
         ident.update(self.drive_limits)
