@@ -224,6 +224,7 @@ class SessionReader:
     def stream_timing(self, session_id: str, stream: str, max_frames: int = 32) -> StreamTiming:
         """The real sample spacing of a frame stream, from its first ``max_frames`` non-empty frames."""
         sid, si = self._frame_stream(session_id, stream)
+        assert si.dtype is not None  # a frame stream
         row_bytes = len(si.channels) * SUPPORTED_DTYPES[si.dtype].itemsize
         with self._lock:
             rows = self._db.execute(
