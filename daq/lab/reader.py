@@ -7,7 +7,7 @@ two edges and the window's rows of data, never the whole stream."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Self
 
 import numpy as np
@@ -160,7 +160,7 @@ class LabReader:
 
     def iter_stream(self, session_id: str, stream: str, chunk_samples: int = CHUNK_SAMPLES, *,
                     start: int | None = None, stop: int | None = None, t_start: float | None = None,
-                    t_stop: float | None = None, reuse: bool = False) -> Iterator[StreamData]:
+                    t_stop: float | None = None, reuse: bool = False) -> Generator[StreamData, None, None]:
         """Chunks of ``chunk_samples`` samples (the last shorter), as the local store gives them."""
         if not (isinstance(chunk_samples, int) and chunk_samples > 0):
             raise StoreError(f"chunk_samples must be a positive integer, got {chunk_samples!r}")

@@ -70,7 +70,7 @@ if TYPE_CHECKING:  # annotations only: the registry imports this module and stay
 
     from daq.bus.frames import Frame
     from daq.bus.pubsub import BusPublisher, BusSubscriber
-    from daq.store.reader import SessionReader
+    from daq.store.reads import SessionReads
 
 RawConfig = dict[str, Any]            #: a config as read from TOML, before the schema check
 DeviceTables = Any                    #: the typed ``[devices]`` table a run connects to
@@ -181,7 +181,7 @@ class Rig(ABC, Generic[C, D, A, R]):
         """The experiment, top to bottom."""
 
     # -- analysis and report --------------------------------------------------------------------------
-    def arrays(self, reader: SessionReader, session_id: str) -> A:
+    def arrays(self, reader: SessionReads, session_id: str) -> A:
         """What the analysis needs of a stored session."""
         raise AnalysisError(f"rig kind {self.kind!r} has no analysis")
 
