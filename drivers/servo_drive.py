@@ -18,7 +18,7 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 import numpy as np
@@ -105,6 +105,16 @@ def _cert_uri(cert_path: str | Path) -> str | None:
 
 #: Node keys of :meth:`ServoDrive.subscribe_live` (default set).
 LIVE_KEYS = ("actual_speed", "actual_torque", "torque_setpoint", "state", "enabled", "fault_code", "status")
+
+
+class DriveTrace(TypedDict):
+    """A run's trace as :meth:`ServoDrive.read_trace` returns it (SI units)."""
+
+    dt: float
+    t: np.ndarray
+    torque_cmd: np.ndarray
+    torque: np.ndarray
+    speed: np.ndarray
 
 
 class _LiveHandler:
@@ -437,7 +447,7 @@ class ServoDrive:
                 raise self._err(DriveTimeout, f"not done after {timeout:.3g} s (state {st['state']})")
             await asyncio.sleep(poll)
 
-    async def read_trace(self) -> dict[str, np.ndarray | float]:
+    async def read_trace(self) -> DriveTrace:
         """The last run's trace: ``dt``, ``t``, ``torque_cmd``, ``torque`` (N*m), ``speed`` (rad/s)."""
         out = await self._method("read_trace", retry=True)
         dt = float(out[2])
