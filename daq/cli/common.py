@@ -223,8 +223,8 @@ def progress_printer():
     console = Console(stderr=True)
     state: dict = {"last": -1}
 
-    def update(done: int, total: int, label: str = "") -> None:
-        label = str(label) if label else "analysis"
+    def update(done: int, total: int, what: object = "") -> None:
+        label = str(what) if what else "analysis"
         if not console.is_terminal:
             step = max(1, total // 20)
             if done == total or done - state["last"] >= step:

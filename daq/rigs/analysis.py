@@ -19,7 +19,7 @@ __all__ = ["AnalysisError", "analyze_session"]
 
 
 def analyze_session(store: SessionReads, session: str, *, plots_dir: str | Path | None = None,
-                    progress: Callable[[int, int, str], None] | None = None,
+                    progress: Callable[[int, int, object], None] | None = None,
                     ) -> tuple[Any, Any, Rig, list[Path]]:
     """Analyse ``session`` (id, unique prefix or "latest"); returns (info, result, rig, plot files): the
     rig reports the result (``rig.report_text(result)``, ``rig.report_dict(result)``)."""

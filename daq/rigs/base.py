@@ -75,7 +75,7 @@ if TYPE_CHECKING:  # annotations only: the registry imports this module and stay
 RawConfig = dict[str, Any]            #: a config as read from TOML, before the schema check
 DeviceTables = Any                    #: the typed ``[devices]`` table a run connects to
 SafeAction = Callable[[], Awaitable[object]]  #: one step to the safe state (False or a raise: not reached)
-AnalysisProgress = Callable[[int, int, str], None]   #: (done, total, what) while an analysis runs
+AnalysisProgress = Callable[[int, int, object], None]  #: (done, total, what: shown as its str())
 
 C = TypeVar("C", bound=RigConfig)     # the rig's config struct
 D = TypeVar("D", bound="Devices")     # its connected devices
