@@ -30,7 +30,7 @@ def is_dry_run(info: SessionInfo) -> bool:
     return bool(isinstance(rig, dict) and rig.get("dry_run"))
 
 
-def held_commands(store: SessionReader, info: SessionInfo) -> list[dict]:
+def held_commands(store: SessionReads, info: SessionInfo) -> list[dict]:
     """The commands a dry run held, in order (each ``command_held`` event's body: ``n``, ``device``,
     ``command``, ``value``, ``limits``, ``phase``); empty for a session that is no dry run."""
     if not is_dry_run(info):

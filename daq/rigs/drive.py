@@ -245,18 +245,11 @@ async def run_trajectory(drive: ServoDrive, dt: float, samples: np.ndarray, *, n
 
     Returns (t0, trace): ``t0`` the start's wall-clock time, never before ``not_before``; the trace has
     ``dt`` and one array per :data:`TRACE_CHANNELS`. RuntimeError (``label`` first) when the trace does
-    not hold the trajectory's length at its own cycle.
-
-    In a dry run (the drive's commands held) the drive never starts: there is nothing to wait for and no
-    trace; the trace is None and the drive's status, read once, is returned under ``"status"``."""
+    not hold the trajectory's length at its own cycle."""
     await drive.load_trajectory(dt, samples)
     await drive.enable()
     t0 = max(time.time(), not_before)
     await drive.start()
-    if held() is not None:
-        status = await drive.status()
-        await drive.disable()
-        return t0, {"trace": None, "status": status}
     await drive.wait_done()
     trace = await drive.read_trace()
     await drive.disable()
@@ -265,6 +258,22 @@ async def run_trajectory(drive: ServoDrive, dt: float, samples: np.ndarray, *, n
     if n != expected:
         raise RuntimeError(f"{label}trace has {n} samples, expected {expected}")
     return t0, trace
+
+
+async def hold_trajectory(drive: ServoDrive, dt: float, samples: np.ndarray, *,
+                          not_before: float = 0.0) -> tuple[float, dict[str, Any]]:
+    """:func:`run_trajectory` in a dry run: the same commands (checked against the limits, then held by the
+    driver), but the drive never starts, so there is nothing to wait for and no trace; the drive's status
+    is read once instead. Returns (t0, status)."""
+    if held() is None:  # never move the drive from here
+        raise RuntimeError("hold_trajectory outside a dry run: the drive's commands are not held")
+    await drive.load_trajectory(dt, samples)
+    await drive.enable()
+    t0 = max(time.time(), not_before)
+    await drive.start()
+    status = await drive.status()
+    await drive.disable()
+    return t0, {k: v if isinstance(v, bool | int | float) else str(v) for k, v in status.items()}
 
 
 async def record_trajectory(ctx: RunContext[Any, DriveRigDevices], streams: TraceStreams, dt: float,
@@ -276,14 +285,14 @@ async def record_trajectory(ctx: RunContext[Any, DriveRigDevices], streams: Trac
 
     Returns the end of the published trace's time base (a next trajectory starts no earlier if asked)."""
     await ctx.checkpoint(before)
-    t0, trace = await run_trajectory(ctx.devices.drive, dt, samples, not_before=not_before, label=label)
-    if ctx.dry_run:  # the commands were held, the drive only read (docs/dry-run.md)
-        st = {k: v if isinstance(v, bool | int | float) else str(v) for k, v in trace["status"].items()}
+    if ctx.dry_run:  # the commands are held, the drive only read (docs/dry-run.md)
+        t0, status = await hold_trajectory(ctx.devices.drive, dt, samples, not_before=not_before)
         await ctx.event(streams.plan, "trajectory_held", role=role, dt=dt, n=int(samples.size), t0=t0,
-                        status=st, **info)
+                        status=status, **info)
         ctx.summary["runs"] += 1
         ctx.advance(1, f"{recorded} (dry run: held, {samples.size} samples not sent)")
         return t0
+    t0, trace = await run_trajectory(ctx.devices.drive, dt, samples, not_before=not_before, label=label)
     tdt = trace["dt"]
     n = int(trace["speed"].size)
     await ctx.event(streams.plan, "trajectory_start", role=role, dt=tdt, n=n, t0=t0, **info)
