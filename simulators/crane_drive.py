@@ -316,8 +316,7 @@ class CraneDrive:
         for name, (func, ins, outs) in methods.items():
             if name in CONTROL_METHODS and not control:
                 func = _not_authorized(name)
-            if name != "ReadTrace":
-                func = self._counted(func)
+            func = func if name == "ReadTrace" else self._counted(func)
             await obj.add_method(self.nodeid(idx, name), ua.QualifiedName(name, idx), func, ins, outs)
         self._faces.append((server, idx))
         if control:
@@ -329,13 +328,6 @@ class CraneDrive:
             self.n_calls += 1
             return await func(parent, *args)
         return call
-
-    @property
-    def n_writes(self) -> int:
-        """What clients wrote: acting method calls, plus one per face whose heartbeat was ever written."""
-        beats = sum(1 for server, idx in self._faces
-                    if server.read_attribute_value(self.nodeid(idx, "Heartbeat")).Value.Value != 0)
-        return self.n_calls + beats
 
     def start(self) -> None:
         """Start the watchdog (call once the faces are serving)."""

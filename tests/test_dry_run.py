@@ -80,11 +80,9 @@ def test_every_shipped_simulated_config_is_covered():
 
 def _writes(sim) -> int:
     """Every write the simulated devices of ``sim`` received (they count them themselves)."""
-    if hasattr(sim, "drive"):           # the simulated servo drive (crane, adjoint kinds)
-        return sim.drive.n_writes
     if hasattr(sim, "devices"):         # the press: Modbus devices (serial sensors are only queried)
         return sum(d.server.n_writes for d in sim.devices.values() if hasattr(d, "server"))
-    return sim.n_writes                 # the machine tool's SCPI front end
+    return sim.n_writes                 # the simulated drive (crane, adjoint kinds), the SCPI front end
 
 
 async def _run_twice(name: str, tmp_path: Path):
