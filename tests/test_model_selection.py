@@ -79,7 +79,8 @@ def test_crane_options_from_config():
     opts = selection_options({"n_starts": 2, "bounds": {"J1": [0.01, 0.05]}, "max_masses": 2})
     assert opts["n_starts"] == 2 and opts["bounds"]["J1"] == (0.01, 0.05)
     assert len(opts["candidates"]) == 64
-    assert opts["max_condition_index"] == 30.0 and opts["min_pii_ratio"] == 0.01
+    assert opts["max_condition_index"] == 1000.0 and opts["max_rel_std"] == 0.1
+    assert opts["min_pii_ratio"] == 0.01
     with pytest.raises(ValueError, match="unknown key"):
         selection_options({"n_start": 2})
     with pytest.raises(ValueError, match="lo < hi"):
