@@ -11,7 +11,8 @@ Keys (all optional; SI units)::
     decimate = 5                # model step = decimate * trace dt (10 kHz -> 2 kHz)
     skip = 0                    # model steps left out of the cost at the start of each run
     friction_eps = 0.05         # rad/s, smooth sign tanh(w/eps) of the candidates' Coulomb/Stribeck friction
-    min_pii_ratio = 0.01        # accept only if min PII >= this x max PII (eq. 6)
+    min_pii_ratio = 0.0         # accept only if min PII >= this x max PII (eq. 6; 0: off - the right model's
+                                # dead time sits at 0.7-1 % of its search range's importance)
     max_condition_index = 1000.0  # ... and every scaled condition index < this (eq. 8; a guard against a
                                   # near-singular Fisher matrix: the seed paper's 30 rejects the right model)
     max_rel_std = 0.1           # ... and every parameter's standard error <= this x its value
@@ -55,7 +56,7 @@ DEFAULTS: dict = {
     "decimate": 5,
     "skip": 0,
     "friction_eps": 0.05,
-    "min_pii_ratio": 0.01,
+    "min_pii_ratio": 0.0,
     "max_condition_index": 1000.0,
     "max_rel_std": 0.1,
     "min_validation_fit": 0.8,

@@ -53,7 +53,7 @@ class ModelSelectionTable(Table, kw_only=True):
     decimate: Annotated[int, Meta(ge=1, le=1000)] = 5
     skip: Annotated[int, Meta(ge=0, le=10**7)] = 0          # samples left out at the start of a trace
     friction_eps: Annotated[float, Meta(gt=0, le=100.0)] = 0.05   # rad/s
-    min_pii_ratio: Annotated[float, Meta(ge=0, le=1)] = 0.01
+    min_pii_ratio: Annotated[float, Meta(ge=0, le=1)] = 0.0
     max_condition_index: Annotated[float, Meta(gt=0, le=1e6)] = 1000.0
     max_rel_std: Annotated[float, Meta(gt=0, le=1e3)] = 0.1   # standard error / |value| of every parameter
     min_validation_fit: Annotated[float, Meta(ge=-1e3, le=1)] = 0.8
