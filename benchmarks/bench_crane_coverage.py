@@ -162,6 +162,19 @@ def selection_summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def per_draw_table(rows: list[dict]) -> str:
+    """One line per truth: the choice, whether its intervals are valid, their coverage, and what the right
+    model's identifiability measures were (scaled condition index, largest relative standard error)."""
+    lines = ["| case | draw | chosen | intervals valid | robust 95 % covers | right model: max cond. index | "
+             "max std / value |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        right = r["screen"].get(CASES[r["case"]][1], {})
+        lines.append(f"| {r['case']} | {r['draw']} | {r['chosen']} | {'yes' if r['valid'] else 'no'} | "
+                     f"{sum(r['in_robust'])}/{len(r['names'])} | {right.get('max_ci', float('nan')):.1f} | "
+                     f"{100 * right.get('max_rel_std', float('nan')):.2f} % |")
+    return "\n".join(lines)
+
+
 def summary(rows: list[dict]) -> str:
     lines = ["| case | model step | truths | model-based 95 % covers | robust 95 % covers | intervals valid "
              "| residuals white | time step ok |", "|---|---|---|---|---|---|---|---|"]
@@ -203,7 +216,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.load:
         rows = json.loads(Path(args.load).read_text())
-        print(selection_summary(rows) if rows and "chosen" in rows[0] else summary(rows))
+        select = bool(rows) and "chosen" in rows[0]
+        print(selection_summary(rows) + "\n\n" + per_draw_table(rows) if select else summary(rows))
         return
     rows = []
     t0 = time.perf_counter()
@@ -217,7 +231,7 @@ def main() -> None:
                       file=sys.stderr, flush=True)
                 if args.json_out:
                     Path(args.json_out).write_text(json.dumps(rows))
-        print(selection_summary(rows))
+        print(selection_summary(rows) + "\n\n" + per_draw_table(rows))
         return
     for dec in args.decimate:
         for case in args.cases:
