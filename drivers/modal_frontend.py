@@ -132,7 +132,12 @@ class ModalFrontEnd:
         dt: float,
         periods: int,
         settle: int,
+        detection: int = 0,
     ) -> None:
+        """Source and acquisition settings; ``detection`` >= 2 asks for an odd random-phase multisine with
+        one odd line in each ``detection`` odd lines (and every even line) left unexcited (``SOUR:DET``,
+        sent only then: a front end without it runs the full multisine as before)."""
+        extra = (f"SOUR:DET {detection}",) if detection else ()
         for cmd in (
             f"SOUR:DOF {dof}",
             f"SOUR:AMPL {amplitude:.9g}",
@@ -143,6 +148,7 @@ class ModalFrontEnd:
             f"ACQ:DT {dt:.12g}",
             f"ACQ:PER {periods}",
             f"ACQ:SETT {settle}",
+            *extra,
         ):
             await self.write(cmd)
 

@@ -11,7 +11,7 @@ of the force and all accelerometers at ``dt``. Commands (case-insensitive, one p
 
 ``*IDN?`` ``*RST`` ``*OPC?`` ``SYST:ERR?`` | ``AXIS:POS <m>`` ``AXIS:POS?`` |
 ``SOUR:DOF <label>`` ``SOUR:AMPL <N rms>`` ``SOUR:FREQ:STAR <Hz>`` ``SOUR:FREQ:STOP <Hz>``
-``SOUR:PER <samples>`` ``SOUR:SEED <int>`` ``OUTP ON|OFF`` ``OUTP?`` |
+``SOUR:PER <samples>`` ``SOUR:SEED <int>`` ``SOUR:DET <group>`` ``OUTP ON|OFF`` ``OUTP?`` |
 ``ACQ:DT <s>`` ``ACQ:PER <periods>`` ``ACQ:SETT <periods>`` ``INIT`` ``ACQ:STAT?`` |
 ``SENS:CHAN?`` ``FETC:FORC?`` ``FETC:ACC?`` (float64 little-endian blocks; accelerations row-major
 samples x channels). Errors go to the SCPI error queue (``SYST:ERR?``); a query that fails answers
@@ -96,6 +96,7 @@ class ModalFrontEnd:
         self.f_start, self.f_stop = 10.0, 200.0
         self.period = 1024
         self.source_seed = 0
+        self.detection = 0  # 0: every line of the band; g >= 2: odd lines only, one in g left out
         self.output = False
         self.dt = 1.0 / 1024
         self.periods = 2
@@ -112,6 +113,17 @@ class ModalFrontEnd:
         sel = (lines >= self.f_start) & (lines <= self.f_stop)
         if not sel.any():
             raise ScpiError(-221, "no frequency line of the period inside the source band")
+        if self.detection >= 2:  # odd random-phase: even lines and one odd line per group stay free;
+            # which one is drawn once per group size, not per seed: realisations share their lines
+            pick = np.random.default_rng(self.detection)
+            odd = np.flatnonzero(sel & (np.arange(sel.size) % 2 == 1))
+            sel[:] = False
+            keep = np.ones(odd.size, dtype=bool)
+            for start in range(0, odd.size - self.detection + 1, self.detection):
+                keep[start + pick.integers(self.detection)] = False
+            sel[odd[keep]] = True
+            if not sel.any():
+                raise ScpiError(-221, "no odd line of the period left to excite in the source band")
         phase = np.random.default_rng(self.source_seed).uniform(0, 2 * np.pi, sel.sum())
         spec = np.zeros(n // 2 + 1, dtype=complex)
         spec[sel] = np.exp(1j * phase)
@@ -250,6 +262,7 @@ class MachineToolFrontEndSim:
             "SOUR:FREQ:STOP": ("f_stop", 0.0, 1e5, float),
             "SOUR:PER": ("period", 16, 2**20, int),
             "SOUR:SEED": ("source_seed", 0, 2**31, int),
+            "SOUR:DET": ("detection", 0, 100, int),
             "ACQ:DT": ("dt", 1e-5, 1.0, float),
             "ACQ:PER": ("periods", 1, 1000, int),
             "ACQ:SETT": ("settle", 0, 100, int),

@@ -31,6 +31,7 @@ def config(tmp_path_factory):
     cfg["simulator"]["drive"].update(time_scale=20.0, watchdog_timeout=1.0)
     cfg["excitation"]["max_iter"] = 10
     cfg["excitation"]["export_dir"] = str(tmp_path_factory.mktemp("excitation"))
+    cfg["distortion"]["enabled"] = False  # its runs: tests/test_distortion_crane.py
     return cfg
 
 

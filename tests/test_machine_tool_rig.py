@@ -26,6 +26,7 @@ def small_config() -> dict:
     cfg = copy.deepcopy(CONFIG)
     cfg["plan"].update(positions=[0.05], validation=[0.3], inputs=["T1x", "T1y"])
     cfg["excitation"].update(period=1024, periods=1, settle=2)
+    cfg["distortion"]["enabled"] = False  # its runs: tests/test_distortion_machine_tool.py
     cfg["analysis"].update(n_modes=2, f_min=20.0, f_max=60.0, sobol_n=8, n_opt=2, maxiter=10, workers=1)
     return cfg
 

@@ -1,4 +1,5 @@
-"""The nonlinear-distortion plot: output power per line (signal, noise, distortions)."""
+"""The nonlinear-distortion plot: the BLA with its noise and distortion variances per line (top), and
+the output on the detection lines (bottom)."""
 
 from __future__ import annotations
 
@@ -15,37 +16,46 @@ def _db(x: np.ndarray) -> np.ndarray:
 
 
 def plot_distortion(bla: BLAEstimate, verdict: DistortionVerdict, path: str | Path,
-                    output: str = "output", unit: str = "") -> Path:
-    """Output power per line of one period (dB): the linear part on the excited lines, the noise, and the
-    nonlinear distortions on the excited lines (variance over the realisations) and the detection lines
-    (odd and even); the verdict in the title."""
+                    output: str = "output", unit: str = "", input_unit: str = "") -> Path:
+    """Top: |BLA|^2, the BLA's noise variance and its nonlinear-distortion variance per excited line
+    (dB of (output unit / input unit)^2). Bottom: output power per detection line of one period (odd and
+    even lines: odd and even distortions) against the noise there. The verdict's band is shaded and its
+    statement is the title."""
     import matplotlib  # lazy: heavy, only for plots
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # lazy: heavy, only for plots
 
     path = Path(path)
-    u_pow = bla.yx_noise / np.maximum(bla.n_periods * bla.var_noise * bla.n_realisations, 1e-300)
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.plot(bla.freq, _db(np.abs(bla.G) ** 2 * u_pow), lw=1, color="k", label="linear part (BLA)")
-    ax.plot(bla.freq, _db(bla.yx_noise), lw=0.8, color="tab:green", label="noise (excited lines)")
-    if np.isfinite(bla.yx_nl).any():
-        ax.plot(bla.freq, _db(bla.yx_nl), ".", ms=3, color="tab:red", label="distortions (excited lines)")
+    g_unit = f"({unit}/{input_unit})^2" if unit and input_unit else ""
+    y_unit = f"({unit})^2" if unit and not unit.startswith("(") else unit
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
+    top.plot(bla.freq, _db(np.abs(bla.G) ** 2), lw=1, color="k", label="|BLA|^2")
+    top.plot(bla.freq, _db(bla.var_noise), ".", ms=3, color="tab:green", label="noise variance of the BLA")
+    if np.isfinite(bla.var_nl).any():
+        top.plot(bla.freq, _db(bla.var_nl), "x", ms=3, color="tab:red",
+                 label="nonlinear-distortion variance of the BLA")
+    top.set_ylabel(f"dB {g_unit}".strip())
+    ref = float(np.max(_db(np.abs(bla.G) ** 2))) + 10
+    top.set_ylim(ref - 140, ref)
+    top.legend(fontsize=7, loc="lower left")
     odd = bla.det_odd
-    ax.plot(bla.det_freq[odd], _db(bla.y_nl[odd]), "o", ms=3, mfc="none", color="tab:red",
-            label="distortions, odd detection lines")
-    ax.plot(bla.det_freq[~odd], _db(bla.y_nl[~odd]), "s", ms=3, mfc="none", color="tab:purple",
-            label="distortions, even detection lines")
-    ax.plot(bla.det_freq, _db(bla.y_noise), ":", lw=0.8, color="tab:green", label="noise (detection lines)")
-    ax.axvspan(*verdict.band, color="0.9", zorder=0)
-    ax.set_xscale("log")
-    ax.set_xlabel("frequency [Hz]")
-    ax.set_ylabel(f"{output} power per line, one period [dB{' ' + unit if unit else ''}]")
-    ax.set_title(verdict.statement().split(":")[0], fontsize=9)
-    finite = _db(np.abs(bla.G) ** 2 * u_pow)
-    top = float(np.max(finite)) + 10
-    ax.set_ylim(top - 120, top)
-    ax.legend(fontsize=7, loc="lower left")
+    bottom.plot(bla.det_freq[odd], _db(bla.y_nl[odd]), "o", ms=3, mfc="none", color="tab:red",
+                label="distortions, odd detection lines")
+    bottom.plot(bla.det_freq[~odd], _db(bla.y_nl[~odd]), "s", ms=3, mfc="none", color="tab:purple",
+                label="distortions, even detection lines")
+    bottom.plot(bla.det_freq, _db(bla.y_noise), ":", lw=0.8, color="tab:green", label="noise, one period")
+    finite = _db(np.concatenate([bla.y_nl, bla.y_noise]))
+    finite = finite[finite > -290]
+    hi = float(np.max(finite)) + 10 if finite.size else 0.0
+    bottom.set_ylim(hi - 100, hi)
+    bottom.set_ylabel(f"{output} per line [dB {y_unit}]".replace(" []", ""))
+    bottom.legend(fontsize=7, loc="lower left")
+    for ax in (top, bottom):
+        ax.axvspan(*verdict.band, color="0.92", zorder=0)
+        ax.set_xscale("log")
+    bottom.set_xlabel("frequency [Hz]")
+    top.set_title(verdict.statement().split(":")[0], fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -27,7 +27,10 @@ from identification.frequency.nonlinear_distortion import (
     BLAEstimate,
     DistortionVerdict,
     best_linear_approximation,
+    distortion_from_records,
     distortion_verdict,
+    excited_lines,
+    remove_trend,
 )
 
 __all__ = [
@@ -52,4 +55,7 @@ __all__ = [
     "DistortionVerdict",
     "best_linear_approximation",
     "distortion_verdict",
+    "distortion_from_records",
+    "excited_lines",
+    "remove_trend",
 ]

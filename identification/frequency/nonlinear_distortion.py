@@ -31,7 +31,7 @@ import numpy as np
 import scipy.stats
 
 __all__ = ["BLAEstimate", "DistortionVerdict", "best_linear_approximation", "distortion_verdict",
-           "distortion_from_records"]
+           "distortion_from_records", "excited_lines", "remove_trend"]
 
 
 @dataclass
@@ -185,20 +185,54 @@ def distortion_verdict(bla: BLAEstimate, alpha: float = 0.01, line_alpha: float 
                              alpha=alpha)
 
 
+def excited_lines(u: np.ndarray, rel: float = 1e-2) -> np.ndarray:
+    """The excited DFT bins of one period, read from the measured input ``u`` (realisations, periods,
+    samples): the bins whose mean power is above ``rel`` times the median power of the strongest tenth
+    of the bins (a flat-spectrum multisine's lines sit there; noise lies many decades below).
+    For a rig whose source designs its own lines: the analysis takes them from what it measured."""
+    power = np.mean(np.abs(_spectra(np.asarray(u, dtype=float))) ** 2, axis=(0, 1))
+    power[0] = 0.0
+    top = np.sort(power)[-max(power.size // 10, 1):]
+    return np.flatnonzero(power > rel * np.median(top))
+
+
+def remove_trend(x: np.ndarray, degree: int) -> np.ndarray:
+    """``x`` (P periods, N samples) less the polynomial trend of ``degree`` (1..) in time over the record.
+
+    What is left of a slow transient after the settling periods (a lightly damped rigid-body mode, a
+    drift) is close to a low-degree polynomial over the few measured periods; the periodic part is not.
+    The trend is fitted to what the periodic part cannot explain: the record less its mean period
+    (the periodic part's least-squares estimate) against the basis treated the same way, so a periodic
+    signal passes unchanged and a polynomial trend is removed exactly.
+    """
+    x = np.asarray(x, dtype=float)
+    P, N = x.shape
+    if degree < 1 or P < 2:
+        return x.copy()
+    t = np.linspace(-1.0, 1.0, P * N).reshape(P, N)
+    basis = np.stack([t**d for d in range(1, degree + 1)])  # (degree, P, N)
+    r = (x - x.mean(axis=0)).ravel()
+    B = (basis - basis.mean(axis=1, keepdims=True)).reshape(degree, -1).T
+    coef = np.linalg.lstsq(B, r, rcond=None)[0]
+    return x - np.tensordot(coef, basis, axes=1)
+
+
 def distortion_from_records(u: list[np.ndarray], y: list[np.ndarray], dt: float, n_per: int,
                             excited: np.ndarray, settle: int = 1, alpha: float = 0.01,
-                            ) -> tuple[BLAEstimate, DistortionVerdict]:
+                            trend_degree: int = 0) -> tuple[BLAEstimate, DistortionVerdict]:
     """One call for a rig: ``u[m]``, ``y[m]`` are the records of realisation ``m`` (the same excited
-    ``excited`` bins, whole periods of ``n_per`` samples); the first ``settle`` periods are dropped.
-    ``verdict.to_dict()`` is the ``nonlinear_distortion`` field of an analysis."""
+    ``excited`` bins, whole periods of ``n_per`` samples); the first ``settle`` periods are dropped, and
+    with ``trend_degree`` > 0 a polynomial trend of that degree over the kept periods (what is left of a
+    slow transient, :func:`remove_trend`). ``verdict.to_dict()`` is the ``nonlinear_distortion`` field of
+    an analysis."""
     us, ys = [], []
     for a, b in zip(u, y, strict=True):
         a, b = np.asarray(a, dtype=float).ravel(), np.asarray(b, dtype=float).ravel()
         P = a.size // n_per - settle
         if P < 2 or b.size != a.size:
             raise ValueError("each record needs the settling periods plus at least 2 whole periods")
-        us.append(a[settle * n_per : (settle + P) * n_per].reshape(P, n_per))
-        ys.append(b[settle * n_per : (settle + P) * n_per].reshape(P, n_per))
+        us.append(remove_trend(a[settle * n_per : (settle + P) * n_per].reshape(P, n_per), trend_degree))
+        ys.append(remove_trend(b[settle * n_per : (settle + P) * n_per].reshape(P, n_per), trend_degree))
     P = min(x.shape[0] for x in us)
     bla = best_linear_approximation(np.array([x[:P] for x in us]), np.array([x[:P] for x in ys]), dt, excited)
     return bla, distortion_verdict(bla, alpha=alpha)

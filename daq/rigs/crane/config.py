@@ -16,6 +16,7 @@ from msgspec import field as sfield
 
 from daq.config.load import Invalid
 from daq.config.schema import Finite, Range, RigConfig, Seed, Table, Wait
+from daq.rigs.crane.distortion_config import DistortionTable
 from daq.rigs.drive import DriveDevicesTable, DriveSimTable, check_drive
 from daq.rigs.excitation import ROLES, ExcitationTable
 from identification.models.drive_models import DEFAULT_BOUNDS, all_structures, parse_name
@@ -114,11 +115,16 @@ class CraneConfig(RigConfig, kw_only=True):
     excitation: ExcitationTable
     model_selection: ModelSelectionTable = sfield(default_factory=ModelSelectionTable)
     online: OnlineTable = sfield(default_factory=OnlineTable)
+    distortion: DistortionTable = sfield(default_factory=DistortionTable)
 
     def check(self) -> None:
         if self.devices is None:
             raise Invalid("devices", "missing required table", table=True)
         drive = self.devices.drive
+        n = self.distortion.samples(self.excitation.dt)[1]
+        if self.distortion.enabled and n > drive.max_samples:
+            raise Invalid("distortion.n_periods", f"{n} samples per realisation exceed "
+                                                  f"[devices.drive].max_samples ({drive.max_samples})")
         for role in ROLES:
             r = self.excitation.role(role)
             n = round(r["duration"] / r["dt"])

@@ -19,6 +19,7 @@ from daq.online.estimates import start_online
 from daq.rigs import drive
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, RunContext
+from daq.rigs.crane import distortion
 from daq.rigs.crane.config import (
     CHANNELS,
     ONLINE_STREAM,
@@ -130,7 +131,7 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
         return drive.describe_simulator(sim, " (see [devices.drive.nodes])")
 
     def progress_total(self, cfg: CraneConfig) -> int:
-        return len(ROLES)
+        return len(ROLES) + distortion.n_runs(cfg.distortion)
 
     async def prepare(self, ctx: Context) -> None:
         """Design both excitations (off the event loop) before the session starts; export them if asked."""
@@ -167,6 +168,7 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
                                                   before=f"before the {role} run",
                                                   recorded=f"{role} run recorded", not_before=t_end,
                                                   label=f"{role}: ")
+        await distortion.record(ctx, STREAMS, ctx.config.excitation.dt, t_end)
         if online is not None:
             await _finish_online(ctx, online)
 
@@ -186,20 +188,25 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
         if progress is not None:  # show the bar at once: the first candidates take a while
             progress(0, len(opts["candidates"]), "fitting candidate models")
         bounds = opts.pop("bounds")
+        nl = distortion.analyze(arrays, cfg.distortion)  # first: can a linear model family be adequate?
         # candidates, the refits of the close rivals and the profile-likelihood directions are independent
         # fits: all go through the executor (a Dask cluster speeds up the whole analysis)
         with make_executor(cfg.model_selection.scheduler, opts["n_jobs"]) as ex:
-            return select_model(arrays["training"], arrays["validation"], bounds, progress=progress,
-                                executor=ex, clock=stage_clock, **opts)
+            result = select_model(arrays["training"], arrays["validation"], bounds, progress=progress,
+                                  executor=ex, clock=stage_clock, **opts)
+        return distortion.attach(result, nl)
 
     def report_text(self, result: SelectionResult) -> str:
-        return report_text(result)
+        return distortion.report_text(result) + report_text(result)
+
+    def report_dict(self, result: SelectionResult) -> dict:
+        return distortion.report_dict(result, result.to_dict())
 
     def plots(self, result: SelectionResult, arrays: CraneRuns, folder: Path) -> list[Path]:
         from daq.rigs.crane.plots import write_plots  # lazy: scipy and matplotlib
 
         w0, c0 = stage_clock()
-        files = write_plots(result, folder)
+        files = write_plots(result, folder) + distortion.plots(result, folder)
         w1, c1 = stage_clock()
         result.stages["plots"] = {"seconds": w1 - w0, "cpu_seconds": c1 - c0}
         return files

@@ -105,14 +105,36 @@ class MTAnalysis(Table, kw_only=True):
             raise Invalid("f_max", f"needs f_min < f_max, got {self.f_min} and {self.f_max} Hz")
 
 
+class MTDistortion(Table, kw_only=True):
+    """``[distortion]``: after the modal tests, ``n_realisations`` odd random-phase multisines with
+    detection lines (the front end's ``SOUR:DET``) at one position and one input DOF, the band, period,
+    amplitude and sample time of ``[excitation]``; `hil analyze` states the nonlinear distortions."""
+
+    enabled: bool = False
+    position: Annotated[float, Meta(ge=0, le=100.0)] | None = None   # m; default: the first position
+    input: str | None = None             # excitation DOF; default: the first of [plan].inputs
+    n_realisations: Annotated[int, Meta(ge=2, le=100)] = 3
+    n_periods: Annotated[int, Meta(ge=2, le=100)] = 2
+    n_settle: Annotated[int, Meta(ge=0, le=20)] = 3
+    group: Annotated[int, Meta(ge=2, le=100)] = 4
+    alpha: Annotated[float, Meta(gt=0, lt=0.5)] = 0.01
+    seed: Seed = 31
+
+
 class MachineToolConfig(RigConfig, kw_only=True):
     simulator: MTSimulator | None = None
     devices: MTDevices | None = None
     plan: MTPlan
     excitation: MTExcitation = sfield(default_factory=MTExcitation)
     analysis: MTAnalysis = sfield(default_factory=MTAnalysis)
+    distortion: MTDistortion = sfield(default_factory=MTDistortion)
 
     def check(self) -> None:
+        d = self.distortion
+        if d.input is not None and d.input not in MachineTool().obs_labels:
+            raise Invalid("distortion.input", f"{d.input!r} is not a measured DOF")
+        if d.position is not None and d.position > MachineToolConstants().travel:
+            raise Invalid("distortion.position", f"{d.position} m is beyond the axis travel")
         a, e = self.analysis, self.excitation
         if a.f_min < e.f_min or a.f_max > e.f_max:
             raise Invalid(

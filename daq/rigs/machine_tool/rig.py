@@ -26,6 +26,7 @@ from daq.executor import make_executor
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, Rig, RunContext
 from daq.rigs.config import session_config
+from daq.rigs.machine_tool import distortion
 from daq.rigs.machine_tool.config import MachineToolConfig, MTDevices, MTSimulator, check_rig
 from daq.rigs.machine_tool.plots import write_plots
 from drivers.modal_frontend import FrontEndSettings, ModalFrontEnd
@@ -44,6 +45,7 @@ ACCEL_STREAM = "mt.accel"
 FRF_STREAM = "mt.frf"
 PLAN_STREAM = "mt.plan"
 ROLES = ("identification", "validation")
+DISTORTION_STREAMS = (PLAN_STREAM, FORCE_STREAM, ACCEL_STREAM)
 ACCEL_UNIT = "m/s^2"
 FRF_UNIT = "m/s^2/N"  # accelerance
 FRAME_SAMPLES = 4096
@@ -93,6 +95,7 @@ class MTArrays:
     coherence: list[np.ndarray | None]
     truth: dict | None = None
     frf_var: list[np.ndarray] | None = None  # per position, noise variance per line of H (LPM), (m/s^2/N)^2
+    distortion: distortion.DistortionRecords | None = None  # the [distortion] runs, if recorded
 
 
 def mt_arrays(store, session_id: str) -> MTArrays:
@@ -108,6 +111,7 @@ def mt_arrays(store, session_id: str) -> MTArrays:
     if not out.positions:
         raise AnalysisError("no completed position in the session")
     out.truth = truth
+    out.distortion = distortion.read(store, info.id, DISTORTION_STREAMS)
     return out
 
 
@@ -220,10 +224,12 @@ class MTAnalysisResult:
     fits: list  # ModalFit per position
     gsa: object  # GSAIdentificationResult
     band: tuple[float, float]
+    distortion: distortion.MTDistortionOutcome | None = None
 
     def text(self) -> str:
-        lines = ["modal extraction (LSCF poles + LSFD residues), per position: f [Hz] and damping ratio [%], "
-                 "+- one std"]
+        lines = [self.distortion.text(), ""] if self.distortion is not None else []
+        lines.append("modal extraction (LSCF poles + LSFD residues), per position: f [Hz] and damping ratio "
+                     "[%], +- one std")
         for p, role, fit in zip(self.arrays.positions, self.arrays.roles, self.fits, strict=True):
             fs = fit.freq_std if fit.freq_std is not None else np.full(fit.freq.size, np.nan)
             xs = fit.xi_std if fit.xi_std is not None else np.full(fit.xi.size, np.nan)
@@ -251,7 +257,7 @@ class MTAnalysisResult:
             for p, r, fit in zip(self.arrays.positions, self.arrays.roles, self.fits, strict=True)
         ]
         d["band"] = list(self.band)
-        return d
+        return {"nonlinear_distortion": self.distortion.to_dict() if self.distortion else None, **d}
 
 
 def analyze(arrays: MTArrays, cfg: MachineToolConfig, progress=None, executor=None) -> MTAnalysisResult:
@@ -271,6 +277,7 @@ def analyze(arrays: MTArrays, cfg: MachineToolConfig, progress=None, executor=No
         if progress is not None:
             progress(min(step[0], total), total, msg)
 
+    nl = distortion.analyze(arrays.distortion, cfg)  # first: is the structure linear enough?
     band = (arrays.freq >= a.f_min) & (arrays.freq <= a.f_max)
     freq = arrays.freq[band]
     w2 = (2 * np.pi * freq) ** 2
@@ -344,7 +351,7 @@ def analyze(arrays: MTArrays, cfg: MachineToolConfig, progress=None, executor=No
             ex.close()
     if progress is not None:
         progress(total, total, "done")
-    return MTAnalysisResult(arrays=arrays, fits=fits, gsa=gsa, band=(a.f_min, a.f_max))
+    return MTAnalysisResult(arrays=arrays, fits=fits, gsa=gsa, band=(a.f_min, a.f_max), distortion=nl)
 
 
 # ----------------------------------------------------------------------------------------- the rig
@@ -400,7 +407,7 @@ class MachineToolRig(Rig[MachineToolConfig, MTDevicesOpen, MTArrays, MTAnalysisR
         ]
 
     def progress_total(self, cfg: MachineToolConfig) -> int:
-        return len(_steps(cfg)) * len(cfg.plan.inputs)
+        return len(_steps(cfg)) * len(cfg.plan.inputs) + distortion.n_runs(cfg)
 
     async def plan(self, ctx: Context) -> None:
         """Per position: move the axis, per input DOF one periodic multisine measurement, publish it."""
@@ -450,6 +457,7 @@ class MachineToolRig(Rig[MachineToolConfig, MTDevicesOpen, MTArrays, MTAnalysisR
                 ctx.advance(1, f"{role} {1000 * position:.0f} mm, {dof} ({n} samples)")
             await ctx.event(PLAN_STREAM, "position_end", position=position, role=role)
             ctx.summary["positions"] += 1
+        await distortion.record(ctx, DISTORTION_STREAMS, ACCEL_UNIT, FRAME_SAMPLES, t_end)
 
     def arrays(self, reader, session_id: str) -> MTArrays:
         return mt_arrays(reader, session_id)
@@ -462,7 +470,7 @@ class MachineToolRig(Rig[MachineToolConfig, MTDevicesOpen, MTArrays, MTAnalysisR
         return result.text()
 
     def plots(self, result: MTAnalysisResult, arrays: MTArrays, folder: Path) -> list[Path]:
-        return write_plots(result, folder)
+        return write_plots(result, folder) + distortion.plots(result.distortion, folder)
 
 
 RIG = MachineToolRig()
