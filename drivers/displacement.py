@@ -58,6 +58,7 @@ class SensorSettings(ModbusSettings, kw_only=True):
                                                                   "device cannot share a register")
         reg = (self.registers or {}).get("displacement")
         for value in self.range if reg is not None else ():
+            assert reg is not None  # the loop runs only then
             if not reg.encodable(value):
                 raise InvalidSetting("registers.displacement.scale",
                                      f"{reg.scale!r} puts the plausible reading {value:g} m outside the "

@@ -11,9 +11,9 @@ import asyncio
 import dataclasses
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from msgspec import Meta
 
@@ -23,6 +23,7 @@ from drivers.registers import Register, RegisterMap, overlapping
 from drivers.settings import Interval, InvalidSetting, settings_from
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 REQUIRED_REGISTERS = ("setpoint", "enable", "clear_fault", "heartbeat", "force", "pressure", "status",
                       "fault_code")
@@ -192,7 +193,7 @@ class ForceSource:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.safe_state_timeout
 
-        async def step(what: str, action) -> object:
+        async def step(what: str, action: Callable[[], Awaitable[T]]) -> T | None:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 failures.append(f"{what}: not tried, the {self.safe_state_timeout:g} s budget was used up")

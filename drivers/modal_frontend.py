@@ -63,6 +63,7 @@ class ModalFrontEnd:
             raise DeviceConnectionError(self.name, self.address, f"connection lost: {exc}") from None
 
     async def _line(self, timeout: float) -> bytes:
+        assert self._r is not None  # set with _w, which _send found connected
         try:
             line = await asyncio.wait_for(self._r.readline(), timeout)
         except TimeoutError:
@@ -90,6 +91,7 @@ class ModalFrontEnd:
     async def query_block(self, text: str) -> np.ndarray:
         async with self._lock:
             await self._send(text)
+            assert self._r is not None  # set with _w, which _send found connected
             try:
                 head = await asyncio.wait_for(self._r.readexactly(2), self.timeout)
                 if head == b"ER":

@@ -18,7 +18,7 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 import numpy as np
@@ -105,6 +105,16 @@ def _cert_uri(cert_path: str | Path) -> str | None:
 
 #: Node keys of :meth:`ServoDrive.subscribe_live` (default set).
 LIVE_KEYS = ("actual_speed", "actual_torque", "torque_setpoint", "state", "enabled", "fault_code", "status")
+
+
+class DriveTrace(TypedDict):
+    """A run's trace as :meth:`ServoDrive.read_trace` returns it (SI units)."""
+
+    dt: float
+    t: np.ndarray
+    torque_cmd: np.ndarray
+    torque: np.ndarray
+    speed: np.ndarray
 
 
 class _LiveHandler:
@@ -312,6 +322,7 @@ class ServoDrive:
         await self.close()
 
     async def _heartbeat(self) -> None:
+        assert self._client is not None  # started by _connect_once after the client is set
         node = self._client.get_node(self._node("heartbeat"))
         while True:
             self._hb_count = (self._hb_count + 1) % 2**32
@@ -328,7 +339,9 @@ class ServoDrive:
         ident = self.nodes[key]
         if ident.startswith(("ns=", "i=", "s=", "g=", "b=")):
             return ua.NodeId.from_string(ident)
-        return ua.NodeId(ident, self._ns)
+        # asyncua annotates its marker classes (ua.String, ua.Int16) where it takes a str and an int; _ns is
+        # None only before the first connect, and _request refuses to send anything then
+        return ua.NodeId(ident, self._ns)  # type: ignore[arg-type]
 
     async def _request(self, make, retry: bool = False):
         for attempt in (0, 1):
@@ -434,7 +447,7 @@ class ServoDrive:
                 raise self._err(DriveTimeout, f"not done after {timeout:.3g} s (state {st['state']})")
             await asyncio.sleep(poll)
 
-    async def read_trace(self) -> dict[str, np.ndarray | float]:
+    async def read_trace(self) -> DriveTrace:
         """The last run's trace: ``dt``, ``t``, ``torque_cmd``, ``torque`` (N*m), ``speed`` (rad/s)."""
         out = await self._method("read_trace", retry=True)
         dt = float(out[2])
@@ -488,8 +501,8 @@ class ServoDrive:
 
         async def make(c: Client) -> LiveSubscription:
             sub = await c.create_subscription(period_ms, _LiveHandler(ids, callback))
-            await sub.subscribe_data_change([c.get_node(self._node(k)) for k in keys], queuesize=1,
-                                            sampling_interval=period_ms)
+            await sub.subscribe_data_change(  # type: ignore[call-overload]  # asyncua wants ua.Double, takes floats
+                [c.get_node(self._node(k)) for k in keys], queuesize=1, sampling_interval=period_ms)
             return LiveSubscription(sub)
 
         return await self._request(make)
@@ -513,7 +526,7 @@ class ServoDrive:
 
     async def device_identity(self) -> dict:
         """Model, serial number, firmware, url and limits (for the session record)."""
-        ident = {"name": self.name, "url": self.url}
+        ident: dict[str, Any] = {"name": self.name, "url": self.url}
         for key in ("model", "serial_number", "firmware"):
             ident[key] = str(await self._read(key))
         ident.update(self.drive_limits)

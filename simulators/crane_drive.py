@@ -45,6 +45,7 @@ import enum
 import logging
 import math
 from dataclasses import dataclass, field
+from typing import Protocol, Self
 
 import numpy as np
 from asyncua import Server, ua
@@ -125,11 +126,20 @@ class DriveSettings:
         return s
 
 
+class Truth(Protocol):
+    """A plant's truth (CraneTruth, OscillatorTruth, ...): built from its ``[simulator.truth]`` table."""
+
+    @classmethod
+    def from_config(cls, d: dict | None) -> Self: ...
+
+    def to_dict(self) -> dict: ...
+
+
 @dataclass(frozen=True)
 class Plant:
     """What the drive moves: truth type, simulate(truth, input, dt, rng), trace keys and units."""
 
-    truth: type
+    truth: type[Truth]
     simulate: object
     input_unit: tuple[str, str, str]    # UNECE code, symbol, description
     output_unit: tuple[str, str, str]

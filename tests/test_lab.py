@@ -289,3 +289,11 @@ def test_window_read_fetches_only_the_window(lab, tmp_path):
     print(f"window read: {window_bytes} B on the wire for {w.data.nbytes + w.t.nbytes} B of samples; "
           f"whole stream {whole} B")
     assert window_bytes < payload + 20_000 and window_bytes < whole / 50
+
+
+def test_demo_given_a_lab_says_in_one_line_that_it_records_locally(lab):
+    """`hil demo` records a session; a lab is only read through --store URL (written by `hil lab push`).
+    Found by mypy (issue 30): the demo took the lab's reader as its store and failed on the first write."""
+    res = hil("--store", lab.url, "demo", "--duration", "0.1", key=lab.key)
+    assert res.exit_code == 2, res.output
+    assert "hil demo records into a local store" in res.output and "Traceback" not in res.output

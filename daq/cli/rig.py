@@ -10,6 +10,7 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import cast
 
 import click
 import zmq
@@ -103,7 +104,9 @@ def analyze(state: CliState, session: str, as_json: bool, plots_dir: str | None)
                                                    progress=progress_printer())
         if state.is_lab:  # the estimates, intervals and verdicts go into the lab session's metadata
             from daq.lab.analysis import analysis_metadata  # lazy: only for a lab
+            from daq.lab.reader import LabReader  # lazy: as above
 
+            assert isinstance(store, LabReader)  # is_lab
             store.record_analysis(info.id, analysis_metadata(rig.report_dict(result)))
     if as_json:
         echo_json({"session": info.id, "kind": info.kind, **rig.report_dict(result),
@@ -231,7 +234,7 @@ def ctl(state: CliState, action: str, session: str | None, endpoint: str | None,
     from daq.run.control import operator_name  # lazy: with the run machinery
 
     entry = _find_run(state.store_path, session, endpoint)
-    endpoint = endpoint or str(entry["command"])
+    endpoint = endpoint or str(cast(dict, entry)["command"])  # _find_run found a run or raised
     # a run keyed by itself hands its owner the key through its private announcement (daq.run.control)
     own = announced_keys(entry, runs_dir(state.store_path)) if entry and not keys_dir else None
     keys = own or client_keys(endpoint, keys_dir)

@@ -47,6 +47,9 @@ def sessions(state: CliState, as_json: bool, **search) -> None:
                                "give --store URL")
     with state.open_store() as store:
         if state.is_lab:
+            from daq.lab.reader import LabReader  # lazy: tiled's client, loaded by open_store already
+
+            assert isinstance(store, LabReader)  # is_lab
             infos = store.search(filters)
             by = {i.id: store.session_metadata(i.id).get("by") for i in infos} if as_json else {}
         else:

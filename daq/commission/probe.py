@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -86,8 +87,8 @@ async def _force_source(name: str, s: ForceSourceSettings, reads: int, rep: Devi
     try:
         spans = {n: spec.range for n, spec in dev.regs.items() if spec.range is not None}
         for reg_name, spec in dev.regs.items():
-            raws, lat = await _timed(reads, lambda sp=spec: dev.transport.read_registers(sp.table, sp.address,
-                                                                                         sp.count))
+            read = functools.partial(dev.transport.read_registers, spec.table, spec.address, spec.count)
+            raws, lat = await _timed(reads, read)
             values = decode_all(spec, raws)
             ch = Channel(reg_name, spec.unit, values, lat, spec.range)
             if not inside(values, spec.range):

@@ -4,11 +4,11 @@ the HTTP API of ``hil serve`` (the same fields in both)."""
 from __future__ import annotations
 
 from daq.export.layout import session_header, session_metadata
-from daq.store.reader import SessionReader
+from daq.store.reads import SessionReads
 from daq.store.records import SessionInfo
 
 
-def started_by(store: SessionReader, info: SessionInfo) -> str | None:
+def started_by(store: SessionReads, info: SessionInfo) -> str | None:
     """Who asked for the run that recorded ``info``: the body's ``by`` of the ``started`` event on
     ``<kind>.run`` (``hil run``: the OS user or ``$HIL_USER``; ``hil serve``: the token's name); None for a
     session that has no such record (older runs, recordings that are not runs)."""
@@ -17,7 +17,7 @@ def started_by(store: SessionReader, info: SessionInfo) -> str | None:
     return str(by) if by is not None else None
 
 
-def commands_given(store: SessionReader, info: SessionInfo) -> list[dict]:
+def commands_given(store: SessionReads, info: SessionInfo) -> list[dict]:
     """The operator commands the run took (pause, resume, stop, abort), in order: ``t`` (unix s),
     ``command`` and ``by`` (who gave it: a token's name, an OS user through `hil ctl`, a key's name)."""
     found = store.events(info.id, kind="command", stream=f"{info.kind}.run")
@@ -29,12 +29,12 @@ def session_row(info: SessionInfo, by: str | None = None) -> dict:
     return {**session_header(info, by), "streams": sorted(info.streams)}
 
 
-def session_rows(store: SessionReader) -> list[dict]:
+def session_rows(store: SessionReads) -> list[dict]:
     """``hil sessions --json``: every session of the store, oldest first, each with who started it."""
     return [session_row(i, started_by(store, i)) for i in store.list_sessions()]
 
 
-def session_detail(store: SessionReader, session: str) -> dict:
+def session_detail(store: SessionReads, session: str) -> dict:
     """``hil show --json``: the session's metadata (:func:`session_metadata`, with each frame stream's real
     sample spacing and who started it), its event counts per stream and kind, and the operator commands it
     took with who gave them."""

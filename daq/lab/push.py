@@ -159,6 +159,7 @@ class Pusher:
         fields = layout.stream_node_fields(si, sc.chunk_rows)
         snode = child(node, si.name) or self._create(node, si.name, {**fields, "session": info.id},
                                                      layout.STREAM_SPEC)
+        assert si.dtype is not None  # a frame stream
         dtype = SUPPORTED_DTYPES[si.dtype]
         t_name, d_name = f"{si.name}/{layout.TIME}", f"{si.name}/{layout.DATA}"
         t_arr = self._array(snode, layout.TIME, (sc.rows,), np.dtype("<f8"), sc.chunk_rows,
@@ -248,8 +249,8 @@ def stream_digest(snode, rows: int, workers: int = WORKERS) -> tuple[int, str, s
             ts = pool.map(lambda s: t_arr[s[0]:s[1]], batch)
             ds = pool.map(lambda s: d_arr[s[0]:s[1]], batch)
             for t, d in zip(ts, ds, strict=True):
-                th.update(memoryview(np.ascontiguousarray(t, dtype="<f8")))  # no copy for the digest
-                dh.update(memoryview(np.ascontiguousarray(d)))
+                th.update(np.ascontiguousarray(t, dtype="<f8").data)  # no copy for the digest
+                dh.update(np.ascontiguousarray(d).data)
     return n, th.hexdigest(), dh.hexdigest()
 
 

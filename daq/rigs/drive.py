@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import msgspec
 import numpy as np
@@ -35,11 +35,11 @@ from drivers.errors import HilError
 from drivers.servo_drive import ServoDriveConfig
 
 if TYPE_CHECKING:  # annotations only: the driver pulls in asyncua, loaded when devices open
-    from daq.store.reader import SessionReader
-    from drivers.servo_drive import ServoDrive
+    from daq.store.reads import SessionReads
+    from drivers.servo_drive import DriveTrace, ServoDrive
 
 FRAME_SAMPLES = 5000                              #: samples per published trace frame
-TRACE_CHANNELS = ("torque_cmd", "torque", "speed")  #: the drive's trace, in the order it is published
+TRACE_CHANNELS: Final = ("torque_cmd", "torque", "speed")  #: the drive's trace, in the order it is published
 
 
 # ----------------------------------------------------------------------------------------- config
@@ -176,14 +176,14 @@ async def open_devices(cfg: object, devices: DriveDevicesTable) -> DriveRigDevic
 
     drive = ServoDrive(devices.drive)
     # stop, disable and read `enabled` back: raises when the drive did not confirm
-    devices = DriveRigDevices(drive, [("stop and disable drive", drive.safe_state)])
+    rig_devices = DriveRigDevices(drive, [("stop and disable drive", drive.safe_state)])
     try:
         await drive.connect()
         await drive.check_identity()  # the configured drive, or nothing moves
     except BaseException:
-        await devices.close()
+        await rig_devices.close()
         raise
-    return devices
+    return rig_devices
 
 
 def simulator(cfg: Any):
@@ -239,7 +239,7 @@ class TraceStreams:
 
 
 async def run_trajectory(drive: ServoDrive, dt: float, samples: np.ndarray, *, not_before: float = 0.0,
-                         label: str = "") -> tuple[float, dict[str, Any]]:
+                         label: str = "") -> tuple[float, DriveTrace]:
     """Upload ``samples`` (held for ``dt`` s each), enable, start, wait, read the trace back, disable.
 
     Returns (t0, trace): ``t0`` the start's wall-clock time, never before ``not_before``; the trace has
@@ -342,7 +342,7 @@ class StoredTrajectory:
         return float(self.start["dt"])
 
 
-def read_trajectories(store: SessionReader, session_id: str, plan_stream: str, trace_stream: str,
+def read_trajectories(store: SessionReads, session_id: str, plan_stream: str, trace_stream: str,
                       name: Callable[[int, dict], str]) -> tuple[list[StoredTrajectory], int]:
     """The completed trajectories of a session, in order, and how many were started.
 

@@ -279,6 +279,8 @@ class _Session:
     """One recorded run from set-up to clean-up: what it opened (closed again by :meth:`clean_up` on every
     path) and how it ended (``status``, ``reason``, the ``plan_outcome`` event)."""
 
+    reason: str | None  # why it ended (None: nothing to say)
+
     def __init__(self, rig: Rig, cfg: Any, store_path: Path, show_progress: bool,
                  on_context: Callable[[RunContext], None] | None):
         self.rig, self.cfg, self.store_path = rig, cfg, store_path
@@ -470,7 +472,7 @@ async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: Oper
     try:
         while not plan_task.done():
             ctx._wake.clear()
-            watch = {plan_task, *ctx._companions}
+            watch: set[asyncio.Future] = {plan_task, *ctx._companions}
             if rec_task is not None:
                 watch.add(rec_task)
             wake = asyncio.ensure_future(ctx._wake.wait())
@@ -481,6 +483,7 @@ async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: Oper
             ended = [t for t in done if t is not wake]
             for t in list(ended):  # a companion that returned normally has finished its job
                 if t is not rec_task and not t.cancelled() and t.exception() is None:
+                    assert isinstance(t, asyncio.Task)  # a companion
                     ctx._companions.remove(t)
                     ended.remove(t)
             if ended:
@@ -504,6 +507,7 @@ async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: Oper
 def _why_ended(task: asyncio.Future, rec_task: asyncio.Future | None) -> str:
     if task is rec_task:
         return _recorder_reason(task.result() if not task.cancelled() else "cancelled")
+    assert isinstance(task, asyncio.Task)  # the plan or a companion
     who = task.get_name()
     if task.cancelled():
         return f"{who} was cancelled"

@@ -190,4 +190,5 @@ def check_rig(cfg: CraneConfig, config_dir: Path) -> None:
         raise Invalid("excitation.export_dir", f"{out} is a file; the export writes <role>.csv and "
                                                "<role>.png into a folder")
     simulated = (cfg.simulator or CraneSimulator()).drive if cfg.rig.simulated else None
+    assert cfg.devices is not None  # [devices] is required (the config's check)
     check_drive(cfg.devices.drive, simulated, inputs)

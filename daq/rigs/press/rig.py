@@ -193,6 +193,7 @@ class PressRig(Rig[PressConfig, PressRigDevices, PressArrays, PressAnalysisResul
         acquisition = ForceAcquisition(devices.source, ctx.publisher, ctx.session_id,
                                        rate=cfg.acquisition.rate, block=cfg.acquisition.block,
                                        max_failures=cfg.acquisition.max_failures)
+        assert cfg.devices is not None  # [devices] is required (PressConfig.check)
         settings = CorrectionSettings.for_config(cfg.correction, cfg.devices.force_source)
 
         async def set_command(force: float) -> None:
