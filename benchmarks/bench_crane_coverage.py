@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -77,9 +78,21 @@ def one(case: str, draw: int, decimate: int, duration: float = 2.0, spread: floa
 
 
 SELECT_DRAWN = ("J1", "J2", "J3", "k12", "k23")
-#: configs/crane-sim.toml [model_selection] (the rest are select_model's defaults, as in `hil analyze`)
-SHIPPED = {"max_condition_index": 30.0, "min_validation_fit": 0.8}
-OPEN = {**SHIPPED, "max_condition_index": 1e9, "min_pii_ratio": 0.0}  # --accept-all
+
+
+def shipped_settings() -> dict:
+    """configs/crane-sim.toml's [model_selection] as `hil analyze` reads it (thresholds, steps, starts)."""
+    from daq.rigs.config import load  # lazy: the config room only for --select
+
+    _, cfg = load(Path(__file__).resolve().parents[1] / "configs" / "crane-sim.toml")
+    opts = cfg.model_selection.options()
+    for key in ("bounds", "candidates", "n_jobs", "profile_points"):
+        opts.pop(key)
+    return opts
+
+
+#: --accept-all: no identifiability thresholds (the shipped ones' verdict is still recorded per candidate)
+OPEN = {"max_condition_index": 1e9, "min_pii_ratio": 0.0, "max_rel_std": None}
 
 
 def one_selection(case: str, draw: int, candidates: list[str] | None, spread: float = 0.2,
@@ -97,14 +110,20 @@ def one_selection(case: str, draw: int, candidates: list[str] | None, spread: fl
     tr = simulate_axis(truth, mt.scale_to_peak(10.0), dt, rng)
     va = simulate_axis(truth, mv.scale_to_peak(10.0), dt, rng)
     t0 = time.perf_counter()
+    shipped = shipped_settings()
     res = select_model((tr["torque_cmd"], tr["speed"], dt), (va["torque_cmd"], va["speed"], dt),
                        candidates=candidates, profile=False, n_jobs=1,
-                       **(OPEN if accept_all else SHIPPED))
-    # what the shipped thresholds (max condition index 30, min PII 1 %) say of each screened candidate
+                       **({**shipped, **OPEN} if accept_all else shipped))
+    # the shipped thresholds' verdict on each screened candidate (with --accept-all: what they would say)
     verdicts = {c.name: {"max_ci": c.identifiability.max_ci, "min_pii": c.identifiability.min_pii,
-                         "shipped_accepts": bool(c.identifiability.max_ci < 30
-                                                 and c.identifiability.min_pii >= 0.01)}
+                         "max_rel_std": max((c.std_errors[n] / abs(v) if v else math.inf
+                                             for n, v in c.params.items()), default=0.0),
+                         "reasons": list(c.identifiability.reasons)}
                 for c in res.candidates}
+    for v in verdicts.values():
+        v["shipped_accepts"] = bool(v["max_ci"] < shipped["max_condition_index"]
+                                    and v["min_pii"] >= shipped["min_pii_ratio"]
+                                    and v["max_rel_std"] <= shipped["max_rel_std"])
     row = {"case": case, "draw": draw, "chosen": res.chosen_name, "seconds": time.perf_counter() - t0,
            "refined": [c.name for c in res.refined], "screen": verdicts}
     rep = res.intervals
@@ -140,6 +159,19 @@ def selection_summary(rows: list[dict]) -> str:
                      f"shipped thresholds accept it {acc}/{len(rs)} | "
                      f"{sum(r['valid'] for r in rs)}/{len(rs)} | {100 * cr:.1f} % | {100 * cm:.1f} % | "
                      f"{sb:.2g} |")
+    return "\n".join(lines)
+
+
+def per_draw_table(rows: list[dict]) -> str:
+    """One line per truth: the choice, whether its intervals are valid, their coverage, and what the right
+    model's identifiability measures were (scaled condition index, largest relative standard error)."""
+    lines = ["| case | draw | chosen | intervals valid | robust 95 % covers | right model: max cond. index | "
+             "max std / value |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        right = r["screen"].get(CASES[r["case"]][1], {})
+        lines.append(f"| {r['case']} | {r['draw']} | {r['chosen']} | {'yes' if r['valid'] else 'no'} | "
+                     f"{sum(r['in_robust'])}/{len(r['names'])} | {right.get('max_ci', float('nan')):.1f} | "
+                     f"{100 * right.get('max_rel_std', float('nan')):.2f} % |")
     return "\n".join(lines)
 
 
@@ -184,7 +216,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.load:
         rows = json.loads(Path(args.load).read_text())
-        print(selection_summary(rows) if rows and "chosen" in rows[0] else summary(rows))
+        select = bool(rows) and "chosen" in rows[0]
+        print(selection_summary(rows) + "\n\n" + per_draw_table(rows) if select else summary(rows))
         return
     rows = []
     t0 = time.perf_counter()
@@ -198,7 +231,7 @@ def main() -> None:
                       file=sys.stderr, flush=True)
                 if args.json_out:
                     Path(args.json_out).write_text(json.dumps(rows))
-        print(selection_summary(rows))
+        print(selection_summary(rows) + "\n\n" + per_draw_table(rows))
         return
     for dec in args.decimate:
         for case in args.cases:

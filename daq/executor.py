@@ -7,8 +7,8 @@ two back ends behind that one interface:
 
 * :class:`LocalExecutor` - a ``concurrent.futures`` process pool in the *spawn* context (a forked
   child would inherit the locks of the caller's threads: asyncio executors, ZeroMQ I/O, BLAS
-  pools) with BLAS single-threaded in every worker (threadpoolctl): the matrices are small and
-  one BLAS thread per process is what fills the cores (2 x 2 threads on 2 cores was 5x slower);
+  pools) with BLAS single-threaded in every worker (:func:`one_blas_thread`): the matrices are small
+  and one BLAS thread per process is what fills the cores (2 x 2 threads on 2 cores was 5x slower);
 * :class:`DaskExecutor` - ``dask.distributed``: a running scheduler (``tcp://host:8786``), an
   existing ``Client`` or a ``LocalCluster``; every task runs with BLAS single-threaded too;
 * :class:`SerialExecutor` - in this process, for one worker and for debugging.
@@ -27,7 +27,7 @@ from typing import Any
 
 from threadpoolctl import threadpool_limits
 
-__all__ = ["Executor", "SerialExecutor", "LocalExecutor", "DaskExecutor", "make_executor"]
+__all__ = ["Executor", "SerialExecutor", "LocalExecutor", "DaskExecutor", "make_executor", "one_blas_thread"]
 
 
 class Executor:
@@ -58,19 +58,37 @@ class Executor:
         self.close()
 
 
+#: Thread-count variables that BLAS/OpenMP libraries read once, when they are loaded.
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+                         "VECLIB_MAXIMUM_THREADS")
+
+
+def one_blas_thread() -> None:
+    """Make this process's BLAS single-threaded for good: the libraries already loaded now (threadpoolctl)
+    and those loaded later (their thread-count variables). ``threadpool_limits`` alone only reaches the
+    libraries loaded when it runs: a spawned worker loads numpy and scipy (each with its own OpenBLAS)
+    only when its first task arrives, so before this a pool of 2 ran 2 x 2 BLAS threads on 2 cores and
+    the crane screen burned ~5x the CPU."""
+    for name in BLAS_THREAD_VARIABLES:
+        os.environ[name] = "1"
+    threadpool_limits(limits=1, user_api="blas")
+
+
 class _SingleThreadBlas:
-    """Picklable wrapper: call ``fn`` with BLAS limited to one thread."""
+    """Picklable wrapper: call ``fn`` with BLAS limited to one thread (also in libraries ``fn`` loads)."""
 
     def __init__(self, fn: Callable[[Any], Any]):
         self.fn = fn
 
     def __call__(self, item: Any) -> Any:
+        for name in BLAS_THREAD_VARIABLES:
+            os.environ[name] = "1"
         with threadpool_limits(limits=1, user_api="blas"):
             return self.fn(item)
 
 
 def _init_worker() -> None:
-    threadpool_limits(limits=1, user_api="blas")
+    one_blas_thread()
 
 
 class SerialExecutor(Executor):

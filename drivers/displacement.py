@@ -17,6 +17,7 @@ import numpy as np
 from msgspec import Meta
 
 from drivers.errors import BadResponse, DeviceRefused
+from drivers.modbus_identity import check_identity
 from drivers.modbus_transport import ModbusSettings, ModbusTransport
 from drivers.registers import Register, RegisterMap, overlapping
 from drivers.serial_transport import SerialLine, SerialSettings
@@ -46,6 +47,10 @@ class SensorSettings(ModbusSettings, kw_only=True):
     terminator: NonEmpty = "\r\n"
 
     def check(self) -> None:
+        super().check()
+        if self.protocol == "serial" and self.expect:
+            raise InvalidSetting("expect", "a serial sensor has no device identification (FC43); its "
+                                           "identity is its answer to id_query")
         if not self.range[0] < self.range[1]:
             raise InvalidSetting("range", f"needs lo < hi, got {self.range}")
         if self.protocol != "modbus_tcp" and not self.url:
@@ -58,6 +63,7 @@ class SensorSettings(ModbusSettings, kw_only=True):
                                                                   "device cannot share a register")
         reg = (self.registers or {}).get("displacement")
         for value in self.range if reg is not None else ():
+            assert reg is not None  # the loop runs only then
             if not reg.encodable(value):
                 raise InvalidSetting("registers.displacement.scale",
                                      f"{reg.scale!r} puts the plausible reading {value:g} m outside the "
@@ -145,7 +151,9 @@ class ModbusDisplacementSensor(DisplacementSensor):
         return self.transport.address
 
     async def connect(self) -> None:
+        """Connect; with an ``expect`` table, refuse a device whose identification (FC43) differs."""
         await self.transport.connect()
+        await check_identity(self.transport, self.settings.expect)
 
     async def close(self) -> None:
         self.transport.close()

@@ -11,18 +11,20 @@ import asyncio
 import dataclasses
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from msgspec import Meta
 
 from drivers.errors import DeviceError, DeviceFault, LimitError, SafeStateError
+from drivers.modbus_identity import check_identity
 from drivers.modbus_transport import ModbusSettings, ModbusTransport
 from drivers.registers import Register, RegisterMap, overlapping
 from drivers.settings import Interval, InvalidSetting, settings_from
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 REQUIRED_REGISTERS = ("setpoint", "enable", "clear_fault", "heartbeat", "force", "pressure", "status",
                       "fault_code")
@@ -120,7 +122,9 @@ class ForceSource:
         return self.transport.address
 
     async def connect(self) -> None:
+        """Connect; with an ``expect`` table, refuse a device whose identification (FC43) differs."""
         await self.transport.connect()
+        await check_identity(self.transport, self.settings.expect)
 
     async def close(self) -> None:
         self.transport.close()
@@ -142,7 +146,8 @@ class ForceSource:
 
     async def set_force(self, force_N: float) -> None:
         """Write the force setpoint (N) after the limit check."""
-        await self.transport.write(self.regs["setpoint"], self.check_force(force_N))
+        await self.transport.write(self.regs["setpoint"], self.check_force(force_N),
+                                   limits=(f"force setpoint within [{self.f_min:g}, {self.f_max:g}] N",))
 
     async def enable(self) -> None:
         await self.transport.write(self.regs["enable"], 1)
@@ -192,7 +197,7 @@ class ForceSource:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.safe_state_timeout
 
-        async def step(what: str, action) -> object:
+        async def step(what: str, action: Callable[[], Awaitable[T]]) -> T | None:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 failures.append(f"{what}: not tried, the {self.safe_state_timeout:g} s budget was used up")

@@ -36,9 +36,10 @@ import asyncio
 import logging
 import math
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
+import msgspec
 from msgspec import Meta
 from pymodbus import FramerType
 from pymodbus.client import AsyncModbusSerialClient, AsyncModbusTcpClient
@@ -47,6 +48,7 @@ from pymodbus.pdu import ModbusPDU
 
 from drivers.cancellation import checked
 from drivers.errors import BadResponse, DeviceConnectionError, DeviceError, DeviceRefused, DeviceTimeout
+from drivers.outputs import held
 from drivers.registers import RegisterSpec
 from drivers.settings import Baud, InvalidSetting, NonEmpty, Port, Settings, Timeout, UnitId, settings_from
 
@@ -63,6 +65,13 @@ MODBUS_EXCEPTIONS = {
 #: The bounds of the fast plausibility check for a register without a ``range``: every finite float passes,
 #: NaN and +-inf fail (both comparisons are False for NaN), so one chained comparison is the finite check too.
 _ANY_FINITE = (-sys.float_info.max, sys.float_info.max)
+
+
+#: the identification objects of function 43 / MEI 14 by name (0x80: the serial number, by our convention -
+#: a private object, where many makers put it; see docs/dry-run.md)
+IDENTITY_OBJECTS = {0x00: "vendor_name", 0x01: "product_code", 0x02: "revision", 0x03: "vendor_url",
+                    0x04: "product_name", 0x05: "model_name", 0x06: "user_application_name",
+                    0x80: "serial_number"}
 
 
 class ModbusSettings(Settings, kw_only=True):
@@ -87,11 +96,16 @@ class ModbusSettings(Settings, kw_only=True):
     backoff_max: Annotated[float, Meta(gt=0, le=60.0)] = 1.0
     drain_time: Annotated[float, Meta(ge=0, le=60.0)] | None = None
     model: str = "unknown"
+    expect: dict[str, str] = msgspec.field(default_factory=dict)  # identity (FC43) it must answer with
 
     def check(self) -> None:
         if self.protocol == "modbus_rtu" and not self.url:
             raise InvalidSetting("url", "required for protocol 'modbus_rtu' (the serial line, e.g. "
                                         "/dev/ttyUSB0)")
+        for key in self.expect:
+            if key not in IDENTITY_OBJECTS.values():
+                raise InvalidSetting(f"expect.{key}", "not a device identification object (known: "
+                                                      f"{', '.join(IDENTITY_OBJECTS.values())})")
 
     @property
     def address(self) -> str:
@@ -405,6 +419,18 @@ class ModbusTransport:
             raise DeviceRefused(self.name, self.address, f"{what}: Modbus exception {code} ({text})", code)
         return rr, None
 
+    async def read_device_information(self, read_code: int, object_id: int) -> Any:
+        """One Read Device Identification request (function 43, MEI type 14); the reply as pymodbus gives it
+        (``information``: object id -> bytes, ``more_follows``, ``next_object_id``). DeviceRefused when the
+        device answers with a Modbus exception (it does not offer it)."""
+        device_id = self.device_id
+
+        def call(c):
+            return c.read_device_information(read_code=read_code, object_id=object_id, device_id=device_id)
+
+        return await self._execute(f"read device identification from object {object_id:#04x}", 0x2B, call,
+                                   lambda rr: None)
+
     async def read_registers(self, table: str, address: int, count: int) -> list[int]:
         """Raw registers from the holding or input table."""
         fc = 4 if table == "input" else 3
@@ -488,11 +514,16 @@ class ModbusTransport:
                               f"{spec.unit} (plausible {lo:g}..{hi:g} {spec.unit})")
         return value
 
-    async def write(self, spec: RegisterSpec, value: float) -> None:
-        """Write one mapped value (SI units) to a holding register."""
+    async def write(self, spec: RegisterSpec, value: float, limits: Sequence[str] = ()) -> None:
+        """Write one mapped value (SI units) to a holding register; in a dry run (:mod:`drivers.outputs`) the
+        write is logged with ``limits`` (the checks it passed) instead of sent."""
         if spec.table != "holding":
             raise ValueError(f"{self.name}: {spec.name} is in the {spec.table} table and cannot be written")
         regs = spec.encode(value)
+        hold = held()
+        if hold is not None:
+            await hold.hold(self.name, self.address, spec.name, value, limits)
+            return
         what = f"write {spec.name}={value!r} @ holding[{spec.address}]"
         fc = 6 if len(regs) == 1 else 16
         device_id = self.device_id

@@ -13,6 +13,7 @@ A device with another map needs a config change, not code.
 
 from __future__ import annotations
 
+import builtins
 import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -84,7 +85,7 @@ class Register(Settings, kw_only=True):
         lo, hi = self.raw_limits()
         return lo <= round((value - self.offset) / self.scale) <= hi
 
-    def span(self) -> range:
+    def span(self) -> builtins.range:  # builtins: the field `range` shadows the name in the class
         """The register addresses it occupies."""
         return range(self.address, self.address + self.count)
 

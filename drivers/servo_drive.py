@@ -18,7 +18,7 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 import numpy as np
@@ -29,6 +29,7 @@ from asyncua.crypto.validator import CertificateValidator, CertificateValidatorO
 
 from drivers import errors
 from drivers.cancellation import checked
+from drivers.outputs import held
 from drivers.servo_settings import IDENTITY_KEYS, NODE_DEFAULTS, DriveSecurity, ServoDriveConfig
 from drivers.settings import settings_from
 
@@ -85,6 +86,9 @@ class DriveSafeStateError(DriveError, errors.SafeStateError):
     """Stop / disable failed or the drive still reports itself enabled."""
 
 
+#: drive methods that only read (never held in a dry run)
+READ_METHODS = frozenset({"read_trace"})
+
 SESSION_TIMEOUT_MS = 600_000  # requested OPC UA session lifetime, kept alive by the client
 
 
@@ -105,6 +109,16 @@ def _cert_uri(cert_path: str | Path) -> str | None:
 
 #: Node keys of :meth:`ServoDrive.subscribe_live` (default set).
 LIVE_KEYS = ("actual_speed", "actual_torque", "torque_setpoint", "state", "enabled", "fault_code", "status")
+
+
+class DriveTrace(TypedDict):
+    """A run's trace as :meth:`ServoDrive.read_trace` returns it (SI units)."""
+
+    dt: float
+    t: np.ndarray
+    torque_cmd: np.ndarray
+    torque: np.ndarray
+    speed: np.ndarray
 
 
 class _LiveHandler:
@@ -312,11 +326,16 @@ class ServoDrive:
         await self.close()
 
     async def _heartbeat(self) -> None:
+        assert self._client is not None  # started by _connect_once after the client is set
         node = self._client.get_node(self._node("heartbeat"))
         while True:
             self._hb_count = (self._hb_count + 1) % 2**32
+            hold = held()
             try:
-                await checked(node.write_value(ua.Variant(self._hb_count, ua.VariantType.UInt32)))
+                if hold is not None:  # a dry run: the beat is counted, not written
+                    await hold.hold(self.name, self.url, "heartbeat", self._hb_count)
+                else:
+                    await checked(node.write_value(ua.Variant(self._hb_count, ua.VariantType.UInt32)))
             except Exception as exc:  # noqa: BLE001 - a failed heartbeat marks the link lost
                 log.warning("%s: heartbeat failed: %r", self.name, exc)
                 self._connected = False
@@ -328,7 +347,9 @@ class ServoDrive:
         ident = self.nodes[key]
         if ident.startswith(("ns=", "i=", "s=", "g=", "b=")):
             return ua.NodeId.from_string(ident)
-        return ua.NodeId(ident, self._ns)
+        # asyncua annotates its marker classes (ua.String, ua.Int16) where it takes a str and an int; _ns is
+        # None only before the first connect, and _request refuses to send anything then
+        return ua.NodeId(ident, self._ns)  # type: ignore[arg-type]
 
     async def _request(self, make, retry: bool = False):
         for attempt in (0, 1):
@@ -353,7 +374,14 @@ class ServoDrive:
     async def _read(self, key: str, retry: bool = True) -> Any:
         return await self._request(lambda c: c.get_node(self._node(key)).read_value(), retry=retry)
 
-    async def _method(self, key: str, *args: ua.Variant, retry: bool = False) -> list:
+    async def _method(self, key: str, *args: ua.Variant, retry: bool = False, value: Any = None,
+                      limits: tuple[str, ...] = ()) -> list:
+        """Call a method of the drive; in a dry run (:mod:`drivers.outputs`) every method but a read is
+        logged with ``value`` and ``limits`` (the checks it passed) instead of called."""
+        hold = held()
+        if hold is not None and key not in READ_METHODS:
+            await hold.hold(self.name, self.url, key, value, limits)
+            return [0, "held (dry run)"]
         obj, meth = self._node("object"), self._node(key)
         out = await self._request(lambda c: c.get_node(obj).call_method(meth, *args), retry=retry)
         out = out if isinstance(out, list) else [out]
@@ -384,8 +412,13 @@ class ServoDrive:
     async def load_trajectory(self, dt: float, torque: np.ndarray) -> str:
         """Check limits, then upload; returns the drive's message."""
         u = self.check_trajectory(dt, torque)
+        limit = min(self.cfg.torque_limit, self.drive_limits.get("torque_limit", math.inf))
+        summary = {"dt": float(dt), "n": int(u.size), "duration": float(u.size * dt),
+                   "peak": float(np.abs(u).max()), "rms": float(np.sqrt(np.mean(u * u)))}
+        checked = (f"peak |torque| <= {limit:.4g} N*m", f"samples <= {self.cfg.max_samples}",
+                   "sample time > 0", "every sample finite")
         out = await self._method("load_trajectory", ua.Variant(float(dt), ua.VariantType.Double),
-                                 ua.Variant(u.tolist(), ua.VariantType.Double))
+                                 ua.Variant(u.tolist(), ua.VariantType.Double), value=summary, limits=checked)
         self._expected_duration = u.size * float(dt)
         return str(out[1])
 
@@ -434,7 +467,7 @@ class ServoDrive:
                 raise self._err(DriveTimeout, f"not done after {timeout:.3g} s (state {st['state']})")
             await asyncio.sleep(poll)
 
-    async def read_trace(self) -> dict[str, np.ndarray | float]:
+    async def read_trace(self) -> DriveTrace:
         """The last run's trace: ``dt``, ``t``, ``torque_cmd``, ``torque`` (N*m), ``speed`` (rad/s)."""
         out = await self._method("read_trace", retry=True)
         dt = float(out[2])
@@ -488,8 +521,8 @@ class ServoDrive:
 
         async def make(c: Client) -> LiveSubscription:
             sub = await c.create_subscription(period_ms, _LiveHandler(ids, callback))
-            await sub.subscribe_data_change([c.get_node(self._node(k)) for k in keys], queuesize=1,
-                                            sampling_interval=period_ms)
+            await sub.subscribe_data_change(  # type: ignore[call-overload]  # asyncua wants ua.Double, takes floats
+                [c.get_node(self._node(k)) for k in keys], queuesize=1, sampling_interval=period_ms)
             return LiveSubscription(sub)
 
         return await self._request(make)
@@ -513,7 +546,7 @@ class ServoDrive:
 
     async def device_identity(self) -> dict:
         """Model, serial number, firmware, url and limits (for the session record)."""
-        ident = {"name": self.name, "url": self.url}
+        ident: dict[str, Any] = {"name": self.name, "url": self.url}
         for key in ("model", "serial_number", "firmware"):
             ident[key] = str(await self._read(key))
         ident.update(self.drive_limits)

@@ -13,7 +13,7 @@ Drivers import msgspec, never the service: the service's ``Invalid`` is a subcla
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 import msgspec
 from msgspec import Meta
@@ -54,7 +54,7 @@ def settings_from(value: S | Mapping[str, Any], cls: type[S]) -> S:
     every table's ``check()`` run, inner tables first. msgspec.ValidationError or InvalidSetting otherwise."""
     if isinstance(value, cls):
         return value
-    obj = msgspec.convert(dict(value), cls)
+    obj = msgspec.convert(dict(cast(Mapping[str, Any], value)), cls)  # not a cls: the other half of the union
     check_tree(obj)
     return obj
 

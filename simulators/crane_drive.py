@@ -45,6 +45,7 @@ import enum
 import logging
 import math
 from dataclasses import dataclass, field
+from typing import Protocol, Self
 
 import numpy as np
 from asyncua import Server, ua
@@ -125,11 +126,20 @@ class DriveSettings:
         return s
 
 
+class Truth(Protocol):
+    """A plant's truth (CraneTruth, OscillatorTruth, ...): built from its ``[simulator.truth]`` table."""
+
+    @classmethod
+    def from_config(cls, d: dict | None) -> Self: ...
+
+    def to_dict(self) -> dict: ...
+
+
 @dataclass(frozen=True)
 class Plant:
     """What the drive moves: truth type, simulate(truth, input, dt, rng), trace keys and units."""
 
-    truth: type
+    truth: type[Truth]
     simulate: object
     input_unit: tuple[str, str, str]    # UNECE code, symbol, description
     output_unit: tuple[str, str, str]
@@ -260,6 +270,7 @@ class CraneDrive:
         self._last_beat: dict[int, int] = {}
         self._beat_seen = 0.0
         self._runs = 0
+        self.n_calls = 0  # method calls that act on the drive (all but ReadTrace), for the dry-run tests
 
     # ------------------------------------------------------------------ faces
     def nodeid(self, idx: int, name: str) -> ua.NodeId:
@@ -305,11 +316,18 @@ class CraneDrive:
         for name, (func, ins, outs) in methods.items():
             if name in CONTROL_METHODS and not control:
                 func = _not_authorized(name)
+            func = func if name == "ReadTrace" else self._counted(func)
             await obj.add_method(self.nodeid(idx, name), ua.QualifiedName(name, idx), func, ins, outs)
         self._faces.append((server, idx))
         if control:
             self._control_faces.add(id(server))
         return idx
+
+    def _counted(self, func):
+        async def call(parent, *args):
+            self.n_calls += 1
+            return await func(parent, *args)
+        return call
 
     def start(self) -> None:
         """Start the watchdog (call once the faces are serving)."""

@@ -43,6 +43,15 @@ class CraneRig:
         """The plain endpoint if served, else the secure one."""
         return self.endpoints.get("plain") or self.endpoints["secure"]
 
+    @property
+    def n_writes(self) -> int:
+        """What clients wrote to the drive (the dry-run tests): its acting method calls, plus one per
+        endpoint whose heartbeat was ever written (read before ``stop``)."""
+        drive = self.drive
+        beats = sum(server.read_attribute_value(drive.nodeid(idx, "Heartbeat")).Value.Value != 0
+                    for server, idx in drive._faces)
+        return drive.n_calls + beats
+
     async def start(self) -> dict[str, str]:
         """Serve; returns ``{"plain": url, "secure": url}`` (only the served ones)."""
         s = self.settings

@@ -161,6 +161,7 @@ class MachineToolFrontEndSim:
         self._task: asyncio.Task | None = None
         self._clients: set[asyncio.StreamWriter] = set()
         self._handlers: set[asyncio.Task] = set()
+        self.n_writes = 0  # commands that set something (not queries), for the dry-run tests
 
     async def start(self) -> int:
         self.server = await asyncio.start_server(self._client, self.settings.host, self.settings.port)
@@ -212,6 +213,8 @@ class MachineToolFrontEndSim:
         d = self.dev
         head, _, arg = text.partition(" ")
         head = head.upper()
+        if not head.endswith("?"):
+            self.n_writes += 1  # a command that sets something (the dry-run tests count them)
         arg = arg.strip()
 
         def num(lo: float = -np.inf, hi: float = np.inf) -> float:

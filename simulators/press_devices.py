@@ -23,6 +23,8 @@ from pymodbus import FramerType
 from pymodbus.client import ModbusTcpClient
 from pymodbus.constants import ExcCodes
 from pymodbus.exceptions import NoSuchIdException
+from pymodbus.pdu import ExceptionResponse, ModbusPDU
+from pymodbus.pdu.mei_message import ReadDeviceInformationResponse
 from pymodbus.server import ModbusSerialServer, ModbusTcpServer
 from pymodbus.simulator import DataType, SimData, SimDevice
 
@@ -106,6 +108,21 @@ IDENTITIES: dict[str, dict[str, str]] = {
 }
 
 
+def identity_objects(identity: Mapping[str, str]) -> dict[int, str]:
+    """A simulated device's identity as FC43 objects: vendor, product code, revision, model name, and the
+    serial number in the private object 0x80."""
+    return {0x00: "SIMLAB", 0x01: identity["model"].split()[1], 0x02: identity["firmware"],
+            0x05: identity["model"], 0x80: identity["serial_number"]}
+
+
+def _answers(read_code: int, object_id: int, asked: set[int]) -> bool:
+    """Whether a reply to ``read_code`` carries ``object_id`` (basic 0-2, regular 0-0x7F, extended all,
+    specific: the one asked for, which pymodbus' own reply holds)."""
+    if read_code == 0x04:
+        return object_id in asked
+    return object_id <= {0x01: 0x02, 0x02: 0x7F}.get(read_code, 0xFF)
+
+
 def _block(regs: list[SimRegister]) -> list[SimData]:
     """One contiguous block of plain registers covering ``regs`` (a dummy register if none)."""
     if not regs:
@@ -184,6 +201,7 @@ class ModbusSimServer:
         self._stall_changed = asyncio.Event()
         self.n_foreign = 0  # requests for other unit ids (not answered / refused)
         self.n_writes = 0  # write requests received (commissioning writes none)
+        self.identity: Mapping[str, str] | None = None  # answered to FC43; None: the function is not offered
 
     @property
     def stall(self) -> float:
@@ -229,6 +247,20 @@ class ModbusSimServer:
             log.exception("%s: simulation error at address %d", self.name, address)
             return ExcCodes.DEVICE_FAILURE
 
+    def _identify(self, sending: bool, pdu: ModbusPDU) -> ModbusPDU:
+        """Answer Read Device Identification with this device's own identity. pymodbus answers it from one
+        control block per process (every simulated device would share the last identity), so the reply is
+        filled in here, on its way out; a device without an identity answers "illegal function"."""
+        if not (sending and isinstance(pdu, ReadDeviceInformationResponse)):
+            return pdu
+        if self.identity is None:
+            return ExceptionResponse(pdu.function_code, ExcCodes.ILLEGAL_FUNCTION, device_id=pdu.dev_id,
+                                     transaction=pdu.transaction_id)
+        asked = set(pdu.information)
+        pdu.information = {oid: text.encode() for oid, text in identity_objects(self.identity).items()
+                           if _answers(pdu.read_code, oid, asked)}
+        return pdu
+
     @property
     def running(self) -> bool:
         return self._server is not None
@@ -243,9 +275,9 @@ class ModbusSimServer:
         if self._server is not None:
             return
         if self.protocol == "modbus_tcp":
-            server = ModbusTcpServer(self._device(), address=(self.host, self.port))
+            server = ModbusTcpServer(self._device(), address=(self.host, self.port), trace_pdu=self._identify)
         else:
-            server = ModbusSerialServer(self._device(), framer=FramerType.RTU,
+            server = ModbusSerialServer(self._device(), framer=FramerType.RTU, trace_pdu=self._identify,
                                         port=f"socket://{self.host}:{self.port}", ignore_missing_devices=True)
         server.context = _OwnUnitOnly(server.context, self.device_id, silent=self.protocol == "modbus_rtu",
                                       owner=self)

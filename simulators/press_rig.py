@@ -42,6 +42,7 @@ class PressRig:
         self.force_source = ForceSourceSim(devices["force_source"], sim.get("force_source", {}),
                                            np.random.default_rng(next(seeds)), registers=FORCE_SOURCE_MAP)
         next(seeds)  # reserved for the plant
+        self.force_source.server.identity = IDENTITIES["force_source"]
         self.devices: dict[str, Device] = {"force_source": self.force_source}
         sensor_sim = sim.get("sensors", {})
         for name, dcfg in devices.get("sensors", {}).items():
@@ -54,6 +55,7 @@ class PressRig:
             proto = dcfg.get("protocol")
             if proto in ("modbus_rtu", "modbus_tcp"):
                 self.devices[name] = ModbusSensorSim(name, dcfg, registers=SENSOR_MAPS[name], **kw)
+                self.devices[name].server.identity = IDENTITIES[name]
             elif proto == "serial":
                 ident = IDENTITIES[name]
                 self.devices[name] = SerialSensorSim(name, dcfg, ident=f"SIMLAB,{ident['model']},"

@@ -15,8 +15,9 @@ from identification.design.adjoint_sqp import end_jacobian, least_squares_multip
 
 # D criterion (-log det of the relatively scaled information) that L-BFGS-B with the terminal penalty reached
 # on the shipped configs before: oscillator converged after 824 iterations, pendulum stopped unconverged
-# after 905 (|g| 0.067 > 0.05): `hil design adjoint configs/<name>.toml` with method = "lbfgs".
-BEFORE = {"oscillator-sim": -21.2286, "pendulum-sim": -34.7783}
+# after 905 (|g| 0.067 > 0.05), crane converged after 595 (main 938ce55, the config's method = "lbfgs",
+# max_iter = 1000): `hil design adjoint configs/<name>.toml` with method = "lbfgs".
+BEFORE = {"oscillator-sim": -21.2286, "pendulum-sim": -34.7783, "crane-adjoint-sim": -67.7027}
 
 
 def _config(name: str):
@@ -25,9 +26,10 @@ def _config(name: str):
 
 
 @pytest.mark.slow(reason="the shipped design: 50-150 SQP iterations of the full problem")
-@pytest.mark.parametrize("name", ["pendulum-sim", "oscillator-sim"])
+@pytest.mark.parametrize("name", ["pendulum-sim", "oscillator-sim", "crane-adjoint-sim"])
 def test_shipped_design_converges_within_200_iterations(name):
     cfg = _config(name)
+    assert cfg.adjoint.method == "sqp" and cfg.adjoint.max_iter <= 200  # the shipped settings themselves
     res = run_design(cfg)
     assert res.converged, res.status
     assert res.iterations <= 200
@@ -80,3 +82,26 @@ def test_sqp_meets_end_conditions_exactly_on_a_coarse_grid():
 
 def _nominal_pendulum() -> dict[str, float]:
     return {k: float(v) for k, v in load_config("configs/pendulum-sim.toml")["adjoint"]["nominal"].items()}
+
+
+def test_long_inputs_are_designed_on_a_coarser_grid_first():
+    """The crane's 1000 samples are designed on 125 first; the shipped oscillator (200) and pendulum (100)
+    are too short to coarsen."""
+    from identification.design.adjoint_sqp import coarsening
+
+    assert coarsening(1000) == 8
+    assert coarsening(200) == 1 and coarsening(100) == 1
+    assert coarsening(250) == 2 and coarsening(999) == 1  # 125 samples of 2; odd: no coarser grid
+
+
+def test_a_coarse_design_keeps_its_value_on_the_fine_grid():
+    """Why the coarse grid may start the fine one: an input held k samples has the same information and
+    end state on either grid (same integration step), so the coarse design is feasible and as good there."""
+    from dataclasses import replace
+
+    pb = problem_of(_config("crane-adjoint-sim"))
+    coarse = replace(pb, dt=pb.dt * 8, n_samples=pb.n_samples // 8, n_sub=pb.n_sub * 8)
+    u = np.random.default_rng(3).choice([-10.0, 10.0], size=(coarse.n_samples, 1))
+    a, b = evaluate(coarse, u, gradient=False), evaluate(pb, np.repeat(u, 8, axis=0), gradient=False)
+    assert a.info_cost == pytest.approx(b.info_cost, abs=1e-9)
+    np.testing.assert_allclose(a.end_residuals, b.end_residuals, rtol=1e-9, atol=1e-12)

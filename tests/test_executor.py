@@ -39,6 +39,20 @@ def pool():
         yield ex
 
 
+def _blas_threads(_):
+    import scipy.linalg  # noqa: F401  # scipy brings its own OpenBLAS, loaded here for the first time
+    from threadpoolctl import threadpool_info
+
+    return [d["num_threads"] for d in threadpool_info() if d["user_api"] == "blas"]
+
+
+def test_local_workers_run_every_blas_single_threaded(pool):
+    """A worker loads numpy's and scipy's BLAS only with its first task; both must run one thread (2 workers
+    x 2 BLAS threads on 2 cores made the crane screen burn ~5x the CPU)."""
+    for threads in pool.map(_blas_threads, range(4)):
+        assert threads and all(n == 1 for n in threads), threads
+
+
 def test_map_keeps_order_on_every_back_end(dask_client, pool):
     items = list(range(23))
     want = [i * i for i in items]

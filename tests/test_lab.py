@@ -409,3 +409,11 @@ def test_the_shipped_tiled_configs_for_a_lab_of_many_rigs_parse_with_tileds_own_
     s3, folder = storages["lab-postgres-s3.yml"]
     assert (s3["uri"], s3["provider"], folder) == (env["HIL_LAB_S3"], "s3", "/srv/lab/tables")
     assert s3["config"]["secret_access_key"] == "s3cr3t-value"
+
+
+def test_demo_given_a_lab_says_in_one_line_that_it_records_locally(lab):
+    """`hil demo` records a session; a lab is only read through --store URL (written by `hil lab push`).
+    Found by mypy (issue 30): the demo took the lab's reader as its store and failed on the first write."""
+    res = hil("--store", lab.url, "demo", "--duration", "0.1", key=lab.key)
+    assert res.exit_code == 2, res.output
+    assert "hil demo records into a local store" in res.output and "Traceback" not in res.output

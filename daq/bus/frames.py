@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import msgspec
 import numpy as np
@@ -131,7 +131,7 @@ def frame_header(frame: Frame) -> dict:
         "stream": frame.stream,
         "seq": _check_seq(int(frame.seq)),
         "t0": _finite(frame.t0, "t0"),
-        "dt": None if frame.timestamps is not None else float(frame.dt),
+        "dt": None if frame.timestamps is not None else float(cast(float, frame.dt)),  # checked above
         "timestamps": frame.timestamps is not None,
         "channels": channels,
         "units": units,
@@ -148,7 +148,7 @@ def frame_payload(frame: Frame) -> bytes | memoryview:
     if data.dtype not in _DTYPE_NAMES or not data.flags.c_contiguous:
         data = np.ascontiguousarray(data, dtype=SUPPORTED_DTYPES[_dtype_name(data)])
     if frame.timestamps is None:
-        return memoryview(data).cast("B") if data.size else b""
+        return data.data.cast("B") if data.size else b""
     ts = np.ascontiguousarray(frame.timestamps, dtype="<f8")
     return data.tobytes() + ts.tobytes()
 
@@ -288,7 +288,7 @@ def _encode_frame_fast(frame: Frame) -> list:
         _finite(t0, "t0")
     header = f'{{"v":{SCHEMA_VERSION},"type":"frame","seq":{seq},"t0":{t0!r},{tail}'.encode()  # one encode
     if ts is None and layout.native and data.flags.c_contiguous and data.size:
-        payload: bytes | memoryview = memoryview(data).cast("B")  # frame_payload's common case
+        payload: bytes | memoryview = data.data.cast("B")  # frame_payload's common case
     else:
         payload = frame_payload(frame)
     return [layout.topic, header, payload]
@@ -365,7 +365,7 @@ _LAYOUTS_MAX = 4096
 def _layout(h: dict, stream: Any, n_ch: int) -> _Layout:
     """Validate the static part of a frame header and remember it for ``stream``."""
     _check_stream(stream)
-    name = h.get("dtype")
+    name: Any = h.get("dtype")  # a header value: a str when dtype is found
     dtype = SUPPORTED_DTYPES.get(name) if type(name) is str else None  # a list would be unhashable
     if dtype is None:
         raise FrameError("dtype", f"unsupported dtype {h.get('dtype')!r}")
@@ -394,6 +394,7 @@ def frame_from_header(h: dict, payload: bytes | memoryview, *, copy: bool = Fals
 
 def _frame_and_topic(h: dict, payload: bytes | memoryview, copy: bool = False) -> tuple[Frame, bytes]:
     """:func:`frame_from_header`, also returning the topic the frame must have come with."""
+    seq: Any  # a header value, checked below
     stream, seq, t0, has_ts = h.get("stream"), h.get("seq"), h.get("t0"), h.get("timestamps")
     if type(seq) is not int or type(has_ts) is not bool:
         _check_stream(stream)
@@ -536,6 +537,7 @@ def decode(parts: list[bytes], *, max_payload: int | None = None) -> Message:
             return frame
     h = parse_header(raw_header)
     kind = h.get("type")
+    msg: Message
     if kind == "frame":
         msg, expected_topic = _frame_and_topic(h, payload)
         if topic != expected_topic and bytes(topic) != expected_topic:

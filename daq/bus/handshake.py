@@ -68,7 +68,7 @@ async def handshake(endpoint: str, keys: CurveKeys | None, socket_type: int = zm
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not await monitor.poll(max(1, int(remaining * 1000)), zmq.POLLIN):
+            if remaining <= 0 or not await monitor.poll(max(1, int(remaining * 1000))):  # POLLIN by default
                 raise HandshakeFailed(f"no answer from {endpoint} within {timeout:g} s: is the run still "
                                       "going, and is this its endpoint?")
             event = parse_monitor_message(await monitor.recv_multipart())

@@ -29,7 +29,9 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import zmq
 import zmq.asyncio
@@ -126,7 +128,7 @@ class BusPublisher:
             self._secure(self._sock, endpoint, keys)
             # Non-blocking sends go through a plain (sync) shadow of the same socket: cheaper than a future;
             # and straight to pyzmq's backend send (its Socket.send only adds routing_id/group, unused here).
-            self._sync = zmq.Socket.shadow(self._sock.underlying)
+            self._sync: zmq.Socket = zmq.Socket.shadow(self._sock.underlying)
             self._send = super(zmq.Socket, self._sync).send
             self.endpoint = bind_endpoint(self._sock, endpoint)
             self.tap_endpoint: str | None = None
@@ -183,6 +185,7 @@ class BusPublisher:
 
     def _send_tap(self, parts: list, copy: bool) -> None:
         """The lossy copy for external subscribers: a plain PUB never blocks (drops at its HWM)."""
+        assert self._tap is not None  # called only when there is a tap
         send = self._tap.send
         try:
             for part in parts[:-1]:
@@ -239,7 +242,7 @@ class BusPublisher:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise BusTimeout(f"{self.subscriptions} of {n} subscribers after {timeout} s")
-            if await self._sock.poll(int(remaining * 1000) + 1, zmq.POLLIN):
+            if await self._sock.poll(int(remaining * 1000) + 1):  # polls POLLIN (the default)
                 msg = self._sync.recv(zmq.NOBLOCK)
                 if msg[:1] == b"\x01":
                     self.subscriptions += 1
@@ -317,8 +320,8 @@ class BusSubscriber:
         self._sock.setsockopt(zmq.RCVHWM, hwm if hwm is not None else (4 if lossy else 1000))
         for t in topics:
             self._sock.setsockopt(zmq.SUBSCRIBE, t.encode("utf-8") if isinstance(t, str) else t)
-        self._sync = zmq.Socket.shadow(self._sock.underlying)
-        self._fd = self._sync.getsockopt(zmq.FD)
+        self._sync: zmq.Socket = zmq.Socket.shadow(self._sock.underlying)
+        self._fd = cast(int, self._sync.getsockopt(zmq.FD))  # the option decides the type
         try:
             if keys is not None and not endpoint.startswith("inproc://"):
                 secure_client(self._sock, keys)
@@ -391,7 +394,7 @@ class BusSubscriber:
         """
         loop = asyncio.get_running_loop()
         fd = self._fd
-        events = self._sync.get
+        events = cast(Callable[[int], int], self._sync.get)  # ZMQ_EVENTS is an int option
         while True:
             fut = loop.create_future()
             loop.add_reader(fd, _set_done, fut)

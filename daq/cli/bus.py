@@ -22,6 +22,7 @@ from daq.cli.common import (
     echo_json,
     pass_state,
 )
+from daq.store.read_write import SessionStore
 
 # ----------------------------------------------------------------------------- replay
 
@@ -171,6 +172,7 @@ def _tap_source(state: CliState, endpoint: str | None, keys_dir: str | None):
         get = bus.get if isinstance(bus, dict) else lambda k: getattr(bus, k, None)
         endpoint = get("tap") or get("data")
         cfg_keys = get("keys")
+    assert endpoint is not None  # [bus].data has a default
     if endpoint.endswith(":0"):
         raise click.UsageError(f"endpoint {endpoint} has no port; give the publisher's --endpoint")
     return endpoint, client_keys(endpoint, keys_dir or cfg_keys)
@@ -253,7 +255,10 @@ def demo(state: CliState, duration: float, rate: float, as_json: bool) -> None:
 
     if not (0 < duration <= 600 and 1 <= rate <= 1e6):
         raise click.BadParameter("need 0 < --duration <= 600 and 1 <= --rate <= 1e6")
+    if state.is_lab:  # the demo records a session; a lab is read here, written only by `hil lab push`
+        raise click.UsageError("hil demo records into a local store: give a file to --store, not a lab URL")
     with state.open_store(create=True) as store:
+        assert isinstance(store, SessionStore)  # not a lab (refused above)
         summary = asyncio.run(run_demo(store, duration=duration, rate=rate))
     if as_json:
         echo_json(summary)

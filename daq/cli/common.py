@@ -9,7 +9,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,6 +20,11 @@ from daq.config.load import store_path_for
 from daq.errors import one_line
 from daq.store.read_write import SessionStore
 from drivers.errors import HilError
+
+if TYPE_CHECKING:  # annotations only: the lab reader loads tiled's client
+    from rich.progress import Progress, TaskID
+
+    from daq.lab.reader import LabReader
 
 # ----------------------------------------------------------------------------- errors -> exit codes
 
@@ -46,7 +51,7 @@ class OneLineError(click.ClickException):
 
     def __init__(self, exc: BaseException, code: int) -> None:
         super().__init__(one_line(exc))
-        self.exit_code = code
+        self.exit_code = code  # type: ignore[misc]  # click's stubs say ClassVar; click reads it per instance
 
 
 def quiet_broken_pipe() -> click.exceptions.Exit:
@@ -137,13 +142,14 @@ class CliState:
         """--store names a lab (http:// or https://) instead of a local file."""
         return (self.store_option or "").startswith(("http://", "https://"))
 
-    def open_store(self, create: bool = False) -> SessionStore:
+    def open_store(self, create: bool = False) -> SessionStore | LabReader:
         if self.is_lab:  # a lab: read-only, the same reads as a local store (daq/lab/reader.py)
             from daq.lab.reader import LabReader  # lazy: tiled's client
             from daq.lab.settings import read_key  # lazy: as above
 
             table = getattr(self.config, "lab", None)
             key_file = self.lab_key_file or (table.key_file if table else None)
+            assert self.store_option is not None  # is_lab
             return LabReader(self.store_option, read_key(key_file))
         return SessionStore(self.store_path, create=create)
 
@@ -179,8 +185,8 @@ class StderrProgress:
 
     def __init__(self, label: str, min_items: int = PROGRESS_MIN_ITEMS, unit: str = "samples"):
         self.label, self.min_items, self.unit = label, min_items, unit
-        self._bar = None
-        self._task = None
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
         self._next_pct = 10
 
     def __call__(self, done: int, total: int) -> None:
@@ -194,6 +200,7 @@ class StderrProgress:
                 self._bar = Progress(console=Console(stderr=True), transient=True)
                 self._bar.start()
                 self._task = self._bar.add_task(self.label, total=total)
+            assert self._task is not None  # added with the bar
             self._bar.update(self._task, completed=done)
         elif done * 100 >= self._next_pct * total:
             pct = 100 * done // total
@@ -216,8 +223,8 @@ def progress_printer():
     console = Console(stderr=True)
     state: dict = {"last": -1}
 
-    def update(done: int, total: int, label: str = "") -> None:
-        label = str(label) if label else "analysis"
+    def update(done: int, total: int, what: object = "") -> None:
+        label = str(what) if what else "analysis"
         if not console.is_terminal:
             step = max(1, total // 20)
             if done == total or done - state["last"] >= step:

@@ -100,6 +100,7 @@ def _prior(ctx: click.Context, session: str, cfg):
     from daq.rigs.config import session_config  # lazy: as above
 
     state = ctx.find_object(CliState)
+    assert state is not None  # hil's group made it
     with state.open_store() as store:
         info = store.get_session(session)
         if info.kind != cfg.rig.kind:

@@ -60,8 +60,9 @@ def _print_device(rep) -> None:
     if rep.error and not rep.channels and not rep.identity:
         click.echo(rep.error)  # unreachable: one line naming the device and its address
         return
-    who = ", ".join(f"{k} {v}" for k, v in rep.identity.items() if k in ("model", "serial_number", "firmware",
-                                                                          "id", "idn", "state"))
+    shown = ("model", "model_name", "serial_number", "firmware", "revision", "id", "idn", "state")
+    who = ", ".join(f"{k} {v}" for k, v in rep.identity.items() if k in shown)
+    who = rep.identity.get("identity", who)  # a Modbus device without identification says so
     click.echo(f"{rep.name}  {rep.address}  {'ok' if rep.ok else 'CHECK'}" + (f"  [{who}]" if who else ""))
     if rep.error:
         click.echo(f"  ! {rep.error}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from daq import json_codec
@@ -42,7 +44,7 @@ def init(directory: str | None, force: bool) -> None:
 def show(directory: str | None, as_json: bool) -> None:
     """Print the folder, the public keys and the authorized clients (never a secret key)."""
     k = load_keys(directory)
-    info = {
+    info: dict[str, Any] = {
         "directory": str(k.directory),
         "server_public": k.server_public.decode(),
         "server_secret": k.server_secret is not None,

@@ -82,6 +82,7 @@ def push(state: CliState, sessions: tuple[str, ...], push_all: bool, pending: bo
     if bool(sessions) + push_all + pending != 1:
         raise click.UsageError("give SESSION ..., --all or --pending")
     url, key = lab_target(state, url, key_file)
+    names: list[str] | None
     if push_all:
         from daq.store.reader import SessionReader  # lazy: only --all lists the store
 

@@ -10,6 +10,7 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import cast
 
 import click
 import zmq
@@ -42,15 +43,18 @@ def _load(config_path: str):
 @click.option("--plots", "plots_dir", default=None, metavar="DIR", help="With --analyze: write plots here.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome (and analysis) as JSON on stdout.")
+@click.option("--dry-run", is_flag=True,
+              help="Connect and read every device and walk the whole plan, but hold every command: each is "
+                   "checked against its limits and recorded, none is sent (docs/dry-run.md).")
 @pass_state
 def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | None, no_progress: bool,
-        as_json: bool) -> None:
+        as_json: bool, dry_run: bool) -> None:
     """Run the experiment of a rig config and record one session.
 
     A config with [rig] simulated = true starts its simulated rig on loopback first. Ctrl-C once
     finishes the current step and stops; twice stops at once, and so do SIGTERM (a service manager,
     `docker stop`) and SIGHUP (the terminal closed). All leave the rig safe. Operators can also stop or
-    pause the run from another terminal with `hil ctl`.
+    pause the run from another terminal with `hil ctl`. With --dry-run nothing is written to a device.
     """
     from daq.run.control import operator_name  # lazy: the whole run machinery and the rigs
     from daq.run.lifecycle import run as run_rig  # lazy: as above
@@ -58,9 +62,11 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
     if plots_dir is not None and not then_analyze:
         raise click.ClickException("--plots needs --analyze (plots come from the analysis)")
     rig, cfg = _load(config_path)
+    if (dry_run or cfg.rig.dry_run) and then_analyze:
+        raise click.ClickException("--analyze needs a real run: a dry run moves nothing to analyse")
     store_path = store_path_for(state.store_option, cfg)
     result = asyncio.run(run_rig(cfg, store_path, file=config_path, show_progress=not no_progress,
-                                 started_by=operator_name()))
+                                 started_by=operator_name(), dry_run=dry_run))
     push_after_run(store_path, cfg)  # [lab]: replicate in the background, never waited for
     analysis = None
     files: list[Path] = []
@@ -75,8 +81,11 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
         echo_json({"run": result.to_dict(), "analysis": rig.report_dict(analysis) if analysis else None,
                     "plots": [str(f) for f in files]})
     else:
+        held = result.summary.get("dry_run")
         click.echo(f"session {result.session_id} {result.status}"
-                   + (f" ({result.reason})" if result.reason else "") + f"  store {store_path}")
+                   + (f" ({result.reason})" if result.reason else "")
+                   + (f" (dry run: {held['commands_held']} commands held, none sent)" if held else "")
+                   + f"  store {store_path}")
         if analysis is not None:
             click.echo(rig.report_text(analysis))
             if files:
@@ -103,7 +112,9 @@ def analyze(state: CliState, session: str, as_json: bool, plots_dir: str | None)
                                                    progress=progress_printer())
         if state.is_lab:  # the estimates, intervals and verdicts go into the lab session's metadata
             from daq.lab.analysis import analysis_metadata  # lazy: only for a lab
+            from daq.lab.reader import LabReader  # lazy: as above
 
+            assert isinstance(store, LabReader)  # is_lab
             store.record_analysis(info.id, analysis_metadata(rig.report_dict(result)))
     if as_json:
         echo_json({"session": info.id, "kind": info.kind, **rig.report_dict(result),
@@ -231,7 +242,7 @@ def ctl(state: CliState, action: str, session: str | None, endpoint: str | None,
     from daq.run.control import operator_name  # lazy: with the run machinery
 
     entry = _find_run(state.store_path, session, endpoint)
-    endpoint = endpoint or str(entry["command"])
+    endpoint = endpoint or str(cast(dict, entry)["command"])  # _find_run found a run or raised
     # a run keyed by itself hands its owner the key through its private announcement (daq.run.control)
     own = announced_keys(entry, runs_dir(state.store_path)) if entry and not keys_dir else None
     keys = own or client_keys(endpoint, keys_dir)

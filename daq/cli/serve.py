@@ -15,11 +15,11 @@ TOKEN_FILE_HELP = ("Bearer tokens, 'NAME TOKEN' per line, mode 0600 (default: $H
                    "~/.config/hil/serve-tokens).")
 
 
-def _token_file(ctx: click.Context, given: str | None) -> Path:
+def _token_file(ctx: click.Context | None, given: str | None) -> Path:
     """``--token-file`` of the subcommand, else of ``hil serve``, else the default."""
     from daq.serve.auth import default_token_file  # lazy: starlette is not needed to manage tokens
 
-    given = given or (ctx.parent.params.get("token_file") if ctx.parent is not None else None)
+    given = given or (ctx.parent.params.get("token_file") if ctx and ctx.parent else None)
     return Path(given).expanduser() if given else default_token_file()
 
 
@@ -52,7 +52,8 @@ def serve(ctx: click.Context, configs_dir: str, host: str, port: int, token_file
         return
     from daq.serve.server import Server  # lazy: starlette, uvicorn and the run machinery
 
-    state: CliState = ctx.find_object(CliState)
+    state = ctx.find_object(CliState)
+    assert state is not None  # hil's group made it
     store_path = store_path_for(store_option or state.store_option, None)
     server = Server(Path(configs_dir), store_path, _token_file(ctx, token_file), host=host, port=port,
                     certfile=certfile, keyfile=keyfile, say=lambda text: click.echo(text, err=True),

@@ -12,7 +12,14 @@ import click
 from daq import json_codec
 from daq.cli.common import CliState, StderrProgress, echo_json, pass_state
 from daq.cli.lab_search import filters_from, search_options
-from daq.export.listing import commands_given, session_detail, session_row, started_by
+from daq.export.listing import (
+    commands_given,
+    held_commands,
+    is_dry_run,
+    session_detail,
+    session_row,
+    started_by,
+)
 from daq.lab.marks import replicas
 from daq.lab.search import matches
 
@@ -47,6 +54,9 @@ def sessions(state: CliState, as_json: bool, **search) -> None:
                                "give --store URL")
     with state.open_store() as store:
         if state.is_lab:
+            from daq.lab.reader import LabReader  # lazy: tiled's client, loaded by open_store already
+
+            assert isinstance(store, LabReader)  # is_lab
             infos = store.search(filters)
             by = {i.id: store.session_metadata(i.id).get("by") for i in infos} if as_json else {}
         else:
@@ -62,7 +72,8 @@ def sessions(state: CliState, as_json: bool, **search) -> None:
     labs = {} if state.is_lab else replicas(state.store_path)
     header = ("ID", "KIND", "STATUS", "STARTED", "DURATION", "STREAMS", "LAB")
     rows = [
-        (i.id, i.kind, i.status, _fmt_time(i.started), _fmt_duration(i), str(len(i.streams)),
+        (i.id, i.kind, i.status + (" (dry run)" if is_dry_run(i) else ""), _fmt_time(i.started),
+         _fmt_duration(i), str(len(i.streams)),
          "lab" if state.is_lab else ("yes" if i.id in labs else "-")) for i in infos
     ]
     widths = [max(len(r[k]) for r in (header, *rows)) for k in range(len(header))]
@@ -87,12 +98,15 @@ def show(state: CliState, session: str, as_json: bool) -> None:
         counts = store.event_counts(info.id)
         by = started_by(store, info)
         commands = commands_given(store, info)
+        held = held_commands(store, info)
         for s in info.streams.values():
             if s.type == "frame" and s.n_samples:
                 s.timing = store.stream_timing(info.id, s.name)
     click.echo(f"session   {info.id}")
     click.echo(f"kind      {info.kind}")
     click.echo(f"status    {info.status}" + (f" ({info.reason})" if info.reason else ""))
+    if is_dry_run(info):  # commands held, none sent (docs/dry-run.md)
+        click.echo(f"dry run   {len(held)} commands held, none sent (listed below)")
     click.echo(f"started   {_fmt_time(info.started)}" + (f" by {by}" if by else ""))
     click.echo(f"ended     {_fmt_time(info.ended)}  ({_fmt_duration(info)})")
     click.echo(f"software  {info.software_version}")
@@ -108,6 +122,10 @@ def show(state: CliState, session: str, as_json: bool) -> None:
             )
     for c in commands:
         click.echo(f"command   {_fmt_time(c['t'])} {c['command']} by {c['by']}")
+    for h in held:
+        checked = f"  checked: {'; '.join(h.get('limits') or [])}" if h.get("limits") else ""
+        click.echo(f"held {h['n']:>4}  {h['phase']:<12} {h['device']} {h['command']} = "
+                   f"{json_codec.dumps(h['value'])}{checked}")
     click.echo("events:")
     if not counts:
         click.echo("  (none)")

@@ -11,6 +11,7 @@ import click
 import zmq
 
 from daq import json_codec
+from daq.bus.frames import Event
 from daq.bus.pubsub import BusSubscriber, BusTimeout
 from daq.cli.common import KEYS_HELP, CliState, checked_keys, client_keys, pass_state
 
@@ -115,6 +116,7 @@ async def _watch(endpoint: str, count: int, timeout: float | None, as_json: bool
             if not str(getattr(msg, "stream", "")).endswith(ONLINE_SUFFIX) or not hasattr(msg, "body"):
                 continue
             n += 1
+            assert isinstance(msg, Event)  # it has a body
             if as_json:
                 head = {"stream": msg.stream, "kind": msg.kind, "t": msg.t, "replay": msg.replay}
                 click.echo(json_codec.dumps({**head, **msg.body}))

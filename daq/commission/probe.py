@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -26,6 +27,7 @@ from drivers.displacement import SensorSettings, open_sensor
 from drivers.errors import HilError
 from drivers.force_source import ForceSource, ForceSourceSettings
 from drivers.modal_frontend import FrontEndSettings, ModalFrontEnd
+from drivers.modbus_identity import NO_IDENTITY, identity_mismatch, read_identity
 from drivers.servo_drive import ServoDriveConfig
 
 
@@ -84,10 +86,11 @@ async def _force_source(name: str, s: ForceSourceSettings, reads: int, rep: Devi
     rep.address = dev.address
     await dev.transport.connect()
     try:
+        await _modbus_identity(dev.transport, s.expect, rep)
         spans = {n: spec.range for n, spec in dev.regs.items() if spec.range is not None}
         for reg_name, spec in dev.regs.items():
-            raws, lat = await _timed(reads, lambda sp=spec: dev.transport.read_registers(sp.table, sp.address,
-                                                                                         sp.count))
+            read = functools.partial(dev.transport.read_registers, spec.table, spec.address, spec.count)
+            raws, lat = await _timed(reads, read)
             values = decode_all(spec, raws)
             ch = Channel(reg_name, spec.unit, values, lat, spec.range)
             if not inside(values, spec.range):
@@ -101,7 +104,10 @@ async def _force_source(name: str, s: ForceSourceSettings, reads: int, rep: Devi
 async def _sensor(name: str, s: SensorSettings, reads: int, rep: DeviceReport) -> None:
     dev = open_sensor(name, s)
     rep.address = dev.address
-    await dev.connect()
+    if s.protocol == "serial":
+        await dev.connect()
+    else:  # the link only: a wrong identity is reported below, not raised
+        await dev.transport.connect()  # type: ignore[attr-defined]
     try:
         if s.protocol == "serial":
             rep.identity = {"id": await dev.identify()}  # type: ignore[attr-defined]
@@ -113,6 +119,7 @@ async def _sensor(name: str, s: SensorSettings, reads: int, rep: DeviceReport) -
         else:
             spec = dev.regs["displacement"]  # type: ignore[attr-defined]
             tr = dev.transport  # type: ignore[attr-defined]
+            await _modbus_identity(tr, s.expect, rep)
             raws, lat = await _timed(reads, lambda: tr.read_registers(spec.table, spec.address, spec.count))
             values = decode_all(spec, raws)
             ch = Channel("displacement", spec.unit, values, lat, dev.range)
@@ -123,6 +130,14 @@ async def _sensor(name: str, s: SensorSettings, reads: int, rep: DeviceReport) -
         rep.channels.append(ch)
     finally:
         await dev.close()
+
+
+async def _modbus_identity(transport: Any, expect: dict[str, str], rep: DeviceReport) -> None:
+    """The device's identification (FC43) into the report, and a mismatch with ``expect`` as its error; a
+    device that does not offer the function is noted, not failed (unless the config expects an identity)."""
+    identity = await read_identity(transport)
+    rep.identity = dict(identity) if identity is not None else {"identity": NO_IDENTITY}
+    rep.error = identity_mismatch(expect, identity)
 
 
 async def _drive(name: str, s: ServoDriveConfig, reads: int, rep: DeviceReport) -> None:

@@ -48,6 +48,7 @@ class RigTable(Table, kw_only=True):
     kind: str
     name: str = ""
     simulated: bool = False  # true: `hil run` serves the rig's simulated devices on loopback first
+    dry_run: bool = False    # true: every run holds its outputs (`hil run --dry-run`; docs/dry-run.md)
     description: str = ""
 
 

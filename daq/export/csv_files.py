@@ -61,7 +61,7 @@ def _csv_lines(t: np.ndarray, columns: list[np.ndarray]) -> str:
     no Python work per value except for the few floats msgspec writes otherwise than repr."""
     n = len(t)
     floats = [t.reshape(n, 1)]
-    ints = []
+    ints: list[np.ndarray] = []
     for col in columns:
         block = col.astype(np.int64) if col.dtype == np.bool_ else col
         block = block.reshape(n, -1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -58,6 +59,7 @@ class StreamPlan:
         """Label columns (int64, one value per sample) of a chunk."""
         if not self.labels:
             return {}
+        assert self.frame_starts is not None  # set with the labels
         frame = np.searchsorted(self.frame_starts, chunk.sample_index(), side="right") - 1
         return {col: values[frame] for col, values in self.labels.items()}
 
@@ -117,7 +119,7 @@ def session_header(info: SessionInfo, started_by: str | None | object = NOT_LIST
     metadata, ``hil serve``'s API): id, kind, status, reason, started, ended; then ``started_by`` (who asked
     for the run, None when nobody was recorded) unless it is :data:`NOT_LISTED` - the exports leave it out,
     so that their bytes stay those of sessions exported before the field existed."""
-    head = {"id": info.id, "kind": info.kind, "status": info.status, "reason": info.reason,
+    head: dict[str, Any] = {"id": info.id, "kind": info.kind, "status": info.status, "reason": info.reason,
             "started": info.started, "ended": info.ended}
     if started_by is not NOT_LISTED:
         head["started_by"] = started_by

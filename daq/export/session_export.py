@@ -67,7 +67,7 @@ from daq.export.layout import (
     time_base_text,
 )
 from daq.export.mat_files import MatV5Writer, MatV73Writer
-from daq.store.read_write import SessionStore
+from daq.store.reads import SessionReads
 from daq.store.records import SessionInfo
 
 
@@ -76,7 +76,7 @@ def default_path(info: SessionInfo, fmt: str) -> Path:
 
 
 def export_session(
-    store: SessionStore, session_id: str, fmt: str, path: str | Path | None = None, **options
+    store: SessionReads, session_id: str, fmt: str, path: str | Path | None = None, **options
 ) -> Path:
     """Write a session in format ``fmt`` (hdf5, mat, csv); returns the path written.
     ``options`` are those of :func:`export`."""
@@ -84,7 +84,7 @@ def export_session(
 
 
 def export(
-    store: SessionStore,
+    store: SessionReads,
     session_id: str,
     fmt: str,
     path: str | Path | None = None,
@@ -271,7 +271,7 @@ def _select(info: SessionInfo, streams: list[str] | None) -> tuple[list[str], li
     return [n for n in frames if n in streams], [n for n in events if n in streams]
 
 
-def _plan(store: SessionStore, info: SessionInfo, name: str, t_start, t_stop) -> StreamPlan:
+def _plan(store: SessionReads, info: SessionInfo, name: str, t_start, t_stop) -> StreamPlan:
     plan = StreamPlan(name, info.streams[name], store.count_samples(info.id, name, t_start, t_stop))
     spec = LABELLED_STREAMS.get(name)
     if spec is not None:

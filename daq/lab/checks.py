@@ -102,8 +102,8 @@ def check_session(store: SessionReader, info: SessionInfo) -> SessionCheck:
         try:
             for chunk in store.iter_stream(info.id, name, block):
                 firsts.append(np.array(chunk.t[::step], dtype="<f8"))
-                t_hash.update(memoryview(np.ascontiguousarray(chunk.t, dtype="<f8")))
-                d_hash.update(memoryview(np.ascontiguousarray(chunk.data)))
+                t_hash.update(np.ascontiguousarray(chunk.t, dtype="<f8").data)
+                d_hash.update(np.ascontiguousarray(chunk.data).data)
                 n += len(chunk)
         except (ValueError, TypeError) as exc:
             raise LabError(f"session {info.id} is corrupt: stream {name} does not decode ({exc}); "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 from functools import cache
+from typing import Any, Literal
 
 import numpy as np
 
@@ -26,11 +27,12 @@ ARROW_FILE = "application/vnd.apache.arrow.file"
 #: How the server's arrays spell a little-endian dtype: the hash covers the dtype's spelling, and Zarr 3
 #: hands out explicit "<f8" where numpy says "float64" ("="). The first answer with a body tells which
 #: spelling this server uses, and later blocks are hashed that way.
-BYTE_ORDERS = ("<", "=")
-_order = {"now": BYTE_ORDERS[0]}
+ByteOrder = Literal["<", "="]
+BYTE_ORDERS: tuple[ByteOrder, ...] = ("<", "=")
+_order: dict[str, ByteOrder] = {"now": BYTE_ORDERS[0]}
 
 
-def block_token(values: np.ndarray, order: str | None = None) -> str:
+def block_token(values: np.ndarray, order: ByteOrder | None = None) -> str:
     """The ETag a Tiled server gives ``values`` served as raw bytes (see the module's docstring)."""
     from dask.tokenize import tokenize  # lazy: the light part of dask (no dask.array, no pandas)
 
@@ -54,6 +56,8 @@ def _http(node):
 
 class _BlockArrayMixin:
     """An array node written and checked block by block."""
+
+    item: Any  # Tiled's BaseClient provides it
 
     def write_block(self, values: np.ndarray, block: tuple[int, ...]) -> None:
         """Store ``values`` as block ``block`` (what Tiled's ``ArrayClient.write_block`` sends)."""
@@ -87,8 +91,10 @@ class _BlockArrayMixin:
 class _ArrowTableMixin:
     """A table node written whole and read as an Arrow table."""
 
+    item: Any  # Tiled's BaseClient provides it
+
     def write_arrow(self, table) -> None:
-        import pyarrow as pa  # lazy: only tables need it
+        import pyarrow as pa  # type: ignore[import-untyped]  # lazy: only tables need it
 
         http, handle_error, retry_context = _http(self)
         sink = pa.BufferOutputStream()

@@ -44,6 +44,7 @@ PARTIAL, VERIFIED = "partial", "verified"
 
 def chunk_rows(si: StreamInfo) -> int:
     """Rows per block of a stream's arrays: a power of two with the data block at most BLOCK_BYTES."""
+    assert si.dtype is not None  # a frame stream
     row = max(1, len(si.channels)) * SUPPORTED_DTYPES[si.dtype].itemsize
     rows = 1
     while rows * 2 * max(row, 8) <= BLOCK_BYTES:

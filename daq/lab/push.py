@@ -166,6 +166,7 @@ class Pusher:
     def _push_stream(self, node, info: SessionInfo, si: StreamInfo, sc: StreamCheck) -> None:
         fields = layout.stream_node_fields(si, sc.chunk_rows)
         snode, new = self._create(node, si.name, {**fields, "session": info.id}, layout.STREAM_SPEC)
+        assert si.dtype is not None  # a frame stream
         dtype = SUPPORTED_DTYPES[si.dtype]
         t_name, d_name = f"{si.name}/{layout.TIME}", f"{si.name}/{layout.DATA}"
         t_arr = self._array(snode, new, layout.TIME, (sc.rows,), np.dtype("<f8"), sc.chunk_rows,
@@ -271,7 +272,7 @@ class Pusher:
 
 def arrow_table(columns: dict[str, np.ndarray]):
     """Columns as an Arrow table: numbers as they are, text as strings."""
-    import pyarrow as pa  # lazy: only the push writes tables
+    import pyarrow as pa  # type: ignore[import-untyped]  # lazy: only the push writes tables
 
     arrays = [pa.array(list(col), type=pa.string()) if np.asarray(col).dtype.kind in "OUS"
               else pa.array(col) for col in columns.values()]

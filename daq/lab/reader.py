@@ -7,8 +7,8 @@ two edges and the window's rows of data, never the whole stream."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from typing import Self
+from collections.abc import Generator, Iterator
+from typing import Any, Self, cast
 
 import numpy as np
 
@@ -29,7 +29,7 @@ class LabReader:
     def __init__(self, url: str, key: str):
         self.path = url.rstrip("/")
         self.root = open_lab(self.path, key)
-        self._nodes: dict[str, object] = {}
+        self._nodes: dict[str, Any] = {}  # tiled nodes (tiled has no type information)
         self._index: dict[str, np.ndarray] = {}  # time index per stream node, read once
 
     # ------------------------------------------------------------------ sessions
@@ -83,7 +83,7 @@ class LabReader:
 
     # ------------------------------------------------------------------ frame streams
 
-    def _frame_stream(self, session_id: str, stream: str) -> tuple[str, StreamInfo, object]:
+    def _frame_stream(self, session_id: str, stream: str) -> tuple[str, StreamInfo, Any]:
         info = self.get_session(session_id)
         si = info.streams.get(stream)
         if si is None or si.type != "frame":
@@ -101,6 +101,7 @@ class LabReader:
         return self._slice(si, snode, lo, hi)
 
     def _slice(self, si: StreamInfo, snode, lo: int, hi: int) -> StreamData:
+        assert si.dtype is not None  # a frame stream
         dtype = SUPPORTED_DTYPES[si.dtype]
         if snode is None or hi <= lo:
             return StreamData(si.name, np.empty(0), np.empty((0, len(si.channels)), dtype=dtype),
@@ -147,6 +148,7 @@ class LabReader:
         _, si, _ = self._frame_stream(session_id, stream)
         if chunks:
             return chunks[0]
+        assert si.dtype is not None  # a frame stream
         return StreamData(stream, np.empty(0), np.empty((0, len(si.channels)), SUPPORTED_DTYPES[si.dtype]),
                           list(si.channels), list(si.units), index=np.empty(0, dtype=np.int64))
 
@@ -160,7 +162,7 @@ class LabReader:
 
     def iter_stream(self, session_id: str, stream: str, chunk_samples: int = CHUNK_SAMPLES, *,
                     start: int | None = None, stop: int | None = None, t_start: float | None = None,
-                    t_stop: float | None = None, reuse: bool = False) -> Iterator[StreamData]:
+                    t_stop: float | None = None, reuse: bool = False) -> Generator[StreamData, None, None]:
         """Chunks of ``chunk_samples`` samples (the last shorter), as the local store gives them."""
         if not (isinstance(chunk_samples, int) and chunk_samples > 0):
             raise StoreError(f"chunk_samples must be a positive integer, got {chunk_samples!r}")
@@ -169,7 +171,7 @@ class LabReader:
         hi = si.n_samples if stop is None else max(lo, min(int(stop), si.n_samples))
         windowed = t_start is not None or t_stop is not None
         if windowed and si.monotonic:
-            w0, w1 = self.window_range(session_id, stream, t_start, t_stop)
+            w0, w1 = cast(tuple[int, int], self.window_range(session_id, stream, t_start, t_stop))
             lo, hi = max(lo, w0), max(max(lo, w0), min(hi, w1))
         elif windowed:
             yield from self._filtered(si, snode, lo, hi, chunk_samples, t_start, t_stop)
@@ -301,6 +303,7 @@ class _Cursor:
 
     def __init__(self, reader: LabReader, sid: str, si: StreamInfo):
         self.reader, self.sid, self.si = reader, sid, si
+        self.part: StreamData | None
         self.lo, self.part = 0, None
 
     def rows(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:

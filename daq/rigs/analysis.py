@@ -13,13 +13,13 @@ from typing import Any
 from daq.config.load import ConfigError, parse
 from daq.rigs import get_rig
 from daq.rigs.base import AnalysisError, Rig
-from daq.store.read_write import SessionStore
+from daq.store.reads import SessionReads
 
 __all__ = ["AnalysisError", "analyze_session"]
 
 
-def analyze_session(store: SessionStore, session: str, *, plots_dir: str | Path | None = None,
-                    progress: Callable[[int, int, str], None] | None = None,
+def analyze_session(store: SessionReads, session: str, *, plots_dir: str | Path | None = None,
+                    progress: Callable[[int, int, object], None] | None = None,
                     ) -> tuple[Any, Any, Rig, list[Path]]:
     """Analyse ``session`` (id, unique prefix or "latest"); returns (info, result, rig, plot files): the
     rig reports the result (``rig.report_text(result)``, ``rig.report_dict(result)``)."""
@@ -34,6 +34,9 @@ def analyze_session(store: SessionStore, session: str, *, plots_dir: str | Path 
         cfg = parse(info.config, rig.schema, f"session {info.id} config")
     except ConfigError as exc:
         raise AnalysisError(str(exc)) from None
+    if cfg.rig.dry_run:
+        raise AnalysisError(f"session {info.id} is a dry run: its commands were held, nothing moved, so "
+                            "there is nothing to analyse (docs/dry-run.md)")
     arrays = rig.arrays(store, info.id)
     try:
         result = rig.analyze(arrays, cfg, progress)

@@ -70,12 +70,12 @@ if TYPE_CHECKING:  # annotations only: the registry imports this module and stay
 
     from daq.bus.frames import Frame
     from daq.bus.pubsub import BusPublisher, BusSubscriber
-    from daq.store.reader import SessionReader
+    from daq.store.reads import SessionReads
 
 RawConfig = dict[str, Any]            #: a config as read from TOML, before the schema check
 DeviceTables = Any                    #: the typed ``[devices]`` table a run connects to
 SafeAction = Callable[[], Awaitable[object]]  #: one step to the safe state (False or a raise: not reached)
-AnalysisProgress = Callable[[int, int, str], None]   #: (done, total, what) while an analysis runs
+AnalysisProgress = Callable[[int, int, object], None]  #: (done, total, what: shown as its str())
 
 C = TypeVar("C", bound=RigConfig)     # the rig's config struct
 D = TypeVar("D", bound="Devices")     # its connected devices
@@ -110,6 +110,7 @@ class RunContext(Protocol[C, D]):
     summary: dict[str, Any]     # counters the plan reports; stored with the session's outcome
     prepared: dict[str, Any]    # what ``prepare`` made for the plan
     publisher: BusPublisher     # the run's bus (for acquisition loops that publish on their own)
+    dry_run: bool               # outputs held (docs/dry-run.md): waits for the plant must not wait for it
 
     async def event(self, stream: str, kind: str, **body: Any) -> None: ...
 
@@ -181,7 +182,7 @@ class Rig(ABC, Generic[C, D, A, R]):
         """The experiment, top to bottom."""
 
     # -- analysis and report --------------------------------------------------------------------------
-    def arrays(self, reader: SessionReader, session_id: str) -> A:
+    def arrays(self, reader: SessionReads, session_id: str) -> A:
         """What the analysis needs of a stored session."""
         raise AnalysisError(f"rig kind {self.kind!r} has no analysis")
 

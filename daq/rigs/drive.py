@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import msgspec
 import numpy as np
@@ -32,14 +32,15 @@ from daq.config.load import Invalid, parse, to_dict
 from daq.config.schema import PathStr, Port, Seed, Table
 from daq.rigs.base import A, C, R, Rig, RunContext
 from drivers.errors import HilError
+from drivers.outputs import held
 from drivers.servo_drive import ServoDriveConfig
 
 if TYPE_CHECKING:  # annotations only: the driver pulls in asyncua, loaded when devices open
-    from daq.store.reader import SessionReader
-    from drivers.servo_drive import ServoDrive
+    from daq.store.reads import SessionReads
+    from drivers.servo_drive import DriveTrace, ServoDrive
 
 FRAME_SAMPLES = 5000                              #: samples per published trace frame
-TRACE_CHANNELS = ("torque_cmd", "torque", "speed")  #: the drive's trace, in the order it is published
+TRACE_CHANNELS: Final = ("torque_cmd", "torque", "speed")  #: the drive's trace, in the order it is published
 
 
 # ----------------------------------------------------------------------------------------- config
@@ -176,14 +177,14 @@ async def open_devices(cfg: object, devices: DriveDevicesTable) -> DriveRigDevic
 
     drive = ServoDrive(devices.drive)
     # stop, disable and read `enabled` back: raises when the drive did not confirm
-    devices = DriveRigDevices(drive, [("stop and disable drive", drive.safe_state)])
+    rig_devices = DriveRigDevices(drive, [("stop and disable drive", drive.safe_state)])
     try:
         await drive.connect()
         await drive.check_identity()  # the configured drive, or nothing moves
     except BaseException:
-        await devices.close()
+        await rig_devices.close()
         raise
-    return devices
+    return rig_devices
 
 
 def simulator(cfg: Any):
@@ -239,7 +240,7 @@ class TraceStreams:
 
 
 async def run_trajectory(drive: ServoDrive, dt: float, samples: np.ndarray, *, not_before: float = 0.0,
-                         label: str = "") -> tuple[float, dict[str, Any]]:
+                         label: str = "") -> tuple[float, DriveTrace]:
     """Upload ``samples`` (held for ``dt`` s each), enable, start, wait, read the trace back, disable.
 
     Returns (t0, trace): ``t0`` the start's wall-clock time, never before ``not_before``; the trace has
@@ -259,6 +260,22 @@ async def run_trajectory(drive: ServoDrive, dt: float, samples: np.ndarray, *, n
     return t0, trace
 
 
+async def hold_trajectory(drive: ServoDrive, dt: float, samples: np.ndarray, *,
+                          not_before: float = 0.0) -> tuple[float, dict[str, Any]]:
+    """:func:`run_trajectory` in a dry run: the same commands (checked against the limits, then held by the
+    driver), but the drive never starts, so there is nothing to wait for and no trace; the drive's status
+    is read once instead. Returns (t0, status)."""
+    if held() is None:  # never move the drive from here
+        raise RuntimeError("hold_trajectory outside a dry run: the drive's commands are not held")
+    await drive.load_trajectory(dt, samples)
+    await drive.enable()
+    t0 = max(time.time(), not_before)
+    await drive.start()
+    status = await drive.status()
+    await drive.disable()
+    return t0, {k: v if isinstance(v, bool | int | float) else str(v) for k, v in status.items()}
+
+
 async def record_trajectory(ctx: RunContext[Any, DriveRigDevices], streams: TraceStreams, dt: float,
                             samples: np.ndarray, info: Mapping[str, Any], *, role: str, before: str,
                             recorded: str, not_before: float = 0.0, label: str = "") -> float:
@@ -268,6 +285,13 @@ async def record_trajectory(ctx: RunContext[Any, DriveRigDevices], streams: Trac
 
     Returns the end of the published trace's time base (a next trajectory starts no earlier if asked)."""
     await ctx.checkpoint(before)
+    if ctx.dry_run:  # the commands are held, the drive only read (docs/dry-run.md)
+        t0, status = await hold_trajectory(ctx.devices.drive, dt, samples, not_before=not_before)
+        await ctx.event(streams.plan, "trajectory_held", role=role, dt=dt, n=int(samples.size), t0=t0,
+                        status=status, **info)
+        ctx.summary["runs"] += 1
+        ctx.advance(1, f"{recorded} (dry run: held, {samples.size} samples not sent)")
+        return t0
     t0, trace = await run_trajectory(ctx.devices.drive, dt, samples, not_before=not_before, label=label)
     tdt = trace["dt"]
     n = int(trace["speed"].size)
@@ -342,7 +366,7 @@ class StoredTrajectory:
         return float(self.start["dt"])
 
 
-def read_trajectories(store: SessionReader, session_id: str, plan_stream: str, trace_stream: str,
+def read_trajectories(store: SessionReads, session_id: str, plan_stream: str, trace_stream: str,
                       name: Callable[[int, dict], str]) -> tuple[list[StoredTrajectory], int]:
     """The completed trajectories of a session, in order, and how many were started.
 

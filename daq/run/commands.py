@@ -33,6 +33,7 @@ import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 import zmq
 import zmq.asyncio
@@ -223,7 +224,7 @@ class CommandServer:
 def _client_key(frame: zmq.Frame) -> str | None:
     """The CURVE public key (Z85) the ZAP handler authenticated the sender of ``frame`` with."""
     try:
-        return frame.get("User-Id") or None
+        return cast(str, frame.get("User-Id")) or None  # the property decides the type
     except (zmq.ZMQError, AttributeError, UnicodeDecodeError):
         return None
 
@@ -314,7 +315,7 @@ class CommandClient:
                 ) from None
             while True:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not await self._sock.poll(max(1, int(remaining * 1000)), zmq.POLLIN):
+                if remaining <= 0 or not await self._sock.poll(max(1, int(remaining * 1000))):
                     raise CommandTimeout(
                         f"command {name!r}: no reply from {self.endpoint} within {timeout} s"
                     )

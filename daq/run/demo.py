@@ -36,7 +36,9 @@ def same_message(a: Frame | Event, b: Frame | Event) -> bool:
     if type(a) is not type(b) or a.stream != b.stream or a.seq != b.seq:
         return False
     if isinstance(a, Event):
+        assert isinstance(b, Event)  # same type
         return (a.kind, a.t, a.body) == (b.kind, b.t, b.body)
+    assert isinstance(b, Frame)  # same type
     ts_a = None if a.timestamps is None else a.timestamps.tobytes()
     ts_b = None if b.timestamps is None else b.timestamps.tobytes()
     return (a.t0, a.dt, a.channels, a.units, a.data.dtype, a.data.shape, ts_a) == (

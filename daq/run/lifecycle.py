@@ -36,11 +36,13 @@ from daq.config.schema import RigConfig
 from daq.rigs import check_rules, get_rig, parse_config
 from daq.rigs.base import Devices, Rig
 from daq.run.control import ACTIONS, CommandChannel, channel_keys
+from daq.run.dry_run import DryRun, as_dry_run
 from daq.run.progress import ProgressBar
 from daq.run.recorder import Recorder
 from daq.run.safety import OperatorStop, PlanAborted, SafeStateGuard
 from daq.store.read_write import SessionStore
 from daq.store.reserve import DiskReserve
+from drivers.outputs import holding
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,8 @@ class RunContext:
         self.steps_done = 0              # plan steps finished (the progress bar's count), for `hil ctl`
         self.steps_total: int | None = None
         self.step_label: str | None = None  # the description of the last finished step
+        # outputs held (docs/dry-run.md): a plan's waits for the plant do not wait for what cannot come
+        self.dry_run = bool(getattr(getattr(config, "rig", None), "dry_run", False))
 
     # -- bus ------------------------------------------------------------------------------------------
     async def event(self, stream: str, kind: str, **body) -> None:
@@ -211,7 +215,7 @@ async def run(config: RigConfig | dict, store_path: str | Path | None = None, *,
               handle_sigint: bool = True,
               handle_term: bool | None = None, on_session: Callable[[str], None] | None = None,
               on_context: Callable[[RunContext], None] | None = None,
-              started_by: str | None = None) -> RunResult:
+              started_by: str | None = None, dry_run: bool = False) -> RunResult:
     """Run the plan of ``config``'s rig once and record one session; see the module docstring.
 
     ``config``: the rig kind's typed config as the edge parsed it (``daq.rigs.config.load``), or TOML data
@@ -226,11 +230,14 @@ async def run(config: RigConfig | dict, store_path: str | Path | None = None, *,
     exists the run always returns a result whose status and reason say how it ended.
     ``started_by``: who asked for the run (`hil run`: :func:`operator_name`; `hil serve`: the token's name);
     recorded as the session's first event, ``started`` on stream ``<kind>.run`` with body ``{"by": ...}``.
+    ``dry_run`` (or ``[rig].dry_run`` in the config): the devices are connected and read, every command is
+    held and recorded instead of sent (:mod:`daq.run.dry_run`, docs/dry-run.md).
     """
     if isinstance(config, dict):
         rig, cfg = parse_config(config, file)  # checked whole: nothing is opened for a broken config
     else:
         rig, cfg = get_rig(config.rig.kind, file), config
+    cfg = as_dry_run(cfg, dry_run)
     check_rules(rig, cfg, file)            # and the rig's rules beyond the schema (files next to it, ...)
     if cfg.rig.simulated and not rig.has_simulator and simulated_rig is None:
         raise ConfigError(f"rig kind {rig.kind!r} has no simulator", file, "[rig].simulated")
@@ -247,8 +254,10 @@ async def run(config: RigConfig | dict, store_path: str | Path | None = None, *,
         device_cfg = (rig.simulated_devices(simulated_rig, cfg) if simulated_rig is not None
                       else cfg.devices)
         handle_term = handle_sigint if handle_term is None else handle_term
-        return await _run_session(rig, cfg, device_cfg, store_path, show_progress, handle_sigint,
-                                  handle_term, on_session, on_context, started_by)
+        dry = DryRun(rig.kind) if cfg.rig.dry_run else None
+        with holding(dry.hold if dry else None):  # every task of the run inherits the hold
+            return await _run_session(rig, cfg, device_cfg, store_path, show_progress, handle_sigint,
+                                      handle_term, on_session, on_context, started_by, dry)
     finally:
         if own_sim is not None:
             await own_sim.stop()
@@ -256,8 +265,9 @@ async def run(config: RigConfig | dict, store_path: str | Path | None = None, *,
 
 async def _run_session(rig: Rig, cfg: Any, device_cfg: Any, store_path: Path, show_progress: bool,
                        handle_sigint: bool, handle_term: bool, on_session, on_context,
-                       started_by: str | None = None) -> RunResult:
+                       started_by: str | None = None, dry: DryRun | None = None) -> RunResult:
     session = _Session(rig, cfg, store_path, show_progress, on_context)
+    session.dry = dry
     if handle_sigint or handle_term:
         session.stopper.install(sigint=handle_sigint, terminate=handle_term)  # ours until clean-up is done
     try:
@@ -278,6 +288,8 @@ async def _run_session(rig: Rig, cfg: Any, device_cfg: Any, store_path: Path, sh
 class _Session:
     """One recorded run from set-up to clean-up: what it opened (closed again by :meth:`clean_up` on every
     path) and how it ended (``status``, ``reason``, the ``plan_outcome`` event)."""
+
+    reason: str | None  # why it ended (None: nothing to say)
 
     def __init__(self, rig: Rig, cfg: Any, store_path: Path, show_progress: bool,
                  on_context: Callable[[RunContext], None] | None):
@@ -303,6 +315,7 @@ class _Session:
         self.session_id = ""
         self.status, self.reason = "aborted", None
         self.failure: BaseException | None = None
+        self.dry: DryRun | None = None       # a dry run's hold and record (daq/run/dry_run.py)
         self.outcome: Event | None = None    # a plan_outcome the bus could not carry
         self.published: Event | None = None  # the plan_outcome handed to the bus (the recorder stores it)
 
@@ -325,6 +338,9 @@ class _Session:
         self.commands.start(self.store_path, self.session_id)
         if started_by:  # the audit record: who asked for this run
             await ctx.event(f"{rig.kind}.run", "started", by=started_by)
+        if self.dry is not None:  # the commands held while the devices opened, then every later one
+            await self.dry.record_on(ctx)
+            self.dry.phase = "plan"
         if self.stopper.requested:  # Ctrl-C during set-up stops before the first step
             ctx.request_stop()
         ctx.state = "running"
@@ -333,12 +349,18 @@ class _Session:
         """The plan inside the safe-state guard; then its outcome, on the bus if the bus still carries."""
         assert self.devices is not None and self.recorder is not None
         rig, ctx = self.rig, self.ctx
-        guard = self.guard = SafeStateGuard(list(self.devices.safe_actions))
+        actions = list(self.devices.safe_actions)
+        guard = self.guard = SafeStateGuard(self.dry.safe_actions(actions) if self.dry else actions)
         try:
             async with guard:
                 await _run_plan(ctx, rig, self.recorder, self.stopper)
         except BaseException as exc:  # noqa: BLE001 - the guard reached the safe state and kept the reason
             log.warning("%s plan aborted: %s", rig.kind, guard.reason or exc)
+        if self.dry is not None:
+            ctx.summary["dry_run"] = self.dry.summary()
+            with contextlib.suppress(Exception):  # a stalled bus: the outcome below still carries the counts
+                async with asyncio.timeout(2.0):
+                    await self.dry.record_safe_state(ctx, guard.safe, guard.errors)
         self.status, self.reason = guard.outcome, guard.reason
         if self.stopper.terminated and self.status == "aborted":  # SIGTERM/SIGHUP stopped the plan
             self.reason = self.stopper.terminated
@@ -470,7 +492,7 @@ async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: Oper
     try:
         while not plan_task.done():
             ctx._wake.clear()
-            watch = {plan_task, *ctx._companions}
+            watch: set[asyncio.Future] = {plan_task, *ctx._companions}
             if rec_task is not None:
                 watch.add(rec_task)
             wake = asyncio.ensure_future(ctx._wake.wait())
@@ -481,6 +503,7 @@ async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: Oper
             ended = [t for t in done if t is not wake]
             for t in list(ended):  # a companion that returned normally has finished its job
                 if t is not rec_task and not t.cancelled() and t.exception() is None:
+                    assert isinstance(t, asyncio.Task)  # a companion
                     ctx._companions.remove(t)
                     ended.remove(t)
             if ended:
@@ -504,6 +527,7 @@ async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: Oper
 def _why_ended(task: asyncio.Future, rec_task: asyncio.Future | None) -> str:
     if task is rec_task:
         return _recorder_reason(task.result() if not task.cancelled() else "cancelled")
+    assert isinstance(task, asyncio.Task)  # the plan or a companion
     who = task.get_name()
     if task.cancelled():
         return f"{who} was cancelled"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,7 @@ class ProgressBar:
         self._bar.start()
 
     def advance(self, n: int = 1, description: str | None = None) -> None:
-        kw = {"description": description} if description else {}
+        kw: dict[str, Any] = {"description": description} if description else {}
         with _terminal_may_be_gone():
             self._bar.update(self._task, advance=n, **kw)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from daq.bus.frames import Event, Frame
 from daq.bus.pubsub import BusPublisher
-from daq.store.read_write import SessionStore
+from daq.store.reads import SessionReads
 
 #: Messages between two progress reports.
 PROGRESS_EVERY = 256
@@ -40,7 +40,7 @@ def _time_of(msg: Frame | Event) -> float:
 
 
 async def replay_session(
-    store: SessionStore,
+    store: SessionReads,
     session_id: str,
     publisher: BusPublisher,
     *,

@@ -16,6 +16,8 @@ import logging
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
 
 from daq.errors import PlanError
 from daq.rigs.base import SafeAction
@@ -113,10 +115,10 @@ class OperatorStop:
         self.plan_over = False  # set by the owner once the plan has ended (a signal no longer stops it)
         self.target = target
         self._on_first = on_first
-        self._installed: dict[int, object] = {}  # signal -> the handler it had before
+        self._installed: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}  # old handlers
 
     def install(self, sigint: bool = True, terminate: bool = False) -> OperatorStop:
-        wanted: list[tuple[int, Callable[[], None]]] = []
+        wanted: list[tuple[int, Callable[..., None]]] = []  # ...: a lambda binding a default
         if sigint:
             wanted.append((signal.SIGINT, self._on_sigint))
         if terminate:
@@ -166,6 +168,7 @@ class OperatorStop:
         if first and self._on_first is not None:
             self._on_first()
         if running:
+            assert self.target is not None  # running
             log.warning("%s: stopping now", name)
             self.target.cancel()
         else:

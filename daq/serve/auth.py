@@ -134,7 +134,7 @@ class Tokens:
         """Read ``path``; raises ConfigError (one line) for a file that cannot be used."""
         stamp = _stamp(path) if path.exists() else None
         pairs = _read_pairs(path)
-        names = {tok: name for _, _, name, tok in pairs if tok is not None}
+        names = {tok: name for _, _, name, tok in pairs if tok is not None and name is not None}
         if not names:
             raise ConfigError(f"token file {path} holds no token (hil serve token add NAME)")
         viewers = {tok for _, line, _, tok in pairs if tok is not None and _is_viewer(line)}
@@ -215,7 +215,7 @@ def token_names(path: Path) -> list[str]:
     if not path.exists():
         raise ConfigError(f"token file {path}: no such file (hil serve creates it on its first start, "
                           "or: hil serve token add NAME)")
-    return [name for _, _, name, tok in _read_pairs(path) if tok is not None]
+    return [name for _, _, name, tok in _read_pairs(path) if tok is not None and name is not None]
 
 
 def _is_viewer(line: str) -> bool:
@@ -241,7 +241,7 @@ def revoke_token(path: Path, name: str) -> None:
     nobody: add another first)."""
     token_names(path)  # a missing file: its one-line error
     pairs = _read_pairs(path)
-    names = [n for _, _, n, tok in pairs if tok is not None]
+    names = [n for _, _, n, tok in pairs if tok is not None and n is not None]
     if name not in names:
         raise ConfigError(f"token file {path} has no token named {name!r} (it has: {', '.join(names)})")
     if all(n == name for n in names):

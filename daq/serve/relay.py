@@ -65,7 +65,7 @@ class _Decimator:
         sample and the dropped ones after it (the page's envelope: spikes between kept samples show)."""
         n = frame.data.shape[0]
         if frame.timestamps is not None:
-            t = np.asarray(frame.timestamps, dtype=np.float64)
+            t: np.ndarray = np.asarray(frame.timestamps, dtype=np.float64)
         else:
             t = frame.t0 + np.arange(n) * (frame.dt or 0.0)
         if n == 0:

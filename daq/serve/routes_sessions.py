@@ -58,6 +58,7 @@ def _summary(service, session: str) -> dict:
     with service.reader() as reader:
         info = reader.get_session(session)
         events = reader.events(info.id)
+    actions: list[dict]
     outcome, estimates, actions, corrections = None, {}, [], []
     for ev in events:
         if ev.kind == "plan_outcome":

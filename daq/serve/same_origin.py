@@ -91,7 +91,8 @@ class SameOrigin:
                                        "address, or hil serve --allow-host NAME)")
             return
         origin = headers.get("origin")
-        scheme = {"ws": "http", "wss": "https"}.get(scope["scheme"], scope["scheme"])
+        asgi_scheme: str = scope["scheme"]  # ASGI: a str
+        scheme = {"ws": "http", "wss": "https"}.get(asgi_scheme, asgi_scheme)
         matches = origin is not None and self.policy.same_origin(origin, host, scheme)
         changes = scope["type"] == "websocket" or scope["method"] not in SAFE_METHODS
         if changes and origin is not None and not matches:

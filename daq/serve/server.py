@@ -120,7 +120,7 @@ class Server:
             if install_signals:
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                    loop.add_signal_handler(sig, lambda s=sig: loop.create_task(self.shutdown(s.name)))
+                    loop.add_signal_handler(sig, lambda s: loop.create_task(self.shutdown(s.name)), sig)
             if new_token:
                 self.say(f"created the token file {self.token_file} (token name: "
                          f"{next(iter(tokens.names.values()))}); open the dashboard with the token once:\n"

@@ -21,11 +21,13 @@ def frame_span(t0: float, dt: float | None, n: int, ts: np.ndarray | None) -> tu
         if inside:
             return float(ts[0]), float(ts[-1]), True
         return float(ts.min()), float(ts.max()), False
+    assert dt is not None  # a frame without timestamps has a dt
     return float(t0), float(t0 + (n - 1) * dt), True  # same arithmetic as the time axis of reads
 
 
 def decode(si: StreamInfo, t0, dt, n, has_ts, payload, times_only: bool = False) -> tuple:
     """(t, data) of one stored frame; ``data`` is a read-only view of the payload (None with times_only)."""
+    assert si.dtype is not None  # a frame stream
     dtype = SUPPORTED_DTYPES[si.dtype]
     n_ch = len(si.channels)
     n_data = n * n_ch * dtype.itemsize
@@ -42,6 +44,7 @@ def frame_from_row(sid: str, layouts: dict[str, StreamInfo], row: tuple) -> Fram
     """The frame of a row (ord, stream, seq, t0, dt, n, has_ts, replay, payload) of session ``sid``."""
     _, stream, seq, t0, dt, n, has_ts, replay, payload = row
     si = layouts[stream]
+    assert si.dtype is not None  # a frame stream
     dtype = SUPPORTED_DTYPES[si.dtype]
     n_ch = len(si.channels)
     n_data = n * n_ch * dtype.itemsize

@@ -47,6 +47,7 @@ def window_range(db, sid: str, si: StreamInfo, t_start, t_stop) -> tuple[int, in
 
 def last_frame_before(db, sid: str, si: StreamInfo, t: float) -> tuple[int, np.ndarray] | None:
     """(s0, time axis) of the last non-empty frame whose first sample is earlier than ``t``."""
+    assert si.dtype is not None  # a frame stream
     row_bytes = len(si.channels) * SUPPORTED_DTYPES[si.dtype].itemsize
     row = db.execute(
         "SELECT s0, t0, dt, n, has_ts, CASE WHEN has_ts THEN substr(payload, n * ? + 1) END "
@@ -77,6 +78,7 @@ def range_chunks(
     so a chunk is valid only until the next one is asked for - for a consumer that writes each
     chunk out before it takes the next: the arrays stay in the CPU cache instead of a fresh
     allocation per chunk whose first touch misses it."""
+    assert si.dtype is not None  # a frame stream
     dtype = SUPPORTED_DTYPES[si.dtype]
     native = dtype.newbyteorder("=")
     n_ch = len(si.channels)
@@ -100,6 +102,7 @@ def range_chunks(
                     t = np.empty(size, dtype=np.float64)
                     data = np.empty((size, n_ch), dtype=native)
                 k = 0
+            assert data is not None  # allocated with t
             m = min(b - a, len(t) - k)
             if has_ts:
                 t[k : k + m] = np.frombuffer(payload, dtype="<f8", offset=(n * row_bytes) + 8 * a, count=m)
@@ -160,6 +163,7 @@ def window_pieces(
 def join(si: StreamInfo, pieces: Iterable[tuple], contiguous: bool, first: int = 0) -> StreamData:
     """One StreamData (native byte order, writable) from (t, data[, index]) pieces."""
     pieces = list(pieces)
+    assert si.dtype is not None  # a frame stream
     dtype = SUPPORTED_DTYPES[si.dtype].newbyteorder("=")
     n_ch = len(si.channels)
     if pieces:

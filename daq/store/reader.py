@@ -9,7 +9,7 @@ export, analysis, replay) needs nothing else: :class:`SessionReader` never buffe
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Self
 
 import numpy as np
@@ -184,7 +184,7 @@ class SessionReader:
         t_start: float | None = None,
         t_stop: float | None = None,
         reuse: bool = False,
-    ) -> Iterator[StreamData]:
+    ) -> Generator[StreamData, None, None]:
         """A frame stream (or a sample range / time window of it) in chunks of ``chunk_samples``
         samples (the last one shorter), each a :class:`StreamData` with its position in the stream.
 
@@ -224,6 +224,7 @@ class SessionReader:
     def stream_timing(self, session_id: str, stream: str, max_frames: int = 32) -> StreamTiming:
         """The real sample spacing of a frame stream, from its first ``max_frames`` non-empty frames."""
         sid, si = self._frame_stream(session_id, stream)
+        assert si.dtype is not None  # a frame stream
         row_bytes = len(si.channels) * SUPPORTED_DTYPES[si.dtype].itemsize
         with self._lock:
             rows = self._db.execute(

@@ -69,6 +69,7 @@ class StreamTiming:
         if not self.rate_hz:
             return "irregular"
         if self.bursty:
+            assert self.frame_period_s is not None  # bursty needs it
             mean = f" (mean {_num(self.mean_rate_hz)} Hz)" if self.mean_rate_hz else ""
             return (
                 f"bursts of {self.samples_per_frame} at {_num(self.rate_hz)} Hz "

@@ -254,6 +254,8 @@ class SessionWriter:
         n = data.shape[0]
         payload = data.tobytes()  # a copy: the caller may reuse its array after append
         stream = msg.stream
+        t_min: float | None
+        t_max: float | None
         if n:
             t_min, t_max = t0, t0 + (n - 1) * dt  # the arithmetic of frame_span and of the reads' time axis
             if tail[2] and t_min < tail[1]:
@@ -267,6 +269,7 @@ class SessionWriter:
         )
         tail[0] += n
         if n:
+            assert t_min is not None and t_max is not None  # set above when n
             tail[1] = t_max
             self._note_stream(session_id, stream, n, t_min, t_max)
         else:

@@ -11,8 +11,11 @@ Keys (all optional; SI units)::
     decimate = 5                # model step = decimate * trace dt (10 kHz -> 2 kHz)
     skip = 0                    # model steps left out of the cost at the start of each run
     friction_eps = 0.05         # rad/s, smooth sign tanh(w/eps) of the candidates' Coulomb/Stribeck friction
-    min_pii_ratio = 0.01        # accept only if min PII >= this x max PII (eq. 6)
-    max_condition_index = 30.0  # ... and every scaled condition index < this (eq. 8)
+    min_pii_ratio = 0.0         # accept only if min PII >= this x max PII (eq. 6; 0: off - the right model's
+                                # dead time sits at 0.7-1 % of its search range's importance)
+    max_condition_index = 1000.0  # ... and every scaled condition index < this (eq. 8; a guard against a
+                                  # near-singular Fisher matrix: the seed paper's 30 rejects the right model)
+    max_rel_std = 0.1           # ... and every parameter's standard error <= this x its value
     min_validation_fit = 0.8    # ... and 1 - NRMSE on the validation run >= this
     parsimony_tol = 0.01        # fewest parameters within (1 + tol) x best validation cost (0: best fit)
     profile_points = 9          # grid points per parameter of the profile likelihood
@@ -53,8 +56,9 @@ DEFAULTS: dict = {
     "decimate": 5,
     "skip": 0,
     "friction_eps": 0.05,
-    "min_pii_ratio": 0.01,
-    "max_condition_index": 30.0,
+    "min_pii_ratio": 0.0,
+    "max_condition_index": 1000.0,
+    "max_rel_std": 0.1,
     "min_validation_fit": 0.8,
     "parsimony_tol": 0.01,
     "profile_points": 9,
@@ -95,7 +99,7 @@ def selection_options(section: dict | None) -> dict:
     return dict(bounds=bounds, candidates=candidates, n_starts=int(opt["n_starts"]), seed=int(opt["seed"]),
                 max_nfev=int(opt["max_nfev"]), decimate=int(opt["decimate"]), skip=int(opt["skip"]),
                 friction_eps=float(opt["friction_eps"]), min_pii_ratio=float(opt["min_pii_ratio"]),
-                max_condition_index=float(opt["max_condition_index"]),
+                max_condition_index=float(opt["max_condition_index"]), max_rel_std=float(opt["max_rel_std"]),
                 min_validation_fit=float(opt["min_validation_fit"]),
                 parsimony_tol=float(opt["parsimony_tol"]),
                 profile_points=int(opt["profile_points"]), n_jobs=int(opt["n_jobs"]))

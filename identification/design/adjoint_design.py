@@ -462,7 +462,7 @@ def _optimize(problem: DesignProblem, u0: np.ndarray, method: str, max_iter: int
     out = None
     if method == "sqp":
         from identification.design.adjoint_sqp import solve_sqp  # the module builds on this one
-        out = solve_sqp(pb, u0, evaluate, max_iter)
+        out = solve_sqp(pb, u0, evaluate, max_iter, grad_tol=grad_tol, end_tol=end_tol)
         iters, n_eval, msg = out.iterations, out.n_evaluations, out.message
         mu = mu_inner = out.multipliers
         hist += out.cost_history

@@ -100,7 +100,8 @@ def _subproblem_tasks(setup: StageSetup, s_mac: SobolResult, pairs: list[tuple[i
 
 
 def identify(model, reference: ModalReference, stiffness_names: Sequence[str], damping_names: Sequence[str],
-             lo: Sequence[float], hi: Sequence[float], *, validation: ModalReference | None = None,
+             lo: Sequence[float] | np.ndarray, hi: Sequence[float] | np.ndarray, *,
+             validation: ModalReference | None = None,
              start: np.ndarray | None = None, sobol_n: int = 128, threshold: float = 0.01,
              max_search: int = 4, n_opt: int = 20, maxiter: int = 60, refine: bool = True,
              max_subproblem_cost: float = 0.05, n_damping_pairs: int = 20,

@@ -37,6 +37,7 @@ def check_rig(cfg: AdjointRigConfig, config_dir: Path) -> None:
     else:
         inputs = [("adjoint.dt", a.dt, pb.n_samples)]
     simulated = (cfg.simulator or Simulator()).drive if cfg.rig.simulated else None
+    assert cfg.devices is not None  # [devices] is required (the config's check)
     check_drive(cfg.devices.drive, simulated, inputs)
 
 
@@ -85,6 +86,7 @@ def _check_trajectory(cfg: AdjointRigConfig, pb) -> None:
     if not np.isfinite(force).all():
         raise Invalid("plan.trajectory", f"{path}: non-finite input values")
     peak = float(np.abs(force).max())
+    assert cfg.devices is not None  # [devices] is required (the config's check)
     limit = min(a.u_max, cfg.devices.drive.torque_limit)
     if peak > limit * (1 + 1e-9):
         raise Invalid("plan.trajectory", f"{path}: peak {peak:.4g} exceeds u_max / the drive's torque_limit "

@@ -173,6 +173,7 @@ def multisine_of(cfg: AdjointRigConfig, pb, info: dict) -> tuple[np.ndarray, dic
 
     if cfg.excitation is None:
         raise ValueError("[plan] design = 'multisine' needs an [excitation] table")
+    assert cfg.devices is not None  # [devices] is required (the config's check)
     dt, torque, _, _, _ = design_excitation(cfg.excitation, "training", cfg.devices.drive.torque_limit)
     torque = np.asarray(torque, float) / np.abs(torque).max() * cfg.adjoint.u_max
     if abs(torque.size * dt - pb.t_f) > 1e-9 * pb.t_f:

@@ -118,6 +118,7 @@ class DriveIdentifier(OnlineEstimates):
         runs = list(self.runs)
         first = self._b is None
         start = self.b0 if first else self._b
+        assert start is not None  # _b is set by the first fit
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
         try:
@@ -177,7 +178,7 @@ def from_config(cfg: AdjointRigConfig, emit: Emit, target: float | None = None) 
         from identification.analyses.adjoint_plants import analysis_model  # lazy: scipy
 
         point = {**values, **nuisance}
-        if getattr(cfg.fit, "friction_speed_eps", None) is not None:
+        if cfg.fit.friction_speed_eps is not None:
             point["eps"] = cfg.fit.friction_speed_eps
         model = analysis_model(cfg.adjoint.plant, point, params + list(nuisance))
         b0 = np.concatenate([b0, list(nuisance.values())])

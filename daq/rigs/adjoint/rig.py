@@ -23,7 +23,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -43,7 +43,7 @@ from daq.rigs.adjoint.design import (
 from daq.rigs.adjoint.plots import plot_analysis
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, RunContext
-from daq.store.reader import SessionReader
+from daq.store.reads import SessionReads
 
 if TYPE_CHECKING:  # annotations only: the adequacy check loads scipy
     from identification.estimation.residual_adequacy import AdequacyResult
@@ -62,6 +62,7 @@ def check_signal(ctx: Context, force: np.ndarray, info: dict) -> None:
 
     cfg = ctx.config
     drive = ctx.devices.drive
+    assert cfg.devices is not None  # [devices] is required (the config's check)
     limit = min(cfg.devices.drive.torque_limit, drive.drive_limits.get("torque_limit", math.inf))
     if info["peak_force"] > limit:
         what, unit = INPUTS[cfg.adjoint.plant]
@@ -200,6 +201,7 @@ class AdjointAnalysis:
             if self.truth is None:
                 tail = f"{'-':>12} {'-':>9}  -"
             else:
+                assert within is not None  # computed with the truth
                 z = abs(self.estimate[j] - self.truth[j]) / self.compare_std[j]
                 tail = f"{self.truth[j]:>12.6g} {z:>9.2f}  {'yes' if within[j] else 'NO'}"
             lines.append(f"{name:<24} {self.estimate[j]:>12.6g} {self.predicted_std[j]:>10.3g} "
@@ -399,7 +401,7 @@ def _design_std(runs: list[Record]) -> np.ndarray | None:
         return None if std is None else np.asarray(std, float)
     if not all("fisher" in r.info for r in runs):
         return None
-    return fisher_std(sum(np.asarray(r.info["fisher"], float) for r in runs))
+    return fisher_std(cast(np.ndarray, sum(np.asarray(r.info["fisher"], float) for r in runs)))  # >= 2 runs
 
 
 # ----------------------------------------------------------------------------------------- the rigs
@@ -450,7 +452,7 @@ class AdjointRig(drive.DriveRig[AdjointRigConfig, Runs | None, AdjointAnalysis])
         ctx.summary.update(runs=0)
         dt, force, info = ctx.prepared["signal"]
         seq = ctx.config.sequential
-        if not seq.enabled:
+        if not seq.enabled or ctx.dry_run:  # a dry run: one run's commands, nothing to refit on
             await self._run_once(ctx, dt, force, info)
             return
         ident = await online.start(ctx)
@@ -471,7 +473,7 @@ class AdjointRig(drive.DriveRig[AdjointRigConfig, Runs | None, AdjointAnalysis])
                 check_signal(ctx, force, info)
                 ctx.advance(0, f"redesigned at {values} in {info['design_s']:.1f} s")
 
-    def arrays(self, reader: SessionReader, session_id: str) -> Runs | None:
+    def arrays(self, reader: SessionReads, session_id: str) -> Runs | None:
         """The session's completed trajectories: each ``trajectory_start`` .. ``trajectory_end`` pair
         of ``<kind>.plan`` owns the next ``n`` samples of the trace stream, in run order."""
         done, recorded = drive.read_trajectories(reader, session_id, self.trace.plan, self.trace.trace,
@@ -488,5 +490,6 @@ class AdjointRig(drive.DriveRig[AdjointRigConfig, Runs | None, AdjointAnalysis])
         return result.text()
 
     def plots(self, result: AdjointAnalysis, arrays: Runs | None, folder: Path) -> list[Path]:
-        runs = arrays.runs[:result.n_runs]  # a result exists: arrays is not None
+        assert arrays is not None  # a result exists
+        runs = arrays.runs[:result.n_runs]
         return plot_analysis(result, Runs(runs, len(runs)).joined(), folder)

@@ -54,8 +54,9 @@ class ModelSelectionTable(Table, kw_only=True):
     decimate: Annotated[int, Meta(ge=1, le=1000)] = 5
     skip: Annotated[int, Meta(ge=0, le=10**7)] = 0          # samples left out at the start of a trace
     friction_eps: Annotated[float, Meta(gt=0, le=100.0)] = 0.05   # rad/s
-    min_pii_ratio: Annotated[float, Meta(ge=0, le=1)] = 0.01
-    max_condition_index: Annotated[float, Meta(gt=0, le=1e6)] = 30.0
+    min_pii_ratio: Annotated[float, Meta(ge=0, le=1)] = 0.0
+    max_condition_index: Annotated[float, Meta(gt=0, le=1e6)] = 1000.0
+    max_rel_std: Annotated[float, Meta(gt=0, le=1e3)] = 0.1   # standard error / |value| of every parameter
     min_validation_fit: Annotated[float, Meta(ge=-1e3, le=1)] = 0.8
     parsimony_tol: Annotated[float, Meta(ge=0, le=1)] = 0.01
     profile_points: Annotated[int, Meta(ge=1, le=1000)] = 9
@@ -82,7 +83,8 @@ class ModelSelectionTable(Table, kw_only=True):
         candidates = ([parse_name(c) for c in self.candidates] if self.candidates
                       else all_structures(self.max_masses))
         keys = ("n_starts", "seed", "max_nfev", "decimate", "skip", "friction_eps", "min_pii_ratio",
-                "max_condition_index", "min_validation_fit", "parsimony_tol", "profile_points", "n_jobs")
+                "max_condition_index", "max_rel_std", "min_validation_fit", "parsimony_tol", "profile_points",
+                "n_jobs")
         return dict(bounds=bounds, candidates=candidates, **{k: getattr(self, k) for k in keys})
 
 
@@ -188,4 +190,5 @@ def check_rig(cfg: CraneConfig, config_dir: Path) -> None:
         raise Invalid("excitation.export_dir", f"{out} is a file; the export writes <role>.csv and "
                                                "<role>.png into a folder")
     simulated = (cfg.simulator or CraneSimulator()).drive if cfg.rig.simulated else None
+    assert cfg.devices is not None  # [devices] is required (the config's check)
     check_drive(cfg.devices.drive, simulated, inputs)

@@ -50,9 +50,9 @@ def _fit(model: str, runs: list, start: dict | None, kwargs: dict):
 
 
 def _init_worker() -> None:
-    from threadpoolctl import threadpool_limits
+    from daq.executor import one_blas_thread
 
-    threadpool_limits(limits=1, user_api="blas")
+    one_blas_thread()  # also the BLAS of numpy and scipy, which load only with the first fit
 
 
 def _warm_up() -> None:

@@ -30,6 +30,7 @@ def write_plots(result: SelectionResult, directory: str | Path) -> list[Path]:
     c = result.chosen
 
     if result.traces:
+        assert c is not None  # the traces are the chosen model's
         fig, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=False)
         for ax, role in zip(axes, ("train", "valid"), strict=True):
             t, y, ym = result.traces[role]

@@ -32,7 +32,7 @@ from daq.rigs.crane.config import (
 )
 from daq.rigs.crane.online import TOPICS, CraneOnlineIdentifier
 from daq.rigs.excitation import ROLES, design_excitation
-from daq.store.reader import SessionReader
+from daq.store.reads import SessionReads
 from identification.models.drive_models import PARAM_UNITS
 
 if TYPE_CHECKING:  # annotations only: the model selection loads scipy
@@ -63,7 +63,7 @@ async def _finish_online(ctx: Context, ident: CraneOnlineIdentifier) -> None:
 # ----------------------------------------------------------------------------------------- analysis
 
 
-def crane_arrays(store: SessionReader, session_id: str) -> CraneRuns:
+def crane_arrays(store: SessionReads, session_id: str) -> CraneRuns:
     """``role -> (t, torque_cmd, speed, dt)`` for every completed trajectory of a crane session.
 
     Each trajectory is read as its own sample range of the trace stream, not the whole session.
@@ -136,6 +136,7 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
     async def prepare(self, ctx: Context) -> None:
         """Design both excitations (off the event loop) before the session starts; export them if asked."""
         cfg = ctx.config
+        assert cfg.devices is not None  # [devices] is required (the config's check)
         limit = min(cfg.devices.drive.torque_limit,
                     ctx.devices.drive.drive_limits.get("torque_limit", np.inf))
         loop = asyncio.get_running_loop()
@@ -156,7 +157,7 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
         ``[online]`` enabled, an estimate after each, and the plan waits (bounded) for the last one."""
         ctx.summary.update(runs=0)
         online = None
-        if ctx.config.online.enabled:
+        if ctx.config.online.enabled and not ctx.dry_run:  # a dry run records no trace to identify from
             settings = online_settings(ctx.config)
             online = await start_online(ctx, ONLINE_STREAM, TOPICS,
                                               lambda emit: CraneOnlineIdentifier(settings, emit),
@@ -172,7 +173,7 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
         if online is not None:
             await _finish_online(ctx, online)
 
-    def arrays(self, reader: SessionReader, session_id: str) -> CraneRuns:
+    def arrays(self, reader: SessionReads, session_id: str) -> CraneRuns:
         return crane_arrays(reader, session_id)
 
     def analyze(self, arrays: CraneRuns, cfg: CraneConfig,

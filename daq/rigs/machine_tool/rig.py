@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import msgspec
 import numpy as np
@@ -40,6 +42,9 @@ from identification.models.machine_tool_model import (
     param_bounds,
 )
 
+if TYPE_CHECKING:  # annotations only: SALib is heavy
+    from identification.gsa.result import GSAIdentificationResult
+
 FORCE_STREAM = "mt.force"
 ACCEL_STREAM = "mt.accel"
 FRF_STREAM = "mt.frf"
@@ -56,7 +61,7 @@ FRAME_SAMPLES = 4096
 
 @dataclass
 class MTDevicesOpen:
-    frontend: object
+    frontend: ModalFrontEnd
     safe_actions: list = field(default_factory=list)
 
     async def identities(self) -> dict[str, dict]:
@@ -129,6 +134,8 @@ def _group(store, sid: str, start_kind: str) -> tuple[dict, list]:
 
 def _h1_arrays(store, sid: str) -> MTArrays:
     runs, order = _group(store, sid, "run_start")
+    coh: list[np.ndarray | None]
+    variances: list[np.ndarray | None]
     positions, roles, H, coh, variances = [], [], [], [], []
     inputs: list[str] = []
     labels: list[str] = []
@@ -163,7 +170,8 @@ def _h1_arrays(store, sid: str) -> MTArrays:
         H.append(np.array(Hs))
         coh.append(np.array(Cs))
         variances.append(np.array(Vs) if len(Vs) == len(Hs) else None)
-    frf_var = variances if variances and all(v is not None for v in variances) else None
+    all_lpm = variances and all(v is not None for v in variances)
+    frf_var = cast(list[np.ndarray], variances) if all_lpm else None  # all() does not narrow
     return MTArrays(positions, roles, inputs, labels, freq, H, coh, frf_var=frf_var)
 
 
@@ -222,7 +230,7 @@ MODAL_STD_NOTE = ("  (std = spread of the pole over the stabilisation orders and
 class MTAnalysisResult:
     arrays: MTArrays
     fits: list  # ModalFit per position
-    gsa: object  # GSAIdentificationResult
+    gsa: GSAIdentificationResult
     band: tuple[float, float]
     distortion: distortion.MTDistortionOutcome | None = None
 
@@ -286,7 +294,7 @@ def analyze(arrays: MTArrays, cfg: MachineToolConfig, progress=None, executor=No
         for r in ROLES
     }
     fits = []
-    variances = arrays.frf_var or [None] * n_pos
+    variances: Sequence[np.ndarray | None] = arrays.frf_var if arrays.frf_var else [None] * n_pos
     for p, role, H, var in zip(arrays.positions, arrays.roles, arrays.H, variances, strict=True):
         say(f"modal extraction at {1000 * p:.0f} mm")
         try:  # poles and residues fitted over the whole excited band; BLAS single-threaded (small matrices)

@@ -356,6 +356,7 @@ def read_file(path: str | Path, mapping: Mapping, labels: list[str]) -> UffFile:
     if 58 not in types:
         found = ", ".join(str(t) for t in sorted(set(types)))
         raise UffError(f"{path}: no dataset 58 (function at nodal DOF); found dataset type(s) {found}")
+    skipped: dict[int, int]  # dataset type -> count
     functions, skipped = [], {}
     for i, t in enumerate(types):
         if t != 58:
@@ -524,7 +525,7 @@ def write_session(store, arrays, config: dict, files: list[UffFile]) -> str:
 class PreparedImport:
     """Files read and checked, session config built: what :func:`write_session` needs."""
 
-    arrays: object  # MTArrays
+    arrays: MTArrays
     config: dict
     files: list[UffFile]
     frfs: int

@@ -105,6 +105,7 @@ def export_uff(store, session: str, out: str | Path | None = None, *, force: boo
                 sets.append(_uff_dataset(FUNC_FRF, k, ids, rsp, ref, nodes, arrays.freq,
                                          np.asarray(H[i, j], dtype=complex), binary))
                 if with_coh:
+                    assert C is not None  # with_coh: every position has one
                     ids = [f"Coherence {rsp}/{ref}", *ids[1:]]
                     k += 1
                     sets.append(_uff_dataset(FUNC_COHERENCE, k, ids, rsp, ref, nodes, arrays.freq,

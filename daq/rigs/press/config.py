@@ -207,6 +207,7 @@ def check_rig(cfg: PressConfig, config_dir: Path) -> None:
     """What `hil run` builds before the first byte is sent, built here: the simulated plant and devices
     (``[rig].simulated``) and the drivers of ``[devices]`` (register maps, limits). Any refusal is an
     :class:`Invalid` naming the table it comes from."""
+    assert cfg.devices is not None  # [devices] is required (PressConfig.check)
     if cfg.rig.simulated:
         for name, sensor in cfg.devices.sensors.items():
             if name not in SENSOR_NAMES:

@@ -39,10 +39,15 @@ import numpy as np
 
 import identification.analyses.online_press  # noqa: F401
 import identification.analyses.press_analysis  # noqa: F401
-from daq.bus.frames import Event
+from daq.bus.frames import Event, Frame
 from daq.online.estimates import Emit, OnlineEstimates
 from daq.online.estimates import publisher_emit as _publisher_emit
-from identification.analyses.online_press import estimate_stiffness, model_verdict, verdict_settled
+from identification.analyses.online_press import (
+    OnlineEstimate,
+    estimate_stiffness,
+    model_verdict,
+    verdict_settled,
+)
 
 PLAN_STREAM = "press.plan"
 ONLINE_STREAM = "press.online"
@@ -132,7 +137,7 @@ class OnlineIdentifier(OnlineEstimates):
         self.n_planned: int | None = None  # the plan's series (plan_start): the family of looks
         self.rule = rule
         self.patterns: list[tuple[str, ...] | None] = []  # rejected models after each series (None: none)
-        self._p = None
+        self._p: np.ndarray | None = None
         self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="online-identifier")
         self._procs: cf.ProcessPoolExecutor | None = None
         self._warm: cf.Future | None = None
@@ -147,6 +152,7 @@ class OnlineIdentifier(OnlineEstimates):
         call before the staircase starts, so that neither lands on the event loop during acquisition."""
         await asyncio.to_thread(_warm_up)
         if self._procs is not None:
+            assert self._warm is not None  # submitted with the pool
             with contextlib.suppress(TimeoutError, cf.process.BrokenProcessPool):
                 await asyncio.wait_for(asyncio.wrap_future(self._warm), timeout)
 
@@ -172,7 +178,7 @@ class OnlineIdentifier(OnlineEstimates):
         return cls.for_config(parse(config, PressConfig, "press config"), emit, verdict=verdict)
 
     # -- feeding ------------------------------------------------------------------------------------
-    async def handle(self, ev: Event) -> None:
+    async def handle(self, ev: Frame | Event) -> None:
         """Take one plan event; refit (and emit) when it completes a series."""
         if not isinstance(ev, Event) or ev.stream != PLAN_STREAM:
             return
@@ -193,6 +199,7 @@ class OnlineIdentifier(OnlineEstimates):
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """z[series, setpoint, sensor], q[series, setpoint] of the completed series, in order."""
+        assert self.q_desired is not None  # series complete only after plan_start
         z = np.array([[self.rows[i][j][0] for j in range(len(self.q_desired))] for i in self.done])
         q = np.array([[self.rows[i][j][1] for j in range(len(self.q_desired))] for i in self.done])
         return z, q
@@ -200,6 +207,7 @@ class OnlineIdentifier(OnlineEstimates):
     async def _refit(self, trigger: Event) -> None:
 
         z, q = self.arrays()
+        assert self.q_desired is not None and self.sensors is not None  # set by plan_start
         sig = np.array([self.sigmas.get(n, np.nan) for n in self.sensors]) / np.sqrt(self.n_samples or 1)
         if np.isnan(sig).any():
             self.patterns.append(None)
@@ -208,6 +216,7 @@ class OnlineIdentifier(OnlineEstimates):
         loop = asyncio.get_running_loop()
         pending = None
         if self._procs is not None and z.shape[0] >= self.verdict_from:
+            assert self.verdict is not None  # the worker exists only for a verdict
             looks = {}
             if self.spending != "none" and self.n_planned:
                 looks = {"n_planned": self.n_planned, "first_look": self.verdict_from,
@@ -215,9 +224,11 @@ class OnlineIdentifier(OnlineEstimates):
             pending = asyncio.wrap_future(self._procs.submit(
                 _timed, model_verdict, z, q, self.q_desired, sig, tuple(self.sensors), **self.verdict,
                 **looks))
+        q_desired, sensors = self.q_desired, self.sensors  # as narrowed above, for the lambda
+        est: OnlineEstimate | ValueError | np.linalg.LinAlgError
         try:
             est = await loop.run_in_executor(self._pool, lambda: estimate_stiffness(
-                z, q, self.q_desired, sig, self.sensors, p0=self._p, alpha=self.alpha, inflate=self.inflate,
+                z, q, q_desired, sig, sensors, p0=self._p, alpha=self.alpha, inflate=self.inflate,
                 constants=self.constants))
         except (ValueError, np.linalg.LinAlgError) as exc:
             est = exc

@@ -68,7 +68,8 @@ def plot_estimates(
     models = list(result.models.values())
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4.8), squeeze=False)
     for ax, rep in zip(axes[0], models, strict=True):
-        for t, color in zip(rep.test.tests, plt.cm.tab10.colors, strict=False):
+        colors = plt.cm.tab10.colors  # type: ignore[attr-defined]  # a ListedColormap; matplotlib says Colormap
+        for t, color in zip(rep.test.tests, colors, strict=False):
             C_test = test_region_covariance(t, rep.test.compare)
             curves = ((t.p_cal, C_test, "-"), (t.p_cal, t.C_cal, "--"), (t.p_val, t.C_val, ":"))
             for centre, C, style in curves:

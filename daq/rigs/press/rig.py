@@ -65,7 +65,7 @@ Context = RunContext[PressConfig, PressRigDevices]
 async def _start_online(ctx):
     """Spawn the online identifier on the run's bus when [online] is enabled (else None)."""
     cfg: PressConfig = ctx.config
-    if not cfg.online.enabled:
+    if not cfg.online.enabled or ctx.dry_run:  # a dry run moves nothing: there is nothing to identify
         return None
 
     return await start_online(ctx, ONLINE_STREAM, (PLAN_TOPIC,),
@@ -193,7 +193,10 @@ class PressRig(Rig[PressConfig, PressRigDevices, PressArrays, PressAnalysisResul
         acquisition = ForceAcquisition(devices.source, ctx.publisher, ctx.session_id,
                                        rate=cfg.acquisition.rate, block=cfg.acquisition.block,
                                        max_failures=cfg.acquisition.max_failures)
+        assert cfg.devices is not None  # [devices] is required (PressConfig.check)
         settings = CorrectionSettings.for_config(cfg.correction, cfg.devices.force_source)
+        if ctx.dry_run:  # the force cannot follow a held command: one command per setpoint, then measure
+            settings.max_iterations = 1
 
         async def set_command(force: float) -> None:
             await devices.source.set_force(force)

@@ -159,8 +159,10 @@ class SetpointCorrector:
         command = self._clamp(self._command_for(aim)) if q_desired != 0 else self._clamp(0.0)
         q = math.nan
         reversals = 0
+        sent = command
         for iteration in range(1, s.max_iterations + 1):
             await self.set_command(command)
+            sent = command
             await asyncio.sleep(s.settle_time)
             q = await self.measure(s.window, since=time.time())
             error = q_desired - q
@@ -174,7 +176,8 @@ class SetpointCorrector:
             if new_command == command:  # saturated at a command limit: more iterations cannot help
                 return CorrectionResult(q_desired, q, command, -error, iteration, False, reversals)
             command = new_command
-        return CorrectionResult(q_desired, q, command, q - q_desired, s.max_iterations, False, reversals)
+        # the last command sent, not the next one the loop would have tried
+        return CorrectionResult(q_desired, q, sent, q - q_desired, s.max_iterations, False, reversals)
 
     def _clamp(self, command: float) -> float:
         return float(min(max(command, self.settings.min_command), self.settings.max_command))

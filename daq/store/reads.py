@@ -1,0 +1,53 @@
+"""The reads a session's consumers use, as a Protocol: the local store (:class:`SessionReader`) and a lab
+(``hil --store URL``, ``daq.lab.reader.LabReader``) both provide them, so the exports, ``hil analyze``,
+``hil show`` and ``hil replay`` take either. Types only: nothing here runs."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+from typing import Protocol, Self
+
+from daq.bus.frames import Event, Frame
+from daq.store.records import SessionInfo, StreamData, StreamTiming
+
+
+class SessionReads(Protocol):
+    def list_sessions(self) -> list[SessionInfo]: ...
+
+    def get_session(self, session_id_or_unique_prefix: str) -> SessionInfo: ...
+
+    def read_stream(self, session_id: str, stream: str) -> StreamData: ...
+
+    def read_range(self, session_id: str, stream: str, start: int = 0,
+                   stop: int | None = None) -> StreamData: ...
+
+    def read_window(self, session_id: str, stream: str, t_start: float | None = None,
+                    t_stop: float | None = None) -> StreamData: ...
+
+    def window_range(self, session_id: str, stream: str, t_start: float | None = None,
+                     t_stop: float | None = None) -> tuple[int, int] | None: ...
+
+    def count_samples(self, session_id: str, stream: str, t_start: float | None = None,
+                      t_stop: float | None = None) -> int: ...
+
+    def iter_stream(self, session_id: str, stream: str, chunk_samples: int = ..., *, start: int | None = None,
+                    stop: int | None = None, t_start: float | None = None, t_stop: float | None = None,
+                    reuse: bool = False) -> Generator[StreamData, None, None]: ...
+
+    def frame_index(self, session_id: str,
+                    stream: str) -> list[tuple[int, int, float | None, float | None]]: ...
+
+    def stream_timing(self, session_id: str, stream: str, max_frames: int = 32) -> StreamTiming: ...
+
+    def events(self, session_id: str, kind: str | None = None, stream: str | None = None, *,
+               t_start: float | None = None, t_stop: float | None = None) -> list[Event]: ...
+
+    def event_counts(self, session_id: str) -> dict[tuple[str, str], int]: ...
+
+    def messages(self, session_id: str, streams: list[str] | None = None) -> Iterator[Frame | Event]: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
