@@ -79,7 +79,7 @@ def test_crane_options_from_config():
     opts = selection_options({"n_starts": 2, "bounds": {"J1": [0.01, 0.05]}, "max_masses": 2})
     assert opts["n_starts"] == 2 and opts["bounds"]["J1"] == (0.01, 0.05)
     assert len(opts["candidates"]) == 64
-    assert opts["max_condition_index"] == 1000.0 and opts["max_rel_std"] == 0.1
+    assert opts["max_condition_index"] == 1000.0 and opts["max_rel_std"] == 0.25
     assert opts["min_pii_ratio"] == 0.0
     with pytest.raises(ValueError, match="unknown key"):
         selection_options({"n_start": 2})
@@ -112,7 +112,7 @@ def test_headline_full_kit_selects_three_masses_viscous_dead_time():
     assert len(res.candidates) == 96
     assert res.chosen_name == "3m+visc+dt", res.format_table()
     c = res.chosen
-    assert all(c.std_errors[n] <= 0.1 * abs(v) for n, v in c.params.items())  # the shipped max_rel_std
+    assert all(c.std_errors[n] <= 0.25 * abs(v) for n, v in c.params.items())  # the shipped max_rel_std
     for name in ("J1", "J2", "J3", "k12", "k23"):
         assert c.params[name] == pytest.approx(TRUE[name], rel=0.05), name
     # the full model is rejected: its Coulomb, Stribeck and gravity terms (truth: none) are not determined

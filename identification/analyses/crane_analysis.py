@@ -15,7 +15,7 @@ Keys (all optional; SI units)::
                                 # dead time sits at 0.7-1 % of its search range's importance)
     max_condition_index = 1000.0  # ... and every scaled condition index < this (eq. 8; a guard against a
                                   # near-singular Fisher matrix: the seed paper's 30 rejects the right model)
-    max_rel_std = 0.1           # ... and every parameter's standard error <= this x its value
+    max_rel_std = 0.25          # ... and every parameter's standard error <= this x its value
     min_validation_fit = 0.8    # ... and 1 - NRMSE on the validation run >= this
     parsimony_tol = 0.01        # fewest parameters within (1 + tol) x best validation cost (0: best fit)
     profile_points = 9          # grid points per parameter of the profile likelihood
@@ -58,7 +58,7 @@ DEFAULTS: dict = {
     "friction_eps": 0.05,
     "min_pii_ratio": 0.0,
     "max_condition_index": 1000.0,
-    "max_rel_std": 0.1,
+    "max_rel_std": 0.25,
     "min_validation_fit": 0.8,
     "parsimony_tol": 0.01,
     "profile_points": 9,

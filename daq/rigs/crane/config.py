@@ -56,7 +56,7 @@ class ModelSelectionTable(Table, kw_only=True):
     friction_eps: Annotated[float, Meta(gt=0, le=100.0)] = 0.05   # rad/s
     min_pii_ratio: Annotated[float, Meta(ge=0, le=1)] = 0.0
     max_condition_index: Annotated[float, Meta(gt=0, le=1e6)] = 1000.0
-    max_rel_std: Annotated[float, Meta(gt=0, le=1e3)] = 0.1   # standard error / |value| of every parameter
+    max_rel_std: Annotated[float, Meta(gt=0, le=1e3)] = 0.25  # standard error / |value| of every parameter
     min_validation_fit: Annotated[float, Meta(ge=-1e3, le=1)] = 0.8
     parsimony_tol: Annotated[float, Meta(ge=0, le=1)] = 0.01
     profile_points: Annotated[int, Meta(ge=1, le=1000)] = 9
