@@ -240,3 +240,21 @@ async def test_recv_times_out_and_topics_filter():
     finally:
         pub.close()
         sub.close()
+
+
+async def test_a_tap_subscriber_that_joins_with_the_run_gets_its_first_event():
+    """`hil serve`'s relay subscribes to a run's tap as the run starts; the run waits for that subscription
+    (wait_for_tap_subscriber) so that its first events (run `started`) reach the live view. With a plain PUB
+    tap nothing told the run, and the first event was lost whenever it beat the subscription."""
+    pub = BusPublisher(lossless=True, tap_endpoint="tcp://127.0.0.1:0")
+    assert pub.tap_endpoint is not None
+    assert not pub.wait_for_tap_subscriber(0.05)  # nobody there yet
+    sub = BusSubscriber(pub.tap_endpoint)
+    try:
+        assert pub.wait_for_tap_subscriber(5.0)
+        await pub.publish(Event("t.run", "started", 0, 1.0, {}))  # the very first message, no probes
+        got = await sub.recv(timeout=5.0)
+        assert (got.stream, got.kind) == ("t.run", "started")
+    finally:
+        sub.close()
+        pub.close()

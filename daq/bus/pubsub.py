@@ -133,7 +133,9 @@ class BusPublisher:
             self.endpoint = bind_endpoint(self._sock, endpoint)
             self.tap_endpoint: str | None = None
             if tap_endpoint is not None:
-                tap = self._ctx.socket(zmq.PUB)
+                # XPUB (no NODROP): drops at its HWM exactly as PUB, and tells who subscribed (see
+                # wait_for_tap_subscriber: a dashboard attached at the start sees the run's first events)
+                tap = self._ctx.socket(zmq.XPUB)
                 tap.setsockopt(zmq.LINGER, 0)
                 tap.setsockopt(zmq.SNDHWM, tap_hwm)
                 self._tap = zmq.Socket.shadow(tap.underlying)
@@ -247,6 +249,19 @@ class BusPublisher:
                 if msg[:1] == b"\x01":
                     self.subscriptions += 1
         return self.subscriptions
+
+    def wait_for_tap_subscriber(self, timeout: float) -> bool:
+        """Block (at most ``timeout`` s) until a subscription reaches the tap; True if one did.
+
+        For a subscriber started together with the run (``hil serve``'s relay): without it the run's first
+        events could go out before the subscription arrived (ZeroMQ's slow joiner) and the live view missed
+        them. Blocking, so call it before the run publishes, in the publisher's thread."""
+        if self._tap is None:
+            return False
+        if self._tap.poll(max(int(timeout * 1000), 0), zmq.POLLIN):
+            self._tap.recv(zmq.NOBLOCK)
+            return True
+        return False
 
     def close(self) -> None:
         sock = getattr(self, "_sock", None)

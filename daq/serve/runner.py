@@ -31,6 +31,7 @@ from daq.serve.run_queue import RunEntry, RunQueue
 log = logging.getLogger(__name__)
 
 COMMAND_WAIT_S = 3.0      # s a command waits for the run's event loop to take it
+RELAY_JOIN_S = 2.0        # s a run waits at its start for the live relay's subscription to reach its tap
 SHUTDOWN_WAIT_S = 120.0   # s the server waits for an aborted run to reach the safe state before it exits
 ACTIONS = ("pause", "resume", "stop", "abort")
 
@@ -92,6 +93,7 @@ class Runner:
         def on_context(ctx: RunContext) -> None:  # in the run's thread
             self.ctx, self._run_loop = ctx, asyncio.get_running_loop()
             loop.call_soon_threadsafe(self._attach, ctx)
+            ctx.publisher.wait_for_tap_subscriber(RELAY_JOIN_S)  # the live view sees the run from its start
 
         def on_session(session_id: str) -> None:  # in the run's thread
             loop.call_soon_threadsafe(self._session, session_id)
