@@ -175,6 +175,10 @@ def _finish(p, r, J, r_pp, opt, second_order, residual_variance) -> FitResult:
     )
 
 
+#: a fitted parameter this many decades from its scale (|p0| by default) ran away: not identifiable
+RUNAWAY_DECADES = 3
+
+
 def fit_state_model(
     model: StateModel,
     z: np.ndarray,
@@ -225,7 +229,17 @@ def fit_state_model(
     r_pp = None
     if second_order:
         r_pp = -(s.d2h[:, om] / sig[om, None, None]).reshape(-1, p.size, p.size)
-    return _finish(p, r, J, r_pp, opt, second_order, residual_variance=False)
+    fit = _finish(p, r, J, r_pp, opt, second_order, residual_variance=False)
+    ran = np.flatnonzero(np.abs(np.log10(np.maximum(np.abs(p), 1e-300) / scale)) > RUNAWAY_DECADES)
+    if ran.size and not fit.covariance_note:
+        # a parameter driven orders of magnitude away from its scale: the cost is flat towards infinity
+        # (or zero) in it, and where the optimiser stopped - hence whether the Jacobian there still passes the
+        # rank test - depends on rounding; say "not identifiable" for every BLAS kernel alike
+        fit.covariance = np.full_like(fit.covariance, np.nan)
+        fit.covariance_gn = np.full_like(fit.covariance_gn, np.nan)
+        fit.covariance_note = (f"parameter(s) {ran.tolist()} ran more than {RUNAWAY_DECADES} decades from their "
+                               "scale: not identifiable from these data")
+    return fit
 
 
 def fit_residuals(
