@@ -237,8 +237,8 @@ def fit_state_model(
         # rank test - depends on rounding; say "not identifiable" for every BLAS kernel alike
         fit.covariance = np.full_like(fit.covariance, np.nan)
         fit.covariance_gn = np.full_like(fit.covariance_gn, np.nan)
-        fit.covariance_note = (f"parameter(s) {ran.tolist()} ran more than {RUNAWAY_DECADES} decades from their "
-                               "scale: not identifiable from these data")
+        fit.covariance_note = (f"parameter(s) {ran.tolist()} ran more than {RUNAWAY_DECADES} decades from "
+                               "their scale: not identifiable from these data")
     return fit
 
 
