@@ -40,6 +40,7 @@ from identification.gsa.covariance import (
     with_unseen,
 )
 from identification.gsa.modal_residual import (
+    ModalModel,
     ScaledEstimate,
     StageSetup,
     a1_damping_shift,
@@ -380,7 +381,7 @@ def _drop_past_box(sc: ScaledEstimate, damp: _DampingFit, spread: _Spread, std: 
 
 
 # ------------------------------------------------------------------------------ the procedure
-def parameter_intervals(model, reference: ModalReference, estimate: np.ndarray,
+def parameter_intervals(model: ModalModel, reference: ModalReference, estimate: np.ndarray,
                         stiffness_names: Sequence[str], damping_names: Sequence[str], lo: np.ndarray,
                         hi: np.ndarray, damping_pairs: Sequence[tuple[int, int]], *,
                         validation: ModalReference | None = None, n_extra_modes: int = 4,
@@ -444,7 +445,8 @@ def parameter_intervals(model, reference: ModalReference, estimate: np.ndarray,
         fv = None if held is None or sigma_fv is None else held.blocks < 0
         rat_m, p_m, dof_m = measurement_check(
             stiff.J, stiff.r0, stiff.blocks, sigma_f, stiff.fit.block_var, stiff.fit.pinv,
-            None if fv is None else held.J[fv], None if fv is None else held.r[fv], sigma_fv)
+            None if fv is None or held is None else held.J[fv],  # fv is not None only with held
+            None if fv is None or held is None else held.r[fv], sigma_fv)
         checks.update(measurement_frequency_ratio=rat_m, p_measurement=p_m, measurement_dof=dof_m)
         if rat_m >= MEASUREMENT_RATIO and p_m < alpha:
             problems.insert(0, model_error_problem(rat_m, p_m, fv is not None))

@@ -8,6 +8,7 @@ a parameter row's first entries are stiffness parameters.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -42,6 +43,36 @@ def stiffness_macxp(omega: np.ndarray, A: np.ndarray, B: np.ndarray, lam_ref: np
     return np.nan_to_num(out, nan=0.0, posinf=0.0)
 
 
+class ModesAt(Protocol):
+    """Complex modes at one axis position (e.g. ``machine_tool_model.ComplexModes``)."""
+
+    lam: np.ndarray  # complex eigenvalues, rad/s
+    freq: np.ndarray  # undamped natural frequencies, Hz
+    xi: np.ndarray  # modal damping ratios
+    shapes: np.ndarray  # complex shapes at the measured DOFs (n_obs, n_modes)
+
+
+class ModalModel(Protocol):
+    """What the identification asks of a position-dependent structural model (e.g.
+    ``machine_tool_model.MachineTool``): the first ``n_stiff`` entries of a parameter row are stiffness."""
+
+    def real_modes_batch(self, kmat: np.ndarray, s: float, n_modes: int) -> tuple[np.ndarray, np.ndarray]:
+        """Undamped angular frequencies (b, n) and mass-normalised shapes (b, N, n) per stiffness row."""
+        ...
+
+    def observation(self, s: float) -> np.ndarray:
+        """(n_obs, N) map from the model's DOFs to the measured ones."""
+        ...
+
+    def damping_parts(self, s: float) -> tuple[np.ndarray, np.ndarray]:
+        """Known damping matrix C0 (N, N) and the unit matrices of the damping parameters (n_c, N, N)."""
+        ...
+
+    def complex_modes(self, params: np.ndarray, s: float, n_modes: int | None = None) -> ModesAt:
+        """Modes with the full damping matrix at parameter row ``params``."""
+        ...
+
+
 @dataclass
 class StageSetup:
     """Everything a worker needs to evaluate outputs (picklable): the model, the reference modes it is
@@ -49,7 +80,7 @@ class StageSetup:
     matching looks at. Built once per identification (:meth:`of`); :meth:`at` points it at other modal data
     (the held-back positions) with the same model and mode count."""
 
-    model: object
+    model: ModalModel
     positions: list[float]
     lam: list[np.ndarray]
     shapes: list[np.ndarray]
@@ -58,7 +89,7 @@ class StageSetup:
     n_model_modes: int
 
     @classmethod
-    def of(cls, model, reference: ModalReference, n_stiff: int, n_extra_modes: int) -> StageSetup:
+    def of(cls, model: ModalModel, reference: ModalReference, n_stiff: int, n_extra_modes: int) -> StageSetup:
         """The setup for ``reference``, matching among its modes plus ``n_extra_modes`` model modes."""
         return cls(model=model, positions=list(reference.positions), lam=reference.lam,
                    shapes=reference.shapes, xi=reference.xi, n_stiff=n_stiff,

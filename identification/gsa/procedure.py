@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from identification.gsa.intervals import GSAIntervals, parameter_intervals
-from identification.gsa.modal_residual import GSAOutputs, StageSetup, a1_damping_shift, a1_offset
+from identification.gsa.modal_residual import GSAOutputs, ModalModel, StageSetup, a1_damping_shift, a1_offset
 from identification.gsa.reference import ModalReference
 from identification.gsa.result import GSAIdentificationResult, evaluate_model
 from identification.gsa.sobol import Map, SobolResult, run_batch, sobol_indices
@@ -47,8 +47,9 @@ def _local_pass(setup: StageSetup, reference: ModalReference, est: np.ndarray, l
     return pairs
 
 
-def local_refit(model, reference: ModalReference, stiffness_names: Sequence[str],
-                damping_names: Sequence[str], lo: Sequence[float], hi: Sequence[float], start: np.ndarray,
+def local_refit(model: ModalModel, reference: ModalReference, stiffness_names: Sequence[str],
+                damping_names: Sequence[str], lo: Sequence[float] | np.ndarray,
+                hi: Sequence[float] | np.ndarray, start: np.ndarray,
                 damping_ranking: Sequence[tuple[int, int]], *, validation: ModalReference | None = None,
                 maxiter: int = 60, n_damping_pairs: int = 20, min_residual_damping: float = 0.005,
                 n_extra_modes: int = 4) -> tuple[np.ndarray, GSAIntervals]:
@@ -99,7 +100,8 @@ def _subproblem_tasks(setup: StageSetup, s_mac: SobolResult, pairs: list[tuple[i
     return tasks
 
 
-def identify(model, reference: ModalReference, stiffness_names: Sequence[str], damping_names: Sequence[str],
+def identify(model: ModalModel, reference: ModalReference, stiffness_names: Sequence[str],
+             damping_names: Sequence[str],
              lo: Sequence[float] | np.ndarray, hi: Sequence[float] | np.ndarray, *,
              validation: ModalReference | None = None,
              start: np.ndarray | None = None, sobol_n: int = 128, threshold: float = 0.01,

@@ -91,6 +91,7 @@ class GSAIdentificationResult:
                 lines.append(f"  {label:<14}" + "".join(f"{100 * ev['table'][c][key]:>9.2f}" for c in cols))
         dev = self.relative_deviation()
         if dev is not None:
+            assert self.truth is not None  # dev is computed from it
             lines.append("parameter deviation from truth, % (and in interval std, where there is one)")
             std = self.intervals.std if self.intervals is not None else np.full(len(self.names), np.nan)
             for n, d, e, t, sd in zip(self.names, dev, self.estimate, self.truth, std, strict=True):
@@ -109,12 +110,12 @@ class GSAIdentificationResult:
                 {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in p.items()}
                 for p in e["positions"]]}
 
+        dev = self.relative_deviation()  # None exactly when there is no truth
         return {
             "names": self.names,
             "estimate": self.as_dict_params(),
             "start": {n: float(v) for n, v in zip(self.names, self.start, strict=True)},
-            "relative_deviation": None if self.truth is None else dict(
-                zip(self.names, self.relative_deviation().tolist(), strict=True)),
+            "relative_deviation": None if dev is None else dict(zip(self.names, dev.tolist(), strict=True)),
             "sobol": {"pairs": [list(p) for p in self.pairs],
                       "macxp": {"S1": self.sobol_macxp.S1.tolist(), "ST": self.sobol_macxp.ST.tolist()},
                       "ndd2": {"S1": self.sobol_ndd2.S1.tolist(), "ST": self.sobol_ndd2.ST.tolist()}},

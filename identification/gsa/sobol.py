@@ -33,7 +33,8 @@ class SobolResult:
     n_evaluations: int
 
 
-def sobol_indices(evaluate: Callable[[np.ndarray], np.ndarray], lo: Sequence[float], hi: Sequence[float],
+def sobol_indices(evaluate: Callable[[np.ndarray], np.ndarray], lo: Sequence[float] | np.ndarray,
+                  hi: Sequence[float] | np.ndarray,
                   names: Sequence[str], n: int, *, seed: int = 0, executor: Map | None = None,
                   n_chunks: int = 8, num_resamples: int = 100) -> SobolResult:
     """First-order and total Sobol indices of every output column of ``evaluate``.
