@@ -376,7 +376,7 @@ def _gradient_descent(fun: _Counter, w: np.ndarray, max_iter: int, tol: float,
                       hist: list[float], ihist: list[float]) -> tuple[np.ndarray, int, str]:
     """Paper eq. 16: ``w <- w - kappa * g`` with Armijo backtracking on kappa (grown 2x after success)."""
     J, g = fun(w)
-    kappa = 1.0 / max(np.linalg.norm(g), 1e-300)
+    kappa = 1.0 / max(float(np.linalg.norm(g)), 1e-300)  # float(): the same float64 value, for max()
     it = 0
     msg = "max_iter reached"
     while it < max_iter:
@@ -396,6 +396,7 @@ def _gradient_descent(fun: _Counter, w: np.ndarray, max_iter: int, tol: float,
         rel = (J - J_new) / max(abs(J), 1e-12)
         w, J, g = w_new, J_new, g_new
         hist.append(J)
+        assert fun.last is not None  # None only if every evaluation failed (a start at inf cost)
         ihist.append(fun.last[3])
         kappa *= 2.0
         if rel < tol:
@@ -496,6 +497,7 @@ def _optimize(problem: DesignProblem, u0: np.ndarray, method: str, max_iter: int
     try:  # the last inner problem's gradient at the result (one more solve)
         ev = evaluate(pb, u, mu_inner, gradient=True)
         n_eval += 1
+        assert ev.grad_u is not None  # evaluate(gradient=True) sets it
         g_norm = projected_gradient_norm(pb, u, ev.grad_u)
     except FloatingPointError:
         ev = evaluate(pb, u, mu_inner, gradient=False)

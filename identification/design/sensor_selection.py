@@ -95,7 +95,7 @@ def enumerate_sensor_sets(
     stays in the table as the reference row. ``covariance_of(omega)`` returns C for boolean weights.
     """
     rows = []
-    best = (float("inf"), None)
+    best: tuple[float, np.ndarray | None] = (float("inf"), None)
     for omega in itertools.product((1, 0), repeat=n_s):
         om = np.array(omega, dtype=bool)
         k = int(om.sum())
@@ -165,7 +165,8 @@ def select_sensors_bnb(
 
     # node: (bound, tie-breaker, depth, number included, F of included, included positions)
     tie = itertools.count()
-    heap = [(bound_of(suffix[0]), next(tie), 0, 0, np.zeros((n_p, n_p)), ())]
+    heap: list[tuple[float, int, int, int, np.ndarray, tuple[int, ...]]] = [
+        (bound_of(suffix[0]), next(tie), 0, 0, np.zeros((n_p, n_p)), ())]
     nodes = 0
     while heap and nodes < max_nodes:
         bound, _, depth, k_in, F_in, chosen = heapq.heappop(heap)

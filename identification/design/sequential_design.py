@@ -24,6 +24,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypedDict
 
 import numpy as np
 import scipy.optimize
@@ -156,7 +157,7 @@ def scan_start(model: ODEModel, runs: Sequence[Record], b0: np.ndarray, span: fl
     n = max(3, int(math.floor(max_points ** (1.0 / k) + 1e-9)))
     factors = np.geomspace(1.0 / span, span, n)
     ym = _measured(runs)
-    scored = []
+    scored: list[tuple[float, int, np.ndarray]] = []
     for f in itertools.product(factors, repeat=k):
         b = b0 * np.concatenate([np.asarray(f), np.ones(b0.size - k)])
         ys = np.concatenate([simulate_output(model, b, r.u, r.dt, 1)[1][r.skip:].ravel() for r in runs])
@@ -190,6 +191,7 @@ def fit_runs(model: ODEModel, runs: Sequence[Record], b0: np.ndarray, *, scan: b
         except (ValueError, np.linalg.LinAlgError, FloatingPointError) as exc:  # a scan start may diverge
             error = exc
     if not fits:
+        assert error is not None  # there is at least one start (b0), and each one failed
         raise error
     fit = min(fits, key=lambda f: (not np.isfinite(f[1]), f[1]))[0]
     fit.scanned = scanned
@@ -278,6 +280,15 @@ def predicted_std(problem: DesignProblem, u: np.ndarray, earlier: Sequence[np.nd
         return np.full(fisher.shape[0], np.inf)
 
 
+class _OptimizeOptions(TypedDict):
+    """The :func:`optimize_input` settings :func:`redesign` passes to every optimisation."""
+
+    method: str
+    max_iter: int
+    rounds: int
+    end_tol: float
+
+
 def redesign(problem: DesignProblem, u_prev: np.ndarray, *, shrink: float = 0.25,
              also_from: np.ndarray | None = None, method: str = "lbfgs", max_iter: int = 300, rounds: int = 6,
              end_tol: float = 1e-3, earlier: Sequence[np.ndarray] | None = None,
@@ -316,7 +327,7 @@ def redesign(problem: DesignProblem, u_prev: np.ndarray, *, shrink: float = 0.25
     starts = [shrink * np.asarray(u_prev, float).reshape(shape)]
     if also_from is not None:
         starts.append(np.asarray(also_from, float).reshape(shape))
-    kw = {"method": method, "max_iter": max_iter, "rounds": rounds, "end_tol": end_tol}
+    kw: _OptimizeOptions = {"method": method, "max_iter": max_iter, "rounds": rounds, "end_tol": end_tol}
     if earlier is None:
         results = [optimize_input(problem, u0, **kw) for u0 in starts]
         return min(results, key=lambda r: (not r.success, r.info_cost))
