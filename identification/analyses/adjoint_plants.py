@@ -81,7 +81,7 @@ DEFAULT_SPECS: dict[str, dict] = {
 
 def _model(plant: str, truth: dict, params: list[str]):
     if plant == "oscillator":
-        keys = ("m1", "m2", "c1", "c2", "d1", "d2")
+        keys: tuple[str, ...] = ("m1", "m2", "c1", "c2", "d1", "d2")
         return oscillator_model({k: float(truth[k]) for k in keys if k in truth}, free=tuple(params))
     if plant == "pendulum":
         keys = ("m_c", "m_p", "J_p", "s_p", "d_p", "d_c", "g", "f_c", "f_p", "eps")
@@ -276,6 +276,7 @@ def _fit_crane(names, n_design, point, b_design, b0, u, dt, y, sigma, skip, deci
     inp = prepare_input(u, dt, decimate)
     at_design = simulate(s, {**fixed, **dict(zip(names, b_design.tolist(), strict=True))}, inp,
                          friction_eps=eps)
+    assert at_design.S is not None  # simulate computes it by default (sensitivities=True)
     J = at_design.S[skip:, cols]
     Jf = fit.S[:, cols]
     est = np.array([fit.params[n] for n in names])

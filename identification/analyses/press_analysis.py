@@ -100,8 +100,8 @@ class PressAnalysisResult:
         """Terminal text: normality, sensor selection, alpha_min per model and split, estimates."""
         lines = ["Shapiro-Wilk on paired differences of repeated series"]
         lines.append(f"  {'sensor':<14}{'W':>9}{'p-value %':>11}{'sigma [m]':>12}  normal")
-        for r in self.normality:
-            lines.append(f"  {r.sensor:<14}{r.W:9.4f}{100 * r.p_value:11.2f}{r.sigma:12.3e}  {r.normal}")
+        for nr in self.normality:
+            lines.append(f"  {nr.sensor:<14}{nr.W:9.4f}{100 * nr.p_value:11.2f}{nr.sigma:12.3e}  {nr.normal}")
         sel = self.selection
         lines.append(f"\nSensor selection (criterion {sel.criterion}; C in (N/m)^2)")
         lines.append(f"  {'combination':<12}{'A':>12}{'D':>12}{'E':>12}")
@@ -146,6 +146,7 @@ def _covariance_for_sensors(model, p, q_eff, z, sigmas, omega) -> np.ndarray:
     om = np.asarray(omega, bool)
     r = ((z - s.h) / sigmas)[:, om].ravel()
     J = -(s.dh[:, om, :] / sigmas[om, None]).reshape(-1, p.size)
+    assert s.d2h is not None  # state_sensitivities(second=True) computes it
     r_pp = -(s.d2h[:, om] / sigmas[om, None, None]).reshape(-1, p.size, p.size)
     if np.linalg.cond(J.T @ J) > 1e12:
         raise np.linalg.LinAlgError("information matrix numerically singular")
@@ -183,7 +184,7 @@ def analyze_press(
     n_random_splits: int = 0,
     seed: int = 0,
     constants: PressConstants | dict | None = None,
-    p0: tuple[float, float] = (1.8e8, 1.8e8),
+    p0: tuple[float, float] | np.ndarray = (1.8e8, 1.8e8),
     second_order: bool = True,
     compare: str = "difference",
     sensor_names: tuple[str, ...] = SENSOR_NAMES,

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["IdentifiabilityResult", "analyze_identifiability", "ProfileResult", "profile_likelihood"]
 
@@ -75,7 +76,7 @@ def _finite(x: float) -> float | None:
     return x if np.isfinite(x) else None
 
 
-def analyze_identifiability(S: np.ndarray, ranges: Sequence[float], names: Sequence[str] | None = None,
+def analyze_identifiability(S: np.ndarray, ranges: ArrayLike, names: Sequence[str] | None = None,
                             sigma2: float = 1.0, min_pii_ratio: float = 0.01,
                             max_condition_index: float = 30.0) -> IdentifiabilityResult:
     """Identifiability measures of the sensitivity matrix ``S`` with columns scaled by ``ranges``."""

@@ -82,6 +82,7 @@ def _fd_path_second(model, y, p, q, Yp, which: str, rel_step: float = 1e-5) -> n
         if out is None:
             out = np.zeros(col.shape + (n_p,))
         out[..., m] = col
+    assert out is not None  # p has at least one parameter
     return 0.5 * (out + out.transpose(0, 1, 3, 2))
 
 
@@ -228,6 +229,7 @@ def fit_state_model(
     J = -(s.dh[:, om, :] / sig[om, None]).reshape(-1, p.size)
     r_pp = None
     if second_order:
+        assert s.d2h is not None  # state_sensitivities(second=True) computes it
         r_pp = -(s.d2h[:, om] / sig[om, None, None]).reshape(-1, p.size, p.size)
     fit = _finish(p, r, J, r_pp, opt, second_order, residual_variance=False)
     ran = np.flatnonzero(np.abs(np.log10(np.maximum(np.abs(p), 1e-300) / scale)) > RUNAWAY_DECADES)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.stats
+from numpy.typing import ArrayLike
 
 from identification.estimation.identifiability import ProfileResult
 from identification.estimation.tasks import map_tasks
@@ -92,7 +93,7 @@ class ProfileLikelihoodResult(ProfileResult):
             return "closed, not graded (intervals not valid)" + at_bound
         return "identifiable" + at_bound
 
-    def _open(self, i: int) -> tuple[bool, bool]:
+    def _open(self, i: int) -> tuple[bool, ...]:  # (below, above)
         return tuple(x is None and st != "at bound"
                      for x, st in zip(self.interval[i], self.side_status[i], strict=True))
 
@@ -175,10 +176,10 @@ def _trace(task: tuple) -> dict:
             "status": status}
 
 
-def profile_likelihood_intervals(refit: Refit, estimate: Sequence[float],
+def profile_likelihood_intervals(refit: Refit, estimate: ArrayLike,
                                  bounds: Sequence[tuple[float, float]], cost_opt: float, sigma2: float,
                                  names: Sequence[str], *,
-                                 fisher_se: Sequence[float] | None = None, which: Sequence[int] | None = None,
+                                 fisher_se: ArrayLike | None = None, which: Sequence[int] | None = None,
                                  level: float = 0.95, dof: int | None = None, max_steps: int = 10,
                                  first_step: Sequence[float] | None = None, refine: int = 0,
                                  refine_tol: float = 1e-3, executor=None) -> ProfileLikelihoodResult:
@@ -215,7 +216,9 @@ def profile_likelihood_intervals(refit: Refit, estimate: Sequence[float],
     out = map_tasks(executor, _trace, tasks)
     tail = 0.5 + level / 2
     q = float(scipy.stats.norm.ppf(tail) if dof is None else scipy.stats.t.ppf(tail, dof))
-    grids, costs, lrs, intervals, fisher, ident, clear, status, ses = [], [], [], [], [], [], [], [], []
+    grids, costs, lrs, intervals, ident, clear, status = [], [], [], [], [], [], []
+    fisher: list[tuple[float, float] | None] = []
+    ses: list[float | None] = []
     n_refits = 0
     lowest = float(cost_opt)
     for j in which:
@@ -236,9 +239,12 @@ def profile_likelihood_intervals(refit: Refit, estimate: Sequence[float],
         lo, hi = bounds[j]
         tol = 1e-9 * (hi - lo)
         clear.append((lo_x is not None or est[j] <= lo + tol) and (hi_x is not None or est[j] >= hi - tol))
-        ok_se = se is not None and np.isfinite(se[j])
-        fisher.append((float(est[j] - q * se[j]), float(est[j] + q * se[j])) if ok_se else None)
-        ses.append(float(se[j]) if ok_se else None)
+        if se is not None and np.isfinite(se[j]):
+            fisher.append((float(est[j] - q * se[j]), float(est[j] + q * se[j])))
+            ses.append(float(se[j]))
+        else:
+            fisher.append(None)
+            ses.append(None)
     return ProfileLikelihoodResult(
         names=[names[j] for j in which], grids=grids, costs=costs, cost_opt=float(cost_opt),
         estimate=est[which], clear_minimum=clear, lr=lrs, threshold=thr, level=float(level),

@@ -273,6 +273,7 @@ class IntervalReport:
         parts = [] if self.adequacy.intervals_valid else [self.adequacy.statement]
         if not self.step_ok:
             b = self.step_bias_std
+            assert b is not None  # step_ok is False only with a step bias
             j = int(np.nanargmax(b))
             parts.append(f"the model's time step biases the estimate by up to {b[j]:.2g} std "
                          f"({self.names[j]}); "
@@ -292,11 +293,12 @@ class IntervalReport:
         return {n: [_f(a), _f(b)] for n, (a, b) in zip(self.names, iv, strict=True)}
 
     def to_dict(self) -> dict:
+        bias_std = self.step_bias_std  # None exactly when there is no step bias
         return {"level": self.level, "ci95": self.ci95(True), "ci95_model": self.ci95(False),
                 "std_model": [_f(x) for x in self.std_model], "std_robust": [_f(x) for x in self.std_robust],
                 "hac_bandwidth": self.bandwidth, "identifiable": self.identifiable,
                 "adequacy": self.adequacy_dict(),
-                "step_bias_std": None if self.step_bias is None else [_f(x) for x in self.step_bias_std]}
+                "step_bias_std": None if bias_std is None else [_f(x) for x in bias_std]}
 
     def adequacy_dict(self) -> dict:
         """The adequacy check; ``intervals_valid`` also needs the time-step check to pass."""
@@ -318,9 +320,10 @@ class IntervalReport:
             lines.append(f"{n:<16} {self.values[j]:>11.5g} {im[j, 0]:>11.5g} {im[j, 1]:>11.5g} "
                          f"{ir[j, 0]:>11.5g} {ir[j, 1]:>11.5g} {ratio:>12.3g}  "
                          f"{'yes' if idf[n] else ('not graded' if not self.intervals_valid else 'no')}{unit}")
-        if self.step_bias is not None:
+        bias_std = self.step_bias_std  # None exactly when there is no step bias
+        if bias_std is not None:
             lines.append("time-step bias / robust std: " + ", ".join(
-                f"{n} {b:.2g}" for n, b in zip(self.names, self.step_bias_std, strict=True)))
+                f"{n} {b:.2g}" for n, b in zip(self.names, bias_std, strict=True)))
         lines.append("adequacy (validation residuals): " + self.statement)
         return "\n".join(lines)
 

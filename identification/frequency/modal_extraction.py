@@ -292,7 +292,8 @@ def _forward_select(
     already chosen, or a noise pole, explains little and is passed over."""
     chosen: list[int] = []
     for _ in range(n_modes):
-        best, best_err = -1, np.inf
+        best = -1
+        best_err: float | np.floating = np.inf
         for i in range(cand.size):
             if i in chosen:
                 continue

@@ -159,8 +159,8 @@ class PressLinkageModel:
         Ep = np.stack([y @ self.K5.T, y @ self.K7.T], axis=2)
         return Ey, Ep
 
-    def observe(self, y: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
-        return y @ self.Hobs.T
+    def observe(self, y: np.ndarray, p: np.ndarray, q: np.ndarray | None) -> np.ndarray:
+        return y @ self.Hobs.T  # the sensors see the state only: q is not needed
 
     def observe_jacobians(self, y: np.ndarray, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         N = y.shape[0]
@@ -416,7 +416,7 @@ def train_friction_models(
     *,
     constants: PressConstants | None = None,
     omega: np.ndarray | None = None,
-    p0: np.ndarray = (1.8e8, 1.8e8),
+    p0: tuple[float, float] | np.ndarray = (1.8e8, 1.8e8),
     skip_virgin: bool = True,
     n_iter: int = 3,
     outputs: tuple[str, ...] | None = None,
@@ -454,4 +454,5 @@ def train_friction_models(
         q_fric_var[tr] = q_var.reshape(len(tr), -1)
         fr = {name: cls().fit(q_hist, q_fric, mask, q_fric_var) for name, cls in FRICTION_MODELS.items()}
         q_eff = q_hist - fr["M3"].friction(q_hist)
+    assert p_m1 is not None  # the loop runs at least once
     return TrainedPressModels(structure=model, friction=fr, p_train_m1=p_m1, q_fric_train=q_fric)

@@ -107,8 +107,8 @@ class _Problem:
         self.eps = friction_eps
         self.fixed = dict(fixed or {})
         self.free = [j for j, n in enumerate(scaling.names) if n not in self.fixed]
-        self._key = None
-        self._val = None
+        self._key: bytes | None = None
+        self._val: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (residual, Jacobian, S)
         self.n_evals = 0
 
     def params(self, th_free: np.ndarray) -> dict[str, float]:
@@ -122,11 +122,12 @@ class _Problem:
         th[self.free] = th_free
         return th
 
-    def _eval(self, th_free: np.ndarray):
+    def _eval(self, th_free: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         key = th_free.tobytes()
         if key != self._key:
             p = self.params(th_free)
             r = simulate(self.s, p, self.inp, sensitivities=True, friction_eps=self.eps)
+            assert r.S is not None  # sensitivities=True computes it
             n = min(r.y.size, self.y.size)
             res = (r.y[:n] - self.y[:n])[self.skip:]
             J = r.S[:n][self.skip:][:, self.free] * self.sc.dp_dth(self._expand(th_free))[self.free]
@@ -136,6 +137,7 @@ class _Problem:
                 J = np.zeros_like(J)
             self._key, self._val = key, (res, J, r.S[:n][self.skip:])
             self.n_evals += 1
+        assert self._val is not None  # set above on the first call (no key equals None)
         return self._val
 
     def fun(self, th_free):
@@ -176,7 +178,7 @@ def fit_structure(structure: DriveStructure | str, u: np.ndarray, y: np.ndarray,
     prob = _Problem(s, inp, yd, sc, skip, friction_eps, fixed)
     n_free = len(prob.free)
     rng = np.random.default_rng(seed)
-    best = None
+    best: tuple[float, np.ndarray] | None = None
     start_costs = []
     if n_free == 0:
         res0 = prob.fun(np.zeros(0))
@@ -199,6 +201,7 @@ def fit_structure(structure: DriveStructure | str, u: np.ndarray, y: np.ndarray,
             start_costs.append(cost)
             if best is None or cost < best[0]:
                 best = (cost, th)
+        assert best is not None  # _starts gives at least one start
         best_cost, best_th = best
     res, _, S = prob._eval(np.asarray(best_th, dtype=float))
     params = prob.params(best_th)

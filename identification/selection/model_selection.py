@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -399,7 +400,7 @@ def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] 
     train, valid = as_run(train), as_run(valid)
     bounds = {k: (float(v[0]), float(v[1])) for k, v in {**DEFAULT_BOUNDS, **(bounds or {})}.items()}
     structs = [parse_name(c) if isinstance(c, str) else c for c in (candidates or all_structures())]
-    opts = dict(n_starts=int(n_starts), seed=int(seed), min_pii_ratio=float(min_pii_ratio),
+    opts: dict[str, Any] = dict(n_starts=int(n_starts), seed=int(seed), min_pii_ratio=float(min_pii_ratio),
                 max_condition_index=float(max_condition_index),
                 max_rel_std=None if max_rel_std is None else float(max_rel_std),
                 min_validation_fit=float(min_validation_fit),
