@@ -188,6 +188,7 @@ class MachineToolFrontEndSim:
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._clients.add(writer)
         task = asyncio.current_task()
+        assert task is not None  # the server runs each connection's handler as a task
         self._handlers.add(task)
         try:
             while line := await reader.readline():

@@ -17,7 +17,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pymodbus import FramerType
 from pymodbus.client import ModbusTcpClient
@@ -61,11 +61,17 @@ class SimRegister:
         raw = (value - self.offset) / self.scale
         if self.type != "float32":
             raw = int(round(raw))
-        return ModbusTcpClient.convert_to_registers(raw, _TYPES[self.type], word_order=self.word_order)
+        return ModbusTcpClient.convert_to_registers(raw, _TYPES[self.type], word_order=self._order)
 
     def from_regs(self, regs: list[int]) -> float:
-        raw = ModbusTcpClient.convert_from_registers(regs, _TYPES[self.type], word_order=self.word_order)
+        raw = ModbusTcpClient.convert_from_registers(regs, _TYPES[self.type], word_order=self._order)
+        assert isinstance(raw, int | float)  # every type in _TYPES is one number
         return float(raw) * self.scale + self.offset
+
+    @property
+    def _order(self) -> Literal["big", "little"]:
+        """The word order as pymodbus takes it (which reads anything but "little" as big-endian)."""
+        return "little" if self.word_order == "little" else "big"
 
 
 def parse_map(table: Mapping[str, Mapping[str, Any]]) -> dict[str, SimRegister]:
@@ -274,13 +280,14 @@ class ModbusSimServer:
     async def start(self) -> None:
         if self._server is not None:
             return
+        server: ModbusTcpServer | ModbusSerialServer
         if self.protocol == "modbus_tcp":
             server = ModbusTcpServer(self._device(), address=(self.host, self.port), trace_pdu=self._identify)
         else:
             server = ModbusSerialServer(self._device(), framer=FramerType.RTU, trace_pdu=self._identify,
                                         port=f"socket://{self.host}:{self.port}", ignore_missing_devices=True)
-        server.context = _OwnUnitOnly(server.context, self.device_id, silent=self.protocol == "modbus_rtu",
-                                      owner=self)
+        server.context = _OwnUnitOnly(  # type: ignore[assignment]  # duck-typed: pymodbus declares its own classes
+            server.context, self.device_id, silent=self.protocol == "modbus_rtu", owner=self)
         await server.serve_forever(background=True)
         sockets = getattr(server.transport, "sockets", None)
         if not sockets:

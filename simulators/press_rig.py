@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -23,6 +23,15 @@ from simulators.press_devices import FORCE_SOURCE_MAP, IDENTITIES, SENSOR_MAPS
 from simulators.serial_sensor_sim import SerialSensorSim
 
 Device = ForceSourceSim | ModbusSensorSim | SerialSensorSim
+
+
+class _SensorSource(TypedDict):
+    """What a simulated displacement sensor reads and how it degrades it (either protocol)."""
+
+    source: Callable[[], float]  # the true displacement, m
+    sigma: float  # noise std, m
+    resolution: float  # quantisation step, m
+    rng: np.random.Generator
 
 
 class PressRig:
@@ -50,12 +59,17 @@ class PressRig:
                 raise ValueError(f"unknown press sensor {name!r}; the plant has {SENSOR_NAMES}")
             idx = SENSOR_NAMES.index(name)
             noise = sensor_sim.get(name, {})
-            kw = dict(source=lambda i=idx: float(self.z[i]), sigma=float(noise.get("sigma", 0.0)),
-                      resolution=float(noise.get("resolution", 0.0)), rng=np.random.default_rng(next(seeds)))
+
+            def true_z(i: int = idx) -> float:  # a def, not a lambda: mypy cannot type a lambda's default
+                return float(self.z[i])
+
+            kw = _SensorSource(source=true_z, sigma=float(noise.get("sigma", 0.0)),
+                               resolution=float(noise.get("resolution", 0.0)),
+                               rng=np.random.default_rng(next(seeds)))
             proto = dcfg.get("protocol")
             if proto in ("modbus_rtu", "modbus_tcp"):
-                self.devices[name] = ModbusSensorSim(name, dcfg, registers=SENSOR_MAPS[name], **kw)
-                self.devices[name].server.identity = IDENTITIES[name]
+                self.devices[name] = sensor = ModbusSensorSim(name, dcfg, registers=SENSOR_MAPS[name], **kw)
+                sensor.server.identity = IDENTITIES[name]
             elif proto == "serial":
                 ident = IDENTITIES[name]
                 self.devices[name] = SerialSensorSim(name, dcfg, ident=f"SIMLAB,{ident['model']},"

@@ -228,6 +228,7 @@ class MachineToolTruth:
         # motor held by the position loop (relative to the front bed's rotation about z)
         element(_unit((_TM, 1.0)) - _rot("front")[2], c.servo_k, c.servo_c)
         # mounting elements: the ground is fixed, so the relative motion is the bed point's
+        P: tuple[float, float, float] | np.ndarray  # a point of the constants, then as an array
         for i, P in enumerate(c.me_points, start=1):
             P = np.asarray(P, dtype=float)
             body = "front" if P[2] < lz else "back"

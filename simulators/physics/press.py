@@ -30,6 +30,7 @@ G7 / A are the bar ends in the frame bearings.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -84,7 +85,7 @@ class PressTruth:
         if "friction_n" in d and not float(d["friction_n"]).is_integer():
             raise ValueError(f"friction_n must be a whole number (a count of stop operators), got "
                              f"{d['friction_n']!r}")
-        kw = {k: (int(v) if k == "friction_n" else float(v)) for k, v in d.items()}
+        kw: dict[str, Any] = {k: (int(v) if k == "friction_n" else float(v)) for k, v in d.items()}
         truth = cls(**kw)
         for k in ("k5", "k7", "k_lever", "k_guide", "k_joint", "friction_scale", "q_max"):
             if not getattr(truth, k) > 0:
