@@ -44,8 +44,9 @@ import asyncio
 import enum
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, Self
+from typing import Any, Protocol, Self
 
 import numpy as np
 from asyncua import Server, ua
@@ -140,7 +141,8 @@ class Plant:
     """What the drive moves: truth type, simulate(truth, input, dt, rng), trace keys and units."""
 
     truth: type[Truth]
-    simulate: object
+    # simulate(truth, input, dt, rng) -> result arrays by key; Any: each plant takes its own truth type
+    simulate: Callable[[Any, np.ndarray, float, np.random.Generator], dict]
     input_unit: tuple[str, str, str]    # UNECE code, symbol, description
     output_unit: tuple[str, str, str]
     speed_unit: tuple[str, str, str]
@@ -227,7 +229,7 @@ def eu_information(code: str, symbol: str, description: str) -> ua.EUInformation
 def _arg(name: str, vtype: int, array: bool = False) -> ua.Argument:
     a = ua.Argument()
     a.Name = name
-    a.DataType = ua.NodeId(vtype)
+    a.DataType = ua.NodeId(vtype)  # type: ignore[arg-type]  # asyncua annotates its marker classes where it takes an int and a str
     a.ValueRank = 1 if array else -1
     a.ArrayDimensions = [0] if array else []
     a.Description = ua.LocalizedText(name)
@@ -274,7 +276,13 @@ class CraneDrive:
 
     # ------------------------------------------------------------------ faces
     def nodeid(self, idx: int, name: str) -> ua.NodeId:
-        return ua.NodeId(f"{self.s.axis}.{name}" if name else self.s.axis, idx)
+        return ua.NodeId(f"{self.s.axis}.{name}" if name else self.s.axis, idx)  # type: ignore[arg-type]  # asyncua annotates its marker classes where it takes an int and a str
+
+    def heartbeat(self, server: Server, idx: int) -> int:
+        """The Heartbeat value on face ``idx`` of ``server`` (what a client last wrote there, else 0)."""
+        value = server.read_attribute_value(self.nodeid(idx, "Heartbeat")).Value
+        assert value is not None  # the variable is created with a value and only ever written one
+        return value.Value
 
     def _ranges(self) -> dict[str, tuple[float, float]]:
         tl, sl = float(self.s.torque_limit), float(self.s.speed_limit)
@@ -524,7 +532,7 @@ class CraneDrive:
             for server, idx in list(self._faces):
                 if id(server) not in self._control_faces:
                     continue  # a heartbeat only counts where it needs a secure, authenticated session
-                beat = server.read_attribute_value(self.nodeid(idx, "Heartbeat")).Value.Value
+                beat = self.heartbeat(server, idx)
                 if self._last_beat.get(id(server)) != beat:
                     self._last_beat[id(server)] = beat
                     self._beat_seen = now
@@ -571,10 +579,10 @@ async def build_server(drive: CraneDrive, host: str, port: int, *, pki: Pki | No
     secure = pki is not None
     server = Server(user_manager=PasswordUsers(users or {}) if secure else None)
     await server.init()
-    await server.set_application_uri(pki.server.app_uri if secure else f"{SERVER_URI}:plain")
+    await server.set_application_uri(pki.server.app_uri if pki is not None else f"{SERVER_URI}:plain")
     server.set_endpoint(f"opc.tcp://{host}:{port}/hil/crane")
     server.set_server_name(f"{drive.s.name} ({'secure' if secure else 'plain'})")
-    if secure:
+    if pki is not None:
         server.set_security_policy([ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt])
         server.set_identity_tokens([ua.UserNameIdentityToken])
         await server.load_certificate(str(pki.server.cert))
@@ -594,4 +602,5 @@ async def build_server(drive: CraneDrive, host: str, port: int, *, pki: Pki | No
 
 def server_url(server: Server, host: str) -> str:
     """The endpoint URL with the bound port (port 0 resolved)."""
+    assert server.bserver is not None  # a started server (build_server) has one
     return f"opc.tcp://{host}:{server.bserver.port}/hil/crane"

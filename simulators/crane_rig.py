@@ -48,8 +48,7 @@ class CraneRig:
         """What clients wrote to the drive (the dry-run tests): its acting method calls, plus one per
         endpoint whose heartbeat was ever written (read before ``stop``)."""
         drive = self.drive
-        beats = sum(server.read_attribute_value(drive.nodeid(idx, "Heartbeat")).Value.Value != 0
-                    for server, idx in drive._faces)
+        beats = sum(drive.heartbeat(server, idx) != 0 for server, idx in drive._faces)
         return drive.n_calls + beats
 
     async def start(self) -> dict[str, str]:
