@@ -229,7 +229,7 @@ def eu_information(code: str, symbol: str, description: str) -> ua.EUInformation
 def _arg(name: str, vtype: int, array: bool = False) -> ua.Argument:
     a = ua.Argument()
     a.Name = name
-    a.DataType = ua.NodeId(vtype)  # type: ignore[arg-type]  # asyncua annotates its marker classes where it takes an int and a str
+    a.DataType = ua.NodeId(vtype)  # type: ignore[arg-type]  # asyncua's stub wants ua.Int32; takes an int
     a.ValueRank = 1 if array else -1
     a.ArrayDimensions = [0] if array else []
     a.Description = ua.LocalizedText(name)
@@ -276,7 +276,8 @@ class CraneDrive:
 
     # ------------------------------------------------------------------ faces
     def nodeid(self, idx: int, name: str) -> ua.NodeId:
-        return ua.NodeId(f"{self.s.axis}.{name}" if name else self.s.axis, idx)  # type: ignore[arg-type]  # asyncua annotates its marker classes where it takes an int and a str
+        ident = f"{self.s.axis}.{name}" if name else self.s.axis
+        return ua.NodeId(ident, idx)  # type: ignore[arg-type]  # asyncua's stub wants ua.String, ua.Int16; takes str, int
 
     def heartbeat(self, server: Server, idx: int) -> int:
         """The Heartbeat value on face ``idx`` of ``server`` (what a client last wrote there, else 0)."""

@@ -401,11 +401,11 @@ def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] 
     bounds = {k: (float(v[0]), float(v[1])) for k, v in {**DEFAULT_BOUNDS, **(bounds or {})}.items()}
     structs = [parse_name(c) if isinstance(c, str) else c for c in (candidates or all_structures())]
     opts: dict[str, Any] = dict(n_starts=int(n_starts), seed=int(seed), min_pii_ratio=float(min_pii_ratio),
-                max_condition_index=float(max_condition_index),
-                max_rel_std=None if max_rel_std is None else float(max_rel_std),
-                min_validation_fit=float(min_validation_fit),
-                decimate=int(decimate), skip=int(skip), friction_eps=float(friction_eps),
-                max_nfev=int(max_nfev))
+                                max_condition_index=float(max_condition_index),
+                                max_rel_std=None if max_rel_std is None else float(max_rel_std),
+                                min_validation_fit=float(min_validation_fit),
+                                decimate=int(decimate), skip=int(skip), friction_eps=float(friction_eps),
+                                max_nfev=int(max_nfev))
     fine_dec = int(refit_decimate) if refit_decimate else int(decimate)
     fine = dict(opts, decimate=fine_dec, skip=int(skip) * int(decimate) // fine_dec)
     stage = _Stages(clock)
