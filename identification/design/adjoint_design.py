@@ -376,7 +376,7 @@ def _gradient_descent(fun: _Counter, w: np.ndarray, max_iter: int, tol: float,
                       hist: list[float], ihist: list[float]) -> tuple[np.ndarray, int, str]:
     """Paper eq. 16: ``w <- w - kappa * g`` with Armijo backtracking on kappa (grown 2x after success)."""
     J, g = fun(w)
-    kappa = 1.0 / max(float(np.linalg.norm(g)), 1e-300)  # float(): the same float64 value, for max()
+    kappa = 1.0 / np.maximum(np.linalg.norm(g), 1e-300)  # np.maximum: max(numpy scalar, float) does not type
     it = 0
     msg = "max_iter reached"
     while it < max_iter:
