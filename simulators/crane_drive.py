@@ -141,8 +141,7 @@ class Plant:
     """What the drive moves: truth type, simulate(truth, input, dt, rng), trace keys and units."""
 
     truth: type[Truth]
-    # simulate(truth, input, dt, rng) -> result arrays by key; Any: each plant takes its own truth type
-    simulate: Callable[[Any, np.ndarray, float, np.random.Generator], dict]
+    simulate: Callable[[Any, np.ndarray, float, np.random.Generator], dict]  # Any: the plant's truth type
     input_unit: tuple[str, str, str]    # UNECE code, symbol, description
     output_unit: tuple[str, str, str]
     speed_unit: tuple[str, str, str]
@@ -278,12 +277,6 @@ class CraneDrive:
     def nodeid(self, idx: int, name: str) -> ua.NodeId:
         ident = f"{self.s.axis}.{name}" if name else self.s.axis
         return ua.NodeId(ident, idx)  # type: ignore[arg-type]  # asyncua's stub wants ua.String, ua.Int16; takes str, int
-
-    def heartbeat(self, server: Server, idx: int) -> int:
-        """The Heartbeat value on face ``idx`` of ``server`` (what a client last wrote there, else 0)."""
-        value = server.read_attribute_value(self.nodeid(idx, "Heartbeat")).Value
-        assert value is not None  # the variable is created with a value and only ever written one
-        return value.Value
 
     def _ranges(self) -> dict[str, tuple[float, float]]:
         tl, sl = float(self.s.torque_limit), float(self.s.speed_limit)
@@ -533,9 +526,10 @@ class CraneDrive:
             for server, idx in list(self._faces):
                 if id(server) not in self._control_faces:
                     continue  # a heartbeat only counts where it needs a secure, authenticated session
-                beat = self.heartbeat(server, idx)
-                if self._last_beat.get(id(server)) != beat:
-                    self._last_beat[id(server)] = beat
+                beat = server.read_attribute_value(self.nodeid(idx, "Heartbeat")).Value
+                assert beat is not None  # the variable is created with a value and only ever written one
+                if self._last_beat.get(id(server)) != beat.Value:
+                    self._last_beat[id(server)] = beat.Value
                     self._beat_seen = now
             if self.enabled and now - self._beat_seen > self.s.watchdog_timeout:
                 async with self._lock:
@@ -577,12 +571,11 @@ async def build_server(drive: CraneDrive, host: str, port: int, *, pki: Pki | No
     ApplicationUri is the one in its certificate. ``control=False`` serves a read-only face (see
     :meth:`CraneDrive.attach`).
     """
-    secure = pki is not None
-    server = Server(user_manager=PasswordUsers(users or {}) if secure else None)
+    server = Server(user_manager=PasswordUsers(users or {}) if pki is not None else None)
     await server.init()
     await server.set_application_uri(pki.server.app_uri if pki is not None else f"{SERVER_URI}:plain")
     server.set_endpoint(f"opc.tcp://{host}:{port}/hil/crane")
-    server.set_server_name(f"{drive.s.name} ({'secure' if secure else 'plain'})")
+    server.set_server_name(f"{drive.s.name} ({'secure' if pki is not None else 'plain'})")
     if pki is not None:
         server.set_security_policy([ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt])
         server.set_identity_tokens([ua.UserNameIdentityToken])
