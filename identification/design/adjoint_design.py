@@ -60,21 +60,9 @@ from identification.models.ode_sensitivity import (
 )
 
 __all__ = [
-    "EndCondition",
-    "StateLimit",
-    "DesignProblem",
-    "Evaluation",
-    "DesignResult",
-    "ParameterFit",
-    "to_bounded",
-    "from_bounded",
-    "criterion_value",
-    "evaluate",
-    "cost_and_gradient",
-    "optimize_input",
-    "projected_gradient_norm",
-    "simulate_output",
-    "fit_parameters",
+    "EndCondition", "StateLimit", "DesignProblem", "Evaluation", "DesignResult", "ParameterFit", "to_bounded",
+    "from_bounded", "criterion_value", "evaluate", "cost_and_gradient", "optimize_input",
+    "projected_gradient_norm", "simulate_output", "fit_parameters",
 ]
 
 CRITERIA = ("A", "D", "E")
