@@ -56,13 +56,18 @@ def serve_config(config: Path, env: dict[str, str], log: Path) -> tuple[subproce
                                 stdout=out, stderr=subprocess.STDOUT, env={**base, **env})
     started = re.compile(r"Uvicorn running on (http://127\.0\.0\.1:\d+)")
 
-    def up() -> bool:
-        return proc.poll() is not None or started.search(log.read_text(errors="replace")) is not None
+    def url() -> re.Match | None:
+        return started.search(re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace")))  # no colours
 
-    poll_until(up, timeout=240, period=0.1)
-    found = started.search(log.read_text(errors="replace"))
+    try:
+        poll_until(lambda: proc.poll() is not None or url() is not None, timeout=240, period=0.1)
+    except AssertionError:
+        proc.kill()
+        raise
+    found = url()
     if found is None:
-        raise AssertionError(f"tiled serve config exited with {proc.returncode}:\n{log.read_text()}")
+        proc.kill()
+        raise AssertionError(f"tiled serve config did not start (exit {proc.poll()}):\n{log.read_text()}")
     return proc, found.group(1)
 
 
