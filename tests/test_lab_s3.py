@@ -25,7 +25,7 @@ from tests.test_lab import ROOT, hil, make_session
 
 BUCKET = "hil-lab"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "hil-test", "AWS_SECRET_ACCESS_KEY": "hil-test-secret"}
-REGION = "us-east-1"  # the region the shipped config names
+REGION = "us-east-1"  # what obstore takes where AWS_REGION is unset (the Tiled server runs without it)
 
 
 @pytest.fixture
