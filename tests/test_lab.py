@@ -384,9 +384,9 @@ def test_hil_serve_lists_whether_a_session_is_in_the_lab_with_a_link_to_it(lab, 
 
 
 def test_the_shipped_tiled_configs_for_a_lab_of_many_rigs_parse_with_tileds_own_schema(monkeypatch):
-    """configs/lab/: PostgreSQL catalogue with arrays in a folder, or on an S3-compatible store (that one
-    is not served here: no object store on the test machines; `hil lab serve --catalog` runs the same
-    catalogue on a real PostgreSQL in test_lab_faults)."""
+    """configs/lab/: PostgreSQL catalogue with arrays in a folder, or on an S3-compatible store (served as
+    shipped in test_lab_s3; `hil lab serve --catalog` runs the same catalogue on a real PostgreSQL in
+    test_lab_faults)."""
     from tiled.config import parse_configs
 
     env = {"HIL_LAB_KEY": "k" * 32, "HIL_LAB_CATALOG": "postgresql+asyncpg://hil@db:5432/lab",

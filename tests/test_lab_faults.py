@@ -9,11 +9,9 @@ import os
 import re
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
-import tempfile
 from contextlib import closing
 from pathlib import Path
 
@@ -26,10 +24,9 @@ from daq.lab.marks import replicas
 from daq.lab.reader import LabReader
 from daq.store.read_write import SessionStore
 from daq.store.reader import SessionReader
+from tests.pg_cluster import throwaway_postgres
 from tests.polling import poll_until
 from tests.test_lab import ROOT, T0, LabServer, hil, make_session, shared_lab
-
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
 
 @pytest.fixture(scope="session")
@@ -219,34 +216,11 @@ def test_a_stalled_lab_never_holds_up_a_run(lab, tmp_path):
             os.kill(lab.proc.pid, signal.SIGCONT)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def postgres():
-    """A throwaway PostgreSQL cluster on a free loopback port, run as the ``postgres`` OS user."""
-    if not (PG_BIN / "initdb").exists() or shutil.which("runuser") is None:
-        pytest.skip(f"PostgreSQL server binaries not found in {PG_BIN} (apt-get install postgresql)")
-    folder = Path(tempfile.mkdtemp(prefix="hil-pg-"))
-    shutil.chown(folder, "postgres")
-    port = free_port()
-
-    def as_pg(*cmd: str) -> None:
-        subprocess.run(["runuser", "-u", "postgres", "--", *cmd], check=True, capture_output=True,
-                       timeout=120)
-
-    as_pg(str(PG_BIN / "initdb"), "-D", str(folder / "db"), "-A", "trust", "-U", "postgres")
-    as_pg(str(PG_BIN / "pg_ctl"), "-D", str(folder / "db"), "-l", str(folder / "log"), "-w", "-o",
-          f"-p {port} -k {folder} -c listen_addresses=127.0.0.1", "start")
-    try:
-        as_pg(str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "lab")
-        yield f"postgresql://postgres@127.0.0.1:{port}/lab"
-    finally:
-        as_pg(str(PG_BIN / "pg_ctl"), "-D", str(folder / "db"), "-m", "fast", "-w", "stop")
-        shutil.rmtree(folder, ignore_errors=True)
+    """A throwaway PostgreSQL cluster on a free loopback port (tests/pg_cluster.py)."""
+    with throwaway_postgres() as uri:
+        yield uri
 
 
 @pytest.mark.slow(reason="initdb, a PostgreSQL server and a Tiled server")

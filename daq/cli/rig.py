@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import cast
@@ -164,7 +165,8 @@ def rigs(as_json: bool) -> None:
                 type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the device table as JSON (one object).")
 def sim(kind: str, config_path: str | None, as_json: bool) -> None:
-    """Serve a rig kind's simulated devices on loopback until Ctrl-C (CONFIG: configs/<KIND>-sim.toml)."""
+    """Serve a rig kind's simulated devices on loopback until Ctrl-C or SIGTERM (CONFIG: default
+    configs/<KIND>-sim.toml)."""
     from daq.rigs import get_rig  # lazy: the registry loads every rig kind
 
     rig = get_rig(kind)
@@ -174,13 +176,18 @@ def sim(kind: str, config_path: str | None, as_json: bool) -> None:
         raise ConfigError(f"is a {cfg_rig.kind!r} config, not a {rig.kind!r} one", config_path, "[rig].kind")
     if not rig.has_simulator:
         raise ConfigError(f"rig kind {rig.kind!r} has no simulator", config_path, "[rig].kind")
-    try:
-        asyncio.run(_serve(rig, cfg, config_path, as_json))
-    except KeyboardInterrupt:
-        click.echo("stopped", err=True)
+    asyncio.run(_serve(rig, cfg, config_path, as_json))
+    click.echo("stopped", err=True)
 
 
 async def _serve(rig, cfg, config_path: str, as_json: bool) -> None:
+    """Serve until Ctrl-C or SIGTERM, then power the devices off. The handlers are the loop's own, so a
+    shell that started this in the background (SIGINT ignored) or a service manager (SIGTERM) stop it the
+    same clean way a terminal's Ctrl-C does."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     simulated = rig.simulator(cfg)
     await simulated.start()
     try:
@@ -194,9 +201,11 @@ async def _serve(rig, cfg, config_path: str, as_json: bool) -> None:
             for row in table:
                 click.echo("  ".join(f"{k}={v}" for k, v in row.items()))
         sys.stdout.flush()
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
         await simulated.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
 
 
 def describe_devices(device_cfg: dict, config_path: str) -> list[dict]:
