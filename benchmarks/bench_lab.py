@@ -11,7 +11,7 @@ tables back, and compares the server's row counts and the stored digests before 
 MB/s counts the session's sample bytes (t + data) for both.
 
     .venv/bin/python benchmarks/bench_lab.py [--pushers 4 16] [--sessions 2] [--session-mb 8]
-        [--catalogue 10000] [--big-mb 1024 ...]
+        [--catalogue 10000] [--big-mb 1024 ...] [--repeat 3]
 
 Needs PostgreSQL's server binaries (/usr/lib/postgresql/15/bin; run as root, the cluster runs as the
 postgres user). Wall times on a loaded machine are inflated: the CPU time of the child processes is
@@ -133,23 +133,34 @@ def run_all(cmds: list[list[str]]) -> tuple[float, float, int]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), retries
 
 
-def bench_pushers(work: Path, url: str, key: str, n: int, sessions: int, mb: float) -> None:
-    stores = [work / f"rig-{n}-{k}.sqlite" for k in range(n)]
-    nbytes = sum(make_store(s, sessions, mb, seed=100 * n + k) for k, s in enumerate(stores))
+def bench_pushers(work: Path, url: str, key: str, n: int, sessions: int, mb: float, repeat: int) -> None:
+    """``repeat`` pairs of (plain, push) with fresh sessions each (a second push of the same ones would add
+    nothing); the order alternates pair by pair, so neither side always meets the larger catalogue or the
+    warmer server; the ratio is the median of the pairs'."""
     plain_script = work / "plain.py"
     plain_script.write_text(PLAIN)
-    push = [[sys.executable, "-m", "daq.cli.main", "--store", str(s), "lab", "push", "--all", "--to", url,
-             "--key-file", str(work / "key")] for s in stores]
-    plain = [[sys.executable, str(plain_script), url, key, str(s), f"{n}-{k}"] for k, s in enumerate(stores)]
-    w_plain, c_plain, r_plain = run_all(plain)
-    w_push, c_push, r_push = run_all(push)
-    total = n * sessions
-    for label, wall, cpu, r in (("plain tiled client", w_plain, c_plain, r_plain),
-                                ("hil lab push", w_push, c_push, r_push)):
-        print(f"  {n:2d} processes, {label:18s}: {nbytes / 1e6 / wall:6.2f} MB/s, {total / wall * 60:6.2f} "
-              f"sessions/min  (wall {wall:.1f} s, CPU of the processes {cpu:.1f} s, retries {r})", flush=True)
-    print(f"  {n:2d} processes: push / plain = {w_plain / w_push:.2f}x in wall time "
-          f"({total} sessions of {mb:g} MB)")
+    ratios = []
+    for r in range(repeat):
+        stores = [work / f"rig-{n}-{r}-{k}.sqlite" for k in range(n)]
+        nbytes = sum(make_store(s, sessions, mb, seed=1000 * r + 100 * n + k) for k, s in enumerate(stores))
+        push = [[sys.executable, "-m", "daq.cli.main", "--store", str(s), "lab", "push", "--all", "--to", url,
+                 "--key-file", str(work / "key")] for s in stores]
+        plain = [[sys.executable, str(plain_script), url, key, str(s), f"{n}-{r}-{k}"]
+                 for k, s in enumerate(stores)]
+        sides = {"plain tiled client": plain, "hil lab push": push}
+        order = list(sides) if r % 2 == 0 else list(sides)[::-1]
+        measured = {label: run_all(sides[label]) for label in order}
+        total = n * sessions
+        for label in order:
+            wall, cpu, retries = measured[label]
+            print(f"  {n:2d} processes, pair {r + 1}, {label:18s}: {nbytes / 1e6 / wall:6.2f} MB/s, "
+                  f"{total / wall * 60:6.2f} sessions/min  (wall {wall:.1f} s, CPU {cpu:.1f} s, "
+                  f"retries {retries}; load average {os.getloadavg()[0]:.1f})", flush=True)
+        ratios.append(measured["plain tiled client"][0] / measured["hil lab push"][0])
+        print(f"  {n:2d} processes, pair {r + 1} ({' first, '.join(order)} second): push / plain = "
+              f"{ratios[-1]:.2f}x in wall time ({total} sessions of {mb:g} MB)", flush=True)
+    print(f"  {n:2d} processes: push / plain = {statistics.median(ratios):.2f}x (median of {repeat} pairs: "
+          f"{', '.join(f'{x:.2f}' for x in ratios)})", flush=True)
 
 
 def bench_search(url: str, key: str, n: int) -> None:
@@ -218,6 +229,7 @@ def main() -> None:
     ap.add_argument("--session-mb", type=float, default=8.0)
     ap.add_argument("--catalogue", type=int, default=10_000)
     ap.add_argument("--big-mb", type=float, nargs="*", default=[1024.0])
+    ap.add_argument("--repeat", type=int, default=1, help="pairs of (plain, push) per process count")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-lab-"))
     pg_dir = Path(tempfile.mkdtemp(prefix="bench-lab-pg-"))
@@ -229,7 +241,7 @@ def main() -> None:
         os.chmod(work / "key", 0o600)
         print(f"lab {url}, PostgreSQL catalogue, arrays in {work / 'lab'}")
         for n in args.pushers:
-            bench_pushers(work, url, key, n, args.sessions, args.session_mb)
+            bench_pushers(work, url, key, n, args.sessions, args.session_mb, args.repeat)
         for mb in args.big_mb:
             bench_memory(work, url, mb)
         if args.catalogue:
