@@ -252,3 +252,23 @@ def test_listing_and_queueing_answer_while_eight_exports_run_and_nothing_stays_o
         else:
             assert r.headers["retry-after"] == "10" and "try again" in r.json()["error"]
     poll_until(lambda: not any(root.iterdir()), timeout=10)  # no temporary file outlives its request
+
+
+def test_the_configs_are_checked_ahead_at_start_not_by_the_first_queued_run(tmp_path):
+    """The first check of a config imports its rig kind's code (1-2 s for the press): done in a thread right
+    after the start, so the first `POST /api/runs` (before: 2.5 s while exports ran) finds it checked."""
+    rig = ServedBeacon("beacon-ahead", samples=10, channels=1, period=0.01)
+    register(rig)
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    beacon_config(configs, "a.toml", rig.kind)
+    (configs / "broken.toml").write_text("[rig]\nkind = 'no-such-kind'\n")
+    served = ServerThread(configs, tmp_path / "s.sqlite", tmp_path / "tokens").start()
+    try:  # no request is made: the server checks them on its own
+        poll_until(lambda: served.server.configs.checked() == ["a.toml", "broken.toml"], timeout=30)
+        with httpx.Client(base_url=served.url, timeout=30) as http:
+            listed = {c["name"]: c["ok"] for c in http.get("/api/configs").json()}
+        assert listed == {"a.toml": True, "broken.toml": False}
+    finally:
+        served.stop()
+        unregister(rig.kind)

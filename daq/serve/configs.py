@@ -36,6 +36,11 @@ class ConfigFolder:
         self._cache: dict[str, tuple[tuple, ConfigFile]] = {}
         self._lock = threading.Lock()
 
+    def checked(self) -> list[str]:
+        """The names whose check is cached (checked since their file last changed, or before that)."""
+        with self._lock:
+            return sorted(self._cache)
+
     def names(self) -> list[str]:
         return sorted(p.name for p in self.folder.glob("*.toml") if p.is_file())
 

@@ -89,6 +89,14 @@ class Server:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{self.scheme}://{host}:{self.port}/" + (f"?token={token}" if token else "")
 
+    def _check_configs_once(self) -> None:
+        """Check every config of the folder once, in a thread, right after the start: the first check
+        imports the rig kinds' code (seconds), which would otherwise fall on the first `POST /api/runs`."""
+        try:
+            self.configs.check_all()
+        except OSError as exc:  # the folder is gone: each request says so itself
+            log.warning("configs not checked ahead: %s", exc)
+
     async def serve(self, install_signals: bool = True) -> None:
         if self.token_file.exists():
             Tokens.load(self.token_file)  # a broken token file is one line before anything starts
@@ -134,7 +142,9 @@ class Server:
             while not self._uvicorn.started and not serving.done():
                 await asyncio.sleep(0.01)
             self.started.set()
+            warm = asyncio.get_running_loop().run_in_executor(None, self._check_configs_once)
             await serving
+            await warm
         finally:
             if install_signals:
                 loop = asyncio.get_running_loop()
