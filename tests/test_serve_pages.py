@@ -7,6 +7,8 @@ One server and one browser serve the module; the finished run's page is saved as
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 from pathlib import Path
 
@@ -69,7 +71,10 @@ def stats(page) -> dict:
 
 
 def test_signed_in_by_a_cookie_with_no_token_in_the_address_and_numbers_with_si_prefixes(srv, page):
+    from selenium.webdriver.common.by import By
+
     assert page.current_url == f"{srv.url}/" and stats(page)["role"] == "operator"
+    assert page.find_element(By.ID, "estimates").text == "no run in progress"  # not "none yet"
     assert page.execute_script("return document.cookie") == ""  # HttpOnly: no script reads the token
     shown = page.execute_script(
         "return [si(206959000, 'N/m'), si(1.2e-5, 'm'), si(0.25, '1'), si(2e-6, 'kg'), "
@@ -170,6 +175,10 @@ def test_a_finished_runs_page_keeps_its_results_and_a_failed_run_says_why(srv, p
     assert "started" in body.text and "by " in body.text  # who
     rows = page.find_elements(By.CSS_SELECTOR, "#page-estimates table.estimates tbody tr")
     assert len(rows) == 2 and " m" in rows[1].text  # offset [m] with its unit, std too
+    axes = json.loads(page.find_element(By.CSS_SELECTOR, "#page-estimates canvas.ellipse")
+                      .get_attribute("data-axes"))  # the ellipse on labelled axes with SI ticks
+    assert axes["xLabel"] == "gain" and axes["yLabel"].endswith("y: offset [m]")
+    assert len(axes["x"]) == 3 and all(re.fullmatch(r"-?[\d.]+ [nµmk]?m", t) for t in axes["y"]), axes
     assert "kept beacon" in page.find_element(By.ID, "page-estimates").text  # the verdict
     assert len(page.find_elements(By.CSS_SELECTOR, "#page-plots .plot")) == 1
     assert "beacon.x" in page.find_element(By.ID, "page-plots").text

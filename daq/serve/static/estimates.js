@@ -109,8 +109,11 @@ function drawEllipse(canvas, e) {
   });
   g.textAlign = "right";
   [y0, (y0 + y1) / 2, y1].forEach((y, i) => g.fillText(yt[i], L - 4, py(y) + 4));
+  const xLabel = `${names[0]}${units[0] && units[0] !== "1" ? ` [${units[0]}]` : ""}`;
+  const yLabel = `95 % ellipse · y: ${names[1]}${units[1] && units[1] !== "1" ? ` [${units[1]}]` : ""}`;
   g.textAlign = "center";
-  g.fillText(`${names[0]}${units[0] && units[0] !== "1" ? ` [${units[0]}]` : ""}`, L + (W - L - R) / 2, H - 4);
+  g.fillText(xLabel, L + (W - L - R) / 2, H - 4);
   g.textAlign = "left";
-  g.fillText(`95 % ellipse · y: ${names[1]}${units[1] && units[1] !== "1" ? ` [${units[1]}]` : ""}`, 4, 12);
+  g.fillText(yLabel, 4, 12);
+  canvas.dataset.axes = JSON.stringify({x: xt, y: yt, xLabel, yLabel});  // what was drawn, in words
 }
