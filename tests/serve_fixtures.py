@@ -162,3 +162,20 @@ def self_signed(folder: Path, host: str) -> tuple[str, str]:
                                           serialization.NoEncryption()))
     keyfile.chmod(0o600)
     return str(certfile), str(keyfile)
+
+
+def click(page, css: str) -> bool:
+    """Click the element ``css`` if it is there; False when it is not yet, or was redrawn between finding
+    and clicking (the page rebuilds its tables - last runs, configs, sessions - on every update: a stale
+    element), to be tried again: ``poll_until(lambda: click(page, css), ...)``."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    found = page.find_elements(By.CSS_SELECTOR, css)
+    if not found:
+        return False
+    try:
+        found[0].click()
+    except StaleElementReferenceException:
+        return False
+    return True

@@ -13,7 +13,7 @@ import pytest
 
 from daq.rigs import register, unregister
 from tests.polling import poll_until
-from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config
+from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config, click
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -50,7 +50,7 @@ def test_dashboard_plots_live_fills_estimates_and_stops_the_run_safely(tmp_path,
         poll_until(lambda: stats()["connected"] and browser.find_elements(By.CSS_SELECTOR, "[data-run]"),
                    timeout=20, period=0.1)
         assert "token=" not in browser.current_url  # the token left the address bar (kept in the page)
-        browser.find_element(By.CSS_SELECTOR, "[data-run='beacon.toml']").click()
+        poll_until(lambda: click(browser, "[data-run='beacon.toml']"), timeout=10, period=0.1)
         poll_until(lambda: stats()["points"] > 0 and stats()["redraws"] > 0, timeout=20, period=0.1)
         first = stats()["points"]
         poll_until(lambda: stats()["points"] > first + 200, timeout=20, period=0.1)  # the plot grows
@@ -80,9 +80,8 @@ def test_dashboard_plots_live_fills_estimates_and_stops_the_run_safely(tmp_path,
         assert (tmp_path / "dashboard-running.png").stat().st_size > 10_000
         # the recorded session replays on the same page: its streams and setpoint errors again
         replay = f"[data-replay='{done['session']}']"
-        poll_until(lambda: browser.find_elements(By.CSS_SELECTOR, replay), timeout=20, period=0.2)
         before = stats()
-        browser.find_element(By.CSS_SELECTOR, replay).click()
+        poll_until(lambda: click(browser, replay), timeout=20, period=0.2)
         poll_until(lambda: (stats()["replay"] or {}).get("session") == done["session"]
                    and stats()["points"] > before["points"] + 100
                    and stats()["corrections"] > before["corrections"] + 2, timeout=20, period=0.1)

@@ -18,7 +18,7 @@ import pytest
 from daq.rigs import register, unregister
 from daq.serve.series import buckets_of
 from tests.polling import poll_until
-from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config
+from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config, click
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -166,8 +166,7 @@ def test_a_finished_runs_page_keeps_its_results_and_a_failed_run_says_why(srv, p
         poll_until(lambda: http.get(f"/api/runs/{run['id']}").json()["status"] == "aborted", timeout=30)
         srv.finished = run["id"]
     link = f"#finished a[href='#/runs/{srv.finished}']"
-    poll_until(lambda: page.find_elements(By.CSS_SELECTOR, link), timeout=10, period=0.2)
-    page.find_element(By.CSS_SELECTOR, link).click()
+    poll_until(lambda: click(page, link), timeout=10, period=0.2)
     poll_until(lambda: page.find_element(By.ID, "page-body").get_attribute("data-ready") == "1", timeout=20,
                period=0.1)
     body = page.find_element(By.ID, "page")
