@@ -6,6 +6,7 @@ real ZeroMQ sockets, a real second OS user made by the test."""
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
 import os
@@ -211,3 +212,32 @@ def test_one_line_is_written_once():
 
     assert daq.cli.common.one_line is daq.errors.one_line is daq.serve.configs.one_line
     assert daq.errors.one_line(ValueError("a\n  b")) == "a b"
+
+
+async def test_a_command_that_meets_the_runs_loop_closing_is_not_running_and_leaves_no_coroutine(tmp_path):
+    """The status poll of the live view asks the run for its status every 0.5 s; when that meets the
+    moment the run's loop has closed and the run is not yet cleared, the answer is "not running" - and the
+    command's coroutine is closed, not left to be collected with "coroutine ... was never awaited" (seen
+    in the suite's output)."""
+    import gc
+    import warnings
+
+    from daq.run.lifecycle import RunContext
+    from daq.serve.runner import NotRunning
+
+    queue = RunQueue.open(tmp_path)
+    runner = Runner(queue, ConfigFolder(tmp_path), tmp_path / "s.sqlite", LiveRelay())
+    queue.add("beacon.toml", by="root")
+    queue.take()
+    closed = asyncio.new_event_loop()
+    closed.close()
+    runner.ctx, runner._run_loop = RunContext(BeaconRig(), None, None), closed  # the run's last instant
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(NotRunning, match="just ended"):
+                await runner.command("status")
+            gc.collect()
+        assert not [w for w in caught if "never awaited" in str(w.message)], [str(w.message) for w in caught]
+    finally:
+        queue.close()

@@ -134,9 +134,11 @@ class Runner:
         ctx, loop = self.ctx, self._run_loop
         if ctx is None or loop is None or self.queue.current is None:
             raise NotRunning("no run is in progress")
+        coro = ctx.command(action, by)
         try:
-            future = asyncio.run_coroutine_threadsafe(ctx.command(action, by), loop)
-        except RuntimeError:  # the run's loop has just closed
+            future = asyncio.run_coroutine_threadsafe(coro, loop)
+        except RuntimeError:  # the run's loop has just closed: the command never runs
+            coro.close()  # (else "coroutine ... was never awaited" when it is collected)
             raise NotRunning("the run has just ended") from None
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
