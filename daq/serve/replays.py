@@ -184,7 +184,12 @@ class Replayer:
         reader = SessionReader(self.store_path, create=False)
         pub = BusPublisher("tcp://127.0.0.1:0", send_timeout=None)
         try:
-            attached = asyncio.run_coroutine_threadsafe(self._attach(entry, pub.endpoint), main)
+            attach = self._attach(entry, pub.endpoint)
+            try:
+                attached = asyncio.run_coroutine_threadsafe(attach, main)
+            except RuntimeError:  # the server's loop has closed: it never runs
+                attach.close()
+                raise
             await asyncio.wrap_future(attached)
             with contextlib.suppress(Exception):  # the relay subscribes in milliseconds; else publish anyway
                 await pub.wait_for_subscribers(1, SUBSCRIBER_WAIT_S)
