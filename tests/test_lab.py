@@ -247,6 +247,11 @@ def test_an_unreachable_lab_and_a_wrong_key_are_one_line_and_mark_nothing(lab, t
     assert len(res.output.strip().splitlines()) == 1
     res = hil("--store", lab.url, "sessions", key="y" * 32)
     assert res.exit_code == 1 and "refused the key" in res.output
+    for bad in ("soon", "0", "-5", "nan"):  # the probe's wait from the environment: seconds, or one line
+        res = CliRunner(env={"HIL_LAB_KEY": lab.key, "HIL_LAB_TIMEOUT": bad}).invoke(
+            main, ["--store", str(store), "lab", "push", sid, "--to", lab.url])
+        assert res.exit_code == 1 and "$HIL_LAB_TIMEOUT must be the seconds" in res.output, res.output
+        assert len(res.output.strip().splitlines()) == 1 and "Traceback" not in res.output
     assert replicas(store) == {}
 
 

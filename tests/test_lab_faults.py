@@ -163,10 +163,15 @@ def force_rate(store: Path, sid: str) -> float:
     return si.n_samples / (si.t_last - si.t_first)
 
 
+#: s a push waits for the stalled lab's answer ($HIL_LAB_TIMEOUT; 20 s by default)
+STALLED_LAB_WAIT = "3"
+
+
 def run_process(store: Path, config: Path) -> subprocess.Popen:
+    """`hil run` in a child; its background push (a grandchild) waits STALLED_LAB_WAIT for the lab."""
     cmd = [sys.executable, "-m", "daq.cli.main", "--store", str(store), "run", str(config), "--no-progress"]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "HIL_LAB_TIMEOUT": STALLED_LAB_WAIT})
 
 
 @pytest.mark.slow(reason="two simulated press runs at once (about 15 s each), two analyses, a Tiled server")
@@ -181,7 +186,7 @@ def test_a_stalled_lab_never_holds_up_a_run(lab, tmp_path):
     try:
         os.kill(lab.proc.pid, signal.SIGSTOP)
         pending = make_session(store, 30.0)  # a session waiting to go while the next run records
-        stuck = push_process(store, pending, lab.url, lab.key)
+        stuck = push_process(store, pending, lab.url, lab.key, HIL_LAB_TIMEOUT=STALLED_LAB_WAIT)
         runs = [run_process(plain_store, press_config(tmp_path, None)),
                 run_process(store, press_config(tmp_path, lab))]
         (plain_out, _), (lab_out, _) = (p.communicate(timeout=600) for p in runs)

@@ -3,17 +3,39 @@ clear line at once instead of the client's minute of retries."""
 
 from __future__ import annotations
 
+import math
+import os
+
 from daq.lab.settings import LabError, LabUnreachable
 
-#: s the probe waits for the lab's answer (a busy lab with many pushers answers in seconds).
+#: s the probe waits for the lab's answer (a busy lab with many pushers answers in seconds); a lab reached
+#: over a slow link, or a test that stalls its lab on purpose, sets ``$HIL_LAB_TIMEOUT`` (seconds).
 PROBE_TIMEOUT = 20.0
+ENV_TIMEOUT = "HIL_LAB_TIMEOUT"
+
+
+def probe_timeout() -> float:
+    """``$HIL_LAB_TIMEOUT`` when set (seconds, > 0 and at most an hour), else PROBE_TIMEOUT."""
+    text = os.environ.get(ENV_TIMEOUT)
+    if text is None or not text.strip():
+        return PROBE_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 3600:
+        raise LabError(f"${ENV_TIMEOUT} must be the seconds to wait for the lab (0 < s <= 3600), "
+                       f"got {text!r}")
+    return value
 
 
 NOT_INSTALLED = "the lab needs Tiled's client: pip install 'hil-lab[lab]'"
 
 
-def probe(url: str, key: str, timeout: float = PROBE_TIMEOUT) -> None:
-    """Raise LabUnreachable when nothing answers at ``url``, LabError when it refuses ``key``."""
+def probe(url: str, key: str, timeout: float | None = None) -> None:
+    """Raise LabUnreachable when nothing answers at ``url`` within ``timeout`` (default: probe_timeout()),
+    LabError when it refuses ``key``."""
+    timeout = probe_timeout() if timeout is None else timeout
     try:
         import httpx  # lazy: only commands that talk to a lab need it (it comes with tiled's client)
     except ImportError:
