@@ -171,7 +171,7 @@ def test_a_finished_runs_page_keeps_its_results_and_a_failed_run_says_why(srv, p
                period=0.1)
     body = page.find_element(By.ID, "page")
     assert "aborted: stopped by the operator" in body.text and "safe state confirmed" in body.text
-    assert "started" in body.text and "by " in body.text  # who
+    assert "started by " in body.text and "stop by token " in body.text  # who, and which command
     rows = page.find_elements(By.CSS_SELECTOR, "#page-estimates table.estimates tbody tr")
     assert len(rows) == 2 and " m" in rows[1].text  # offset [m] with its unit, std too
     axes = json.loads(page.find_element(By.CSS_SELECTOR, "#page-estimates canvas.ellipse")

@@ -72,7 +72,8 @@ async function renderSession(id, el, run) {
   const facts = [["session", d.id], ["status", `${d.status}${d.reason ? ": " + d.reason : ""}`],
     ["started", `${fmtTime(d.started)} by ${d.started_by || "-"}`], ["ended", fmtTime(d.ended)],
     ["software", d.software_version || "-"]];
-  const actions = sm.actions.map((a) => `<li>${num(a.t - d.started, 5)} s: ${esc(a.kind)}` +
+  const what = (a) => (a.kind === "command" && a.body && a.body.command ? a.body.command : a.kind);
+  const actions = sm.actions.map((a) => `<li>${num(a.t - d.started, 5)} s: ${esc(what(a))}` +
     `${a.body && a.body.by ? " by " + esc(a.body.by) : ""}${a.body && a.body.reason ? " (" + esc(a.body.reason) + ")" : ""}</li>`);
   const est = new Map(sm.estimates.map((e) => [e.stream, {kind: e.kind, body: e.body, history: [e.body]}]));
   el.innerHTML = (run ? "" : `<div class="outcome ${o.safe === false ? "unsafe" : "safe"}" id="page-outcome">` +
