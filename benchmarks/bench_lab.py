@@ -111,10 +111,23 @@ PLAIN = textwrap.dedent("""
 """)
 
 
-def run_all(cmds: list[list[str]]) -> tuple[float, float, int]:
+def cpu_of(pid: int | None) -> float:
+    """CPU seconds (user + system) the process ``pid`` has used so far; 0 without one."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+SERVER: dict[str, int | None] = {"pid": None}
+
+
+def run_all(cmds: list[list[str]]) -> tuple[float, float, int, float]:
     """Run the commands at once; a push that says "retry later" (the lab too busy to answer its probe)
-    is started again, as the background push would; (wall s, CPU s of the children, retries)."""
+    is started again, as the background push would; (wall s, CPU s of the children, retries, CPU s of
+    the lab server meanwhile)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    server_before = cpu_of(SERVER["pid"])
     t0 = time.perf_counter()
     todo, retries = list(cmds), 0
     while todo:
@@ -130,7 +143,8 @@ def run_all(cmds: list[list[str]]) -> tuple[float, float, int]:
                 raise SystemExit(f"{' '.join(c[:6])}... failed: {out.decode()[-500:]}")
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), retries
+    return (wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), retries,
+            cpu_of(SERVER["pid"]) - server_before)
 
 
 def bench_pushers(work: Path, url: str, key: str, n: int, sessions: int, mb: float, repeat: int) -> None:
@@ -152,9 +166,10 @@ def bench_pushers(work: Path, url: str, key: str, n: int, sessions: int, mb: flo
         measured = {label: run_all(sides[label]) for label in order}
         total = n * sessions
         for label in order:
-            wall, cpu, retries = measured[label]
+            wall, cpu, retries, server_cpu = measured[label]
             print(f"  {n:2d} processes, pair {r + 1}, {label:18s}: {nbytes / 1e6 / wall:6.2f} MB/s, "
                   f"{total / wall * 60:6.2f} sessions/min  (wall {wall:.1f} s, CPU {cpu:.1f} s, "
+                  f"server CPU {server_cpu:.1f} s, "
                   f"retries {retries}; load average {os.getloadavg()[0]:.1f})", flush=True)
         ratios.append(measured["plain tiled client"][0] / measured["hil lab push"][0])
         print(f"  {n:2d} processes, pair {r + 1} ({' first, '.join(order)} second): push / plain = "
@@ -237,6 +252,7 @@ def main() -> None:
     try:
         catalog = start_postgres(pg_dir, free_port())
         server, url, key = start_lab(work / "lab", catalog)
+        SERVER["pid"] = server.pid
         (work / "key").write_text(key + "\n")
         os.chmod(work / "key", 0o600)
         print(f"lab {url}, PostgreSQL catalogue, arrays in {work / 'lab'}")
