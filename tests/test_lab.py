@@ -326,7 +326,7 @@ def test_a_push_is_verified_by_the_server_without_downloading_the_samples(lab, t
     from daq.lab.push import Pusher
 
     store = tmp_path / "hil.sqlite"
-    sid = make_session(store, 120.0)  # press.force: 120,000 samples, 2 blocks of t and of data
+    sid = make_session(store, 120.0)  # press.force: 120,000 samples
     root = open_lab(lab.url, lab.key, push_structure_clients())
     wire = count_downloads(root)
     with SessionReader(store) as reader, Marks(store) as marks:

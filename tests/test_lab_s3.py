@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from daq.lab import layout
 from daq.lab.marks import replicas
 from daq.store.reader import SessionReader
 from tests.pg_cluster import throwaway_postgres
@@ -113,9 +114,11 @@ def test_the_shipped_s3_config_keeps_pushed_arrays_in_the_bucket(s3_endpoint, tm
 
     endpoint, s3 = s3_endpoint
     store = tmp_path / "hil.sqlite"
-    sid = make_session(store, seconds=14.0, rate=10_000.0)  # press.force: 140,000 rows, 2 blocks of 131,072
+    sid = make_session(store, seconds=14.0, rate=10_000.0)  # press.force: 140,000 rows
     with SessionReader(store) as local:
         streams = {name: local.read_stream(sid, name) for name in ("press.force", "press.sensors")}
+        blocks = {name: math.ceil(140_000 / layout.chunk_rows(si))
+                  for name, si in local.get_session(sid).streams.items() if name in streams}
     key = secrets.token_hex(16)
     (tmp_path / "tables").mkdir()
     with throwaway_postgres() as catalog:
@@ -137,8 +140,8 @@ def test_the_shipped_s3_config_keeps_pushed_arrays_in_the_bucket(s3_endpoint, tm
                     prefix = f"{sid}/{name}/{part}"
                     assert arrays[prefix] == chunk_keys(prefix, lab[name][part].structure().chunks), prefix
             assert len(arrays) == 6
-            assert len(arrays[f"{sid}/press.force/data"]) == math.ceil(140_000 / 131_072) == 2
-            assert sum(len(keys) for keys in arrays.values()) == 8
+            for name, n in blocks.items():  # t and data in the blocks the layout gives, the index in one
+                assert [len(arrays[f"{sid}/{name}/{part}"]) for part in ("t", "data", "t_index")] == [n, n, 1]
             force = streams["press.force"].data  # the bytes in the bucket are the samples: zarr, no Tiled
             raw = zarr.open_array(bucket_store(endpoint), path=f"{sid}/press.force/data", mode="r")
             assert np.array_equal(raw[: len(force)], force)

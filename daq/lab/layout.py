@@ -34,8 +34,10 @@ DATA = "data"
 T_INDEX = "t_index"
 #: Samples between entries of a stream's time index: a window's edge costs reading this many times.
 INDEX_STEP = 4096
-#: Largest block of an array, bytes (Tiled's own client uploads in pieces of this order).
-BLOCK_BYTES = 4 << 20
+#: Largest block of an array, bytes: each block is one request of a push, and a Tiled server's work per
+#: request (routing, the catalogue's queries) costs more than the bytes of a smaller block. A window read
+#: is not made larger by it: the server sends only the rows asked for (``?slice=``).
+BLOCK_BYTES = 16 << 20
 FRAME_COLUMNS = ("ord", "seq", "t0", "dt", "n", "has_ts", "replay", "s0", "t_min", "t_max")
 EVENT_COLUMNS = ("ord", "stream", "kind", "seq", "t", "replay", "body")
 #: Replication states of a session container; only "verified" sessions are listed by ``hil --store URL``.

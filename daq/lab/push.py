@@ -24,6 +24,7 @@ import numpy as np
 
 from daq.bus.frames import SUPPORTED_DTYPES
 from daq.lab import layout
+from daq.lab.arrow_columns import from_arrow, to_arrow
 from daq.lab.checks import (
     SessionCheck,
     StreamCheck,
@@ -39,8 +40,8 @@ from daq.lab.settings import LabError
 from daq.store.reader import SessionReader
 from daq.store.records import FINAL_STATUSES, SessionInfo, StreamInfo
 
-#: Blocks in flight at once per push (each at most layout.BLOCK_BYTES; with its upload copy, 8 MB).
-WORKERS = 4
+#: Blocks in flight at once per push (each at most layout.BLOCK_BYTES; with its upload copy, 32 MB).
+WORKERS = 2
 
 
 @dataclass
@@ -233,7 +234,7 @@ class Pusher:
             if self.marks.done_blocks(sid, self.lab, progress):
                 return
             existing.delete(external_only=False)
-        table = arrow_table(columns)
+        table = to_arrow(columns)
         tnode = parent.new(StructureFamily.table,
                            [DataSource(structure=TableStructure.from_arrow_table(table),
                                        structure_family=StructureFamily.table)],
@@ -270,20 +271,10 @@ class Pusher:
             raise LabError(f"session {info.id}: the lab has no events table; push again")
 
 
-def arrow_table(columns: dict[str, np.ndarray]):
-    """Columns as an Arrow table: numbers as they are, text as strings."""
-    import pyarrow as pa  # type: ignore[import-untyped]  # lazy: only the push writes tables
-
-    arrays = [pa.array(list(col), type=pa.string()) if np.asarray(col).dtype.kind in "OUS"
-              else pa.array(col) for col in columns.values()]
-    return pa.Table.from_arrays(arrays, names=list(columns))
-
-
 def table_digest(table, names: list[str]) -> tuple[int, str]:
-    """(rows, SHA-256) of an Arrow table's columns ``names``, as :func:`table_sha256` hashes them."""
-    cols = {}
-    for name in names:
-        col = table.column(name)
-        values = col.to_numpy(zero_copy_only=False)
-        cols[name] = np.array(list(values), dtype=object) if values.dtype.kind not in "fiub" else values
-    return table.num_rows, table_sha256(cols)
+    """(rows, SHA-256) of an Arrow table's columns ``names``, as :func:`table_sha256` hashes them; a
+    column that cannot be ours (nulls, another type) gives a digest that matches nothing."""
+    try:
+        return table.num_rows, table_sha256(from_arrow(table, names))
+    except ValueError as exc:
+        return table.num_rows, f"unreadable: {exc}"
