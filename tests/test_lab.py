@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from daq.bus.frames import Event, Frame
 from daq.cli.main import main
 from daq.lab.marks import replicas
-from daq.lab.reader import LabReader
+from daq.lab.reader import EDGE_READ, LabReader
 from daq.store.read_write import SessionStore
 from daq.store.reader import SessionReader
 
@@ -285,8 +285,8 @@ def test_a_lab_config_table_is_typed_and_checked(tmp_path):
 
 
 def test_window_read_fetches_only_the_window(lab, tmp_path):
-    """10 s of a 30-minute session: the bytes on the wire are those of the window plus the time index and
-    two 4096-sample stretches of the time axis, not the session's."""
+    """10 s of a 30-minute session: the bytes on the wire are those of the window plus a few short reads of
+    the time axis that find its edges, not the session's."""
     store = tmp_path / "hil.sqlite"
     sid = make_session(store, 1800.0, rate=200.0)
     assert hil("--store", str(store), "lab", "push", sid, "--to", lab.url, key=lab.key).exit_code == 0
@@ -301,10 +301,52 @@ def test_window_read_fetches_only_the_window(lab, tmp_path):
         window_bytes = sum(wire)
     assert len(w) == 2000
     whole = 1800 * 200 * (3 + 1) * 8
-    payload = 2000 * 4 * 8 + 2 * 4096 * 8 + (1800 * 200 // 4096 + 1) * 8
-    print(f"window read: {window_bytes} B on the wire for {w.data.nbytes + w.t.nbytes} B of samples; "
-          f"whole stream {whole} B")
+    payload = 2000 * 4 * 8 + 2 * EDGE_READ * 8  # the window, one edge read each side (a steady rate)
+    print(f"window read: {window_bytes} B on the wire in {len(wire)} responses for "
+          f"{w.data.nbytes + w.t.nbytes} B of samples; whole stream {whole} B")
     assert window_bytes < payload + 20_000 and window_bytes < whole / 50
+
+
+def gappy_session(path: Path) -> str:
+    """A monotonic stream whose rate is anything but steady: frames of random length at 1 kHz or 50 Hz,
+    a gap of an hour a third of the way in, and a timestamped stream with random spacing (seeded)."""
+    rng = np.random.default_rng(11)
+    with SessionStore(path) as store:
+        sid = store.create_session("crane", {"rig": {"kind": "crane", "name": "crane-g"}})
+        t = u = T0
+        for k in range(300):
+            n, dt = int(rng.integers(20, 400)), (1e-3 if k % 7 else 2e-2)
+            store.append(sid, Frame("crane.trace", k, t, dt, ["x"], ["m"], rng.normal(size=(n, 1))))
+            t += n * dt + (3600.0 if k == 100 else 0.0)
+            ts = u + np.cumsum(rng.exponential(0.01, 100))
+            store.append(sid, Frame("crane.stamps", k, float(ts[0]), None, ["y"], ["m"],
+                                    rng.normal(size=(100, 1)), timestamps=ts))
+            u = float(ts[-1]) + (3600.0 if k == 100 else 0.0)
+        store.finish(sid, "complete")
+    return sid
+
+
+def test_window_edges_are_found_on_an_unsteady_time_axis_as_the_local_store_finds_them(lab, tmp_path):
+    """The edge search guesses from the times at its bounds and halves them every other read: windows
+    anywhere (in the gap, on a sample's own time, before the start, after the end) read as the local
+    store reads them, with a few reads each."""
+    store = tmp_path / "hil.sqlite"
+    sid = gappy_session(store)
+    assert hil("--store", str(store), "lab", "push", sid, "--to", lab.url, key=lab.key).exit_code == 0
+    rng = np.random.default_rng(5)
+    with SessionReader(store) as loc, LabReader(lab.url, lab.key) as rem:
+        for stream in ("crane.trace", "crane.stamps"):
+            t = loc.read_stream(sid, stream).t
+            assert len(t) > 10 * EDGE_READ
+            gap = float(t[np.argmax(np.diff(t))]) + 1800.0
+            edges = [*rng.uniform(t[0], t[-1], 12), *rng.choice(t, 7), gap, t[0] - 1, t[-1] + 1, t[0], t[-1]]
+            for a, b in zip(edges[::2], edges[1::2], strict=True):
+                a, b = min(a, b), max(a, b)
+                reads = count_downloads(rem.root)
+                w, v = loc.read_window(sid, stream, a, b), rem.read_window(sid, stream, a, b)
+                assert (w.start, len(w)) == (v.start, len(v)), (stream, a, b)
+                assert np.array_equal(w.t, v.t) and np.array_equal(w.data, v.data)
+                assert len(reads) <= 2 * (2 * np.log2(len(t) / EDGE_READ) + 2) + 2, (len(reads), stream)
 
 
 def count_downloads(root) -> list[int]:

@@ -86,7 +86,7 @@ def assert_whole_copy(url: str, key: str, store: Path, sid: str) -> None:
         assert [i.id for i in rem.list_sessions()].count(sid) == 1
         node = rem.root[sid]
         assert sorted(node) == ["crane.trace"]
-        parts = [layout.TIME, layout.DATA, layout.T_INDEX, layout.FRAMES]
+        parts = [layout.TIME, layout.DATA, layout.FRAMES]
         assert sorted(node["crane.trace"]) == sorted(parts)
         a, b = rem.read_stream(sid, "crane.trace"), loc.read_stream(sid, "crane.trace")
         assert np.array_equal(a.t, b.t) and np.array_equal(a.data, b.data)

@@ -136,12 +136,12 @@ def test_the_shipped_s3_config_keeps_pushed_arrays_in_the_bucket(s3_endpoint, tm
             for name, mine in streams.items():  # (b) Tiled's plain client reads what the rig recorded
                 assert np.array_equal(lab[name]["data"].read(), mine.data)
                 assert np.array_equal(lab[name]["t"].read(), mine.t)
-                for part in ("t", "data", "t_index"):  # (a) every block of every array is in the bucket
+                for part in ("t", "data"):  # (a) every block of every array is in the bucket
                     prefix = f"{sid}/{name}/{part}"
                     assert arrays[prefix] == chunk_keys(prefix, lab[name][part].structure().chunks), prefix
-            assert len(arrays) == 6
-            for name, n in blocks.items():  # t and data in the blocks the layout gives, the index in one
-                assert [len(arrays[f"{sid}/{name}/{part}"]) for part in ("t", "data", "t_index")] == [n, n, 1]
+            assert len(arrays) == 4
+            for name, n in blocks.items():  # t and data in the blocks the layout gives
+                assert [len(arrays[f"{sid}/{name}/{part}"]) for part in ("t", "data")] == [n, n]
             force = streams["press.force"].data  # the bytes in the bucket are the samples: zarr, no Tiled
             raw = zarr.open_array(bucket_store(endpoint), path=f"{sid}/press.force/data", mode="r")
             assert np.array_equal(raw[: len(force)], force)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from daq import json_codec
-from daq.lab.layout import EVENT_COLUMNS, FRAME_COLUMNS, chunk_rows, frames_rows, index_step
+from daq.lab.layout import EVENT_COLUMNS, FRAME_COLUMNS, chunk_rows, frames_rows
 from daq.lab.settings import LabError
 from daq.store.reader import SessionReader
 from daq.store.records import SessionInfo
@@ -27,7 +27,6 @@ class StreamCheck:
     data_sha256: str
     frames: int
     frames_sha256: str
-    t_index: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     def as_dict(self) -> dict:
         return {"rows": self.rows, "t_sha256": self.t_sha256, "data_sha256": self.data_sha256,
@@ -97,11 +96,9 @@ def check_session(store: SessionReader, info: SessionInfo) -> SessionCheck:
             raise LabError(f"session {info.id} is corrupt: stream {name} holds {counted} samples in "
                            f"its frames but its table says {si.n_samples}; not pushed")
         block = chunk_rows(si)
-        t_hash, d_hash, firsts, n = hashlib.sha256(), hashlib.sha256(), [], 0
-        step = index_step(block)
+        t_hash, d_hash, n = hashlib.sha256(), hashlib.sha256(), 0
         try:
             for chunk in store.iter_stream(info.id, name, block):
-                firsts.append(np.array(chunk.t[::step], dtype="<f8"))
                 t_hash.update(np.ascontiguousarray(chunk.t, dtype="<f8").data)
                 d_hash.update(np.ascontiguousarray(chunk.data).data)
                 n += len(chunk)
@@ -112,7 +109,7 @@ def check_session(store: SessionReader, info: SessionInfo) -> SessionCheck:
             raise LabError(f"session {info.id} is corrupt: stream {name} reads {n} samples of "
                            f"{si.n_samples}; not pushed")
         streams[name] = StreamCheck(n, block, t_hash.hexdigest(), d_hash.hexdigest(), len(rows),
-                                    table_sha256(frames_rows(rows)), np.concatenate(firsts))
+                                    table_sha256(frames_rows(rows)))
     events = event_rows(store.path, info.id)
     for row in events:
         try:

@@ -7,12 +7,12 @@
     |-- <stream>                  container per frame stream, metadata: channels, units, dtype, dt, ...
     |   |-- t                     array (n,) float64, s: the time of every sample
     |   |-- data                  array (n, channels), dims (sample, channel), the stream's dtype
-    |   |-- t_index               array: every t_index_step-th sample time (finds a window's edges)
     |   `-- frames                table: one row per recorded frame (seq, t0, dt, n, s0, t_min, t_max, ...)
     `-- events                    table: ord, stream, kind, seq, t, replay, body (JSON text)
 
 Arrays are chunked by whole rows, ``chunk_rows`` per block, so a block is written under a deterministic
-index (a repeated write puts the same bytes in the same place) and a time window reads a few blocks.
+index (a repeated write puts the same bytes in the same place); a time window reads only its own rows (the
+server slices), after a few short reads of ``t`` that find its edges.
 """
 
 from __future__ import annotations
@@ -24,16 +24,13 @@ import numpy as np
 from daq.bus.frames import SUPPORTED_DTYPES
 from daq.store.records import SessionInfo, StreamInfo
 
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2  # 2: no t_index array (a window's edges are searched on t); readers take 1 as well
 SESSION_SPEC = "hil-session"
 STREAM_SPEC = "hil-stream"
 EVENTS = "events"
 FRAMES = "frames"
 TIME = "t"
 DATA = "data"
-T_INDEX = "t_index"
-#: Samples between entries of a stream's time index: a window's edge costs reading this many times.
-INDEX_STEP = 4096
 #: Largest block of an array, bytes: each block is one request of a push, and a Tiled server's work per
 #: request (routing, the catalogue's queries) costs more than the bytes of a smaller block. A window read
 #: is not made larger by it: the server sends only the rows asked for (``?slice=``).
@@ -130,19 +127,13 @@ def plain(value):
     return _plain(value)
 
 
-def index_step(rows: int) -> int:
-    """Samples per time-index entry (divides the block rows, so each block starts on an entry)."""
-    return min(INDEX_STEP, rows)
-
-
 def stream_node_fields(si: StreamInfo, rows: int) -> dict:
-    """A stream container's metadata: the stream's fields plus its blocks and time index."""
+    """A stream container's metadata: the stream's fields plus its rows per block."""
     return {
         **stream_fields(si),
         "time_unit": "s",
         "units_by_channel": dict(zip(si.channels, si.units, strict=True)),
         "chunk_rows": rows,
-        "t_index_step": index_step(rows),
     }
 
 

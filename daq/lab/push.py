@@ -177,14 +177,6 @@ class Pusher:
         d_arr = self._array(snode, new, layout.DATA, (sc.rows, len(si.channels)), dtype, sc.chunk_rows,
                             {"channels": si.channels, "units": si.units, "rows": sc.rows,
                              "sha256": sc.data_sha256}, ("sample", "channel"), d_name)
-        i_name = f"{si.name}/{layout.T_INDEX}"
-        index = self._array(snode, new, layout.T_INDEX, sc.t_index.shape, np.dtype("<f8"),
-                            max(1, len(sc.t_index)), {"unit": "s", "step": layout.index_step(sc.chunk_rows)},
-                            ("entry",), i_name)
-        if not self.marks.done_blocks(info.id, self.lab, i_name):
-            self._write_block(index, sc.t_index, (0,))
-            self.marks.block_done(info.id, self.lab, i_name, 0)
-            self.sent += sc.t_index.nbytes
         done_t = self.marks.done_blocks(info.id, self.lab, t_name)
         done_d = self.marks.done_blocks(info.id, self.lab, d_name)
         pending: deque[tuple[Future, str, int]] = deque()
@@ -263,7 +255,7 @@ class Pusher:
                      and len(self.marks.done_blocks(info.id, self.lab, f"{name}/{key}")) == blocks
                      for key, (shape, sha) in want.items())
             if not ok:
-                parts_of = (layout.TIME, layout.DATA, layout.T_INDEX, layout.FRAMES)
+                parts_of = (layout.TIME, layout.DATA, layout.FRAMES)
                 self.marks.forget(info.id, self.lab, [f"{name}/{n}" for n in parts_of])
                 raise LabError(f"session {info.id}: the lab's copy of {name} differs from the local one; "
                                "push again")

@@ -1,13 +1,13 @@
 """A lab as a read-only session store: :class:`LabReader` answers what :class:`daq.store.reader.SessionReader`
 answers (sessions, sample ranges, time windows, chunks, events, messages in arrival order), from the Tiled
 catalogue, so ``hil --store URL show|export|analyze|replay`` run the code they run on a local store and
-give the same numbers. Reads fetch what they need: a time window reads the blocks of the time axis at its
-two edges and the window's rows of data, never the whole stream."""
+give the same numbers. Reads fetch what they need: a time window finds its two edges with a few short reads
+of the time axis and then reads the window's rows, never the whole stream."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, Self, cast
 
 import numpy as np
@@ -22,6 +22,40 @@ from daq.store.errors import StoreError, UnknownSession
 from daq.store.reader import CHUNK_SAMPLES, LATEST
 from daq.store.records import SessionInfo, StreamData, StreamInfo, StreamTiming
 
+#: Samples of the time axis read at once while looking for a window's edge (16 kB).
+EDGE_READ = 2048
+
+
+def search_edge(read: Callable[[int, int], np.ndarray], n: int, t: float, t_first: float | None,
+                t_last: float | None) -> int:
+    """The first index of a non-decreasing time axis of ``n`` samples whose time is at or after ``t``
+    (``n`` if none), reading it only through ``read(lo, hi)`` (the times of samples lo..hi-1), EDGE_READ
+    samples at a time: where ``t`` should lie is guessed from the times at the bounds (one read for a
+    steady sample rate), and every other read halves the bounds, so gaps cost at most a few reads."""
+    if t_first is not None and t <= t_first:
+        return 0
+    if t_last is not None and t > t_last:
+        return n
+    lo, hi = 0, n  # the answer lies in [lo, hi]
+    t_lo, t_hi = t_first, t_last  # about the times at lo and hi - 1, for the guess
+    k = 0
+    while True:  # each read returns or narrows [lo, hi] by EDGE_READ at least
+        if hi - lo <= EDGE_READ:
+            return lo + int(np.searchsorted(read(lo, hi), t, side="left"))
+        if k % 2 == 0 and t_lo is not None and t_hi is not None and t_hi > t_lo:
+            mid = lo + int((t - t_lo) / (t_hi - t_lo) * (hi - lo))
+        else:
+            mid = (lo + hi) // 2
+        a = min(max(lo, mid - EDGE_READ // 2), hi - EDGE_READ)
+        times = read(a, a + EDGE_READ)
+        if times[0] >= t:
+            hi, t_hi = a, float(times[0])
+        elif times[-1] < t:
+            lo, t_lo = a + EDGE_READ, float(times[-1])
+        else:
+            return a + int(np.searchsorted(times, t, side="left"))
+        k += 1
+
 
 class LabReader:
     """Read the sessions the lab at ``url`` holds verified (``key``: its API key)."""
@@ -30,7 +64,7 @@ class LabReader:
         self.path = url.rstrip("/")
         self.root = open_lab(self.path, key)
         self._nodes: dict[str, Any] = {}  # tiled nodes (tiled has no type information)
-        self._index: dict[str, np.ndarray] = {}  # time index per stream node, read once
+        self._parts: dict[tuple[str, str], Any] = {}  # the t and data arrays of stream nodes
 
     # ------------------------------------------------------------------ sessions
 
@@ -107,8 +141,9 @@ class LabReader:
             return StreamData(si.name, np.empty(0), np.empty((0, len(si.channels)), dtype=dtype),
                               list(si.channels), list(si.units), start=lo)
         try:
-            t = np.asarray(snode[layout.TIME][lo:hi], dtype=np.float64)
-            data = np.asarray(snode[layout.DATA][lo:hi], dtype=dtype).reshape(hi - lo, len(si.channels))
+            t = np.asarray(self._part(snode, layout.TIME)[lo:hi], dtype=np.float64)
+            data = np.asarray(self._part(snode, layout.DATA)[lo:hi], dtype=dtype).reshape(hi - lo,
+                                                                                        len(si.channels))
         except Exception as exc:  # noqa: BLE001 - the client's errors as one line
             raise _lab_error(self.path, exc) from None
         return StreamData(si.name, t, data, list(si.channels), list(si.units), start=lo)
@@ -126,18 +161,21 @@ class LabReader:
         return lo, max(lo, hi)
 
     def _edge(self, snode, si: StreamInfo, t: float) -> int:
-        """The first sample at or after ``t``: the stretch of the time index it lies in, then that
-        stretch of the time axis (one small read each)."""
-        key = snode.uri
-        if key not in self._index:
-            self._index[key] = np.asarray(snode[layout.T_INDEX].read(), dtype=np.float64)
-        index, step = self._index[key], int(snode.metadata["t_index_step"])
-        b = int(np.searchsorted(index, t, side="left")) - 1
-        if b < 0:
-            return 0
-        lo, hi = b * step, min(si.n_samples, (b + 1) * step)
-        times = np.asarray(snode[layout.TIME][lo:hi], dtype=np.float64)
-        return lo + int(np.searchsorted(times, t, side="left"))
+        """The first sample at or after ``t`` of a monotonic stream (a few short reads of its time axis)."""
+        return search_edge(lambda lo, hi: self._times(snode, lo, hi), si.n_samples, t, si.t_first, si.t_last)
+
+    def _part(self, snode, key: str):
+        """The array ``key`` of a stream node, looked up once (each lookup is a request)."""
+        found = self._parts.get((snode.uri, key))
+        if found is None:
+            found = self._parts[(snode.uri, key)] = snode[key]
+        return found
+
+    def _times(self, snode, lo: int, hi: int) -> np.ndarray:
+        try:
+            return np.asarray(self._part(snode, layout.TIME)[lo:hi], dtype=np.float64)
+        except Exception as exc:  # noqa: BLE001 - the client's errors as one line
+            raise _lab_error(self.path, exc) from None
 
     def read_window(self, session_id: str, stream: str, t_start: float | None = None,
                     t_stop: float | None = None) -> StreamData:
