@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+from collections import Counter
 from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
@@ -53,3 +54,15 @@ def beacon():
     rig = rigs.register(BeaconRig())
     yield rig
     rigs.unregister("beacon")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules with the most tests marked slow run first. pytest-xdist deals whole modules (``--dist
+    loadscope``) to whichever worker is free, in collection order: a long module dealt last keeps one worker
+    busy while the other has nothing left (longest first bounds that wait by the short modules)."""
+    module = {id(item): item.nodeid.split("::", 1)[0] for item in items}
+    slow = Counter(module[id(item)] for item in items if item.get_closest_marker("slow"))
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(module[id(item)], i)
+    items.sort(key=lambda item: (-slow[module[id(item)]], first[module[id(item)]]))  # stable: order within
