@@ -9,6 +9,8 @@ import asyncio
 import concurrent.futures
 import io
 import json
+import os
+import signal
 import socket
 import time
 import zipfile
@@ -214,8 +216,19 @@ def test_the_export_pool_refuses_when_full_and_cleans_up_after_a_client_that_lef
         async def gone() -> bool:  # the client leaves while its export is in the making
             calls.append(1)
             return True
+
+        async def hold_the_export():  # stopped as soon as it runs, so it cannot end before the first poll
+            while not pool.running:
+                await asyncio.sleep(0.001)
+            proc = next(iter(pool.running))
+            os.kill(proc.pid, signal.SIGSTOP)
+            return proc
+
+        held = asyncio.ensure_future(hold_the_export())
         with pytest.raises(ClientGone):
             await pool.make(srv.session, "csv", gone)
+        proc = await held
+        assert calls and proc.returncode is not None  # asked, then the stopped export was ended
         return path
 
     path = asyncio.run(scenario())

@@ -81,10 +81,21 @@ def build_lab_app(opts: ServeOptions, key: str):
     if "://" not in arrays:
         Path(arrays).mkdir(parents=True, exist_ok=True)
     try:
-        tree = from_uri(catalog_uri(opts), writable_storage=[arrays], init_if_not_exists=True)
+        init_catalog(catalog_uri(opts))
+        tree = from_uri(catalog_uri(opts), writable_storage=[arrays])
     except Exception as exc:  # noqa: BLE001 - tiled's init names the database problem
         raise LabError(f"cannot open the lab catalogue: {' '.join(str(exc).split())[-400:]}") from None
     return build_app(tree, Authentication(single_user_api_key=key, allow_anonymous_access=False))
+
+
+def init_catalog(uri: str) -> None:
+    """Create the catalogue's tables unless they are there, with Tiled's own ``tiled catalog init
+    --if-not-exists``, called in this process: Tiled's ``from_uri(init_if_not_exists=True)`` runs it in a
+    child Python that imports Tiled again (4 of the 9 s a lab server took to start). Nothing runs an event
+    loop yet here, which is what Tiled's child process is for."""
+    from tiled.commandline._catalog import init  # lazy: as above
+
+    init(uri, if_not_exists=True)
 
 
 def bind(host: str, port: int) -> socket.socket:
