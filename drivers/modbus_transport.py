@@ -50,7 +50,10 @@ from drivers.cancellation import checked
 from drivers.errors import BadResponse, DeviceConnectionError, DeviceError, DeviceRefused, DeviceTimeout
 from drivers.outputs import held
 from drivers.registers import RegisterSpec
+from drivers.serial_urls import install as install_serial_urls
 from drivers.settings import Baud, InvalidSetting, NonEmpty, Port, Settings, Timeout, UnitId, settings_from
+
+install_serial_urls()  # socket:// ports close without blocking the event loop
 
 log = logging.getLogger(__name__)
 

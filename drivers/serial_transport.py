@@ -15,9 +15,12 @@ import serial
 from msgspec import Meta
 
 from drivers.errors import BadResponse, DeviceConnectionError, DeviceTimeout
+from drivers.serial_urls import install as install_serial_urls
 from drivers.settings import Baud, NonEmpty, Settings, Timeout, settings_from
 
 MAX_LINE = 256  # bytes; a longer answer is malformed
+
+install_serial_urls()  # socket:// ports close without blocking the event loop
 
 
 class SerialSettings(Settings, kw_only=True):
@@ -82,16 +85,11 @@ class SerialLine:
 
     def close(self) -> None:
         if self._port is not None:
-            # pyserial 3.5's socket:// close() skips socket.close() when shutdown() fails on a dropped
-            # connection; close the socket ourselves so it does not leak.
-            sock = getattr(self._port, "_socket", None)
+            port, self._port = self._port, None
             try:
-                self._port.close()
+                port.close()  # socket://: drivers.serial_urls's port, which closes without pyserial's sleep
             except (serial.SerialException, OSError):
                 pass
-            if sock is not None:
-                sock.close()
-            self._port = None
 
     def _exchange(self, port: serial.SerialBase, data: bytes) -> bytes:
         port.reset_input_buffer()  # drop a late answer to an earlier, timed-out query

@@ -31,7 +31,7 @@ from daq.rigs.crane.config import (
     online_settings,
 )
 from daq.rigs.crane.online import TOPICS, CraneOnlineIdentifier
-from daq.rigs.excitation import ROLES, design_excitation
+from daq.rigs.excitation import ROLES, ExcitationTable, design_excitation
 from daq.store.reads import SessionReads
 from identification.models.drive_models import PARAM_UNITS
 
@@ -114,6 +114,19 @@ def stage_clock() -> tuple[float, float]:
 # ----------------------------------------------------------------------------------------- the rig
 
 
+
+def _designed(excitation: ExcitationTable, role: str, limit: float) -> tuple[float, np.ndarray, dict]:
+    """One role's excitation (time step, torque, info), and its CSV and plot when ``export_dir`` is set."""
+    dt, torque, info, ms, peak = design_excitation(excitation, role, limit)
+    if excitation.export_dir:
+        from daq.plots.excitation import export_trajectory, plot_multisine  # lazy: scipy, matplotlib
+
+        out = Path(excitation.export_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        info["files"] = [str(export_trajectory(ms, out / f"{role}.csv", peak=peak)),
+                         str(plot_multisine(ms, out / f"{role}.png", peak=peak))]
+    return dt, torque, info
+
 class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
     """Devices and simulator: the servo drive (:class:`daq.rigs.drive.DriveRig`)."""
 
@@ -134,23 +147,15 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
         return len(ROLES) + distortion.n_runs(cfg.distortion)
 
     async def prepare(self, ctx: Context) -> None:
-        """Design both excitations (off the event loop) before the session starts; export them if asked."""
+        """Design both excitations before the session starts; export them if asked. Both run off the event
+        loop: the drive is connected and its heartbeat must keep its pace (the plot takes about a second)."""
         cfg = ctx.config
         assert cfg.devices is not None  # [devices] is required (the config's check)
         limit = min(cfg.devices.drive.torque_limit,
                     ctx.devices.drive.drive_limits.get("torque_limit", np.inf))
         loop = asyncio.get_running_loop()
         for role in ROLES:
-            dt, torque, info, ms, peak = await loop.run_in_executor(None, design_excitation, cfg.excitation,
-                                                                     role, limit)
-            if cfg.excitation.export_dir:
-                from daq.plots.excitation import export_trajectory, plot_multisine  # lazy: scipy, matplotlib
-
-                out = Path(cfg.excitation.export_dir)
-                out.mkdir(parents=True, exist_ok=True)
-                info["files"] = [str(export_trajectory(ms, out / f"{role}.csv", peak=peak)),
-                                 str(plot_multisine(ms, out / f"{role}.png", peak=peak))]
-            ctx.prepared[role] = (dt, torque, info)
+            ctx.prepared[role] = await loop.run_in_executor(None, _designed, cfg.excitation, role, limit)
 
     async def plan(self, ctx: Context) -> None:
         """For each role: one trajectory through the drive (:func:`daq.rigs.drive.record_trajectory`); with
