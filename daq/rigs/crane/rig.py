@@ -114,7 +114,6 @@ def stage_clock() -> tuple[float, float]:
 # ----------------------------------------------------------------------------------------- the rig
 
 
-
 def _designed(excitation: ExcitationTable, role: str, limit: float) -> tuple[float, np.ndarray, dict]:
     """One role's excitation (time step, torque, info), and its CSV and plot when ``export_dir`` is set."""
     dt, torque, info, ms, peak = design_excitation(excitation, role, limit)
@@ -126,6 +125,7 @@ def _designed(excitation: ExcitationTable, role: str, limit: float) -> tuple[flo
         info["files"] = [str(export_trajectory(ms, out / f"{role}.csv", peak=peak)),
                          str(plot_multisine(ms, out / f"{role}.png", peak=peak))]
     return dt, torque, info
+
 
 class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
     """Devices and simulator: the servo drive (:class:`daq.rigs.drive.DriveRig`)."""
