@@ -93,6 +93,13 @@ async def test_short_plan_records_a_complete_session(tmp_path):
         assert kinds[0] == "plan_start" and "plan_end" in kinds and kinds[-1] == "plan_outcome"
 
 
+def _checking_source(rig: PressRig) -> ForceSource:
+    """The test's own reader of the source's final state: the rig's address, a patient timeout. It measures,
+    it is not under test; with the config's 0.3 s it timed out once on a loaded CI machine after the run
+    had ended safely (the run's own timeouts are tested in tests/test_fault_injection.py)."""
+    return ForceSource({**rig.device_config()["force_source"], "timeout": 2.0})
+
+
 async def _wait_for_measurements(store_path, n: int, timeout: float = 120.0) -> None:
     """Poll the store as a second reader until ``n`` measurements of the running session are committed."""
     deadline = asyncio.get_running_loop().time() + timeout
@@ -123,7 +130,7 @@ async def test_device_killed_mid_plan_leaves_rig_safe_and_loses_nothing(tmp_path
         # the source is off: setpoint zero and output disabled (by the guard, or by the device watchdog
         # when the guard could not reach it), so the actual force decays to zero
         watchdog = cfg["simulator"]["force_source"]["watchdog_timeout"]
-        async with ForceSource(rig.device_config()["force_source"]) as source:
+        async with _checking_source(rig) as source:
 
             async def off() -> bool:  # reads only: they do not feed the watchdog
                 return not (await source.read_status()).enabled and abs(await source.read_force()) < 50.0
@@ -167,7 +174,7 @@ async def test_ctrl_c_once_finishes_the_step_twice_stops_now(tmp_path, presses):
         for _ in range(presses):  # back to back: both arrive while the step is still running
             os.kill(os.getpid(), signal.SIGINT)
         result = await finished(task, 120.0)
-        async with ForceSource(rig.device_config()["force_source"]) as source:
+        async with _checking_source(rig) as source:
             status = await source.read_status()
             setpoint = await source.read_setpoint()
     assert result.status == "aborted" and result.safe
