@@ -14,6 +14,7 @@ from daq.rigs.crane.rig import crane_arrays
 from daq.run.lifecycle import run
 from daq.store.read_write import SessionStore
 from simulators.crane_rig import CraneRig
+from tests.polling import loop_gaps
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -43,20 +44,10 @@ async def rig(config):
     await r.stop()
 
 
-async def _loop_gaps(gaps: list[float]) -> None:
-    """The time between this coroutine's turns on the loop (it asks for one every 10 ms), until cancelled."""
-    loop = asyncio.get_running_loop()
-    last = loop.time()
-    while True:
-        await asyncio.sleep(0.01)
-        gaps.append(loop.time() - last)
-        last = loop.time()
-
-
 async def test_complete_run_records_training_and_validation(config, rig, tmp_path):
     store_path = tmp_path / "s.sqlite"
     gaps: list[float] = []
-    ticker = asyncio.create_task(_loop_gaps(gaps))
+    ticker = asyncio.create_task(loop_gaps(gaps, period=0.01))
     sid = await run_crane(config, store_path, rig=rig)
     ticker.cancel()
     # the loop keeps its pace through the run, the excitations' design and export included (the drive's

@@ -9,23 +9,13 @@ past its 0.3 s timeout (found by CI). drivers/serial_urls gives ``socket://`` a 
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 from daq.rigs.config import load
 from drivers.displacement import open_sensor
+from tests.polling import loop_gaps
 
 CONFIGS = Path("configs").resolve()
-
-
-async def _loop_gaps(stop: asyncio.Event, gaps: list[float]) -> None:
-    """The time between this coroutine's turns on the loop (it asks for one every 5 ms)."""
-    last = time.perf_counter()
-    while not stop.is_set():
-        await asyncio.sleep(0.005)
-        now = time.perf_counter()
-        gaps.append(now - last)
-        last = now
 
 
 async def test_the_press_sensors_close_without_freezing_the_loop_and_reconnect_at_once():
@@ -40,14 +30,13 @@ async def test_the_press_sensors_close_without_freezing_the_loop_and_reconnect_a
         for s in sensors:
             await s.connect()
             await s.read()
-        stop, gaps = asyncio.Event(), []
-        ticker = asyncio.create_task(_loop_gaps(stop, gaps))
+        gaps: list[float] = []
+        ticker = asyncio.create_task(loop_gaps(gaps))
         await asyncio.sleep(0.05)
         for s in sensors:
             await s.close()
         await asyncio.sleep(0.05)
-        stop.set()
-        await ticker
+        ticker.cancel()
         # pyserial's own close sleeps 0.3 s per port on the loop: 0.9 s without a turn for three ports
         assert max(gaps) < 0.25, f"the loop stood still for {max(gaps):.3f} s while ports closed"
         for s in sensors:  # the sleep was to "give the server time" before a reconnect: not needed

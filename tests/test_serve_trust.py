@@ -25,7 +25,7 @@ from daq.serve.auth import COOKIE, Tokens, add_token
 from daq.serve.exports import ClientGone, ExportPool
 from daq.serve.problems import Busy
 from daq.serve.replies import BODY_LIMIT
-from tests.polling import poll_until
+from tests.polling import poll_until, wait_until
 from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config
 
 RIG = ServedBeacon("beacon-trust", samples=50, channels=2, period=0.005)
@@ -204,8 +204,7 @@ def test_the_export_pool_refuses_when_full_and_cleans_up_after_a_client_that_lef
             return False
 
         first = asyncio.ensure_future(pool.make(srv.session, "csv", never))
-        while pool.admitted == 0:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: pool.admitted > 0, timeout=30.0)
         with pytest.raises(Busy) as busy:
             await pool.make(srv.session, "csv", never)
         assert busy.value.status == 503 and busy.value.headers == {"Retry-After": "10"}
@@ -218,8 +217,7 @@ def test_the_export_pool_refuses_when_full_and_cleans_up_after_a_client_that_lef
             return True
 
         async def hold_the_export():  # stopped as soon as it runs, so it cannot end before the first poll
-            while not pool.running:
-                await asyncio.sleep(0.001)
+            await wait_until(lambda: pool.running, timeout=30.0, period=0.001)
             proc = next(iter(pool.running))
             os.kill(proc.pid, signal.SIGSTOP)
             return proc
