@@ -16,7 +16,7 @@ import click
 from daq import json_codec
 from daq.bus.handshake import CONNECT_TIMEOUT, HandshakeFailed, handshake
 from daq.bus.keys import ENV_KEYS, CurveKeys, default_keys_dir, is_local, load_keys
-from daq.config.load import store_path_for
+from daq.config.load import SiteValuesMissing, store_path_for
 from daq.errors import one_line
 from daq.store.read_write import SessionStore
 from drivers.errors import HilError
@@ -47,10 +47,15 @@ def exit_code(exc: BaseException) -> int | None:
 
 
 class OneLineError(click.ClickException):
-    """A project error on its way out of the CLI: ``Error: <one line>`` and its exit code."""
+    """A project error on its way out of the CLI: ``Error: <one line>`` and its exit code. A config with
+    values the site must still supply is the one error of several lines: its summary, then one line per
+    value (key path and what to put there)."""
 
     def __init__(self, exc: BaseException, code: int) -> None:
-        super().__init__(one_line(exc))
+        if isinstance(exc, SiteValuesMissing):
+            super().__init__("\n".join([exc.summary + ":", *(f"  {line}" for line in exc.lines)]))
+        else:
+            super().__init__(one_line(exc))
         self.exit_code = code  # type: ignore[misc]  # click's stubs say ClassVar; click reads it per instance
 
 

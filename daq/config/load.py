@@ -5,7 +5,9 @@ of ``msgspec.Struct`` tables (see :mod:`daq.config.schema` and each rig module).
 for unknown keys (with a suggestion), missing required keys, types and ranges, then each table's own
 ``check()`` (relations inside a table) and at last the rig's checks across tables. Every problem is one
 :class:`ConfigError` naming the file and the full key path, e.g.
-``press-sim.toml: [plan].n_sample: unknown key (did you mean n_samples?)``.
+``press-sim.toml: [plan].n_sample: unknown key (did you mean n_samples?)``. A value a template leaves to the
+site (``"<site: ...>"``, :mod:`daq.config.site`) is collected instead: a config with any is refused whole,
+naming each (:class:`SiteValuesMissing`).
 
 Reading a config file whole against its rig kind's schema is :func:`daq.rigs.config.load_config`: the rig
 kinds live in the registry (:mod:`daq.rigs`), and this module imports nothing of them.
@@ -30,6 +32,7 @@ from typing import Annotated, Any, get_args, get_origin
 import msgspec
 
 import daq.errors
+from daq.config.site import is_marker, marker_text, markers
 from drivers.settings import InvalidSetting
 
 ENV_STORE = "HIL_STORE"
@@ -44,6 +47,31 @@ class ConfigError(daq.errors.ConfigError, ValueError):
         self.what = message
         where = ": ".join(p for p in (self.file, key) if p)
         super().__init__(f"{where}: {message}" if where else message)
+
+
+class SiteValuesMissing(ConfigError):
+    """A config holding values the site must still supply (``<site: ...>`` markers, :mod:`daq.config.site`):
+    refused whole, naming every such value, before a rig's rules run and before anything opens.
+
+    ``values``: ``(key path, what to put there)`` in the file's order; :attr:`lines` one line per value,
+    the same words in the CLI (one line each) and in ``hil serve`` (a list); ``str()`` is all on one line."""
+
+    def __init__(self, file: str | Path | None, values: list[tuple[str, str]]):
+        self.values = values
+        n = len(values)
+        self.head = (f"not runnable: {n} value{'s' if n != 1 else ''} the site must supply "
+                     f"{'are' if n != 1 else 'is'} not filled in (replace each \"<site: ...>\" in the file)")
+        super().__init__(f"{self.head}: " + "; ".join(self.lines), file)
+
+    @property
+    def lines(self) -> list[str]:
+        """``[devices.force_source].host: IP address of ...``: the key path and what to put there."""
+        return [f"{key}: {what}" for key, what in self.values]
+
+    @property
+    def summary(self) -> str:
+        """The first line: the file and how many values are missing."""
+        return f"{self.file}: {self.head}" if self.file else self.head
 
 
 class Invalid(daq.errors.ConfigError, InvalidSetting):
@@ -185,25 +213,51 @@ _TYPE_WORDS = {"float": "a number", "int": "an integer", "str": "a string", "boo
                "array": "a list", "object": "a table"}
 
 
+class _Unsupplied:
+    """What the walk returns for a value (or a table holding one) still marked for the site to supply."""
+
+    def __repr__(self) -> str:
+        return "<unsupplied>"
+
+
+UNSUPPLIED = _Unsupplied()
+
+#: markers found by one walk: (key path, what to put there)
+_Found = list[tuple[list[str], str]]
+
+
 def parse(raw: Any, schema: Any, file: str | Path | None = None, path: list[str] | None = None) -> Any:
-    """Convert ``raw`` (TOML data) into ``schema``; raises ConfigError with the key path on any problem."""
-    return _walk(raw, schema, list(path or []), file)
+    """Convert ``raw`` (TOML data) into ``schema``; raises ConfigError with the key path on any problem, and
+    :class:`SiteValuesMissing` naming every value still marked ``<site: ...>`` (a template's)."""
+    prefix = list(path or [])
+    found: _Found = []
+    obj = _walk(raw, schema, prefix, file, found)
+    if found:
+        order = {(*prefix, *p): i for i, (p, _) in enumerate(markers(raw))}
+        found.sort(key=lambda m: order.get(tuple(m[0]), len(order)))
+        raise SiteValuesMissing(file, [(key_path(p, False), what) for p, what in found])
+    return obj
 
 
-def _walk(raw: Any, tp: Any, path: list[str], file) -> Any:
+def _walk(raw: Any, tp: Any, path: list[str], file, found: _Found) -> Any:
+    if is_marker(raw):  # any value of the schema, or a whole table, may be left to the site
+        found.append((path, marker_text(raw)))
+        return UNSUPPLIED
     base, optional = _unwrap(tp)
     if raw is None and optional:
         return None
     if _is_struct(base):
-        return _walk_struct(raw, base, path, file)
+        return _walk_struct(raw, base, path, file, found)
     if isinstance(base, type) and dataclasses.is_dataclass(base):
-        return _walk_dataclass(raw, base, path, file)
+        return _walk_dataclass(raw, base, path, file, found)
     if get_origin(base) is dict:
         if not isinstance(raw, dict):
             raise ConfigError(f"must be a table, got {type(raw).__name__} {raw!r}", file,
                               key_path(path, True))
         _, value_type = get_args(base)
-        return {str(k): _walk(v, value_type, [*path, str(k)], file) for k, v in raw.items()}
+        before = len(found)
+        table = {str(k): _walk(v, value_type, [*path, str(k)], file, found) for k, v in raw.items()}
+        return UNSUPPLIED if len(found) > before else table
     try:  # strict: a float field takes a TOML integer (``q_max = 20000``); nothing else is coerced
         return msgspec.convert(raw, tp)
     except msgspec.ValidationError as exc:
@@ -231,27 +285,35 @@ def _run_check(obj: Any, path: list[str], file) -> None:
         raise ConfigError(exc.message, file, key_path(sub, exc.key is None or exc.table)) from None
 
 
-def _walk_struct(raw: Any, tp: type[msgspec.Struct], path: list[str], file) -> Any:
+def _walk_struct(raw: Any, tp: type[msgspec.Struct], path: list[str], file, found: _Found) -> Any:
+    """A table: its keys, each value, then its ``check()``. A table holding an unsupplied value is neither
+    built nor checked (its rules need the value); the walk goes on to find every other problem."""
     fields = msgspec.structs.fields(tp)
     _check_keys(raw, [f.encode_name for f in fields], path, file)
     kwargs = {}
+    before = len(found)
     for f in fields:
         if f.encode_name in raw:
-            kwargs[f.name] = _walk(raw[f.encode_name], f.type, [*path, f.encode_name], file)
+            kwargs[f.name] = _walk(raw[f.encode_name], f.type, [*path, f.encode_name], file, found)
         elif f.required:
             what = "missing required table" if _is_table_type(f.type) else "missing required key"
             raise ConfigError(what, file, key_path([*path, f.encode_name], _is_table_type(f.type)))
+    if len(found) > before:
+        return UNSUPPLIED
     obj = tp(**kwargs)
     _run_check(obj, path, file)
     return obj
 
 
-def _walk_dataclass(raw: Any, tp: type, path: list[str], file) -> Any:
+def _walk_dataclass(raw: Any, tp: type, path: list[str], file, found: _Found) -> Any:
     hints = typing.get_type_hints(tp, include_extras=True)
     fields = [f for f in dataclasses.fields(tp) if f.init]
     _check_keys(raw, [f.name for f in fields], path, file)
-    kwargs = {f.name: _walk(raw[f.name], hints[f.name], [*path, f.name], file)
+    before = len(found)
+    kwargs = {f.name: _walk(raw[f.name], hints[f.name], [*path, f.name], file, found)
               for f in fields if f.name in raw}
+    if len(found) > before:
+        return UNSUPPLIED
     try:
         obj = tp(**kwargs)
     except (TypeError, ValueError) as exc:
@@ -286,7 +348,7 @@ def _resolve(raw: Any, tp: Any, base: Path) -> None:
         key = f.encode_name
         if is_path(f.type):
             value = raw.get(key, f.default if isinstance(f.default, str) else None)
-            if isinstance(value, str) and value:
+            if isinstance(value, str) and value and not is_marker(value):  # a marker stays one
                 path = Path(value).expanduser()
                 raw[key] = str(path if path.is_absolute() else (base / path).resolve())
         elif key in raw:

@@ -1,5 +1,7 @@
 """The rig configs a server may run: the ``*.toml`` files of its configs folder, each checked as
-``hil check`` does (schema, then the rig's own rules), the result kept while the file is unchanged."""
+``hil check`` does (schema, then the rig's own rules), the result kept while the file is unchanged. A
+template whose site values are not filled in is not runnable: its ``unsupplied`` lines are the ones
+`hil check` prints, one per value."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from daq.config.load import SiteValuesMissing
 from daq.errors import one_line
 from daq.rigs import check_rules
 from daq.rigs.config import load
@@ -20,11 +23,21 @@ class ConfigFile:
     kind: str | None = None
     simulated: bool | None = None
     error: str | None = None
+    unsupplied: list[str] | None = None  # values the site must still supply: "[table].key: what to put"
 
     def to_dict(self) -> dict:
         d = {"name": self.name, "ok": self.ok, "kind": self.kind, "simulated": self.simulated}
         if self.error is not None:
             d["error"] = self.error
+        if self.unsupplied is not None:
+            d["unsupplied"] = self.unsupplied
+        return d
+
+    def refusal(self) -> dict:
+        """Why a run of this config is refused (the reply of a run request)."""
+        d: dict = {"error": self.error or "config refused"}
+        if self.unsupplied is not None:
+            d["unsupplied"] = self.unsupplied
         return d
 
 
@@ -59,6 +72,8 @@ class ConfigFolder:
             rig, cfg = load(path)
             check_rules(rig, cfg, path)
             result = ConfigFile(name, path, True, rig.kind, bool(cfg.rig.simulated))
+        except SiteValuesMissing as exc:  # a template: not runnable until the site fills these in
+            result = ConfigFile(name, path, False, error=exc.summary, unsupplied=exc.lines)
         except Exception as exc:  # noqa: BLE001 - every failure is the config's one-line error
             result = ConfigFile(name, path, False, error=one_line(exc))
         with self._lock:

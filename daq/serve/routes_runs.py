@@ -58,7 +58,7 @@ async def post_run(service, request: Request, name) -> Response:
     if checked is None:
         raise NotFound(f"no config {config!r} in {service.configs.folder} (GET /api/configs lists them)")
     if not checked.ok:
-        return JSON({"error": checked.error or "config refused"}, status_code=422)
+        return JSON(checked.refusal(), status_code=422)
     entry = service.queue.add(config, name or "anonymous")
     service.runner.poke()
     service.relay.broadcast({"type": "queue", **service.queue.snapshot()})

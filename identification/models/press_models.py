@@ -55,8 +55,14 @@ class PressConstants:
 
     @classmethod
     def from_dict(cls, d: dict) -> PressConstants:
+        """The constants of a mapping; a key that is none of them is refused (a typo must not leave the
+        default in place)."""
         names = set(cls.__dataclass_fields__)
-        return cls(**{k: float(v) for k, v in d.items() if k in names})
+        unknown = sorted(str(k) for k in d if k not in names)
+        if unknown:
+            raise ValueError(f"unknown press constant(s) {', '.join(unknown)} "
+                             f"(known: {', '.join(sorted(names))})")
+        return cls(**{k: float(v) for k, v in d.items()})
 
     def to_dict(self) -> dict:
         return asdict(self)

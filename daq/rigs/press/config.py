@@ -9,8 +9,9 @@ receive only configs that passed here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
+import msgspec
 import numpy as np
 from msgspec import Meta
 from msgspec import field as sfield
@@ -30,6 +31,9 @@ from drivers.errors import HilError
 from drivers.force_source import ForceSource, ForceSourceSettings, Newton
 from simulators.physics.press import SENSOR_NAMES, PressLinkage, PressTruth
 from simulators.press_rig import PressRig
+
+if TYPE_CHECKING:  # annotations only: identification.models loads scipy, which `hil check` does not need
+    from identification.models.press_models import PressConstants
 
 #: the press analysis fits the memory (friction) model on all series but the last two and tests on those
 MIN_SERIES = 3
@@ -132,13 +136,42 @@ class AcquisitionTable(Table, kw_only=True):
     max_failures: Annotated[int, Meta(ge=1, le=100)] = 3
 
 
+Stiffness = Annotated[float, Meta(gt=0, le=1e13)]   # N/m
+
+
+class LinkageConstants(Table, kw_only=True):
+    """``[analysis.constants]``: the known constants of the press's linkage model
+    (:class:`identification.models.press_models.PressConstants`), every one required: they are the site's
+    own machine's (a real press's template leaves each to the site), and a partial table must not fill the
+    rest in from the simulator. Absent as a whole, a simulated press uses its simulator's defaults."""
+
+    k_lever: Stiffness                                   # N/m, lever axial stiffness
+    k_guide: Stiffness                                   # N/m, horizontal stiffness of the pressure-bar guide
+    k_joint: Stiffness                                   # N/m, radial bearing stiffness
+    joint_beta: Annotated[float, Meta(ge=0, le=1e15)]    # 1/m^2, bearing hardening (0: linear bearings)
+    b0_ratio: Annotated[float, Meta(ge=-100, le=100)]    # feeler lever ratio (B0 vertical / D vertical)
+
+    def check(self) -> None:
+        if self.b0_ratio == 0:
+            raise Invalid("b0_ratio", "must not be 0: B0 would see nothing of D's travel")
+
+    def model(self) -> PressConstants:
+        from identification.models.press_models import PressConstants  # lazy: scipy, for the analysis only
+
+        return PressConstants(**msgspec.structs.asdict(self))
+
+
 class AnalysisTable(Table, kw_only=True):
     tol: Annotated[float, Meta(gt=0, lt=1)] = 0.05
     criterion: Literal["A", "D", "E"] = "E"
     n_random_splits: Annotated[int, Meta(ge=0, le=10000)] = 0
     seed: Seed = 0
     n_sensors: Annotated[int, Meta(ge=1, le=8)] = 2
-    constants: dict[str, Finite] | None = None
+    constants: LinkageConstants | None = None   # None: the model's defaults (the simulated press's values)
+
+    def linkage(self) -> PressConstants | None:
+        """The linkage constants for the analysis (None: its defaults)."""
+        return self.constants.model() if self.constants is not None else None
 
 
 class OnlineTable(Table, kw_only=True):
@@ -195,6 +228,11 @@ class PressConfig(RigConfig, kw_only=True):
         if self.correction.tolerance >= step:
             raise Invalid("correction.tolerance", "must be smaller than one step of the staircase "
                                                   f"([plan].q_max / n_steps_up = {step:g} N)")
+        if not self.rig.simulated and self.analysis.constants is None:
+            raise Invalid("analysis.constants", "missing required table: a real press needs its linkage's "
+                                                "own constants (k_lever, k_guide, k_joint, joint_beta, "
+                                                "b0_ratio); only a simulated press takes the simulator's",
+                          table=True)
         if self.analysis.n_sensors > len(self.devices.sensors):
             raise Invalid("analysis.n_sensors",
                           f"more than the {len(self.devices.sensors)} sensors configured")

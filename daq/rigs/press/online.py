@@ -48,6 +48,7 @@ from identification.analyses.online_press import (
     model_verdict,
     verdict_settled,
 )
+from identification.models.press_models import PressConstants
 
 PLAN_STREAM = "press.plan"
 ONLINE_STREAM = "press.online"
@@ -115,7 +116,8 @@ class OnlineIdentifier(OnlineEstimates):
     """
 
     def __init__(self, sigmas: dict[str, float], emit: Emit, *, inflate: bool = True, alpha: float = 0.05,
-                 constants: dict | None = None, verdict: dict | None = None, rule: StopRule | None = None,
+                 constants: PressConstants | None = None, verdict: dict | None = None,
+                 rule: StopRule | None = None,
                  verdict_from: int = 2, spending: str = "obrien-fleming"):
         """``verdict``: keyword arguments of ``model_verdict`` (tol, criterion, n_sensors, ...), or None
         for no model-uncertainty test, run from ``verdict_from`` (>= 2) series on; ``rule``: evaluated
@@ -165,7 +167,7 @@ class OnlineIdentifier(OnlineEstimates):
         rule = StopRule(mode=o.stop_rule, target_rel_std=o.target_rel_std, min_series=o.min_series,
                         settle_series=o.settle_series, needs_kept=o.settle_needs_kept)
         sigmas = {name: s.sigma for name, s in cfg.devices.sensors.items()}
-        return cls(sigmas, emit, inflate=o.inflate, alpha=o.alpha, constants=a.constants,
+        return cls(sigmas, emit, inflate=o.inflate, alpha=o.alpha, constants=a.linkage(),
                    verdict=verdict_options(a) if use else None, rule=rule, verdict_from=o.verdict_from)
 
     @classmethod
@@ -353,8 +355,8 @@ def verdict_options(analysis: Any) -> dict:
         from daq.rigs.press.config import AnalysisTable  # lazy: as above
 
         analysis = parse(analysis, AnalysisTable, "press config", ["analysis"])
-    keys = ("tol", "criterion", "n_sensors", "n_random_splits", "seed", "constants")
-    return {k: getattr(analysis, k) for k in keys}
+    keys = ("tol", "criterion", "n_sensors", "n_random_splits", "seed")
+    return {**{k: getattr(analysis, k) for k in keys}, "constants": analysis.linkage()}
 
 
 def publisher_emit(publisher, session_id: str | None = None) -> Emit:

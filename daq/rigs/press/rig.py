@@ -248,7 +248,7 @@ class PressRig(Rig[PressConfig, PressRigDevices, PressArrays, PressAnalysisResul
         return analyze_press(arrays.z, arrays.q, arrays.q_desired, arrays.sigmas,
                              sensor_names=tuple(arrays.sensors), tol=a.tol, criterion=a.criterion,
                              n_sensors=min(a.n_sensors, len(arrays.sensors)),
-                             n_random_splits=a.n_random_splits, seed=a.seed, constants=a.constants)
+                             n_random_splits=a.n_random_splits, seed=a.seed, constants=a.linkage())
 
     def report_text(self, result: PressAnalysisResult) -> str:
         return result.format_table()

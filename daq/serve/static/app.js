@@ -311,12 +311,17 @@ function logEvent(m) {
 }
 
 // ------------------------------------------------------------------------------------------ tables
+// a template's values the site must still supply, one per line as `hil check` prints them
+function unsuppliedList(lines) {
+  return lines && lines.length ? "<ul>" + lines.map((l) => `<li>${esc(l)}</li>`).join("") + "</ul>" : "";
+}
+
 async function refreshConfigs() {
   try {
     const configs = await api("GET", "/api/configs");
     $("configs").tBodies[0].innerHTML = configs.map((c) => `<tr><td>${esc(c.name)}</td><td>${esc(c.kind || "")}` +
       `${c.simulated ? ' <span class="muted">sim</span>' : ""}</td><td class="${c.ok ? "ok" : "error"}">` +
-      `${c.ok ? "ok" : esc(c.error)}</td><td>${c.ok ? `<button data-run="${esc(c.name)}"${S.role === "operator" ? "" : " disabled"}>run</button>` : ""}</td></tr>`).join("");
+      `${c.ok ? "ok" : esc(c.error) + unsuppliedList(c.unsupplied)}</td><td>${c.ok ? `<button data-run="${esc(c.name)}"${S.role === "operator" ? "" : " disabled"}>run</button>` : '<span class="muted">not runnable</span>'}</td></tr>`).join("");
   } catch (e) { say("configs: " + e.message); }
 }
 
