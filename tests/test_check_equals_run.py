@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from daq.cli.main import main
 from daq.config.load import ConfigError, key_path, read_toml, resolve_paths
 from daq.rigs import check_rules, parse_config
 from daq.rigs.config import load_config
+from tests.site_values import fill_site_values, press_site_values
 
 CONFIGS = Path("configs").resolve()
 
@@ -163,11 +165,13 @@ def test_simulated_press_has_only_the_plants_sensors(tmp_path):
 # --------------------------------------------------------------------------------- property
 
 
-#: the shipped configs that run here (the real crane's template needs its site's certificates: see
-#: tests/test_rig_kit.py::test_crane_template_validates_once_its_site_files_exist)
+#: the shipped configs that run here: the simulated rigs, and the real press's template filled in as a site
+#: would, on loopback (the real crane's also needs its site's certificates: see
+#: tests/test_site_values.py::test_the_crane_template_filled_in_checks_once_its_pki_and_password_exist)
 SHIPPED = ["press-sim", "press", "crane-sim", "machine-tool-sim", "oscillator-sim", "pendulum-sim",
            "crane-adjoint-sim"]
-RAW = {name: read_toml(CONFIGS / f"{name}.toml") for name in SHIPPED}
+RAW = {name: read_toml(CONFIGS / f"{name}.toml") for name in SHIPPED if name != "press"}
+RAW["press"] = tomllib.loads(fill_site_values((CONFIGS / "press.toml").read_text(), press_site_values(15020)))
 
 
 def _numbers(node, path=()):

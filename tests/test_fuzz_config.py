@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import copy
+import tomllib
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daq.config.load import ConfigError, read_toml
 from daq.rigs import parse_config
+from tests.site_values import CONFIGS as FOLDER
+from tests.site_values import crane_site_values, fill_site_values, press_site_values
 
-CONFIGS = {name: read_toml(f"configs/{name}.toml") for name in ("press-sim", "crane-sim", "press", "crane")}
+#: the simulated rigs as shipped; the real rigs' templates filled in as a site would (on loopback)
+CONFIGS = {
+    **{name: read_toml(f"configs/{name}.toml") for name in ("press-sim", "crane-sim")},
+    "press": tomllib.loads(fill_site_values((FOLDER / "press.toml").read_text(), press_site_values(15020))),
+    "crane": tomllib.loads(fill_site_values((FOLDER / "crane.toml").read_text(),
+                                            crane_site_values("opc.tcp://127.0.0.1:4840/hil/crane"))),
+}
 
 
 #: tables whose keys are names the user chooses (sensors, registers, users), not schema keys
