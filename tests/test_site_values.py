@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,6 +127,33 @@ def test_the_crane_template_marks_its_endpoint_pki_user_limits_and_search_box():
                 "devices.drive.security.user", "model_selection.bounds.J1", "model_selection.bounds.k23"):
         assert key in keys
     assert "192.168." not in (CONFIGS / "crane.toml").read_text()
+
+
+#: what a refusal of a template must not have loaded: its rig kind, the run machinery, the protocol stacks,
+#: the math
+PROBE = """
+import json, sys
+from click.testing import CliRunner
+from daq.cli.main import main
+res = CliRunner().invoke(main, sys.argv[1:])
+heavy = ("daq.rigs.press", "daq.rigs.crane", "daq.run", "daq.commission", "simulators", "identification",
+         "scipy", "pymodbus", "asyncua", "serial")
+print(json.dumps([res.exit_code, sorted(m for m in sys.modules if any(m == h or m.startswith(h + ".")
+                                                                      for h in heavy))]))
+"""
+
+
+@pytest.mark.parametrize("command", ["check", "devices", "run"])
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_a_template_is_refused_before_its_rig_kind_or_any_driver_is_imported(name, command, tmp_path):
+    """What makes the refusal immediate on any machine (measured on sys.modules, not on a clock): the
+    markers are read off the TOML before the rig kind's code (drivers, simulators, scipy) is imported."""
+    args = {"check": ["check"], "devices": ["devices"],
+            "run": ["--store", str(tmp_path / "s.sqlite"), "run"]}[command] + [str(CONFIGS / name)]
+    out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True,
+                         cwd=CONFIGS.parent, timeout=120, check=True).stdout
+    code, heavy = json.loads(out.splitlines()[-1])
+    assert code == 1 and heavy == []
 
 
 def test_the_loopback_listener_counts_a_connection():

@@ -38,12 +38,12 @@ def devices(config_path: str, reads: int, as_json: bool) -> None:
 
     Nothing is ever written or enabled. A simulated config starts its simulated rig first, as `hil run`
     does. Exit code 0 only when every device answered plausibly."""
-    from daq.commission.probe import probe_config  # lazy: the drivers and the rig kinds
     from daq.rigs import check_rules  # lazy: the registry loads every rig kind
     from daq.rigs.config import load  # lazy: as above
 
-    rig, cfg = load(config_path)
+    rig, cfg = load(config_path)  # a config refused here has loaded neither the drivers nor the probes
     check_rules(rig, cfg, config_path)
+    from daq.commission.probe import probe_config  # lazy: the drivers and the rig kinds
     reports = asyncio.run(probe_config(rig, cfg, reads))
     ok = all(r.ok for r in reports)
     if as_json:

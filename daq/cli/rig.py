@@ -57,12 +57,11 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
     `docker stop`) and SIGHUP (the terminal closed). All leave the rig safe. Operators can also stop or
     pause the run from another terminal with `hil ctl`. With --dry-run nothing is written to a device.
     """
-    from daq.run.control import operator_name  # lazy: the whole run machinery and the rigs
-    from daq.run.lifecycle import run as run_rig  # lazy: as above
-
     if plots_dir is not None and not then_analyze:
         raise click.ClickException("--plots needs --analyze (plots come from the analysis)")
-    rig, cfg = _load(config_path)
+    rig, cfg = _load(config_path)  # a config refused here has loaded none of the run machinery
+    from daq.run.control import operator_name  # lazy: the whole run machinery and the rigs
+    from daq.run.lifecycle import run as run_rig  # lazy: as above
     if (dry_run or cfg.rig.dry_run) and then_analyze:
         raise click.ClickException("--analyze needs a real run: a dry run moves nothing to analyse")
     store_path = store_path_for(state.store_option, cfg)

@@ -239,6 +239,16 @@ def parse(raw: Any, schema: Any, file: str | Path | None = None, path: list[str]
     return obj
 
 
+def refuse_unsupplied(raw: Any, file: str | Path | None = None) -> None:
+    """Refuse TOML data that still holds site markers, naming each in the file's order, before any schema
+    is known: a config reader calls it first, so a template is refused without importing its rig kind's
+    code (scipy, drivers), in well under a second. :func:`parse` refuses the same markers with the same
+    words where its schema has a value (data handed to it directly)."""
+    found = markers(raw)
+    if found:
+        raise SiteValuesMissing(file, [(key_path(list(p), False), what) for p, what in found])
+
+
 def _walk(raw: Any, tp: Any, path: list[str], file, found: _Found) -> Any:
     if is_marker(raw):  # any value of the schema, or a whole table, may be left to the site
         found.append((path, marker_text(raw)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from daq.config.load import parse, read_toml, resolve_paths
+from daq.config.load import parse, read_toml, refuse_unsupplied, resolve_paths
 from daq.config.schema import RigConfig
 from daq.rigs import parse_config, parse_shared, rig_of
 from daq.rigs.base import Rig
@@ -24,8 +24,10 @@ def load(path: str | Path) -> tuple[Rig, Any]:
     Every relative path of the config (``[store].path``, ``[bus].keys``, trajectories, export folders,
     certificates and keys, the simulator's PKI folder: the schema's ``PathStr`` fields) is made absolute
     against the config file's folder first, here and only here, so a config means the same files whatever
-    the current directory. Any problem is one ConfigError naming the file and the key."""
+    the current directory. Any problem is one ConfigError naming the file and the key; a template whose
+    site values are not filled in is refused first, naming each (before its rig kind is even imported)."""
     raw = read_toml(path)
+    refuse_unsupplied(raw, path)
     rig = rig_of(raw, path)
     resolve_paths(raw, rig.schema, Path(path).parent)
     return parse_config(raw, path)
@@ -44,6 +46,7 @@ def load_config(path: str | Path) -> dict:
     programs and tests that edit a config before they hand it to ``daq.run.lifecycle.run`` (which parses a
     dict once). The service itself passes the typed config of :func:`load`."""
     raw = read_toml(path)
+    refuse_unsupplied(raw, path)
     rig = rig_of(raw, path)
     resolve_paths(raw, rig.schema, Path(path).parent)
     parse(raw, rig.schema, path)
