@@ -7,7 +7,8 @@ for unknown keys (with a suggestion), missing required keys, types and ranges, t
 :class:`ConfigError` naming the file and the full key path, e.g.
 ``press-sim.toml: [plan].n_sample: unknown key (did you mean n_samples?)``. A value a template leaves to the
 site (``"<site: ...>"``, :mod:`daq.config.site`) is collected instead: a config with any is refused whole,
-naming each (:class:`SiteValuesMissing`).
+naming each (:class:`SiteValuesMissing`); a config file's reader refuses them even before its rig kind is
+known (:func:`refuse_unsupplied`).
 
 Reading a config file whole against its rig kind's schema is :func:`daq.rigs.config.load_config`: the rig
 kinds live in the registry (:mod:`daq.rigs`), and this module imports nothing of them.
