@@ -11,8 +11,10 @@ number, a string, a list or a whole table - and records it as *unsupplied* with 
 any unsupplied value is refused as a whole (:class:`daq.config.load.SiteValuesMissing`, one line per
 value) before a rig's rules run and before anything opens. The one reader of config files that every
 command uses (:func:`daq.rigs.config.load`) refuses the same markers with the same words first, before it
-imports the rig kind's code (:func:`daq.config.load.refuse_unsupplied`): at once, on any machine. Filling a value in is replacing the marker,
-quotes and all, with the value: nothing else in the file changes.
+imports the rig kind's code (:func:`daq.config.load.refuse_unsupplied`): at once, on any machine.
+
+Filling a value in is replacing the marker, quotes and all, with the value: nothing else in the file
+changes.
 
 Why a marker in place of the value (and not a ``[site] unsupplied = [...]`` list beside placeholder
 values): the value and the fact that it is still missing are one thing in one place, so they cannot
