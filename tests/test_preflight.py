@@ -26,6 +26,7 @@ from daq.rigs import parse_config
 from daq.rigs.config import load_config
 from daq.run.lifecycle import run
 from daq.run.preflight import DevicesNotReady
+from drivers.errors import HilError
 from simulators.press_rig import PressRig
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -212,10 +213,51 @@ async def test_a_simulated_run_is_checked_too_and_nothing_reaches_its_devices(tm
     sim = rig.simulator(cfg)
     await sim.start()
     try:
-        with pytest.raises(DevicesNotReady, match="D_vertical .*likely the word order") as refused:
+        with pytest.raises(HilError) as refused:
             await run(cfg, tmp_path / "s.sqlite", simulated_rig=sim, show_progress=False, handle_sigint=False)
         writes = sum(d.server.n_writes for d in sim.devices.values() if hasattr(d, "server"))
     finally:
         await sim.stop()
-    assert refused.value.device == "D_vertical" and writes == 0
+    assert writes == 0
+    assert isinstance(refused.value, DevicesNotReady) and refused.value.device == "D_vertical"
+    assert "likely the word order" in str(refused.value) and REFUSED in str(refused.value)
     assert not (tmp_path / "s.sqlite").exists()
+
+
+async def test_a_drive_of_another_serial_number_is_refused_before_even_its_heartbeat(tmp_path):
+    """A drive rig (the oscillator): the drive's identity is read without a session of the run, so a wrong
+    drive is refused before the heartbeat (a write) ever reaches it."""
+    raw = load_config(CONFIGS / "oscillator-sim.toml")
+    raw.pop("store", None)
+    raw["devices"]["drive"]["expect"] = {"serial_number": "SN-4711"}
+    rig, cfg = parse_config(raw, "oscillator-sim")
+    sim = rig.simulator(cfg)
+    await sim.start()
+    try:
+        with pytest.raises(HilError) as refused:
+            await run(cfg, tmp_path / "s.sqlite", simulated_rig=sim, show_progress=False, handle_sigint=False)
+        writes = sim.n_writes  # its acting calls and heartbeats
+    finally:
+        await sim.stop()
+    assert writes == 0
+    assert isinstance(refused.value, DevicesNotReady) and refused.value.device == "drive"
+    assert "where 'SN-4711' is expected" in str(refused.value) and REFUSED in str(refused.value)
+    assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_a_web_server_where_the_modal_front_end_should_be_is_named(tmp_path):
+    """The machine tool's SCPI front end: its identification (*IDN?) is what the check reads; a web
+    server's answer to it refuses the run (before, the plan's first command went to the web server)."""
+    raw = load_config(CONFIGS / "machine-tool-sim.toml")
+    raw.pop("store", None)
+    raw["rig"]["simulated"] = False
+    store = tmp_path / "s.sqlite"
+    with WebServer() as web:
+        raw["devices"]["frontend"]["port"] = web.port
+        config = tmp_path / "machine-tool.toml"
+        config.write_text(_to_toml(raw))
+        for dry in ([], ["--dry-run"]):
+            line = _refusal(["--store", str(store), "run", str(config), "--no-progress", *dry])
+            assert line.startswith(f"Error: frontend (127.0.0.1:{web.port}): answers '<!DOCTYPE HTML>'"), line
+            assert "a web server answers at this host/port" in line and REFUSED in line, line
+    assert not store.exists()
