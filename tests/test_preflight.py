@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import CliRunner
 
@@ -28,6 +29,8 @@ from daq.run.lifecycle import run
 from daq.run.preflight import DevicesNotReady
 from drivers.errors import HilError
 from simulators.press_rig import PressRig
+from tests.polling import poll_until
+from tests.serve_fixtures import ServerThread
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_rig_kit import _to_toml  # noqa: E402
@@ -106,7 +109,7 @@ class WebServer:
         self._thread.join(10)
 
 
-def real_press_config(folder: Path, devices: dict, edit: Callable[[dict], None] | None = None) -> Path:
+def real_press_config(folder: Path, devices: dict, edit: Callable[[dict], object] | None = None) -> Path:
     """A config of the press as a real one (not simulated) whose [devices] are ``devices`` with ``edit``
     applied; a short plan (a run that got past the check would still end soon)."""
     raw = copy.deepcopy(PRESS)
@@ -261,3 +264,45 @@ def test_a_web_server_where_the_modal_front_end_should_be_is_named(tmp_path):
             assert line.startswith(f"Error: frontend (127.0.0.1:{web.port}): answers '<!DOCTYPE HTML>'"), line
             assert "a web server answers at this host/port" in line and REFUSED in line, line
     assert not store.exists()
+
+
+def test_two_devices_at_fault_the_first_in_full_the_other_named(tmp_path):
+    """One line still: the first device at fault (config order) with its cause, the others by name."""
+    with ServedPress() as press, WebServer() as web:
+        def edit(devices: dict) -> None:
+            _register("D_vertical", word_order="little")(devices, web.port)
+            _web_at("B0_vertical")(devices, web.port)
+
+        config = real_press_config(tmp_path, press.rig.device_config(), edit)
+        line = _refusal(["--store", str(tmp_path / "s.sqlite"), "run", str(config), "--no-progress"])
+        assert press.writes() == 0
+    assert line.startswith("Error: D_vertical (") and "likely the word order" in line, line
+    assert line.endswith("; also not ready: B0_vertical (`hil devices` shows each)"), line
+
+
+def test_a_run_of_hil_serve_is_refused_the_same_way_and_the_queue_says_why(tmp_path):
+    """`hil serve` hands its runs to the same lifecycle: the refused run is `failed` with the line as its
+    reason, without a session, and the served devices received no write."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    with ServedPress() as press:
+        swapped = _register("F_horizontal", word_order="big")  # the device's map says "little"
+        real_press_config(configs, press.rig.device_config(), lambda devices: swapped(devices, 0))
+        server = ServerThread(configs, tmp_path / "store" / "s.sqlite", tmp_path / "tokens").start()
+        try:
+            with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.token}"},
+                              timeout=30) as http:
+                run_id = http.post("/api/runs", json={"config": "press.toml"}).json()["id"]
+
+                def ended() -> dict | None:
+                    return next((e for e in http.get("/api/runs").json()["finished"] if e["id"] == run_id),
+                                None)
+
+                poll_until(lambda: ended() is not None, timeout=60, period=0.1)
+                entry = ended()
+        finally:
+            server.stop()
+        assert press.writes() == 0
+    assert entry is not None and entry["status"] == "failed" and entry["session"] is None, entry
+    assert entry["reason"].startswith("F_horizontal (") and "likely the word order" in entry["reason"], entry
+    assert REFUSED in entry["reason"], entry
