@@ -26,7 +26,7 @@ from daq.cli.main import main
 from daq.rigs import parse_config
 from daq.rigs.config import load_config
 from daq.run.lifecycle import run
-from daq.run.preflight import DevicesNotReady
+from daq.run.preflight import DevicesNotReady, check_devices
 from drivers.errors import HilError
 from simulators.press_rig import PressRig
 from tests.polling import poll_until
@@ -306,3 +306,19 @@ def test_a_run_of_hil_serve_is_refused_the_same_way_and_the_queue_says_why(tmp_p
     assert entry is not None and entry["status"] == "failed" and entry["session"] is None, entry
     assert entry["reason"].startswith("F_horizontal (") and "likely the word order" in entry["reason"], entry
     assert REFUSED in entry["reason"], entry
+
+
+async def test_a_sensor_whose_every_read_needs_a_retry_is_not_plausible():
+    """A sensor three times slower than its timeout still returns values (the late reply to the first
+    attempt answers the retry on an RTU line): its reads' median names it, in `hil devices` and before a
+    run alike."""
+    rig, cfg = parse_config(copy.deepcopy(PRESS), "press-sim")
+    async with PressRig(PRESS) as sim:
+        sim.devices["D_vertical"].server.stall = 1.0  # type: ignore[union-attr]  # a Modbus device
+        devices = rig.simulated_devices(sim, cfg)
+        with pytest.raises(DevicesNotReady) as refused:
+            await check_devices(devices, reads=3)
+        writes = sum(d.server.n_writes for d in sim.devices.values() if hasattr(d, "server"))
+    assert writes == 0 and refused.value.device == "D_vertical"
+    assert "displacement: answers in " in str(refused.value), refused.value
+    assert "(median of 3 reads), slower than its timeout (0.3 s)" in str(refused.value), refused.value
