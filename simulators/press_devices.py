@@ -183,6 +183,7 @@ class _OwnUnitOnly:
 
     async def async_setValues(self, device_id: int, func_code: int, address: int, values):
         if device_id != self.device_id:
+            self.owner.n_writes += 1  # it reached this device all the same (a config's wrong unit id)
             return self._foreign(device_id)
         return await self.core.async_setValues(device_id, func_code, address, values)
 
@@ -206,7 +207,7 @@ class ModbusSimServer:
         self._stall = 0.0
         self._stall_changed = asyncio.Event()
         self.n_foreign = 0  # requests for other unit ids (not answered / refused)
-        self.n_writes = 0  # write requests received (commissioning writes none)
+        self.n_writes = 0  # write requests received, for any unit id (commissioning writes none)
         self.identity: Mapping[str, str] | None = None  # answered to FC43; None: the function is not offered
 
     @property

@@ -22,9 +22,10 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from daq.commission.causes import likely_cause, looks_like_http, slow_reads
 from daq.commission.plausible import decode_all, inside, likely_mistake, scatter_note
 from drivers.displacement import SensorSettings, open_sensor
-from drivers.errors import HilError
+from drivers.errors import BadResponse, HilError
 from drivers.force_source import ForceSource, ForceSourceSettings
 from drivers.modal_frontend import FrontEndSettings, ModalFrontEnd
 from drivers.modbus_identity import NO_IDENTITY, identity_mismatch, read_identity
@@ -62,14 +63,23 @@ class DeviceReport:
     identity: dict[str, Any] = field(default_factory=dict)
     channels: list[Channel] = field(default_factory=list)
     error: str | None = None        # not reachable, refused, identity mismatch
+    late: int = 0                   # Modbus replies that came after their request had timed out
 
     @property
     def ok(self) -> bool:
         return self.error is None and all(c.problem is None for c in self.channels)
 
+    def problem(self) -> str | None:
+        """What is wrong with the device, in one line without its name and address (None: nothing): its
+        error, else its first implausible channel."""
+        if self.error:
+            return self.error.removeprefix(f"{self.name} ({self.address}): ")
+        return next((f"{c.name}: {c.problem}" for c in self.channels if c.problem), None)
+
     def to_dict(self) -> dict:
         return {"device": self.name, "address": self.address, "ok": self.ok, "error": self.error,
-                "identity": self.identity, "channels": [c.to_dict() for c in self.channels]}
+                "identity": self.identity, "late_replies": self.late,
+                "channels": [c.to_dict() for c in self.channels]}
 
 
 async def _timed(n: int, read: Callable[[], Awaitable[Any]]) -> tuple[list[Any], list[float]]:
@@ -96,8 +106,10 @@ async def _force_source(name: str, s: ForceSourceSettings, reads: int, rep: Devi
             if not inside(values, spec.range):
                 others = {k: v for k, v in spans.items() if k != reg_name}
                 ch.problem = likely_mistake(spec, raws, spec.range or (-math.inf, math.inf), others)
+            ch.problem = ch.problem or slow_reads(lat, s.timeout)
             rep.channels.append(ch)
     finally:
+        rep.late = dev.transport.n_late + dev.transport.n_mismatched
         dev.transport.close()
 
 
@@ -111,6 +123,8 @@ async def _sensor(name: str, s: SensorSettings, reads: int, rep: DeviceReport) -
     try:
         if s.protocol == "serial":
             rep.identity = {"id": await dev.identify()}  # type: ignore[attr-defined]
+            if looks_like_http(rep.identity["id"]):
+                raise BadResponse(name, rep.address, f"answers {rep.identity['id']!r} to {s.id_query!r}")
             values, lat = await _timed(reads, dev._read_raw)
             ch = Channel("displacement", "m", values, lat, dev.range)
             if not inside(values, dev.range):
@@ -126,9 +140,12 @@ async def _sensor(name: str, s: SensorSettings, reads: int, rep: DeviceReport) -
             if not inside(values, dev.range):
                 ch.problem = likely_mistake(spec, raws, dev.range, {})
         if ch.problem is None:
-            ch.problem = scatter_note(values, s.sigma, "m")
+            ch.problem = scatter_note(values, s.sigma, "m") or slow_reads(lat, s.timeout)
         rep.channels.append(ch)
     finally:
+        if s.protocol != "serial":
+            tr = dev.transport  # type: ignore[attr-defined]
+            rep.late = tr.n_late + tr.n_mismatched
         await dev.close()
 
 
@@ -171,6 +188,8 @@ async def _frontend(name: str, s: FrontEndSettings, reads: int, rep: DeviceRepor
     await fe.connect()
     try:
         rep.identity = {"idn": fe.idn}
+        if looks_like_http(fe.idn):
+            raise BadResponse(name, rep.address, f"answers {fe.idn!r} to '*IDN?'")
     finally:
         await fe.close()
 
@@ -182,8 +201,11 @@ PROBES: dict[type, Callable[[str, Any, int, DeviceReport], Awaitable[None]]] = {
 
 
 def device_tables(devices: Any) -> list[tuple[str, Any]]:
-    """(name, settings) of every device of a typed ``[devices]`` table (sensor tables flattened)."""
+    """(name, settings) of every device of a typed ``[devices]`` table (sensor tables flattened); none for
+    a table that is not typed (a rig kind without a ``[devices]`` struct: nothing a probe could read)."""
     out: list[tuple[str, Any]] = []
+    if not isinstance(devices, msgspec.Struct):
+        return out
     for key in devices.__struct_fields__:
         value = getattr(devices, key)
         if isinstance(value, dict):
@@ -203,6 +225,9 @@ async def _one(name: str, settings: Any, reads: int) -> DeviceReport:
         await probe(name, settings, reads, rep)
     except HilError as exc:
         rep.error = str(exc) if str(exc).startswith(name) else f"{name} ({rep.address}): {exc}"
+        cause = likely_cause(exc, settings, rep.late)
+        if cause:
+            rep.error += f" - {cause}"
     except (OSError, TimeoutError) as exc:
         rep.error = f"{name} ({rep.address}): {exc or type(exc).__name__}"
     return rep

@@ -1,8 +1,9 @@
 """The one run lifecycle of every rig kind.
 
 ``run(config)`` checks the config whole, starts the simulated rig when ``[rig].simulated`` says so,
-opens the devices, creates the session, records the bus, serves operator commands, and runs the rig's
-plan inside the safe-state guard with two-level Ctrl-C. Whatever ends the plan - its normal end, an
+checks that every device answers plausibly (:mod:`daq.run.preflight`; else it refuses before its first
+write), opens the devices, creates the session, records the bus, serves operator commands, and runs the
+rig's plan inside the safe-state guard with two-level Ctrl-C. Whatever ends the plan - its normal end, an
 exception, Ctrl-C, SIGTERM or SIGHUP (both stop at once, like a second Ctrl-C), an operator stop, a
 device fault, a failed recorder, a stalled bus - the devices get their safe-state actions, the session
 gets its status and reason and a ``plan_outcome`` event (recorded straight into the store when the bus
@@ -37,6 +38,7 @@ from daq.rigs import check_rules, get_rig, parse_config
 from daq.rigs.base import Devices, Rig
 from daq.run.control import ACTIONS, CommandChannel, channel_keys
 from daq.run.dry_run import DryRun, as_dry_run
+from daq.run.preflight import check_devices
 from daq.run.progress import ProgressBar
 from daq.run.recorder import Recorder
 from daq.run.safety import OperatorStop, PlanAborted, SafeStateGuard
@@ -226,8 +228,10 @@ async def run(config: RigConfig | dict, store_path: str | Path | None = None, *,
     ``handle_sigint``: two-level Ctrl-C; ``handle_term`` (default: as ``handle_sigint``): SIGTERM and
     SIGHUP stop at once through the safe state, the session's reason names the signal. The handlers
     are installed for the run only and the previous ones restored afterwards.
-    Problems before the session exists (config, unreachable devices) are raised; once a session
-    exists the run always returns a result whose status and reason say how it ended.
+    Before its first write every device is connected, identified and read through the commissioning probes
+    (:mod:`daq.run.preflight`, `hil devices`); a device that does not answer plausibly refuses the run.
+    Problems before the session exists (config, unreachable or implausible devices) are raised; once a
+    session exists the run always returns a result whose status and reason say how it ended.
     ``started_by``: who asked for the run (`hil run`: :func:`operator_name`; `hil serve`: the token's name);
     recorded as the session's first event, ``started`` on stream ``<kind>.run`` with body ``{"by": ...}``.
     ``dry_run`` (or ``[rig].dry_run`` in the config): the devices are connected and read, every command is
@@ -253,6 +257,7 @@ async def run(config: RigConfig | dict, store_path: str | Path | None = None, *,
     try:
         device_cfg = (rig.simulated_devices(simulated_rig, cfg) if simulated_rig is not None
                       else cfg.devices)
+        await check_devices(device_cfg)  # nothing written yet: refused here, there is nothing to make safe
         handle_term = handle_sigint if handle_term is None else handle_term
         dry = DryRun(rig.kind) if cfg.rig.dry_run else None
         with holding(dry.hold if dry else None):  # every task of the run inherits the hold
