@@ -141,12 +141,6 @@ class BoundedH11Protocol(H11Protocol):
         if self.conn.their_state is not h11.IDLE:
             self._stop_header_clock()
 
-    def handle_events(self) -> None:
-        try:
-            super().handle_events()
-        except UnicodeDecodeError:  # a request target that is not ASCII (h11 lets the bytes through)
-            self._answer(400, "invalid HTTP request: the request target is not ASCII")
-
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if (not self.transport.is_closing() and self.conn.their_state is h11.IDLE
