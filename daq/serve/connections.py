@@ -18,8 +18,10 @@ with these edges added (docs/api.md, "Errors and limits"):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http
 import logging
+import os
 import re
 import resource
 from dataclasses import dataclass
@@ -87,6 +89,18 @@ def _head_size(received: bytes) -> int:
     h11 bounds only a head that is still incomplete; one that arrives whole in one read is counted here."""
     end = _HEAD_END.search(received)
     return end.start() if end else len(received)
+
+
+def _discard_received(transport: asyncio.Transport) -> None:
+    """Read and drop what the client has sent and nobody read (without waiting for more): a socket closed
+    with unread input is reset, and the client would lose the answer written just before."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or transport.get_extra_info("sslcontext") is not None:  # TLS closes with its own goodbye
+        return
+    with contextlib.suppress(OSError):  # BlockingIOError: nothing (more) there
+        for _ in range(4):  # what a request head can be, and no more: a flood is reset
+            if not os.read(sock.fileno(), HEADER_BYTES):
+                break
 
 
 class _RememberingConnection(h11.Connection):
@@ -161,6 +175,7 @@ class BoundedH11Protocol(H11Protocol):
         self._stop_header_clock()
         if not self.transport.is_closing():
             self.transport.write(error_bytes(status, text, headers))
+            _discard_received(self.transport)
             self.transport.close()
 
     def _start_header_clock(self) -> None:
