@@ -3,8 +3,9 @@
 The server binds its socket itself (port 0 picks a free port: :attr:`Server.port`), refuses an address
 beyond loopback without TLS, creates the token file on first start (printing the URL with the token once,
 as Jupyter does), opens the queue next to the store (its lock keeps a second server off the store) and runs
-uvicorn in this process's event loop. The signals belong to the server: SIGTERM or SIGINT abort the running
-run through its command channel, wait until it has reached the safe state and recorded its session, then
+uvicorn in this process's event loop, with the connection limits of :mod:`daq.serve.connections`. The
+signals belong to the server: SIGTERM or SIGINT abort the running run through its run context (in process,
+:class:`~daq.serve.runner.Runner`), wait until it has reached the safe state and recorded its session, then
 stop the server; queued runs stay queued for the next start.
 """
 
