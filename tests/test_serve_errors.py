@@ -121,6 +121,17 @@ def test_headers_over_16_kib_sent_in_pieces_are_refused_before_they_end(srv):
     assert_json_error(*raw_exchange(port, *pieces), 431, "16384 bytes")
 
 
+def test_only_the_head_counts_towards_16_kib_a_body_in_the_same_read_and_a_split_end_do_not(srv):
+    port = srv.server.port
+    host = f"Host: 127.0.0.1:{port}\r\n"
+    body = json.dumps({"token": "w" * 32, "pad": "x" * 30_000}).encode()
+    head = f"POST /api/login HTTP/1.1\r\n{host}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    assert_json_error(*raw_exchange(port, head.encode() + body), 401, "wrong token")  # one write: a body
+    big = f"GET /api/me HTTP/1.1\r\n{host}Connection: close\r\nX-Pad: {'a' * 15_000}\r\n".encode()
+    status, _, answer = raw_exchange(port, big + b"\r", b"\n")  # 15 KiB, its end split between two writes
+    assert status == 200 and json.loads(answer) == {"name": None, "role": None}
+
+
 # method, path, how (headers / JSON body / raw body), status, words
 def app_errors(srv) -> list[tuple]:
     port, op, viewer = srv.server.port, bearer(srv.token), bearer(srv.viewer)

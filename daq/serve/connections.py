@@ -84,11 +84,25 @@ def error_bytes(status: int, text: str, headers: tuple[tuple[str, str], ...] = (
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 
 
-def _head_size(received: bytes) -> int:
-    """Bytes of the request head at the start of ``received`` (all of it while the head is not complete).
-    h11 bounds only a head that is still incomplete; one that arrives whole in one read is counted here."""
-    end = _HEAD_END.search(received)
-    return end.start() if end else len(received)
+class _HeadCounter:
+    """Counts the bytes of a request head as they arrive, without copying what came before: h11 bounds
+    only a head that is still incomplete, not one that arrives whole in one read."""
+
+    def __init__(self) -> None:
+        self.seen = 0     # bytes of this head so far
+        self.tail = b""   # its last 3 bytes (an end of head may straddle two reads)
+
+    def size_with(self, data: bytes) -> int:
+        """The head's size once ``data`` is added (up to its end when ``data`` completes it)."""
+        window = self.tail + data
+        end = _HEAD_END.search(window)
+        size = self.seen - len(self.tail) + (end.start() if end else len(window))
+        self.seen += len(data)
+        self.tail = window[-3:]
+        return size
+
+    def reset(self) -> None:
+        self.seen, self.tail = 0, b""
 
 
 def _discard_received(transport: asyncio.Transport) -> None:
@@ -108,7 +122,7 @@ class _RememberingConnection(h11.Connection):
 
     problem: h11.RemoteProtocolError | None = None
 
-    def next_event(self):  # type: ignore[no-untyped-def]  # h11's own signature
+    def next_event(self):  # h11's own signature
         try:
             return super().next_event()
         except h11.RemoteProtocolError as exc:
@@ -123,12 +137,14 @@ class BoundedH11Protocol(H11Protocol):
     limits = ConnectionLimits(max_connections=MOST_CONNECTIONS)
     refusing = False  # the last connection was refused for the cap (the warning is logged once)
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]  # uvicorn's signature
+    def __init__(self, *args, **kwargs) -> None:  # uvicorn's signature
         super().__init__(*args, **kwargs)
-        self.conn = _RememberingConnection(h11.SERVER, HEADER_BYTES)
+        self.parser = _RememberingConnection(h11.SERVER, HEADER_BYTES)
+        self.conn = self.parser
         self._header_deadline: asyncio.TimerHandle | None = None
+        self._head = _HeadCounter()
 
-    def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def, override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn
         super().connection_made(transport)
         if len(self.connections) > self.limits.max_connections:
             if not type(self).refusing:  # once per run of refusals, not once per connection
@@ -148,12 +164,13 @@ class BoundedH11Protocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         if self.conn.their_state is h11.IDLE:  # the start of a request: its headers are on the clock
             self._start_header_clock()
-            if _head_size(bytes(self.conn.trailing_data[0]) + data) > HEADER_BYTES:
+            if self._head.size_with(data) > HEADER_BYTES:
                 self._answer(431, f"request line and headers over {HEADER_BYTES} bytes")
                 return
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:
             self._stop_header_clock()
+            self._head.reset()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -163,7 +180,7 @@ class BoundedH11Protocol(H11Protocol):
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request h11 cannot parse, as JSON with its cause and h11's status."""
-        problem = self.conn.problem
+        problem = self.parser.problem
         status = problem.error_status_hint if problem is not None else 400
         if status == 431:
             text = f"request line and headers over {HEADER_BYTES} bytes"
@@ -198,7 +215,7 @@ class _JsonRefusals(ServerProtocol):
     """websockets' server side whose handshake refusals (a bad handshake, uvicorn's own 403 and 500) are
     ``{"error": ...}`` instead of plain text."""
 
-    def reject(self, status, text: str) -> Response:  # type: ignore[no-untyped-def]  # websockets' signature
+    def reject(self, status: int, text: str) -> Response:
         code = http.HTTPStatus(status)
         refused = f"WebSocket handshake refused ({code.value} {code.phrase})"
         words = " ".join(text.split())[:MESSAGE_CHARS] or refused
@@ -214,12 +231,12 @@ class _JsonRefusals(ServerProtocol):
 class JsonWebSocketProtocol(WebSocketsSansIOProtocol):
     """uvicorn's sans-I/O WebSocket protocol refusing handshakes in JSON."""
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]  # uvicorn's signature
+    def __init__(self, *args, **kwargs) -> None:  # uvicorn's signature
         super().__init__(*args, **kwargs)
         self.conn = _JsonRefusals(extensions=self.conn.available_extensions, max_size=self.config.ws_max_size,
                                   logger=self.conn.logger)
 
-    async def send(self, message) -> None:  # type: ignore[no-untyped-def]  # uvicorn's signature
+    async def send(self, message) -> None:  # uvicorn's signature
         await super().send(message)
         if message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
             # the application's refusal (its JSON 401/403) is complete: the handshake is over, not missing
