@@ -16,6 +16,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 FILE_LIMIT = 200
 SLOW_CLIENTS = 250
@@ -54,6 +55,7 @@ def _status_and_body(answer: bytes) -> tuple[int, dict]:
     return status, json.loads(body)
 
 
+@pytest.mark.slow(reason="250 clients held for the 10 s header timeout of a `hil serve` process")
 def test_slow_header_clients_are_cut_off_and_the_server_keeps_answering_under_a_200_file_limit(tmp_path):
     proc, url, port, token, said = _start_server(tmp_path)
     selector = selectors.DefaultSelector()
