@@ -26,9 +26,9 @@ def _limit_files() -> None:  # runs in the child before `hil serve` starts
     resource.setrlimit(resource.RLIMIT_NOFILE, (FILE_LIMIT, FILE_LIMIT))
 
 
-def _start_server(tmp_path) -> tuple[subprocess.Popen, str, int, str, list[str]]:
-    """`hil serve` on 127.0.0.1 port 0 under the file limit: the process, its URL, port and token, and its
-    stderr lines (read on by a thread, so the pipe never fills)."""
+def _start_server(tmp_path) -> tuple[subprocess.Popen, str, int, str, list[str], threading.Thread]:
+    """`hil serve` on 127.0.0.1 port 0 under the file limit: the process, its URL, port and token, its
+    stderr lines and the thread that goes on reading them (so the pipe never fills)."""
     configs = tmp_path / "configs"
     configs.mkdir()
     proc = subprocess.Popen(
@@ -44,8 +44,9 @@ def _start_server(tmp_path) -> tuple[subprocess.Popen, str, int, str, list[str]]
         assert line, "hil serve ended before it said where it serves:\n" + "".join(lines)
         lines.append(line)
         found = re.search(r"(http://127\.0\.0\.1:(\d+))/\?token=(\S+)", line)
-    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()  # type: ignore[arg-type]
-    return proc, found.group(1), int(found.group(2)), found.group(3), lines
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    return proc, found.group(1), int(found.group(2)), found.group(3), lines, reader
 
 
 def _status_and_body(answer: bytes) -> tuple[int, dict]:
@@ -57,7 +58,7 @@ def _status_and_body(answer: bytes) -> tuple[int, dict]:
 
 @pytest.mark.slow(reason="250 clients held for the 10 s header timeout of a `hil serve` process")
 def test_slow_header_clients_are_cut_off_and_the_server_keeps_answering_under_a_200_file_limit(tmp_path):
-    proc, url, port, token, said = _start_server(tmp_path)
+    proc, url, port, token, said, reader = _start_server(tmp_path)
     selector = selectors.DefaultSelector()
     answers: dict[socket.socket, bytes] = {}
     try:
@@ -111,5 +112,9 @@ def test_slow_header_clients_are_cut_off_and_the_server_keeps_answering_under_a_
     finally:
         for s in answers:
             s.close()
+        selector.close()
         proc.terminate()
         proc.wait(timeout=60)
+        reader.join(timeout=10)
+        if proc.stderr is not None:
+            proc.stderr.close()
