@@ -7,6 +7,7 @@ import asyncio
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,6 +15,9 @@ from daq.bus.frames import Frame
 from daq.serve.server import Server
 from tests.beacon_rig import BeaconRig
 from tests.polling import poll_until
+
+if TYPE_CHECKING:
+    from daq.serve.connections import ConnectionLimits
 
 
 class _NoDevices:
@@ -98,10 +102,11 @@ class ServerThread:
 
     def __init__(self, configs: Path, store: Path, token_file: Path, host: str = "127.0.0.1",
                  certfile: str | None = None, keyfile: str | None = None,
-                 allowed_hosts: tuple[str, ...] = ()):
+                 allowed_hosts: tuple[str, ...] = (), limits: ConnectionLimits | None = None):
         self.said: list[str] = []
+        given = {} if limits is None else {"limits": limits}  # (a server of older code takes no limits)
         self.server = Server(configs, store, token_file, host=host, port=0, certfile=certfile,
-                             keyfile=keyfile, say=self.said.append, allowed_hosts=allowed_hosts)
+                             keyfile=keyfile, say=self.said.append, allowed_hosts=allowed_hosts, **given)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=lambda: asyncio.run(self._go()), daemon=True)

@@ -40,16 +40,25 @@ def _token_file(ctx: click.Context | None, given: str | None) -> Path:
 @click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
               help="A host name browsers may use to reach the server besides loopback and the bound "
                    "address (repeatable; other Host headers are refused: DNS rebinding).")
+@click.option("--header-timeout", type=click.FloatRange(0, min_open=True), default=10.0, show_default=True,
+              metavar="SECONDS", help="Time a client has to send a request's line and headers (from the "
+                                      "connection, or the next request's first byte); then 408 and closed.")
+@click.option("--keep-alive", type=click.IntRange(1), default=5, show_default=True, metavar="SECONDS",
+              help="Time an idle kept-alive connection stays open.")
+@click.option("--max-connections", type=click.IntRange(0), default=0, metavar="N",
+              help="Connections open at once (HTTP and WebSocket); one more is answered 503 and closed "
+                   "(default 0: 100, or a quarter of the open-file limit when that is lower).")
 @click.pass_context
 def serve(ctx: click.Context, configs_dir: str, host: str, port: int, token_file: str | None,
           store_option: str | None, certfile: str | None, keyfile: str | None,
-          allow_hosts: tuple[str, ...]) -> None:
+          allow_hosts: tuple[str, ...], header_timeout: float, keep_alive: int, max_connections: int) -> None:
     """Serve the dashboard and the HTTP API: queue runs of the configs in --configs, watch the running
     one (or a replayed session) live, pause/stop it, list and download sessions. Runs go through the same
     lifecycle as `hil run`, one at a time. SIGTERM/Ctrl-C aborts a running run through the safe state, then
     stops; queued runs stay queued for the next start. `hil serve token ...` manages the tokens."""
     if ctx.invoked_subcommand is not None:
         return
+    from daq.serve.connections import ConnectionLimits  # lazy: uvicorn
     from daq.serve.server import Server  # lazy: starlette, uvicorn and the run machinery
 
     state = ctx.find_object(CliState)
@@ -57,7 +66,8 @@ def serve(ctx: click.Context, configs_dir: str, host: str, port: int, token_file
     store_path = store_path_for(store_option or state.store_option, None)
     server = Server(Path(configs_dir), store_path, _token_file(ctx, token_file), host=host, port=port,
                     certfile=certfile, keyfile=keyfile, say=lambda text: click.echo(text, err=True),
-                    allowed_hosts=allow_hosts)
+                    allowed_hosts=allow_hosts,
+                    limits=ConnectionLimits(header_timeout, keep_alive, max_connections))
     asyncio.run(server.serve())
 
 

@@ -20,6 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
+from daq.errors import one_line
 from daq.serve import pages, routes_live, routes_replays, routes_runs, routes_sessions
 from daq.serve.analyses import Analyses
 from daq.serve.auth import COOKIE, Tokens, bearer
@@ -142,7 +143,13 @@ def build_app(service: Service) -> Starlette:
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     return Starlette(routes=routes, middleware=[Middleware(SameOrigin, policy=service.hosts)],
-                     exception_handlers={HTTPException: _http_problem})
+                     exception_handlers={HTTPException: _http_problem, Exception: _unexpected})
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    """An error outside the guarded routes (the page, the static files, the middleware) as one JSON line
+    with 500; Starlette raises it on afterwards, so uvicorn logs its traceback."""
+    return error(500, f"internal error: {one_line(exc)}")
 
 
 async def _http_problem(request: Request, exc: Exception) -> Response:

@@ -10,7 +10,7 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from daq.serve.problems import RequestError
-from daq.serve.replies import JSON
+from daq.serve.replies import JSON, problem_reply
 
 STATS_PERIOD = 1.0  # s between a browser's own counters on the WebSocket
 
@@ -42,8 +42,8 @@ async def live(service, ws: WebSocket) -> None:
     """One browser on the live view (the Host and Origin were checked by the middleware)."""
     try:
         service.who(ws, write=False)
-    except RequestError:
-        await ws.close(code=4401)
+    except RequestError as exc:  # refused in the handshake: 401 and the JSON line of any other request
+        await ws.send_denial_response(problem_reply(exc))
         return
     await ws.accept()
     client = service.relay.connect()

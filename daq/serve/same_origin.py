@@ -103,11 +103,11 @@ class SameOrigin:
 
 
 async def _refuse(scope: Scope, send: Send, text: str) -> None:
-    if scope["type"] == "websocket":  # closing before accepting: the handshake is answered 403
-        await send({"type": "websocket.close", "code": 4403, "reason": text[:120]})
-        return
+    """403 ``{"error": text}``; a WebSocket handshake gets it as its HTTP answer (the ASGI denial response,
+    which uvicorn's WebSocket protocols offer), never a bare close."""
+    prefix = "websocket." if scope["type"] == "websocket" else ""
     body = json_codec.dumps_strict({"error": text}).encode()
-    await send({"type": "http.response.start", "status": 403,
+    await send({"type": f"{prefix}http.response.start", "status": 403,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": f"{prefix}http.response.body", "body": body})

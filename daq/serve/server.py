@@ -3,8 +3,9 @@
 The server binds its socket itself (port 0 picks a free port: :attr:`Server.port`), refuses an address
 beyond loopback without TLS, creates the token file on first start (printing the URL with the token once,
 as Jupyter does), opens the queue next to the store (its lock keeps a second server off the store) and runs
-uvicorn in this process's event loop. The signals belong to the server: SIGTERM or SIGINT abort the running
-run through its command channel, wait until it has reached the safe state and recorded its session, then
+uvicorn in this process's event loop, with the connection limits of :mod:`daq.serve.connections`. The
+signals belong to the server: SIGTERM or SIGINT abort the running run through its run context (in process,
+:class:`~daq.serve.runner.Runner`), wait until it has reached the safe state and recorded its session, then
 stop the server; queued runs stay queued for the next start.
 """
 
@@ -24,13 +25,14 @@ from daq.errors import ConfigError
 from daq.serve.api import Service, build_app
 from daq.serve.auth import Tokens, check_bind, ensure_token_file, is_loopback
 from daq.serve.configs import ConfigFolder
+from daq.serve.connections import ConnectionLimits, JsonWebSocketProtocol, protocols
 from daq.serve.exports import ExportPool
 from daq.serve.relay import LiveRelay
 from daq.serve.replays import Replayer
 from daq.serve.run_queue import RunQueue
 from daq.serve.runner import Runner
 from daq.serve.same_origin import HostPolicy
-from daq.serve.startup import check_tls, listen
+from daq.serve.startup import BACKLOG, check_tls, listen
 from daq.store.read_write import SessionStore
 
 log = logging.getLogger(__name__)
@@ -63,11 +65,13 @@ class Server:
 
     def __init__(self, configs: Path, store_path: Path, token_file: Path, host: str = "127.0.0.1",
                  port: int = 8765, certfile: str | None = None, keyfile: str | None = None,
-                 say: Callable[[str], None] | None = None, allowed_hosts: tuple[str, ...] = ()):
+                 say: Callable[[str], None] | None = None, allowed_hosts: tuple[str, ...] = (),
+                 limits: ConnectionLimits | None = None):
         check_bind(host, certfile, keyfile)
         check_tls(certfile, keyfile)  # before any URL is announced
         self.hosts = HostPolicy(host, allowed_hosts)
         self.host, self.port, self.certfile, self.keyfile = host, port, certfile, keyfile
+        self.limits = limits or ConnectionLimits()
         self.configs = ConfigFolder(Path(configs))
         if not self.configs.folder.is_dir():
             raise ConfigError(f"--configs {configs}: no such folder")
@@ -121,8 +125,9 @@ class Server:
                               exports=exports, secure=bool(self.certfile))
             config = uvicorn.Config(build_app(service), log_level="warning", access_log=False, lifespan="off",
                                     ssl_certfile=self.certfile, ssl_keyfile=self.keyfile, loop="asyncio",
-                                    ws="websockets-sansio", ws_ping_interval=20.0,
-                                    ws_per_message_deflate=False,
+                                    http=protocols(self.limits), ws=JsonWebSocketProtocol,
+                                    ws_ping_interval=20.0, ws_per_message_deflate=False,
+                                    timeout_keep_alive=self.limits.keep_alive, backlog=BACKLOG,
                                     timeout_graceful_shutdown=5)
             self._uvicorn = _Uvicorn(config)
             if install_signals:

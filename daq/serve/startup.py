@@ -9,6 +9,9 @@ from pathlib import Path
 
 from daq.errors import ConfigError
 
+BACKLOG = 32  # connections the kernel queues for accept(); asyncio also accepts at most this many per turn of
+#                its loop, so a burst of connections cannot take many more files than --max-connections
+
 
 def check_tls(certfile: str | None, keyfile: str | None) -> None:
     """Load the certificate and key as uvicorn will; one line naming the file that is missing, unreadable
@@ -40,7 +43,7 @@ def listen(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(128)
+        sock.listen(BACKLOG)
     except OSError as exc:
         sock.close()
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}"
