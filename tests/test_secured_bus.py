@@ -89,7 +89,10 @@ def test_a_secured_run_beyond_loopback_records_and_is_controlled_with_the_client
         info = store.get_session(result.session_id)
         frames = store.read_stream(result.session_id, "beacon.x")
         (outcome,) = [e.body for e in store.events(result.session_id, kind="plan_outcome")]
-    assert info.status == result.status and frames.data.shape[0] >= 20 * 10  # the recorder got through CURVE
+    published = runner.ctx.steps_done  # one frame of 10 rows per step; how many depends on the machine's pace
+    assert published >= 3  # the tap above read three
+    assert info.status == result.status  # every frame got through CURVE (the last may be cut by the stop):
+    assert 10 * published <= frames.data.shape[0] <= 10 * (published + 1)
     assert outcome["safe"] is True
 
 
