@@ -2,7 +2,7 @@
 ``socket://`` ports: our URL handler (drivers/serial_urls: closes at once) vs pyserial 3.5's own
 ``socket://`` port (sleeps 0.3 s in ``close()``), same sensors, same run, rounds alternating.
 
-A ticker coroutine asks for a turn every 5 ms (tests/polling.py ``loop_gaps``); the figure is the longest
+A ticker coroutine asks for a turn every 5 ms (:func:`loop_gaps`); the figure is the longest
 time between two of its turns while the three ports close one after the other, the median over rounds.
 Was tests/test_serial_close.py's ``max gap < 0.25 s`` (issue 39: no test asserts speed).
 
@@ -25,7 +25,18 @@ sys.path.insert(0, str(ROOT))
 from daq.rigs.config import load  # noqa: E402
 from drivers import serial_urls  # noqa: E402
 from drivers.displacement import open_sensor  # noqa: E402
-from tests.polling import loop_gaps  # noqa: E402
+
+
+async def loop_gaps(gaps: list[float], period: float = 0.005) -> None:
+    """Append the time between this coroutine's turns on the running loop (it asks for one every ``period``
+    s) to ``gaps`` until cancelled: how long the loop stood still while something else ran on it."""
+    loop = asyncio.get_running_loop()
+    last = loop.time()
+    while True:
+        await asyncio.sleep(period)
+        now = loop.time()
+        gaps.append(now - last)
+        last = now
 
 
 async def longest_stall(devices, ours: bool) -> float:
