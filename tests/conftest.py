@@ -9,6 +9,15 @@ from importlib.metadata import PackageNotFoundError, version
 import numpy as np
 import pytest
 
+# the loopback fence (tests/loopback_fence.py): a test that reaches beyond this machine or opens a serial
+# device it did not create fails; tests/ is on sys.path (pytest puts the conftest's folder there)
+from loopback_fence import (  # noqa: F401  (hooks: pytest finds them by name in this module)
+    pytest_collection_finish,
+    pytest_runtest_call,
+    pytest_runtest_setup,
+    pytest_runtest_teardown,
+)
+
 # the libraries whose versions decide numbers and protocol behaviour: a red run names them, so it can
 # be reproduced (`pip install -c constraints-lowest.txt` pins the lowest declared ones)
 REPORTED = ("numpy", "scipy", "pymodbus", "asyncua", "pyzmq", "pyserial", "h5py", "msgspec", "dask", "pytest")

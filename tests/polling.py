@@ -35,18 +35,6 @@ async def finished(task: asyncio.Future, timeout: float):
     return task.result()
 
 
-async def loop_gaps(gaps: list[float], period: float = 0.005) -> None:
-    """Append the time between this coroutine's turns on the running loop (it asks for one every ``period``
-    s) to ``gaps`` until cancelled: how long the loop stood still while something else ran on it."""
-    loop = asyncio.get_running_loop()
-    last = loop.time()
-    while True:
-        await asyncio.sleep(period)
-        now = loop.time()
-        gaps.append(now - last)
-        last = now
-
-
 def poll_until(cond, timeout: float = 3.0, period: float = 0.005) -> None:
     """:func:`wait_until` for code without an event loop: poll a plain predicate (blocking) until it holds;
     AssertionError if it does not within ``timeout``."""

@@ -10,13 +10,11 @@ import asyncio
 import csv
 import json
 import os
-import pwd
 import shutil
 import stat
 import subprocess
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 
 import pytest
@@ -32,31 +30,10 @@ from daq.serve.run_queue import RunQueue
 from daq.serve.runner import Runner
 from daq.store.read_write import SessionStore
 from tests.beacon_rig import BeaconRig, RunThread
+from tests.other_user import as_user, other_user  # noqa: F401 - the fixture of a second OS user
 from tests.polling import poll_until, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def other_user():
-    """A second OS user, made for this test and removed after it."""
-    if os.geteuid() != 0 or shutil.which("useradd") is None:
-        pytest.skip("needs root and useradd to make a second OS user")
-    name = f"hilx{uuid.uuid4().hex[:8]}"
-    subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", name], check=False)
-
-
-def as_user(user: pwd.struct_passwd, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run ``python args...`` as ``user`` (its own uid, gid and no extra groups)."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT), "HOME": "/tmp",
-           "HIL_KEYS": "/nonexistent"}
-    cmd = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
-           sys.executable, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd="/tmp")
 
 
 RAW_CLIENT = """
@@ -69,7 +46,7 @@ print("reply" if sock.poll(1500) else "no reply")
 """
 
 
-def test_another_os_user_gets_no_command_accepted_and_the_owners_are_recorded(beacon, other_user):
+def test_another_os_user_gets_no_command_accepted_and_the_owners_are_recorded(beacon, other_user):  # noqa: F811
     shared = Path(tempfile.mkdtemp(prefix="hil-shared-", dir="/tmp"))
     os.chmod(shared, 0o755)  # a lab folder every user may look into
     store = shared / "s.sqlite"

@@ -4,16 +4,21 @@ pyserial 3.5's socket port sleeps 0.3 s in ``close()``; our drivers close ports 
 every sensor closing froze the loop (and every other device's requests) for 0.3 s. In `hil devices` the
 three serial sensors of the simulated press closing one after the other starved the force source's read
 past its 0.3 s timeout (found by CI). drivers/serial_urls gives ``socket://`` a port that closes at once.
+
+Here: every ``socket://`` port the drivers open is that port, and the sensors reconnect right after closing.
+How long the loop stands still while they close (ours vs pyserial's port) is benchmarks/bench_serial_close.py.
 """
 
 from __future__ import annotations
 
-import asyncio
+import socket
 from pathlib import Path
+
+import serial
 
 from daq.rigs.config import load
 from drivers.displacement import open_sensor
-from tests.polling import loop_gaps
+from drivers.serial_urls import protocol_socket
 
 CONFIGS = Path("configs").resolve()
 
@@ -30,18 +35,27 @@ async def test_the_press_sensors_close_without_freezing_the_loop_and_reconnect_a
         for s in sensors:
             await s.connect()
             await s.read()
-        gaps: list[float] = []
-        ticker = asyncio.create_task(loop_gaps(gaps))
-        await asyncio.sleep(0.05)
         for s in sensors:
             await s.close()
-        await asyncio.sleep(0.05)
-        ticker.cancel()
-        # pyserial's own close sleeps 0.3 s per port on the loop: 0.9 s without a turn for three ports
-        assert max(gaps) < 0.25, f"the loop stood still for {max(gaps):.3f} s while ports closed"
         for s in sensors:  # the sleep was to "give the server time" before a reconnect: not needed
             await s.connect()
             assert abs(await s.read()) < 5e-3
             await s.close()
     finally:
         await sim.stop()
+
+
+def test_a_socket_url_opens_our_port_whose_close_ends_the_connection():
+    """With the drivers imported, ``socket://`` resolves to drivers/serial_urls (pyserial's own port sleeps
+    0.3 s in ``close()``); its close shuts the connection down, so the peer sees the end."""
+    import drivers.serial_transport  # noqa: F401  (importing a transport installs the handlers)
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = serial.serial_for_url(f"socket://127.0.0.1:{listener.getsockname()[1]}", timeout=1)
+        assert type(port) is protocol_socket.Serial
+        peer, _ = listener.accept()
+        with peer:
+            port.close()
+            peer.settimeout(10)
+            assert peer.recv(1) == b""  # the connection ended
+        assert not port.is_open

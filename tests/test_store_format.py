@@ -24,7 +24,7 @@ from daq.run.demo import run_demo
 from daq.store.read_write import SessionStore
 from daq.store.reader import SessionReader
 from daq.store.store_format import StoreFormatError
-from tests.test_control_auth import as_user, other_user  # noqa: F401 - the fixture of a second OS user
+from tests.other_user import as_user, other_user  # noqa: F401 - the fixture of a second OS user
 
 
 def demo_store(folder: Path) -> tuple[Path, str]:
