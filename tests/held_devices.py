@@ -14,6 +14,7 @@ import threading
 import tomllib
 from pathlib import Path
 
+from tests.site_values import fill_site_values, press_site_values
 from tests.test_rig_kit import _to_toml
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "configs" / "press.toml"
@@ -84,7 +85,9 @@ class HeldDevices:
 
 def press_template_on(devices: HeldDevices, path: Path, timeout: float, connect_timeout: float) -> Path:
     """``configs/press.toml`` with every device on ``devices`` and the given timeouts, written to ``path``."""
-    cfg = tomllib.loads(TEMPLATE.read_text())
+    urls = {name: f"socket://127.0.0.1:{devices.ports[name]}" for name in SENSORS}
+    site = press_site_values(devices.ports["force_source"], urls)  # every "<site: ...>" value, on loopback
+    cfg = tomllib.loads(fill_site_values(TEMPLATE.read_text(), site))
     src = cfg["devices"]["force_source"]
     src.update(protocol="modbus_tcp", host="127.0.0.1", port=devices.ports["force_source"], device_id=1,
                timeout=timeout, retries=0, connect_timeout=connect_timeout)
