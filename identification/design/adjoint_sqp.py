@@ -39,8 +39,9 @@ COARSE_SAMPLES = 120
 #: (criterion units: log det for D, 1e-4 = 0.01 % of the information volume; A and E are scaled to ~1).
 STALL_WINDOW, STALL_GAIN = 10, 1e-4
 #: SLSQP sees the cost times :func:`cost_weight`: its first step would move the start's steepest sample
-#: STEP_REACH half-ranges (clipped to the box). On the shipped designs (issue 44): reach 5.5-11 keeps the
-#: crane's optimum (4: 5e-4 worse, 14-30: 0.17 worse); the oscillator: 98 iterations at 3, 80 at 5, 72 at 8.
+#: STEP_REACH half-ranges (clipped to the box). Shipped designs (issue 44, docs/adjoint-convergence.md):
+#: reach 5-11 keeps the crane's optimum (4: 5e-4 worse, 14-30: 0.17-0.2 worse); the oscillator takes 98
+#: iterations at 3, 80 at 5, 72 at 8.
 STEP_REACH = 8.0
 
 
@@ -150,9 +151,10 @@ def _passes(fun: _Cache, x: np.ndarray, grad_tol: float, end_tol: float) -> bool
     return float(np.max(np.abs(np.clip(x - g, -1.0, 1.0) - x))) <= grad_tol
 
 
-def cost_weight(grad0: np.ndarray, reach: float = STEP_REACH) -> float:
-    """The factor on the cost that SLSQP minimises: ``reach / max|grad0|`` (1 for a zero or non-finite
-    gradient), with ``grad0`` the gradient at the start on the input scaled to [-1, 1].
+def cost_weight(grad0: np.ndarray, reach: float | None = STEP_REACH) -> float:
+    """The factor on the cost that SLSQP minimises: ``reach / max|grad0|``, with ``grad0`` the gradient at
+    the start on the input scaled to [-1, 1]; 1 for a zero or non-finite gradient and for ``reach=None``
+    (the unweighted cost, as before issue 44).
 
     Why: SLSQP's quasi-Newton Hessian starts at the identity, and along the switching directions of a
     bang-bang optimum the criterion is concave, where the damped BFGS update stays near its start: the
@@ -160,8 +162,8 @@ def cost_weight(grad0: np.ndarray, reach: float = STEP_REACH) -> float:
     half-range near its optimum, so unweighted each iteration moved a switching sample by a few per cent of
     its range (148 iterations). Weighted, SLSQP's path no longer depends on the cost's scale (a factor on it
     gives the same weighted cost); the minimisers, the stop test and the reported criterion are unchanged."""
-    g = float(np.max(np.abs(grad0))) if np.size(grad0) else 0.0
-    return reach / g if math.isfinite(g) and g > 0.0 else 1.0
+    g = float(np.max(np.abs(grad0))) if np.size(grad0) and reach is not None else 0.0
+    return reach / g if reach is not None and math.isfinite(g) and g > 0.0 else 1.0
 
 
 def coarsening(n_samples: int, min_samples: int = COARSE_SAMPLES) -> int:
@@ -173,7 +175,7 @@ def coarsening(n_samples: int, min_samples: int = COARSE_SAMPLES) -> int:
 
 
 def _solve_level(problem: DesignProblem, u0: np.ndarray, evaluate, max_iter: int, ftol: float,
-                 grad_tol: float, end_tol: float, polish: bool, reach: float) -> SqpOutcome:
+                 grad_tol: float, end_tol: float, polish: bool, reach: float | None) -> SqpOutcome:
     """SLSQP on one input grid from ``u0``, on the cost times :func:`cost_weight` (``reach``). Stops at
     SLSQP's own ``ftol``, or at the first iterate that passes the convergence test once the cost has
     stalled (fallen by less than ``STALL_GAIN`` over the last ``STALL_WINDOW`` iterations) - or at once
@@ -216,7 +218,7 @@ def _solve_level(problem: DesignProblem, u0: np.ndarray, evaluate, max_iter: int
 
 def solve_sqp(problem: DesignProblem, u0: np.ndarray, evaluate, max_iter: int = 300, ftol: float = 1e-12,
               grad_tol: float = 0.05, end_tol: float = 1e-3,
-              min_samples: int = COARSE_SAMPLES, reach: float = STEP_REACH) -> SqpOutcome:
+              min_samples: int = COARSE_SAMPLES, reach: float | None = STEP_REACH) -> SqpOutcome:
     """Minimise the criterion (plus the state-limit penalty) over ``u`` within its bounds subject to the
     end conditions, from ``u0``. ``evaluate`` is :func:`identification.design.adjoint_design.evaluate`
     (passed in: that module calls this one). ``problem.end_weight`` is not used: the conditions are exact.
