@@ -6,7 +6,9 @@ conditions. The arctan map of eq. 18 reaches a bound only as ``w -> inf`` (the g
 magnitude above the criterion's: L-BFGS-B then needs 400 to 900 iterations (issue 31 item 7). Here the
 variable is ``x = (u - mid)/half`` in ``[-1, 1]`` (box bounds, reached exactly), the end conditions are the
 equality constraints ``e(x) = 0`` on the scaled residuals, and scipy's SLSQP (a quasi-Newton SQP) solves
-the problem; state limits stay a smooth penalty in the cost. Each iteration costs one forward solve with
+the problem on the cost weighted by the start's steepest gradient (:func:`cost_weight`: with SLSQP's identity
+start Hessian the cost's scale set the step, and the oscillator crawled); state limits stay a smooth penalty
+in the cost. Each iteration costs one forward solve with
 sensitivities and one adjoint sweep for the cost, and a forward solve plus one adjoint sweep per end
 condition for the constraint Jacobian (the sweeps of the discrete adjoint, exact to round-off).
 
@@ -233,7 +235,9 @@ def solve_sqp(problem: DesignProblem, u0: np.ndarray, evaluate, max_iter: int = 
     the convergence test (``optimize_input``'s, with ``grad_tol`` and ``end_tol``) passes and the cost
     has stalled, or to SLSQP's own stop (``ftol``): the test alone accepts the first bang-bang vertex, a
     poor local optimum, and ``ftol`` near round-off makes the stop depend on the BLAS kernel. The full
-    grid only polishes: it stops at its first iterate (often the start) that passes the test."""
+    grid only polishes: it stops at its first iterate (often the start) that passes the test. On each grid
+    SLSQP minimises the cost times :func:`cost_weight` of its start's gradient (``reach``; None: unweighted);
+    the test, the stall rule and the reported history use the cost itself."""
     from dataclasses import replace
 
     pb = replace(problem, end_weight=0.0)
