@@ -19,6 +19,11 @@ which a real rig cannot have.
     .venv/bin/python benchmarks/bench_adjoint.py [--seeds 100] [--skip-mc] [--only osc,pend,crane]
         [--design-at-truth]
     .venv/bin/python benchmarks/bench_adjoint.py --convergence sqp,lbfgs [--only osc,pend,crane]
+        [--reach 8,none] [--scale-nominal 1,0.85,1.15]
+
+``--reach``: SQP's cost weight (``adjoint_sqp.cost_weight``; ``none`` = the unweighted cost before issue 44);
+``--scale-nominal``: design points off the shipped one, the identified parameters of ``[adjoint.nominal]``
+times each factor (how the iteration counts depend on the design point; still prior knowledge, no truth).
 """
 
 from __future__ import annotations
@@ -297,34 +302,44 @@ CONFIGS = {"osc": "oscillator-sim", "pend": "pendulum-sim", "crane": "crane-adjo
 PENALTY_MAX_ITER = {"osc": 1000, "pend": 300, "crane": 1000}  # per round, as the configs shipped with lbfgs
 
 
-def bench_convergence(only: set[str], methods: list[str]) -> None:
+def bench_convergence(only: set[str], methods: list[str], reaches: list[float | None] | None = None,
+                      scales: list[float] | None = None) -> None:
     """The shipped configs' designs (``hil design adjoint configs/<x>.toml``, the config's max_iter and
-    tolerances) with each method: iterations, gradient solves, criterion, status, CPU and wall time."""
+    tolerances) with each method: iterations, gradient solves, criterion, status, CPU and wall time. SQP
+    once per ``reaches`` entry (default: the shipped weight), each design point once per ``scales`` entry
+    (the identified parameters of ``[adjoint.nominal]`` times it; default 1: the shipped design point)."""
     import resource
 
     from daq.rigs import parse_config
-    from daq.rigs.adjoint.design import problem_of
+    from daq.rigs.adjoint.design import nominal_values
     from daq.rigs.config import load_config
+    from identification.design.adjoint_sqp import STEP_REACH
 
     print("\n## shipped designs: iterations to convergence (CPU s of this process; wall s inflated by load)")
-    print(f"{'config':<18} {'method':<7} {'iter':>5} {'solves':>7} {'criterion':>12} {'CPU s':>7} "
-          f"{'wall s':>7} status")
+    print(f"{'config':<18} {'x nom':>5} {'method':<7} {'reach':>5} {'iter':>5} {'solves':>7} "
+          f"{'criterion':>12} {'CPU s':>7} {'wall s':>7} status")
     for key, name in CONFIGS.items():
         if key not in only:
             continue
         path = str(ROOT / "configs" / f"{name}.toml")
         cfg = parse_config(load_config(path), path)[1]
         a = cfg.adjoint
-        for method in methods:
-            pb = problem_of(cfg)
-            cpu0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime, time.perf_counter()
-            res = optimize_input(pb, reference_inputs(pb, a.start)["F0"], method=method,
-                                 max_iter=a.max_iter if method == a.method else PENALTY_MAX_ITER[key],
-                                 rounds=a.rounds,
-                                 end_tol=a.end_tol, grad_tol=a.grad_tol)
-            cpu = resource.getrusage(resource.RUSAGE_SELF).ru_utime - cpu0
-            print(f"{name:<18} {method:<7} {res.iterations:>5} {res.n_evaluations:>7} {res.info_cost:>12.5f} "
-                  f"{cpu:>7.1f} {time.perf_counter() - t0:>7.1f} {res.status}", flush=True)
+        for scale in scales or [1.0]:
+            nominal = nominal_values(cfg)
+            values = {**nominal, **{p: nominal[p] * scale for p in a.parameters}}
+            for method in methods:
+                for reach in (reaches or [STEP_REACH]) if method == "sqp" else [None]:
+                    pb = design_problem(a.plant, values, a.spec())
+                    cpu0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime, time.perf_counter()
+                    res = optimize_input(pb, reference_inputs(pb, a.start)["F0"], method=method,
+                                         max_iter=a.max_iter if method == a.method else PENALTY_MAX_ITER[key],
+                                         rounds=a.rounds, end_tol=a.end_tol, grad_tol=a.grad_tol,
+                                         sqp_options={"reach": reach} if method == "sqp" else None)
+                    cpu = resource.getrusage(resource.RUSAGE_SELF).ru_utime - cpu0
+                    shown = "-" if method != "sqp" else "none" if reach is None else f"{reach:g}"
+                    print(f"{name:<18} {scale:>5g} {method:<7} {shown:>5} {res.iterations:>5} "
+                          f"{res.n_evaluations:>7} {res.info_cost:>12.5f} {cpu:>7.1f} "
+                          f"{time.perf_counter() - t0:>7.1f} {res.status}", flush=True)
 
 
 def main() -> int:
@@ -338,9 +353,15 @@ def main() -> int:
                     help="design at the simulator truth: best case, a real rig has no truth")
     ap.add_argument("--convergence", default="",
                     help="only the shipped designs' convergence with these methods, e.g. sqp,lbfgs")
+    ap.add_argument("--reach", default="",
+                    help="with --convergence: SQP cost weights to compare, e.g. 8,none (none: unweighted)")
+    ap.add_argument("--scale-nominal", default="",
+                    help="with --convergence: design points, the identified nominal values times these")
     args = ap.parse_args()
     if args.convergence:
-        bench_convergence(set(args.only.split(",")), args.convergence.split(","))
+        reaches = [None if r == "none" else float(r) for r in args.reach.split(",")] if args.reach else None
+        scales = [float(f) for f in args.scale_nominal.split(",")] if args.scale_nominal else None
+        bench_convergence(set(args.only.split(",")), args.convergence.split(","), reaches, scales)
         return 0
     at = args.design_at_truth
     only = set(args.only.split(","))

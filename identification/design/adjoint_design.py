@@ -37,7 +37,7 @@ one gradient costs one forward solve plus one reverse sweep, independent of N.
 Optimisers: ``"gradient"`` - the paper's step ``w <- w - kappa*dJ/dw`` (eq. 16) with a
 backtracking line search for kappa (baseline); ``"lbfgs"`` - scipy's L-BFGS-B on ``w`` with the
 adjoint gradient (default here); ``"sqp"`` - end conditions as exact constraints, the input scaled to
-its bounds (:mod:`identification.design.adjoint_sqp`; the rigs' default, 50-150 iterations, not 400-900).
+its bounds (:mod:`identification.design.adjoint_sqp`; the rigs' default, 30-75 iterations, not 400-900).
 """
 
 from __future__ import annotations
@@ -395,7 +395,7 @@ def _gradient_descent(fun: _Counter, w: np.ndarray, max_iter: int, tol: float,
 
 def optimize_input(problem: DesignProblem, u0: np.ndarray, method: str = "lbfgs", max_iter: int = 500,
                    tol: float = 1e-10, rounds: int = 6, end_tol: float = 1e-3,
-                   grad_tol: float = 0.05) -> DesignResult:
+                   grad_tol: float = 0.05, sqp_options: dict | None = None) -> DesignResult:
     """Optimise the input from the start input ``u0`` (N, n_u) or (N,).
 
     ``rounds`` augmented-Lagrangian rounds (each an inner solve of at most ``max_iter``
@@ -412,11 +412,13 @@ def optimize_input(problem: DesignProblem, u0: np.ndarray, method: str = "lbfgs"
     length still asks of any sample; a sample at its bound with the gradient pushing outwards asks none.
     The arctan map approaches the bounds only asymptotically, so a sample 1e-3 of the range short of its
     bound counts 1e-3. Iteration limits and the optimiser's own stop do not decide: they are reported.
+    ``sqp_options``: further keywords of :func:`identification.design.adjoint_sqp.solve_sqp` (``reach``,
+    ``min_samples``) for ``method="sqp"``.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}")
     with single_thread_blas():  # tiny matrices: BLAS threads only contend (measured 8 ms per L-BFGS-B step)
-        return _optimize(problem, u0, method, max_iter, tol, rounds, end_tol, grad_tol)
+        return _optimize(problem, u0, method, max_iter, tol, rounds, end_tol, grad_tol, sqp_options or {})
 
 
 def projected_gradient_norm(problem: DesignProblem, u: np.ndarray, grad_u: np.ndarray) -> float:
@@ -429,7 +431,7 @@ def projected_gradient_norm(problem: DesignProblem, u: np.ndarray, grad_u: np.nd
 
 
 def _optimize(problem: DesignProblem, u0: np.ndarray, method: str, max_iter: int, tol: float, rounds: int,
-              end_tol: float, grad_tol: float = 0.05) -> DesignResult:
+              end_tol: float, grad_tol: float = 0.05, sqp_options: dict | None = None) -> DesignResult:
     pb = problem
     lo, hi = pb.bounds()
     u0 = np.asarray(u0, dtype=float).reshape(lo.shape)
@@ -451,7 +453,7 @@ def _optimize(problem: DesignProblem, u0: np.ndarray, method: str, max_iter: int
     out = None
     if method == "sqp":
         from identification.design.adjoint_sqp import solve_sqp  # the module builds on this one
-        out = solve_sqp(pb, u0, evaluate, max_iter, grad_tol=grad_tol, end_tol=end_tol)
+        out = solve_sqp(pb, u0, evaluate, max_iter, grad_tol=grad_tol, end_tol=end_tol, **(sqp_options or {}))
         iters, n_eval, msg = out.iterations, out.n_evaluations, out.message
         mu = mu_inner = out.multipliers
         hist += out.cost_history
