@@ -66,17 +66,21 @@ def first_party_imports(name: str) -> frozenset[str]:
     return frozenset(found)
 
 
-def closure(name: str) -> set[str]:
-    """Every first-party module that importing ``name`` may load."""
+def uses(name: str) -> set[str]:
+    """The first-party modules that ``name`` uses: what it imports, and what those import, each with the
+    packages above it - but not what those packages' ``__init__`` import (a package that hands on every
+    name of its modules would make each of them "used")."""
     parts = name.split(".")
+    packages = {".".join(parts[:i]) for i in range(1, len(parts))}
     seen: set[str] = set()
-    todo = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    todo = [name]
     while todo:
         mod = todo.pop()
         if mod not in seen:
             seen.add(mod)
-            todo.extend(first_party_imports(mod))
-    return seen
+            todo.extend(m for m in first_party_imports(mod) if modules()[m].name != "__init__.py")
+            packages.update(m for m in first_party_imports(mod) if modules()[m].name == "__init__.py")
+    return seen | packages
 
 
 def test_the_packages_of_identification_import_nothing_when_imported():
@@ -123,4 +127,4 @@ def test_importing_one_module_loads_only_what_it_imports(module):
                          timeout=120, check=True).stdout
     loaded = set(json.loads(out.splitlines()[-1]))
     assert module in loaded
-    assert sorted(loaded - closure(module)) == []
+    assert sorted(loaded - uses(module)) == []
