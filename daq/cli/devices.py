@@ -9,6 +9,8 @@ import sys
 import click
 
 from daq.cli.common import echo_json
+from daq.rigs import check_rules
+from daq.rigs.config import load
 
 _PREFIXES = ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "u"), (1e-9, "n"))
 _SI = {"m", "N", "Pa", "s", "N*m", "rad/s", "V", "A"}
@@ -38,9 +40,7 @@ def devices(config_path: str, reads: int, as_json: bool) -> None:
 
     Nothing is ever written or enabled. A simulated config starts its simulated rig first, as `hil run`
     does. Exit code 0 only when every device answered plausibly."""
-    from daq.commission.probe import probe_config  # lazy: the drivers and the rig kinds
-    from daq.rigs import check_rules  # lazy: the registry loads every rig kind
-    from daq.rigs.config import load  # lazy: as above
+    from daq.commission.probe import probe_config  # lazy: every driver, with asyncua, pymodbus, pyserial
 
     rig, cfg = load(config_path)
     check_rules(rig, cfg, config_path)
