@@ -155,7 +155,8 @@ class OnlineIdentifier(OnlineEstimates):
         if self._procs is not None:
             assert self._warm is not None  # submitted with the pool
             with contextlib.suppress(TimeoutError, cf.process.BrokenProcessPool):
-                await asyncio.wait_for(asyncio.wrap_future(self._warm), timeout)
+                async with asyncio.timeout(timeout):  # never wait_for (docs/contracts.md, "Stopping")
+                    await asyncio.wrap_future(self._warm)
 
     @classmethod
     def for_config(cls, cfg: Any, emit: Emit, *, verdict: bool | None = None) -> OnlineIdentifier:
