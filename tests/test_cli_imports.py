@@ -13,9 +13,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("identification", "simulators", "daq.rigs", "daq.run", "daq.serve", "daq.online", "daq.plots",
-         "scipy", "matplotlib", "numba", "dask", "distributed", "h5py", "SALib", "starlette", "uvicorn",
-         "asyncua", "pymodbus", "serial")
+#: the rig kinds (daq/rigs/<kind>/); the registry itself (daq.rigs, its base and config modules) is light: a
+#: kind is imported only when a config names it
+RIG_KINDS = tuple(sorted(f"daq.rigs.{p.parent.name}" for p in (ROOT / "daq" / "rigs").glob("*/__init__.py")))
+HEAVY = ("identification", "simulators", *RIG_KINDS, "daq.rigs.drive", "daq.run", "daq.serve", "daq.online",
+         "daq.plots", "scipy", "matplotlib", "numba", "dask", "distributed", "h5py", "SALib", "starlette",
+         "uvicorn", "asyncua", "pymodbus", "serial", "tiled", "pyarrow", "pyuff")
 PROBE = """
 import json, sys
 from daq.cli.main import main

@@ -12,19 +12,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+import numpy as np
 
 from daq import json_codec
 from daq.bus.handshake import CONNECT_TIMEOUT, HandshakeFailed, handshake
 from daq.bus.keys import ENV_KEYS, CurveKeys, default_keys_dir, is_local, load_keys
 from daq.config.load import SiteValuesMissing, store_path_for
 from daq.errors import one_line
+from daq.lab.reader import LabReader
+from daq.lab.settings import read_key
+from daq.rigs.config import load_shared
 from daq.store.read_write import SessionStore
 from drivers.errors import HilError
 
-if TYPE_CHECKING:  # annotations only: the lab reader loads tiled's client
+if TYPE_CHECKING:  # annotations only: rich loads when a bar is drawn
     from rich.progress import Progress, TaskID
-
-    from daq.lab.reader import LabReader
 
 # ----------------------------------------------------------------------------- errors -> exit codes
 
@@ -131,8 +133,6 @@ class CliState:
         """The ``--config`` file's shared tables ([rig], [bus], [store]; a typed ``RigConfig``), loaded and
         validated on first use (None without --config)."""
         if self._config is None and self.config_path is not None:
-            from daq.rigs.config import load_shared  # lazy: the registry loads every rig kind
-
             self._config = load_shared(self.config_path)
         return self._config
 
@@ -149,9 +149,6 @@ class CliState:
 
     def open_store(self, create: bool = False) -> SessionStore | LabReader:
         if self.is_lab:  # a lab: read-only, the same reads as a local store (daq/lab/reader.py)
-            from daq.lab.reader import LabReader  # lazy: tiled's client
-            from daq.lab.settings import read_key  # lazy: as above
-
             table = getattr(self.config, "lab", None)
             key_file = self.lab_key_file or (table.key_file if table else None)
             assert self.store_option is not None  # is_lab
@@ -167,8 +164,6 @@ pass_state = click.make_pass_decorator(CliState)
 
 def json_default(obj):
     """numpy scalars and arrays as Python values, anything else as its text."""
-    import numpy as np  # lazy: only when a result holds a value JSON cannot take as it is
-
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, np.ndarray):

@@ -12,6 +12,8 @@ import numpy as np
 from daq import json_codec
 from daq.cli.common import CliState
 from daq.config.load import ConfigError
+from daq.rigs.analysis import analyze_session
+from daq.rigs.config import load, session_config
 
 
 @click.group()
@@ -38,7 +40,7 @@ def adjoint(ctx: click.Context, config_path: str, out_dir: str | None, prior_ses
     """Optimise the input by the adjoint method at the design point ([adjoint.nominal], or --prior) and
     write trajectory.csv, convergence.png, signal.png and information.png."""
     from daq.rigs.adjoint.config import INPUTS, OUTPUTS, PLANT_OF, AdjointRigConfig  # lazy: the rig kind
-    from daq.rigs.adjoint.design import (  # lazy: scipy
+    from daq.rigs.adjoint.design import (  # lazy: as above (asyncua with it)
         compare_inputs,
         design_record_path,
         problem_of,
@@ -46,8 +48,7 @@ def adjoint(ctx: click.Context, config_path: str, out_dir: str | None, prior_ses
         worse_than_references,
         write_trajectory,
     )
-    from daq.rigs.adjoint.plots import plot_design  # lazy: matplotlib
-    from daq.rigs.config import load  # lazy: the registry loads every rig kind
+    from daq.rigs.adjoint.plots import plot_design  # lazy: as above (matplotlib when it draws)
     from identification.analyses.adjoint_plants import reference_inputs  # lazy: scipy
 
     _, cfg = load(config_path)
@@ -95,9 +96,10 @@ def adjoint(ctx: click.Context, config_path: str, out_dir: str | None, prior_ses
 
 def _prior(ctx: click.Context, session: str, cfg):
     """The prior of ``--prior SESSION``: its last online estimate, else its offline analysis."""
-    from daq.rigs.adjoint.design import prior_from_analysis, prior_from_estimate  # lazy: scipy
-    from daq.rigs.analysis import analyze_session  # lazy: the registry loads every rig kind
-    from daq.rigs.config import session_config  # lazy: as above
+    from daq.rigs.adjoint.design import (  # lazy: the rig kind (asyncua with it)
+        prior_from_analysis,
+        prior_from_estimate,
+    )
 
     state = ctx.find_object(CliState)
     assert state is not None  # hil's group made it

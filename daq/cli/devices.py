@@ -9,6 +9,8 @@ import sys
 import click
 
 from daq.cli.common import echo_json
+from daq.rigs import check_rules
+from daq.rigs.config import load
 
 _PREFIXES = ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "u"), (1e-9, "n"))
 _SI = {"m", "N", "Pa", "s", "N*m", "rad/s", "V", "A"}
@@ -38,8 +40,6 @@ def devices(config_path: str, reads: int, as_json: bool) -> None:
 
     Nothing is ever written or enabled. A simulated config starts its simulated rig first, as `hil run`
     does. Exit code 0 only when every device answered plausibly."""
-    from daq.rigs import check_rules  # lazy: the registry loads every rig kind
-    from daq.rigs.config import load  # lazy: as above
 
     rig, cfg = load(config_path)  # a config refused here has loaded neither the drivers nor the probes
     check_rules(rig, cfg, config_path)

@@ -7,7 +7,11 @@ from pathlib import Path
 import click
 
 from daq.cli.common import CliState, echo_json, pass_state
+from daq.lab.replicate import push_sessions
+from daq.lab.server import ServeOptions
+from daq.lab.server import serve as run_server
 from daq.lab.settings import LabError, LabTable, default_lab_dir, read_key
+from daq.store.reader import SessionReader
 
 KEY_FILE_HELP = ("File holding the lab's API key alone on its line "
                  "(default: $HIL_LAB_KEY, else [lab].key_file).")
@@ -36,9 +40,6 @@ def lab() -> None:
 @click.option("--keyfile", default=None, metavar="PEM", help="TLS private key.")
 def serve(data_dir, catalog, arrays, key_file, host, port, certfile, keyfile) -> None:
     """Serve the lab's Tiled catalogue until Ctrl-C; prints where the key is and the URL."""
-    from daq.lab.server import ServeOptions  # lazy: the server side loads tiled's server
-    from daq.lab.server import serve as run_server  # lazy: as above
-
     opts = ServeOptions(data_dir=Path(data_dir) if data_dir else default_lab_dir(), catalog=catalog,
                         key_file=Path(key_file) if key_file else None, host=host, port=port,
                         certfile=certfile, keyfile=keyfile, arrays=arrays)
@@ -77,15 +78,11 @@ def lab_target(state: CliState, url: str | None, key_file: str | None) -> tuple[
 def push(state: CliState, sessions: tuple[str, ...], push_all: bool, pending: bool, url: str | None,
          key_file: str | None, as_json: bool) -> None:
     """Replicate sessions to the lab: idempotent, resumable, verified before they are marked replicated."""
-    from daq.lab.replicate import push_sessions  # lazy: tiled's client
-
     if bool(sessions) + push_all + pending != 1:
         raise click.UsageError("give SESSION ..., --all or --pending")
     url, key = lab_target(state, url, key_file)
     names: list[str] | None
     if push_all:
-        from daq.store.reader import SessionReader  # lazy: only --all lists the store
-
         with SessionReader(state.store_path, recover=False) as store:
             names = [i.id for i in store.list_sessions()]
     else:

@@ -28,13 +28,17 @@ from daq.cli.common import (
     progress_printer,
 )
 from daq.config.load import ConfigError, store_path_for, to_dict
+from daq.lab.analysis import analysis_metadata
+from daq.lab.reader import LabReader
 from daq.lab.replicate import push_after_run
+from daq.rigs import check_rules, get_rig, kinds
+from daq.rigs.analysis import analyze_session
+from daq.rigs.config import load
+from daq.store.read_write import SessionStore
 
 
 def _load(config_path: str):
     """The config parsed once, into its rig kind's struct: ``(rig, cfg)``."""
-    from daq.rigs.config import load  # lazy: the registry loads every rig kind
-
     return load(config_path)
 
 
@@ -71,9 +75,6 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
     analysis = None
     files: list[Path] = []
     if then_analyze and result.status == "complete" and rig.has_analysis:
-        from daq.rigs.analysis import analyze_session  # lazy: scipy, matplotlib and the rig kinds
-        from daq.store.read_write import SessionStore  # lazy: with the analysis
-
         with SessionStore(store_path) as store:
             _, analysis, rig, files = analyze_session(store, result.session_id, plots_dir=plots_dir,
                                                       progress=progress_printer())
@@ -105,15 +106,10 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
 @pass_state
 def analyze(state: CliState, session: str, as_json: bool, plots_dir: str | None) -> None:
     """Analyse a recorded session (id, unique prefix or "latest") with its rig kind's analysis."""
-    from daq.rigs.analysis import analyze_session  # lazy: scipy, matplotlib and the rig kinds
-
     with state.open_store() as store:
         info, result, rig, files = analyze_session(store, session, plots_dir=plots_dir,
                                                    progress=progress_printer())
         if state.is_lab:  # the estimates, intervals and verdicts go into the lab session's metadata
-            from daq.lab.analysis import analysis_metadata  # lazy: only for a lab
-            from daq.lab.reader import LabReader  # lazy: as above
-
             assert isinstance(store, LabReader)  # is_lab
             store.record_analysis(info.id, analysis_metadata(rig.report_dict(result)))
     if as_json:
@@ -132,8 +128,6 @@ def analyze(state: CliState, session: str, as_json: bool, plots_dir: str | None)
 def check(config_path: str, as_json: bool) -> None:
     """Check a rig config whole (types, ranges, unknown keys, relations, the rig's own rules) without
     running anything."""
-    from daq.rigs import check_rules  # lazy: the registry loads every rig kind
-
     rig, cfg = _load(config_path)
     check_rules(rig, cfg, config_path)
     if as_json:
@@ -146,8 +140,6 @@ def check(config_path: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def rigs(as_json: bool) -> None:
     """List the rig kinds this installation knows."""
-    from daq.rigs import get_rig, kinds  # lazy: the registry loads every rig kind
-
     table = [{"kind": k, "summary": get_rig(k).summary, "simulator": get_rig(k).has_simulator,
               "analysis": get_rig(k).has_analysis} for k in kinds()]
     if as_json:
@@ -166,8 +158,6 @@ def rigs(as_json: bool) -> None:
 def sim(kind: str, config_path: str | None, as_json: bool) -> None:
     """Serve a rig kind's simulated devices on loopback until Ctrl-C or SIGTERM (CONFIG: default
     configs/<KIND>-sim.toml)."""
-    from daq.rigs import get_rig  # lazy: the registry loads every rig kind
-
     rig = get_rig(kind)
     config_path = config_path or f"configs/{kind}-sim.toml"
     cfg_rig, cfg = _load(config_path)

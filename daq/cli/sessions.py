@@ -12,6 +12,7 @@ import click
 from daq import json_codec
 from daq.cli.common import CliState, StderrProgress, echo_json, pass_state
 from daq.cli.lab_search import filters_from, search_options
+from daq.export.layout import time_origin
 from daq.export.listing import (
     commands_given,
     held_commands,
@@ -20,7 +21,9 @@ from daq.export.listing import (
     session_row,
     started_by,
 )
+from daq.export.session_export import export as export_to
 from daq.lab.marks import replicas
+from daq.lab.reader import LabReader
 from daq.lab.search import matches
 
 
@@ -54,8 +57,6 @@ def sessions(state: CliState, as_json: bool, **search) -> None:
                                "give --store URL")
     with state.open_store() as store:
         if state.is_lab:
-            from daq.lab.reader import LabReader  # lazy: tiled's client, loaded by open_store already
-
             assert isinstance(store, LabReader)  # is_lab
             infos = store.search(filters)
             by = {i.id: store.session_metadata(i.id).get("by") for i in infos} if as_json else {}
@@ -196,9 +197,6 @@ def export(
     Times in the files are the recorded ones (unix time for live sessions; the files say which);
     --start/--stop count seconds from the session's first sample.
     """
-    from daq.export.layout import time_origin  # lazy: the export package loads h5py and the MAT writers
-    from daq.export.session_export import export as export_to  # lazy: as above
-
     for name, value in (("--start", start), ("--stop", stop)):
         if value is not None and not math.isfinite(value):
             raise click.BadParameter("must be a finite number of seconds", param_hint=name)
@@ -276,7 +274,7 @@ def _export_uff(state: CliState, session: str, output, names, start, stop, force
                 as_json: bool) -> None:
     """UFF 58 export of a machine-tool session's FRFs (daq.rigs.machine_tool.uff); no stream or time
     slices."""
-    from daq.rigs.machine_tool.uff_export import export_uff  # lazy: pyuff and the machine-tool rig
+    from daq.rigs.machine_tool.uff_export import export_uff  # lazy: the machine-tool rig kind, scipy
 
     if names is not None or start is not None or stop is not None:
         raise click.BadParameter("UFF export writes whole FRFs; --streams, --start and --stop do not apply",

@@ -11,6 +11,7 @@ import click
 from daq import json_codec
 from daq.cli.common import CliState, pass_state
 from daq.config.load import store_path_for
+from daq.rigs.config import load_config
 from daq.store.read_write import SessionStore
 
 
@@ -38,8 +39,7 @@ def uff(state: CliState, files: tuple[str, ...], config_path: str | None, map_fi
     (as `hil export --format uff` writes them) or from the --map file; response and reference DOFs from
     the node/direction fields.
     """
-    from daq.rigs.config import load_config  # lazy: the registry loads every rig kind
-    from daq.rigs.machine_tool.uff import import_uff, prepare_import  # lazy: pyuff and the machine-tool rig
+    from daq.rigs.machine_tool.uff import import_uff, prepare_import  # lazy: the machine-tool rig kind, scipy
 
     config = load_config(config_path) if config_path else None  # TOML data: the import builds on it
     path = store_path_for(state.store_option, config if config is not None else state.config)

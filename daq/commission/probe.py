@@ -29,7 +29,7 @@ from drivers.errors import BadResponse, HilError
 from drivers.force_source import ForceSource, ForceSourceSettings
 from drivers.modal_frontend import FrontEndSettings, ModalFrontEnd
 from drivers.modbus_identity import NO_IDENTITY, identity_mismatch, read_identity
-from drivers.servo_drive import ServoDriveConfig
+from drivers.servo_drive import ServoDrive, ServoDriveConfig
 
 
 @dataclass
@@ -158,8 +158,6 @@ async def _modbus_identity(transport: Any, expect: dict[str, str], rep: DeviceRe
 
 
 async def _drive(name: str, s: ServoDriveConfig, reads: int, rep: DeviceReport) -> None:
-    from drivers.servo_drive import ServoDrive  # lazy: asyncua
-
     drive = ServoDrive(s)
     rep.address = drive.url
     await drive.connect(heartbeat=False)  # a look, not a session: nothing written, not even the heartbeat

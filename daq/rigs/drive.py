@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import msgspec
 import numpy as np
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from msgspec import Meta
 from msgspec import field as sfield
 
@@ -33,11 +35,10 @@ from daq.config.schema import PathStr, Port, Seed, Table
 from daq.rigs.base import A, C, R, Rig, RunContext
 from drivers.errors import HilError
 from drivers.outputs import held
-from drivers.servo_drive import ServoDriveConfig
+from drivers.servo_drive import DriveTrace, ServoDrive, ServoDriveConfig
 
-if TYPE_CHECKING:  # annotations only: the driver pulls in asyncua, loaded when devices open
+if TYPE_CHECKING:  # annotations only
     from daq.store.reads import SessionReads
-    from drivers.servo_drive import DriveTrace, ServoDrive
 
 FRAME_SAMPLES = 5000                              #: samples per published trace frame
 TRACE_CHANNELS: Final = ("torque_cmd", "torque", "speed")  #: the drive's trace, in the order it is published
@@ -100,8 +101,6 @@ def check_drive(drive: DriveDevice, simulator: DriveSimTable | None, inputs: Seq
     the security files exist and parse, the password's variable is set, and - against the simulated
     drive - every input (``(key, dt, samples)``) has a sample time and a length the drive plays; and the
     driver is built from the table as `hil run` builds it (not connected)."""
-    from drivers.servo_drive import ServoDrive  # lazy: asyncua
-
     try:
         ServoDrive(drive)
     except (TypeError, ValueError, KeyError, HilError) as exc:
@@ -134,9 +133,6 @@ def check_drive(drive: DriveDevice, simulator: DriveSimTable | None, inputs: Seq
 
 def _pki_problem(path: str, key: str) -> str | None:
     """Why a certificate or private-key file cannot be used (None: it can)."""
-    from cryptography import x509  # lazy: only secure drives read certificates
-    from cryptography.hazmat.primitives import serialization  # lazy: as above
-
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
@@ -173,8 +169,6 @@ class DriveRigDevices:
 
 async def open_devices(cfg: object, devices: DriveDevicesTable) -> DriveRigDevices:
     """Connect the drive of ``[devices.drive]``; closed again when the connection fails."""
-    from drivers.servo_drive import ServoDrive  # lazy: asyncua
-
     drive = ServoDrive(devices.drive)
     # stop, disable and read `enabled` back: raises when the drive did not confirm
     rig_devices = DriveRigDevices(drive, [("stop and disable drive", drive.safe_state)])
@@ -189,7 +183,7 @@ async def open_devices(cfg: object, devices: DriveDevicesTable) -> DriveRigDevic
 
 def simulator(cfg: Any):
     """The simulated drive (with the plant of ``[simulator]``) for ``[rig].simulated = true``."""
-    from simulators.crane_rig import CraneRig  # lazy: asyncua server and plant models
+    from simulators.crane_rig import CraneRig  # lazy: scipy and the simulator, only a simulated run starts it
 
     return CraneRig(to_dict(cfg))
 

@@ -16,7 +16,7 @@ SUFFIX = {"hdf5": ".h5", "mat": ".mat", "csv": ""}
 
 def export_into(store_path: Path, session: str, fmt: str, folder: Path) -> Path:
     """The export file of ``session`` in ``folder`` (a CSV folder as a zip of its files)."""
-    from daq.export.session_export import export  # lazy: h5py and the MAT writers
+    from daq.export.session_export import export  # lazy: the file writers, only when an export is asked for
 
     with SessionReader(store_path, create=False) as reader:
         info = reader.get_session(session)

@@ -141,7 +141,8 @@ class Runner:
             coro.close()  # (else "coroutine ... was never awaited" when it is collected)
             raise NotRunning("the run has just ended") from None
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+            async with asyncio.timeout(timeout):  # never wait_for (docs/contracts.md, "Stopping")
+                return await asyncio.wrap_future(future)
         except TimeoutError:
             future.cancel()
             raise NotRunning(f"the run did not take the {action} command within {timeout:g} s") from None

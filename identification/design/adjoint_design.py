@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.optimize
 
+from identification.design.adjoint_sqp import solve_sqp
 from identification.estimation.blas import single_thread_blas
 from identification.models.ode_models import ODEModel
 from identification.models.ode_sensitivity import (
@@ -452,7 +453,6 @@ def _optimize(problem: DesignProblem, u0: np.ndarray, method: str, max_iter: int
     mu_inner = mu.copy()
     out = None
     if method == "sqp":
-        from identification.design.adjoint_sqp import solve_sqp  # the module builds on this one
         out = solve_sqp(pb, u0, evaluate, max_iter, grad_tol=grad_tol, end_tol=end_tol, **(sqp_options or {}))
         iters, n_eval, msg = out.iterations, out.n_evaluations, out.message
         mu = mu_inner = out.multipliers

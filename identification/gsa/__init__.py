@@ -45,11 +45,44 @@ reference), :mod:`~identification.gsa.stages` (steps 2 and 3), :mod:`~identifica
 :mod:`~identification.gsa.result` and :mod:`~identification.gsa.procedure` (:func:`identify`).
 """
 
-from identification.gsa.intervals import GSAIntervals, parameter_intervals
-from identification.gsa.procedure import identify, local_refit
-from identification.gsa.reference import ModalReference, reference_from_model
-from identification.gsa.result import GSAIdentificationResult, evaluate_model, fraction_within
-from identification.gsa.sobol import SobolResult, sobol_indices
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for type checkers; at run time each name is imported from its module on first use
+    from identification.gsa.intervals import (
+        GSAIntervals,
+        parameter_intervals,
+    )
+    from identification.gsa.procedure import (
+        identify,
+        local_refit,
+    )
+    from identification.gsa.reference import (
+        ModalReference,
+        reference_from_model,
+    )
+    from identification.gsa.result import (
+        GSAIdentificationResult,
+        evaluate_model,
+        fraction_within,
+    )
+    from identification.gsa.sobol import (
+        SobolResult,
+        sobol_indices,
+    )
+
+#: module of this package -> the public names it defines, imported on first use (PEP 562): importing one
+#: module of identification/ loads only what that module imports
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "intervals": ("GSAIntervals", "parameter_intervals"),
+    "procedure": ("identify", "local_refit"),
+    "reference": ("ModalReference", "reference_from_model"),
+    "result": ("GSAIdentificationResult", "evaluate_model", "fraction_within"),
+    "sobol": ("SobolResult", "sobol_indices"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __all__ = [
     "ModalReference",
@@ -64,3 +97,17 @@ __all__ = [
     "parameter_intervals",
     "local_refit",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -17,6 +17,7 @@ from daq.config.load import ConfigError, Invalid
 from daq.rigs.adjoint.config import AdjointRigConfig, Simulator
 from daq.rigs.adjoint.design import nominal_values, nuisance_starts, problem_of, read_trajectory
 from daq.rigs.drive import check_drive
+from identification.models.drive_models import DEFAULT_BOUNDS
 
 
 def check_rig(cfg: AdjointRigConfig, config_dir: Path) -> None:
@@ -48,8 +49,6 @@ def _check_fit_names(cfg: AdjointRigConfig) -> None:
     values = nominal_values(cfg)
     nuisance = nuisance_starts(cfg, values)
     if plant == "crane":
-        from identification.models.drive_models import DEFAULT_BOUNDS  # lazy: scipy
-
         unknown = sorted(set(nuisance) - set(DEFAULT_BOUNDS))
         if unknown:
             raise Invalid(f"fit.nuisance.{unknown[0]}", f"not a parameter of the crane's drive models "

@@ -39,7 +39,7 @@ class Simulator(Table, kw_only=True):
     drive: DriveSimTable = sfield(default_factory=DriveSimTable)
 
     def check(self) -> None:
-        from simulators.crane_drive import get_plant  # lazy: asyncua and scipy
+        from simulators.crane_drive import get_plant  # lazy: scipy and the simulator's plants
 
         try:
             plant = get_plant(self.plant)

@@ -58,7 +58,7 @@ def simulator_truth(cfg: AdjointRigConfig) -> dict[str, float] | None:
     """Every number of the simulator truth (None for a real rig)."""
     if cfg.simulator is None:
         return None
-    from simulators.crane_drive import get_plant  # lazy: asyncua and scipy
+    from simulators.crane_drive import get_plant  # lazy: scipy and the simulator's plants
 
     truth = get_plant(cfg.adjoint.plant).truth.from_config(dict(cfg.simulator.truth))
     return {k: float(v) for k, v in truth.to_dict().items()}

@@ -44,6 +44,7 @@ from daq.rigs.adjoint.plots import plot_analysis
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, RunContext
 from daq.store.reads import SessionReads
+from drivers.servo_drive import LimitError
 
 if TYPE_CHECKING:  # annotations only: the adequacy check loads scipy
     from identification.estimation.residual_adequacy import AdequacyResult
@@ -58,8 +59,6 @@ Context = RunContext[AdjointRigConfig, drive.DriveRigDevices]
 
 def check_signal(ctx: Context, force: np.ndarray, info: dict) -> None:
     """The input against the drive's force limit and the driver's own checks, before anything is sent."""
-    from drivers.servo_drive import LimitError  # lazy: asyncua
-
     cfg = ctx.config
     drive = ctx.devices.drive
     assert cfg.devices is not None  # [devices] is required (the config's check)

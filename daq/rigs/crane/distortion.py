@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from daq.rigs import drive
 from daq.rigs.crane.distortion_config import DistortionTable, design_realisations, excited_bins
 
 if TYPE_CHECKING:
@@ -45,8 +46,6 @@ async def record(ctx: Any, streams: Any, dt: float, not_before: float) -> float:
     """Run and publish the realisations (nothing when ``[distortion]`` is off), scaled to the lower of
     the configured and the drive's own torque limit; returns the end of the last published trace's time
     base."""
-    from daq.rigs import drive  # the shared drive loop
-
     table: DistortionTable = ctx.config.distortion
     if not table.enabled:
         return not_before
@@ -151,7 +150,7 @@ def plots(result: Any, folder: Path) -> list[Path]:
     out = _outcome(result)
     if out is None or out.bla is None or out.verdict is None:
         return []
-    from daq.plots.distortion import plot_distortion  # lazy: matplotlib
+    from daq.plots.distortion import plot_distortion  # lazy: scipy (matplotlib when it draws)
 
     return [plot_distortion(out.bla, out.verdict, Path(folder) / "nonlinear_distortion.png",
                             output="motor speed", unit="rad/s", input_unit="N*m")]

@@ -50,7 +50,7 @@ def _fit(model: str, runs: list, start: dict | None, kwargs: dict):
 
 
 def _init_worker() -> None:
-    from daq.executor import one_blas_thread
+    from daq.executor import one_blas_thread  # lazy: threadpoolctl, needed in the worker process only
 
     one_blas_thread()  # also the BLAS of numpy and scipy, which load only with the first fit
 

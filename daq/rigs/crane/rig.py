@@ -118,7 +118,7 @@ def _designed(excitation: ExcitationTable, role: str, limit: float) -> tuple[flo
     """One role's excitation (time step, torque, info), and its CSV and plot when ``export_dir`` is set."""
     dt, torque, info, ms, peak = design_excitation(excitation, role, limit)
     if excitation.export_dir:
-        from daq.plots.excitation import export_trajectory, plot_multisine  # lazy: scipy, matplotlib
+        from daq.plots.excitation import export_trajectory, plot_multisine  # lazy: scipy (matplotlib later)
 
         out = Path(excitation.export_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -209,7 +209,7 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
         return distortion.report_dict(result, result.to_dict())
 
     def plots(self, result: SelectionResult, arrays: CraneRuns, folder: Path) -> list[Path]:
-        from daq.rigs.crane.plots import write_plots  # lazy: scipy and matplotlib
+        from daq.rigs.crane.plots import write_plots  # lazy: scipy (matplotlib when it draws)
 
         w0, c0 = stage_clock()
         files = write_plots(result, folder) + distortion.plots(result, folder)

@@ -140,7 +140,7 @@ def analyze(rec: DistortionRecords | None, cfg: Any) -> MTDistortionOutcome:
 def plots(outcome: MTDistortionOutcome | None, folder: Path) -> list[Path]:
     if outcome is None or outcome.bla is None or outcome.verdict is None:
         return []
-    from daq.plots.distortion import plot_distortion  # lazy: matplotlib
+    from daq.plots.distortion import plot_distortion  # lazy: scipy (matplotlib when it draws)
 
     return [plot_distortion(outcome.bla, outcome.verdict, Path(folder) / "nonlinear_distortion.png",
                             output=f"acceleration at {outcome.input}", unit="m/s^2", input_unit="N")]

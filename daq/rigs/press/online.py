@@ -40,6 +40,7 @@ import numpy as np
 import identification.analyses.online_press  # noqa: F401
 import identification.analyses.press_analysis  # noqa: F401
 from daq.bus.frames import Event, Frame
+from daq.config.load import parse
 from daq.online.estimates import Emit, OnlineEstimates
 from daq.online.estimates import publisher_emit as _publisher_emit
 from identification.analyses.online_press import (
@@ -156,7 +157,8 @@ class OnlineIdentifier(OnlineEstimates):
         if self._procs is not None:
             assert self._warm is not None  # submitted with the pool
             with contextlib.suppress(TimeoutError, cf.process.BrokenProcessPool):
-                await asyncio.wait_for(asyncio.wrap_future(self._warm), timeout)
+                async with asyncio.timeout(timeout):  # never wait_for (docs/contracts.md, "Stopping")
+                    await asyncio.wrap_future(self._warm)
 
     @classmethod
     def for_config(cls, cfg: Any, emit: Emit, *, verdict: bool | None = None) -> OnlineIdentifier:
@@ -174,8 +176,7 @@ class OnlineIdentifier(OnlineEstimates):
     def from_config(cls, config: dict, emit: Emit, *, verdict: bool | None = None) -> OnlineIdentifier:
         """The identifier a press config snapshot (TOML data) describes, parsed by the press schema (for
         replays and tools)."""
-        from daq.config.load import parse  # lazy: the schema pulls in the drivers and the simulated plant
-        from daq.rigs.press.config import PressConfig  # lazy: as above
+        from daq.rigs.press.config import PressConfig  # lazy: the schema loads the drivers and the simulator
 
         return cls.for_config(parse(config, PressConfig, "press config"), emit, verdict=verdict)
 
@@ -351,8 +352,7 @@ def verdict_options(analysis: Any) -> dict:
     """``model_verdict`` keyword arguments from a parsed [analysis] table (the offline settings); a dict is
     parsed by the press schema's table first (its defaults)."""
     if isinstance(analysis, dict):
-        from daq.config.load import parse  # lazy: as in OnlineIdentifier.from_config
-        from daq.rigs.press.config import AnalysisTable  # lazy: as above
+        from daq.rigs.press.config import AnalysisTable  # lazy: as in OnlineIdentifier.from_config
 
         analysis = parse(analysis, AnalysisTable, "press config", ["analysis"])
     keys = ("tol", "criterion", "n_sensors", "n_random_splits", "seed")
