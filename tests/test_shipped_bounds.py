@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 
 from daq.rigs.config import load
+from identification.models.machine_tool_model import PARAM_NAMES, STIFFNESS_NAMES, param_bounds
 from identification.selection.fitting import _Scaling, _starts
 from simulators.physics.crane import CraneTruth
+from simulators.physics.machine_tool import truth_values
 from simulators.physics.oscillator import OscillatorTruth
 from simulators.physics.pendulum import PendulumTruth
 
@@ -87,3 +89,16 @@ def test_adjoint_fits_start_away_from_the_truth(name):
     near = {n: (v, truth[n]) for n, v in starts.items() if abs(v - truth[n]) < 0.1 * abs(truth[n])}
     assert starts and not near, f"{name}: fit starts at the truth: {near}"
 
+
+def test_machine_tool_box_is_not_centred_on_the_simulated_machine():
+    """The machine tool's search box is [0.7, 1.3] x nominal (stiffness) and [1/3, 3] x nominal (damping):
+    the simulated machine differs from the nominal (data-sheet) machine in every parameter, by more than
+    a tenth of the box."""
+    raw = _toml("machine-tool-sim.toml")
+    truth = truth_values(raw.get("simulator", {}).get("truth"))
+    lo, hi = param_bounds()
+    boxes = list(zip(PARAM_NAMES, lo, hi, strict=True))
+    centred = {n: why for n, a, b in boxes if (why := _off_centre(a, b, truth[n]))}
+    assert not centred, f"machine tool boxes centred on the simulated machine: {sorted(centred)}"
+    assert all(a < truth[n] < b for n, a, b in boxes)
+    assert set(STIFFNESS_NAMES) <= set(truth)
