@@ -59,10 +59,12 @@ def test_simulation_equals_truth_without_noise(torque):
     truth = CraneTruth.from_config(dict(coulomb=0.0, stribeck_torque=0.0, speed_noise=0.0, encoder_counts=0))
     d = simulate_axis(truth, torque, 1e-4, 0)
     p = {k: getattr(truth, k) for k in parse_name("3m+visc+dt").param_names}
-    r = simulate(parse_name("3m+visc+dt"), p, prepare_input(torque, 1e-4, 1), sensitivities=False)
+    # the motor speed itself (no speed lag): the drive's differenced speed is tests/test_crane_dead_time.py's
+    s = parse_name("3m+visc+dt")
+    r = simulate(s, p, prepare_input(torque, 1e-4, 1, speed_lag=0.0), sensitivities=False)
     assert np.max(np.abs(r.y - d["speed_true"])) < 1e-9 * np.max(np.abs(d["speed_true"]))
     # decimated model (2 kHz) stays well below the measurement noise of the crane (0.01 rad/s)
-    r5 = simulate(parse_name("3m+visc+dt"), p, prepare_input(torque, 1e-4, 5), sensitivities=False)
+    r5 = simulate(s, p, prepare_input(torque, 1e-4, 5, speed_lag=0.0), sensitivities=False)
     assert np.sqrt(np.mean((r5.y - d["speed_true"][::5][: r5.y.size]) ** 2)) < 3e-3
 
 

@@ -186,7 +186,10 @@ def test_estimates_carry_the_running_verdict_of_the_offline_test(session):
             assert a.shape == (len(v["splits"]),)
             assert mv["rejected_splits"] == (a < v["level"]).tolist()  # decided at the corrected level
             assert mv["reject"] == bool((a < v["level"]).any()) and (m in v["rejected"]) == mv["reject"]
-            assert len(mv["values"]) == 2 and len(mv["std"]) == 2
+            if mv["verdict"] == "undecided":  # no estimate from a fit that may be singular, only why
+                assert "values" not in mv and "std" not in mv and mv["undecided"]
+            else:
+                assert len(mv["values"]) == 2 and len(mv["std"]) == 2
         # each look spends its share of tol (O'Brien-Fleming type over the planned looks): the levels of
         # all looks add up to tol, the interim ones are provisional
         first = n - v["look"] + 1
@@ -200,7 +203,8 @@ def test_estimates_carry_the_running_verdict_of_the_offline_test(session):
         for m in ("M1", "M2", "M3"):
             np.testing.assert_allclose(v["models"][m]["alpha_min"], off.models[m].alpha_min, rtol=1e-6,
                                        atol=1e-300)
-            np.testing.assert_allclose(v["models"][m]["values"], off.models[m].p, rtol=1e-9)
+            if v["models"][m]["verdict"] != "undecided":
+                np.testing.assert_allclose(v["models"][m]["values"], off.models[m].p, rtol=1e-9)
     assert result.summary["verdict"]["rejected"] == ests[-1]["verdict"]["rejected"]  # in the session summary
 
 

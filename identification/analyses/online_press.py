@@ -179,10 +179,16 @@ class ModelVerdict:
         return f"{self.name} {self.verdict} (alpha_min {format_alpha(self.min_alpha_min)})"
 
     def to_dict(self) -> dict:
-        return {"reject": self.reject, "verdict": self.verdict, "undecided": self.undecided,
-                "alpha_min": self.alpha_min.tolist(), "rejected_splits": self.rejected_splits.tolist(),
-                "min_alpha_min": self.min_alpha_min, "alpha_text": format_alpha(self.min_alpha_min),
-                "text": self.text, "values": self.p.tolist(), "std": self.std.tolist(), "s2": self.s2}
+        """JSON-ready. An undecided model carries no estimate (no ``values``, ``std``, ``s2``, no smallest
+        alpha_min): its fit on the series so far may be singular (k of 1e16 N/m, std NaN) - only why it is
+        undecided."""
+        out = {"reject": self.reject, "verdict": self.verdict, "undecided": self.undecided,
+               "alpha_min": self.alpha_min.tolist(), "rejected_splits": self.rejected_splits.tolist(),
+               "text": self.text}
+        if self.verdict == "undecided":
+            return out
+        return {**out, "min_alpha_min": self.min_alpha_min, "alpha_text": format_alpha(self.min_alpha_min),
+                "values": self.p.tolist(), "std": self.std.tolist(), "s2": self.s2}
 
 
 @dataclass

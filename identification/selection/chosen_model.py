@@ -43,8 +43,8 @@ def step_error(structure: DriveStructure, params: dict[str, float], u: np.ndarra
                         friction_eps=friction_eps).y[::decimate]
         factor = 1.0
     else:
-        fine = simulate(structure, params, prepare_input(np.repeat(u, 2), 0.5 * dt, 1), sensitivities=False,
-                        friction_eps=friction_eps).y[::2]
+        half = prepare_input(np.repeat(u, 2), 0.5 * dt, 1, speed_lag=0.5 * dt)  # the data's speed lag
+        fine = simulate(structure, params, half, sensitivities=False, friction_eps=friction_eps).y[::2]
         factor = 2.0
     n = min(coarse.size, fine.size)
     return factor * (coarse[:n] - fine[:n])

@@ -178,6 +178,11 @@ class SelectionResult:
                 se = self.chosen.std_errors.get(name, float("nan"))
                 rel = f" ({100 * se / abs(value):.2g} %)" if value and math.isfinite(se) else ""
                 lines.append(f"  {name:<16} {value:>12.5g} +- {se:.3g}{rel}")
+        if self.chosen is not None and "dead_time" in self.chosen.params and "speed_lag" in s:
+            lag = 1e3 * s["speed_lag"]
+            lines.append(f"  dead_time is the drive's own (command to torque): the measured speed, "
+                         f"differenced from the encoder angle, lags by a further {lag:.3g} ms (half a "
+                         f"sample), modelled apart")
         if self.intervals is not None:
             lines.append(self.intervals.format_table())
         better = [c for c in sorted(self.candidates, key=lambda c: -c.valid_fit)[:10] if not c.accepted]
@@ -441,7 +446,8 @@ def select_model(train: Run, valid: Run, bounds: dict[str, tuple[float, float]] 
     h = float(train[2]) * fine["decimate"]
     settings = dict(opts, parsimony_tol=float(parsimony_tol), bounds={k: list(v) for k, v in bounds.items()},
                     n_candidates=len(structs), n_jobs=int(n_jobs), refit_decimate=fine["decimate"],
-                    model_step=h, rival_tol=float(rival_tol), max_rivals=int(max_rivals))
+                    model_step=h, rival_tol=float(rival_tol), max_rivals=int(max_rivals),
+                    speed_lag=0.5 * float(train[2]))
     return SelectionResult(candidates=results, chosen=chosen, profile=prof, settings=settings,
                            seconds=time.perf_counter() - t0, traces=traces, intervals=intervals,
                            refined=refined, stages=stage.seconds)

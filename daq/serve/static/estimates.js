@@ -6,11 +6,14 @@
 function verdictText(v) {
   if (!v) return "";
   if (v.error) return "error: " + v.error;
+  if (typeof v.undecided === "string" && v.undecided && !v.models) return v.undecided;  // not computable yet
   let text;
   if (v.models && typeof v.models === "object") {
     text = Object.entries(v.models).map(([name, m]) => {
       m = (m && typeof m === "object") ? m : {verdict: String(m)};
       const word = m.verdict || (m.reject ? "reject" : "keep");
+      // an undecided model shows why, never a number of its fit (which may be singular: k of 1e16 N/m)
+      if (word === "undecided") return `${name} undecided` + (m.undecided ? ` (${m.undecided})` : "");
       const a = m.min_alpha_min;
       return `${name} ${word}` + (typeof a === "number" ? ` (${num(100 * a, 3)} %)` : "");
     }).join(" · ");
