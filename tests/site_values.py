@@ -109,7 +109,8 @@ def crane_site_values(url: str, pki: str = "pki/crane") -> dict[str, Any]:
         "devices.drive.security.private_key": f"{pki}/client_key.pem",
         "devices.drive.security.server_certificate": f"{pki}/server_cert.der",
         "devices.drive.security.user": "operator",
-        "model_selection.bounds.J1": [0.001, 0.5], "model_selection.bounds.J2": [0.003, 1.0],
-        "model_selection.bounds.J3": [0.002, 1.0], "model_selection.bounds.k12": [100.0, 50000.0],
-        "model_selection.bounds.k23": [10.0, 5000.0],
+        # data-sheet values with wide margins, as configs/crane-sim.toml (none centred on the simulated axis)
+        "model_selection.bounds.J1": [0.01, 0.1], "model_selection.bounds.J2": [0.01, 0.15],
+        "model_selection.bounds.J3": [0.015, 0.5], "model_selection.bounds.k12": [800.0, 30000.0],
+        "model_selection.bounds.k23": [60.0, 3000.0],
     }
