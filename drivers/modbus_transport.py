@@ -288,6 +288,17 @@ class ModbusTransport:
         self._guard_fired = None
         return task.uncancel() <= before and cancelled
 
+    @property
+    def request_bound(self) -> float:
+        """The longest one request can take by this transport's own bounds (s): a reconnect (its
+        ``connect_timeout`` and the last try), then every attempt up to the guard - on RTU each after the
+        wait for a late reply. A safe step of one request gets this budget, so it is never cut before the
+        transport has given up by itself."""
+        reconnect = self.connect_timeout + max(self.timeout, 0.1)
+        if self._rtu:
+            return reconnect + (self.retries + 1) * (self.drain_time + self.silence + self.guard)
+        return reconnect + self.guard
+
     # -- connection -----------------------------------------------------------------------------------
     @property
     def connected(self) -> bool:
