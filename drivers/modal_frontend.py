@@ -230,7 +230,7 @@ class ModalFrontEnd:
             SafeStep("output off", budget, lambda: self.write("OUTP OFF")),
             SafeStep("read-back", budget, lambda: self.query("OUTP?"), check=_output_still_on,
                      needs_link=True),
-        ), linked=lambda: self.connected)
+        ), linked=lambda: self._opened)  # a dropped stream is opened again by the next request
 
     async def safe_state(self) -> None:
         """Run :meth:`safe_action`: every step is tried; SafeStateError names each step that failed."""

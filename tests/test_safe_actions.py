@@ -218,3 +218,27 @@ async def test_the_run_records_which_step_failed(tmp_path):
         (outcome,) = [e.body for e in store.events(result.session_id, kind="plan_outcome")]
     assert outcome["safe"] is False
     assert [s["step"] for s in outcome["safe_failed_steps"]] == ["setpoint 0"]
+
+
+async def test_a_front_end_answer_that_comes_late_is_never_taken_for_the_read_back():
+    """The error-queue answer after ``OUTP OFF`` comes after the timeout: the step fails, its stream is
+    dropped, and the read-back asks on a fresh stream (not reading the late answer as its own)."""
+    from drivers.modal_frontend import ModalFrontEnd
+    from simulators.machine_tool_sim import MachineToolFrontEndSim
+
+    sim = MachineToolFrontEndSim({})
+    await sim.start()
+    fe = ModalFrontEnd({"port": sim.port, "timeout": 0.3})
+    try:
+        await fe.connect()
+        await fe.write("OUTP ON")
+        assert sim.dev.output
+        sim.answer_delay["SYST:ERR?"] = 1.0
+        with pytest.raises(SafeStateError) as info:
+            await fe.safe_state()
+        assert [f.step for f in info.value.failures] == ["output off"]  # the read-back confirmed "0"
+        assert not sim.dev.output
+    finally:
+        sim.answer_delay.clear()
+        await fe.close()
+        await sim.stop()
