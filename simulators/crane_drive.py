@@ -36,10 +36,6 @@ Safety: limits are checked on upload; speed above ``speed_limit`` faults and dis
 enabled, a client must keep changing ``Heartbeat`` - no change for ``watchdog_timeout`` s
 (client crashed, network or session lost) faults and disables the drive. A heartbeat is used
 instead of session-close hooks because it also catches a hung client whose TCP session is alive.
-
-Fault injection: the method names in ``hang`` are never answered (a hung controller) until
-``release_hangs()`` (other requests, on the same session too, are still served); ``calls`` counts each
-method's calls, answered or not.
 """
 
 from __future__ import annotations
@@ -60,6 +56,7 @@ from asyncua.crypto.validator import CertificateValidator, CertificateValidatorO
 from asyncua.server.user_managers import UserManager
 
 from simulators.certs import SERVER_URI, Pki
+from simulators.drive_faults import MethodHangs
 from simulators.physics import oscillator, pendulum
 from simulators.physics.crane import CraneTruth, simulate_axis
 
@@ -275,11 +272,7 @@ class CraneDrive:
         self._last_beat: dict[int, int] = {}
         self._beat_seen = 0.0
         self._runs = 0
-        self.n_calls = 0  # method calls that act on the drive (all but ReadTrace), for the dry-run tests
-        self.calls: dict[str, int] = {}  # method name -> calls received (answered or not)
-        # fault injection: methods whose calls are never answered (a hung controller) until release_hangs()
-        self.hang: set[str] = set()
-        self._released = asyncio.Event()
+        self.faults = MethodHangs(lambda text: _reply(Result.BUSY, text))  # call counts, injected hangs
 
     # ------------------------------------------------------------------ faces
     def nodeid(self, idx: int, name: str) -> ua.NodeId:
@@ -326,36 +319,17 @@ class CraneDrive:
         for name, (func, ins, outs) in methods.items():
             if name in CONTROL_METHODS and not control:
                 func = _not_authorized(name)
-            func = func if name == "ReadTrace" else self._counted(func)
-            func = self._hangable(name, func)
+            func = self.faults.wrap(name, func)
             await obj.add_method(self.nodeid(idx, name), ua.QualifiedName(name, idx), func, ins, outs)
         self._faces.append((server, idx))
         if control:
             self._control_faces.add(id(server))
         return idx
 
-    def _counted(self, func):
-        async def call(parent, *args):
-            self.n_calls += 1
-            return await func(parent, *args)
-        return call
-
-    def _hangable(self, name: str, func):
-        """Count the calls of ``name``; while it is in :attr:`hang`, a call waits (before the drive's lock,
-        so other methods still act) until :meth:`release_hangs` and then answers nothing useful."""
-        async def call(parent, *args):
-            self.calls[name] = self.calls.get(name, 0) + 1
-            if name in self.hang:
-                await self._released.wait()
-                return _reply(Result.BUSY, f"{name} released after a hang")
-            return await func(parent, *args)
-        return call
-
-    def release_hangs(self) -> None:
-        """End the hang fault: held calls return, new calls act again."""
-        self.hang.clear()
-        self._released.set()
-        self._released = asyncio.Event()
+    @property
+    def n_calls(self) -> int:
+        """Method calls that act on the drive (all but ReadTrace), for the dry-run tests."""
+        return sum(n for name, n in self.faults.calls.items() if name != "ReadTrace")
 
     def start(self) -> None:
         """Start the watchdog (call once the faces are serving)."""

@@ -43,7 +43,7 @@ async def crane():
     rig = CraneRig({"simulator": {"truth": TRUTH, "drive": DRIVE}})
     await rig.start()
     yield rig
-    rig.drive.release_hangs()
+    rig.drive.faults.release()
     await rig.stop()
 
 
@@ -80,18 +80,18 @@ async def _press_source(**link):
 async def test_a_drive_whose_stop_hangs_is_still_disabled_and_the_stop_is_named(crane):
     # 2 s per request: a request (and a step built on it) longer than any fixed per-attempt limit could allow
     devices = await _drive_devices(crane, timeout=2.0)
-    disables = crane.drive.calls.get("Disable", 0)
-    crane.drive.hang = {"Stop"}  # the controller takes Stop and never answers it
+    disables = crane.drive.faults.calls.get("Disable", 0)
+    crane.drive.faults.hang = {"Stop"}  # the controller takes Stop and never answers it
     try:
         guard = SafeStateGuard(list(devices.safe_actions))
         assert await guard.reach_safe_state() is False
         assert not crane.drive.enabled  # the disable reached the drive on every path
-        assert crane.drive.calls["Disable"] > disables and crane.drive.calls["Stop"] >= 1
+        assert crane.drive.faults.calls["Disable"] > disables and crane.drive.faults.calls["Stop"] >= 1
         assert guard.safe is False
         assert {(s["device"], s["step"]) for s in guard.failed_steps} == {("crane-drive", "stop")}
         assert "stop" in guard.errors[0] and "disable" not in guard.errors[0].split("not reached:")[1]
     finally:
-        crane.drive.release_hangs()
+        crane.drive.faults.release()
         await devices.close()
 
 
