@@ -9,10 +9,10 @@ other requests, on the same session too, are still served).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-Method = Callable[..., Awaitable[Any]]
+Method = Callable[..., Any]  # an async method of the drive (asyncua calls it with the parent node)
 
 
 class MethodHangs:
