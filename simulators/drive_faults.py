@@ -24,7 +24,7 @@ class MethodHangs:
         self._busy = busy_reply  # what a held call answers once released (it did not act)
         self._released = asyncio.Event()
 
-    def wrap(self, name: str, func: Method) -> Method:
+    def wrap(self, name: str, func: Any) -> Method:  # Any: the drive's methods of several signatures
         async def call(parent, *args):
             self.calls[name] = self.calls.get(name, 0) + 1
             if name in self.hang:
