@@ -33,6 +33,10 @@ class DeviceConnectionError(DeviceError):
     """The device cannot be reached, or the connection was lost."""
 
 
+class DeviceUnreachable(DeviceConnectionError):
+    """No connection could be made (every try within the connect timeout failed)."""
+
+
 class DeviceTimeout(DeviceError):
     """The device did not answer in time."""
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import numpy as np
 from msgspec import Meta
 
-from drivers.errors import BadResponse, DeviceConnectionError, DeviceRefused, DeviceTimeout
+from drivers.errors import BadResponse, DeviceConnectionError, DeviceRefused, DeviceTimeout, DeviceUnreachable
 from drivers.outputs import held
 from drivers.safe_state import SafeAction, SafeStep
 from drivers.settings import NonEmpty, Port, Settings, Timeout, settings_from
@@ -57,7 +57,7 @@ class ModalFrontEnd:
                 asyncio.open_connection(self.host, self.port), self.timeout
             )
         except (OSError, TimeoutError) as exc:
-            raise DeviceConnectionError(self.name, self.address, f"cannot connect: {exc}") from None
+            raise DeviceUnreachable(self.name, self.address, f"cannot connect: {exc}") from None
         self._opened = True
         self.idn = await self.query("*IDN?")
 
@@ -81,7 +81,7 @@ class ModalFrontEnd:
                 self._r, self._w = await asyncio.wait_for(
                     asyncio.open_connection(self.host, self.port), self.timeout)
             except (OSError, TimeoutError) as exc:
-                raise DeviceConnectionError(self.name, self.address, f"cannot reconnect: {exc}") from None
+                raise DeviceUnreachable(self.name, self.address, f"cannot reconnect: {exc}") from None
         if self._w is None:
             raise DeviceConnectionError(self.name, self.address, "not connected")
         try:

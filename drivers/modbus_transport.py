@@ -47,7 +47,14 @@ from pymodbus.exceptions import ConnectionException, ModbusException, ModbusIOEx
 from pymodbus.pdu import ModbusPDU
 
 from drivers.cancellation import checked
-from drivers.errors import BadResponse, DeviceConnectionError, DeviceError, DeviceRefused, DeviceTimeout
+from drivers.errors import (
+    BadResponse,
+    DeviceConnectionError,
+    DeviceError,
+    DeviceRefused,
+    DeviceTimeout,
+    DeviceUnreachable,
+)
 from drivers.outputs import held
 from drivers.registers import RegisterSpec
 from drivers.serial_urls import install as install_serial_urls
@@ -323,7 +330,7 @@ class ModbusTransport:
             if loop.time() + delay > deadline:
                 self._client.close()
                 self._client = None
-                raise DeviceConnectionError(
+                raise DeviceUnreachable(
                     self.name, self.address, f"cannot connect within {self.connect_timeout:g} s"
                 )
             await asyncio.sleep(delay)

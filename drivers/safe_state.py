@@ -4,8 +4,10 @@ time budget.
 A driver that can move a machine offers a :class:`SafeAction` (force to zero then output off; stop then
 disable then read back). Running it tries every step in order: a step that fails or does not end within
 its budget is cut there and the next step is still tried - a disable is worth sending after a stop that
-hung, and a read-back is worth trying after a failed disable while the device is still reachable. Failure
-has one form: :class:`~drivers.errors.SafeStateError` naming the device and each failed step with its
+hung, and a read-back is worth trying after a failed disable while the device is still reachable. Only when a
+step found no way to the device at all (:class:`~drivers.errors.DeviceUnreachable`: every connect try failed)
+are the steps after it not tried in that run - they would wait for the same; the guard runs the action again.
+Failure has one form: :class:`~drivers.errors.SafeStateError` naming the device and each failed step with its
 cause (``failures``); success returns None. The action's :attr:`~SafeAction.budget` is the sum of its
 steps' budgets, so whoever runs it (``daq.run.safety.SafeStateGuard``) can give it that time and never
 cut a step short. It lives in drivers/ because drivers import nothing of the service.
@@ -18,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from drivers.errors import DeviceError, SafeStateError, StepFailure
+from drivers.errors import DeviceError, DeviceUnreachable, SafeStateError, StepFailure
 
 __all__ = ["SafeAction", "SafeStateError", "SafeStep", "StepFailure"]
 
@@ -71,31 +73,38 @@ class SafeAction:
     async def __call__(self) -> None:
         """Try every step; raise :attr:`error` naming each failed step (and why) when any failed."""
         failures: list[StepFailure] = []
+        unreachable: str | None = None  # the step that found no way to the device at all
         for step in self.steps:
+            if unreachable is not None:
+                why = f"not tried: no connection could be made in {unreachable!r}"
+                failures.append(StepFailure(step.name, why))
+                continue
             if step.needs_link and failures and not self.linked():
                 failures.append(StepFailure(step.name, "not tried: no connection after the failed step"))
                 continue
-            cause = await _try(step)
+            cause, lost = await _try(step)
             if cause is not None:
                 failures.append(StepFailure(step.name, cause))
+                unreachable = step.name if lost else None
         if failures:
             msg = "safe state not reached: " + "; ".join(f"{f.step}: {f.cause}" for f in failures)
             log.warning("%s (%s): %s", self.device, self.address, msg)
             raise self.error(self.device, self.address, msg, failures=failures)
 
 
-async def _try(step: SafeStep) -> str | None:
-    """Run one step within its budget; the cause of its failure in words (None: it succeeded)."""
+async def _try(step: SafeStep) -> tuple[str | None, bool]:
+    """Run one step within its budget: the cause of its failure in words (None: it succeeded), and whether
+    the device could not be reached at all (then the next steps would only wait for the same)."""
     cut = asyncio.timeout(step.budget)
     try:
         async with cut:
             result = await step.run()
     except TimeoutError:
         if cut.expired():
-            return f"no answer within its budget of {step.budget:g} s (cut)"
-        return "no answer (timed out)"
+            return f"no answer within its budget of {step.budget:g} s (cut)", False
+        return "no answer (timed out)", False
     except DeviceError as exc:
-        return exc.message
+        return exc.message, isinstance(exc, DeviceUnreachable)
     except Exception as exc:  # noqa: BLE001 - a safe action names any failure and goes on
-        return repr(exc)
-    return step.check(result) if step.check is not None else None
+        return repr(exc), False
+    return (step.check(result) if step.check is not None else None), False

@@ -55,6 +55,10 @@ class DriveConnectionError(DriveError, errors.DeviceConnectionError):
     """No connection, or the connection was lost during a request."""
 
 
+class DriveUnreachable(DriveConnectionError, errors.DeviceUnreachable):
+    """No connection to the drive within ``connect_timeout``."""
+
+
 class LimitError(DriveError, errors.LimitError):
     """A trajectory violates the configured or the drive's limits; nothing was sent."""
 
@@ -212,7 +216,7 @@ class ServoDrive:
                 await self._drop_client()
                 why = f"no answer within {attempt:.3g} s" if isinstance(exc, TimeoutError) else repr(exc)
                 if loop.time() + delay > deadline:
-                    raise self._err(DriveConnectionError, f"cannot connect within "
+                    raise self._err(DriveUnreachable, f"cannot connect within "
                                     f"{self.cfg.connect_timeout:g} s (last attempt: {why})") from exc
                 log.info("%s: connect failed (%s), retrying in %.1f s", self.name, why, delay)
                 await asyncio.sleep(delay)

@@ -242,3 +242,18 @@ async def test_a_front_end_answer_that_comes_late_is_never_taken_for_the_read_ba
         sim.answer_delay.clear()
         await fe.close()
         await sim.stop()
+
+
+async def test_a_device_that_cannot_be_reached_costs_one_connect_per_attempt_not_one_per_step():
+    """Nothing listens: the first step spends the link's connect timeout, the later steps are named as not
+    tried (they would wait for the same), and the action still fails loudly, naming all three."""
+    from tests.test_drivers import free_port
+
+    source = ForceSource(fs_cfg(free_port()))
+    with pytest.raises(SafeStateError) as info:
+        await source.safe_state()
+    failures = {f.step: f.cause for f in info.value.failures}
+    assert list(failures) == ["setpoint 0", "disable", "status read-back"]
+    assert "cannot connect within" in failures["setpoint 0"]
+    assert failures["disable"] == failures["status read-back"] == (
+        "not tried: no connection could be made in 'setpoint 0'")
