@@ -11,6 +11,9 @@ empty (a timeout says how long it waited).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 
 class HilError(Exception):
     """Base class of every error the project raises on purpose (one clear message, no traceback)."""
@@ -28,6 +31,10 @@ class DeviceError(HilError):
 
 class DeviceConnectionError(DeviceError):
     """The device cannot be reached, or the connection was lost."""
+
+
+class DeviceUnreachable(DeviceConnectionError):
+    """No connection could be made (every try within the connect timeout failed)."""
 
 
 class DeviceTimeout(DeviceError):
@@ -59,9 +66,22 @@ class DeviceFault(DeviceError):
         super().__init__(device, address, message)
 
 
+@dataclass(frozen=True)
+class StepFailure:
+    """One failed step of a safe action (:mod:`drivers.safe_state`): the step's name and why it failed."""
+
+    step: str
+    cause: str
+
+
 class SafeStateError(DeviceError):
     """The safe state (force zero and output off, drive stopped and disabled) could not be reached or
-    confirmed; the message says which step failed and why."""
+    confirmed; the message says which step failed and why, ``failures`` lists them one by one."""
+
+    def __init__(self, device: str, address: str, message: str,
+                 failures: Sequence[StepFailure] = ()) -> None:
+        self.failures = tuple(failures)
+        super().__init__(device, address, message)
 
 
 class RegisterMapError(HilError, ValueError):

@@ -1,30 +1,30 @@
 """Driver of the pneumatic force source (Modbus): setpoint, enable, heartbeat, load cell, pressure.
 
 Limits are checked before anything is sent; every read value is checked against its plausibility range
-(from the register map, else a default derived from the limits). ``safe_state()`` tries every step and
-raises a SafeStateError naming what failed, so a guard never reports "safe" for a rig that is not.
+(from the register map, else a default derived from the limits). ``safe_action()`` is the way to the safe
+state (:mod:`drivers.safe_state`): every step is tried and a SafeStateError names each one that failed, so a
+guard never reports "safe" for a rig that is not.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from msgspec import Meta
 
-from drivers.errors import DeviceError, DeviceFault, LimitError, SafeStateError
+from drivers.errors import DeviceFault, LimitError
 from drivers.modbus_identity import check_identity
 from drivers.modbus_transport import ModbusSettings, ModbusTransport
 from drivers.registers import Register, RegisterMap, overlapping
+from drivers.safe_state import SafeAction, SafeStep
 from drivers.settings import Interval, InvalidSetting, settings_from
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 REQUIRED_REGISTERS = ("setpoint", "enable", "clear_fault", "heartbeat", "force", "pressure", "status",
                       "fault_code")
@@ -42,12 +42,11 @@ Newton = Annotated[float, Meta(gt=0, le=1e7)]          # a force, N (a press: up
 
 class ForceSourceSettings(ModbusSettings, kw_only=True):
     """``[devices.force_source]``: the link, the setpoint limits (N, checked before anything is sent), the
-    watchdog's heartbeat, how long the safe state may take, and the register map."""
+    watchdog's heartbeat and the register map. The safe action's budget follows from the link's timeouts."""
 
     f_min: Annotated[float, Meta(ge=0, le=1e7)] = 0.0   # N, setpoints below are refused before sending
     f_max: Newton                                      # N, setpoints above are refused before sending
     heartbeat_interval: Interval = 0.2                 # s between heartbeats (the device's watchdog)
-    safe_state_timeout: Annotated[float, Meta(gt=0, le=2.9)] = 2.5  # s; below the guard's 3 s per attempt
     registers: dict[str, Register]
 
     def check(self) -> None:
@@ -112,7 +111,6 @@ class ForceSource:
         for reg, span in defaults.items():
             if self.regs[reg].range is None:
                 self.regs[reg] = dataclasses.replace(self.regs[reg], range=span)
-        self.safe_state_timeout = cfg.safe_state_timeout
         self.model = cfg.model
         self.transport = ModbusTransport(name, cfg)
         self._beat = 0
@@ -189,43 +187,29 @@ class ForceSource:
             raise DeviceFault(self.name, self.address, msg, status.fault_code)
         return status
 
-    async def safe_state(self) -> bool:
-        """Setpoint 0 and output off, then confirmed by reading the status back. Every step is tried;
-        if any fails (or the whole takes longer than ``safe_state_timeout``) a SafeStateError names the
-        device and what failed. Returns True otherwise."""
-        failures: list[str] = []
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.safe_state_timeout
+    def safe_action(self) -> SafeAction:
+        """Setpoint 0, output off, then the status read back (output off, confirmed). Each step is one or two
+        requests and gets what the transport itself may take for them (:attr:`ModbusTransport.request_bound`),
+        so a step ends by the transport's own timeout before its budget cuts it; either way the next step
+        is still sent (a reconnect included)."""
+        one = self.transport.request_bound
+        return SafeAction(self.name, self.address, (
+            SafeStep("setpoint 0", one, lambda: self.transport.write(self.regs["setpoint"], 0.0)),
+            SafeStep("disable", one, self.disable),
+            SafeStep("status read-back", 2 * one, self.read_status, check=_still_enabled, needs_link=True),
+        ), linked=lambda: self.transport.connected)
 
-        async def step(what: str, action: Callable[[], Awaitable[T]]) -> T | None:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                failures.append(f"{what}: not tried, the {self.safe_state_timeout:g} s budget was used up")
-                return None
-            try:
-                async with asyncio.timeout(remaining):
-                    return await action()
-            except TimeoutError:
-                failures.append(f"{what}: no answer within {self.safe_state_timeout:g} s")
-            except DeviceError as exc:
-                failures.append(f"{what}: {exc.message}")
-            except (OSError, ValueError) as exc:
-                failures.append(f"{what}: {exc!r}")
-            return None
-
-        await step("setpoint 0", lambda: self.transport.write(self.regs["setpoint"], 0.0))
-        await step("disable", self.disable)
-        if not failures:
-            status = await step("status read-back", self.read_status)
-            if status is not None and status.enabled:
-                failures.append("status read-back: output still enabled")
-        if failures:
-            msg = "safe state not reached: " + "; ".join(failures)
-            log.warning("%s (%s): %s", self.name, self.address, msg)
-            raise SafeStateError(self.name, self.address, msg)
-        return True
+    async def safe_state(self) -> None:
+        """Run :meth:`safe_action`: every step is tried; SafeStateError names each step that failed."""
+        await self.safe_action()()
 
     def device_identity(self) -> dict[str, str]:
         """Name, protocol, address and model for the session metadata."""
         return {"name": self.name, "protocol": self.transport.protocol, "address": self.address,
                 "model": self.model, "kind": "force_source"}
+
+
+def _still_enabled(status: object) -> str | None:
+    """The read-back's verdict: the output must be off."""
+    assert isinstance(status, ForceSourceStatus)
+    return "output still enabled" if status.enabled else None

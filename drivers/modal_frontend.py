@@ -8,14 +8,16 @@ Text commands one per line, queries answered with one line or an IEEE 488.2 defi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from typing import Annotated, Any
 
 import numpy as np
 from msgspec import Meta
 
-from drivers.errors import BadResponse, DeviceConnectionError, DeviceRefused, DeviceTimeout
+from drivers.errors import BadResponse, DeviceConnectionError, DeviceRefused, DeviceTimeout, DeviceUnreachable
 from drivers.outputs import held
+from drivers.safe_state import SafeAction, SafeStep
 from drivers.settings import NonEmpty, Port, Settings, Timeout, settings_from
 
 
@@ -47,6 +49,7 @@ class ModalFrontEnd:
         self._r: asyncio.StreamReader | None = None
         self._w: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
+        self._opened = False  # connect() succeeded and close() was not called since
 
     async def connect(self) -> None:
         try:
@@ -54,15 +57,31 @@ class ModalFrontEnd:
                 asyncio.open_connection(self.host, self.port), self.timeout
             )
         except (OSError, TimeoutError) as exc:
-            raise DeviceConnectionError(self.name, self.address, f"cannot connect: {exc}") from None
+            raise DeviceUnreachable(self.name, self.address, f"cannot connect: {exc}") from None
+        self._opened = True
         self.idn = await self.query("*IDN?")
 
     async def close(self) -> None:
+        self._opened = False
+        self._drop()
+
+    def _drop(self) -> None:
+        """Close the stream (the next request connects again if :meth:`connect` had opened it)."""
         if self._w is not None:
             self._w.close()
             self._w = None
 
+    @property
+    def connected(self) -> bool:
+        return self._w is not None
+
     async def _send(self, text: str) -> None:
+        if self._w is None and self._opened:  # dropped after a request without an answer: a fresh stream
+            try:
+                self._r, self._w = await asyncio.wait_for(
+                    asyncio.open_connection(self.host, self.port), self.timeout)
+            except (OSError, TimeoutError) as exc:
+                raise DeviceUnreachable(self.name, self.address, f"cannot reconnect: {exc}") from None
         if self._w is None:
             raise DeviceConnectionError(self.name, self.address, "not connected")
         try:
@@ -83,8 +102,19 @@ class ModalFrontEnd:
             raise DeviceRefused(self.name, self.address, line[4:].decode(errors="replace").strip())
         return line
 
-    async def query(self, text: str, timeout: float | None = None) -> str:
+    @contextlib.asynccontextmanager
+    async def _exchange(self) -> AsyncIterator[None]:
+        """One request and its answer, alone on the stream. A request that ends without its answer (a timeout,
+        or cut by a caller) drops the stream: a late answer must never be taken as the next request's."""
         async with self._lock:
+            try:
+                yield
+            except (DeviceTimeout, asyncio.CancelledError):
+                self._drop()
+                raise
+
+    async def query(self, text: str, timeout: float | None = None) -> str:
+        async with self._exchange():
             await self._send(text)
             return (await self._line(timeout or self.timeout)).decode("ascii", "replace").strip()
 
@@ -96,7 +126,7 @@ class ModalFrontEnd:
             head, _, arg = text.partition(" ")
             await hold.hold(self.name, self.address, head, _value(arg.strip()))
             return
-        async with self._lock:
+        async with self._exchange():
             await self._send(text)
             await self._send("SYST:ERR?")
             answer = (await self._line(timeout or self.timeout)).decode("ascii", "replace").strip()
@@ -104,7 +134,7 @@ class ModalFrontEnd:
             raise DeviceRefused(self.name, self.address, f"{text!r} refused: {answer}")
 
     async def query_block(self, text: str) -> np.ndarray:
-        async with self._lock:
+        async with self._exchange():
             await self._send(text)
             assert self._r is not None  # set with _w, which _send found connected
             try:
@@ -191,9 +221,25 @@ class ModalFrontEnd:
             )
         return force, accel.reshape(force.size, len(labels)), labels
 
-    async def safe_state(self) -> bool:
-        await self.write("OUTP OFF")
-        return await self.query("OUTP?") == "0"
+    def safe_action(self) -> SafeAction:
+        """Source output off (confirmed through the error queue), then ``OUTP?`` read back (must be 0). A
+        step may open a fresh stream (at most ``timeout``) and then wait for its answer (``timeout``): its
+        budget is that plus one more ``timeout`` of margin."""
+        budget = 3.0 * self.timeout
+        return SafeAction(self.name, self.address, (
+            SafeStep("output off", budget, lambda: self.write("OUTP OFF")),
+            SafeStep("read-back", budget, lambda: self.query("OUTP?"), check=_output_still_on,
+                     needs_link=True),
+        ), linked=lambda: self._opened)  # a dropped stream is opened again by the next request
+
+    async def safe_state(self) -> None:
+        """Run :meth:`safe_action`: every step is tried; SafeStateError names each step that failed."""
+        await self.safe_action()()
 
     async def identity(self) -> dict:
         return {"idn": getattr(self, "idn", ""), "address": self.address, "protocol": "SCPI over TCP"}
+
+
+def _output_still_on(answer: object) -> str | None:
+    """The read-back's verdict: ``OUTP?`` must answer 0."""
+    return None if answer == "0" else f"output still on (OUTP? answered {answer!r})"

@@ -47,7 +47,14 @@ from pymodbus.exceptions import ConnectionException, ModbusException, ModbusIOEx
 from pymodbus.pdu import ModbusPDU
 
 from drivers.cancellation import checked
-from drivers.errors import BadResponse, DeviceConnectionError, DeviceError, DeviceRefused, DeviceTimeout
+from drivers.errors import (
+    BadResponse,
+    DeviceConnectionError,
+    DeviceError,
+    DeviceRefused,
+    DeviceTimeout,
+    DeviceUnreachable,
+)
 from drivers.outputs import held
 from drivers.registers import RegisterSpec
 from drivers.serial_urls import install as install_serial_urls
@@ -288,6 +295,17 @@ class ModbusTransport:
         self._guard_fired = None
         return task.uncancel() <= before and cancelled
 
+    @property
+    def request_bound(self) -> float:
+        """The longest one request can take by this transport's own bounds (s): a reconnect (its
+        ``connect_timeout`` and the last try), then every attempt up to the guard - on RTU each after the
+        wait for a late reply. A safe step of one request gets this budget, so it is never cut before the
+        transport has given up by itself."""
+        reconnect = self.connect_timeout + max(self.timeout, 0.1)
+        if self._rtu:
+            return reconnect + (self.retries + 1) * (self.drain_time + self.silence + self.guard)
+        return reconnect + self.guard
+
     # -- connection -----------------------------------------------------------------------------------
     @property
     def connected(self) -> bool:
@@ -312,7 +330,7 @@ class ModbusTransport:
             if loop.time() + delay > deadline:
                 self._client.close()
                 self._client = None
-                raise DeviceConnectionError(
+                raise DeviceUnreachable(
                     self.name, self.address, f"cannot connect within {self.connect_timeout:g} s"
                 )
             await asyncio.sleep(delay)

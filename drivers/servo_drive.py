@@ -16,7 +16,7 @@ import asyncio
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -30,6 +30,7 @@ from asyncua.crypto.validator import CertificateValidator, CertificateValidatorO
 from drivers import errors
 from drivers.cancellation import checked
 from drivers.outputs import held
+from drivers.safe_state import SafeAction, SafeStep
 from drivers.servo_settings import IDENTITY_KEYS, NODE_DEFAULTS, DriveSecurity, ServoDriveConfig
 from drivers.settings import settings_from
 
@@ -52,6 +53,10 @@ class DriveError(errors.DeviceError):
 
 class DriveConnectionError(DriveError, errors.DeviceConnectionError):
     """No connection, or the connection was lost during a request."""
+
+
+class DriveUnreachable(DriveConnectionError, errors.DeviceUnreachable):
+    """No connection to the drive within ``connect_timeout``."""
 
 
 class LimitError(DriveError, errors.LimitError):
@@ -83,13 +88,18 @@ class DriveTimeout(DriveError, errors.DeviceTimeout):
 
 
 class DriveSafeStateError(DriveError, errors.SafeStateError):
-    """Stop / disable failed or the drive still reports itself enabled."""
+    """Stop / disable failed or the drive still reports itself enabled; ``failures`` names each step."""
+
+    def __init__(self, device: str, url: str, message: str, failures: Sequence[errors.StepFailure] = ()):
+        super().__init__(device, url, message)
+        self.failures = tuple(failures)
 
 
 #: drive methods that only read (never held in a dry run)
 READ_METHODS = frozenset({"read_trace"})
 
 SESSION_TIMEOUT_MS = 600_000  # requested OPC UA session lifetime, kept alive by the client
+DROP_TIMEOUT = 2.0  # s at most for closing a session politely before its socket is simply closed
 
 
 def _cert_uri(cert_path: str | Path) -> str | None:
@@ -206,7 +216,7 @@ class ServoDrive:
                 await self._drop_client()
                 why = f"no answer within {attempt:.3g} s" if isinstance(exc, TimeoutError) else repr(exc)
                 if loop.time() + delay > deadline:
-                    raise self._err(DriveConnectionError, f"cannot connect within "
+                    raise self._err(DriveUnreachable, f"cannot connect within "
                                     f"{self.cfg.connect_timeout:g} s (last attempt: {why})") from exc
                 log.info("%s: connect failed (%s), retrying in %.1f s", self.name, why, delay)
                 await asyncio.sleep(delay)
@@ -301,8 +311,8 @@ class ServoDrive:
             self._hb_task = None
         client, self._client = self._client, None
         if client is not None:
-            try:
-                async with asyncio.timeout(2.0):
+            try:  # a session stuck behind a hung request answers no close either: do not wait long for it
+                async with asyncio.timeout(min(DROP_TIMEOUT, self.cfg.timeout)):
                     await client.disconnect()
             except Exception:  # noqa: BLE001 - the transport may already be gone
                 try:
@@ -364,7 +374,12 @@ class ServoDrive:
                 if not _is_connection_status(exc):
                     raise self._err(DriveError, f"request failed: {_ua_text(exc)}") from exc
                 err: Exception = exc
-            except (TimeoutError, OSError, ConnectionError, ua.UaError) as exc:
+            except TimeoutError as exc:  # no answer: the session may be stuck; the next request opens anew
+                self._connected = False
+                if not retry or attempt:
+                    raise self._err(DriveTimeout, f"no answer within {self.cfg.timeout:g} s") from exc
+                continue
+            except (OSError, ConnectionError, ua.UaError) as exc:
                 err = exc
             self._connected = False
             if not retry or attempt:
@@ -476,30 +491,27 @@ class ServoDrive:
         return {"dt": dt, "t": np.arange(n) * dt, "torque_cmd": arrays[0], "torque": arrays[1],
                 "speed": arrays[2]}
 
+    @property
+    def request_bound(self) -> float:
+        """The longest one request (no retry) can take by this driver's own bounds (s): dropping a stuck
+        session, a reconnect (``connect_timeout`` and its last try), then the request's ``timeout``."""
+        timeout = self.cfg.timeout
+        return min(DROP_TIMEOUT, timeout) + self.cfg.connect_timeout + 2.0 * timeout + timeout
+
+    def safe_action(self) -> SafeAction:
+        """Stop, disable, then ``enabled`` read back (must be false). Each step is one request without a
+        retry (the guard retries the whole action) and gets :attr:`request_bound` plus a second; a stop
+        that hangs costs its session (a stuck request may block it), so the disable goes out on a new one."""
+        budget = self.request_bound + 1.0
+        return SafeAction(self.name, self.url, (
+            SafeStep("stop", budget, lambda: self._method("stop")),
+            SafeStep("disable", budget, lambda: self._method("disable")),
+            SafeStep("read-back", budget, self._enabled, check=_still_enabled, needs_link=True),
+        ), linked=lambda: self._connected, error=DriveSafeStateError)
+
     async def safe_state(self) -> None:
-        """Stop and disable, then confirm by reading ``enabled`` back. Every step is tried (each bounded
-        by ``timeout + 1`` s); if one fails, DriveSafeStateError names the device and what failed."""
-        failures: list[str] = []
-        for what, action in (("stop", self.stop), ("disable", self.disable), ("read-back", self._enabled)):
-            if failures and not self._connected:
-                failures.append(f"{what}: not tried (no connection)")
-                continue
-            budget = self.cfg.timeout + 1.0
-            try:
-                async with asyncio.timeout(budget):
-                    enabled = await action()
-                if what == "read-back" and enabled:
-                    failures.append("read-back: drive still enabled")
-            except TimeoutError:
-                failures.append(f"{what}: no answer within {budget:g} s")
-            except errors.DeviceError as exc:
-                failures.append(f"{what}: {exc.message}")
-            except Exception as exc:  # noqa: BLE001 - name anything else too
-                failures.append(f"{what}: {exc!r}")
-        if failures:
-            msg = "safe state not reached: " + "; ".join(failures)
-            log.warning("%s (%s): %s", self.name, self.url, msg)
-            raise DriveSafeStateError(self.name, self.url, msg)
+        """Run :meth:`safe_action`: every step is tried; DriveSafeStateError names each step that failed."""
+        await self.safe_action()()
 
     async def _enabled(self) -> bool:
         return bool(await self._read("enabled"))
@@ -564,3 +576,8 @@ def _is_connection_status(exc: ua.UaStatusCodeError) -> bool:
     name = getattr(exc, "code_as_name", lambda: "")()
     return any(s in str(name) for s in ("Session", "SecureChannel", "Connection", "Timeout", "Shutdown",
                                           "CommunicationError"))
+
+
+def _still_enabled(enabled: object) -> str | None:
+    """The read-back's verdict: the drive must report itself disabled."""
+    return "drive still enabled" if enabled else None

@@ -56,6 +56,7 @@ from asyncua.crypto.validator import CertificateValidator, CertificateValidatorO
 from asyncua.server.user_managers import UserManager
 
 from simulators.certs import SERVER_URI, Pki
+from simulators.drive_faults import MethodHangs
 from simulators.physics import oscillator, pendulum
 from simulators.physics.crane import CraneTruth, simulate_axis
 
@@ -271,7 +272,7 @@ class CraneDrive:
         self._last_beat: dict[int, int] = {}
         self._beat_seen = 0.0
         self._runs = 0
-        self.n_calls = 0  # method calls that act on the drive (all but ReadTrace), for the dry-run tests
+        self.faults = MethodHangs(lambda text: _reply(Result.BUSY, text))  # call counts, injected hangs
 
     # ------------------------------------------------------------------ faces
     def nodeid(self, idx: int, name: str) -> ua.NodeId:
@@ -318,18 +319,17 @@ class CraneDrive:
         for name, (func, ins, outs) in methods.items():
             if name in CONTROL_METHODS and not control:
                 func = _not_authorized(name)
-            func = func if name == "ReadTrace" else self._counted(func)
+            func = self.faults.wrap(name, func)
             await obj.add_method(self.nodeid(idx, name), ua.QualifiedName(name, idx), func, ins, outs)
         self._faces.append((server, idx))
         if control:
             self._control_faces.add(id(server))
         return idx
 
-    def _counted(self, func):
-        async def call(parent, *args):
-            self.n_calls += 1
-            return await func(parent, *args)
-        return call
+    @property
+    def n_calls(self) -> int:
+        """Method calls that act on the drive (all but ReadTrace), for the dry-run tests."""
+        return sum(n for name, n in self.faults.calls.items() if name != "ReadTrace")
 
     def start(self) -> None:
         """Start the watchdog (call once the faces are serving)."""

@@ -10,7 +10,9 @@ not applied; a watchdog disables the output and sets fault code 1 when no write 
 ``watchdog_timeout`` seconds while enabled; ``clear_fault`` resets the fault (enable must be written again).
 
 Fault injection: ``inject`` maps read registers (force, pressure, status, fault_code) to values answered
-instead of the simulated ones; ``server.stall`` holds every request (a slow or frozen device).
+instead of the simulated ones; ``server.stall`` holds every request (a slow or frozen device);
+``hang_writes`` names registers whose writes are never answered nor applied (a hung write: other requests
+are still served) until ``release_hangs()``. ``writes`` counts the applied writes per register.
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ class ForceSourceSim:
                                       int(device_cfg.get("device_id", 1)), self.rmap, self._on_access)
         self._task: asyncio.Task | None = None
         self.inject: dict[str, float] = {}  # register name -> value answered instead of the simulated one
+        self.hang_writes: set[str] = set()  # register names whose writes are never answered nor applied
+        self._released = asyncio.Event()
+        self.writes: dict[str, int] = {}  # register name -> writes applied
         self._reset()
 
     def _reset(self) -> None:
@@ -122,6 +127,11 @@ class ForceSourceSim:
             self._fill(fc, start, regs)
             return None
         new = written(regs, start, address, list(values), self.rmap)
+        if self.hang_writes.intersection(new):  # a hung write: no answer, nothing applied, until released
+            await self._released.wait()
+            return ExcCodes.DEVICE_BUSY
+        for name in new:
+            self.writes[name] = self.writes.get(name, 0) + 1
         sp = new.get("setpoint")
         if sp is not None and not (math.isfinite(sp) and 0.0 <= sp <= self.p["f_max"]):
             self.n_refused += 1
@@ -159,6 +169,12 @@ class ForceSourceSim:
             reg = self.rmap.get(name)
             if reg is not None and reg.table == table:
                 put(regs, start, reg, v)
+
+    def release_hangs(self) -> None:
+        """End the hung-write fault: held writes are answered "busy" (not applied), new ones act again."""
+        self.hang_writes.clear()
+        self._released.set()
+        self._released = asyncio.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @property

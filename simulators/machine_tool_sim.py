@@ -162,6 +162,8 @@ class MachineToolFrontEndSim:
         self._clients: set[asyncio.StreamWriter] = set()
         self._handlers: set[asyncio.Task] = set()
         self.n_writes = 0  # commands that set something (not queries), for the dry-run tests
+        # fault injection: command head (e.g. "SYST:ERR?") -> s its answer is held (a slow or hung reply)
+        self.answer_delay: dict[str, float] = {}
 
     async def start(self) -> int:
         self.server = await asyncio.start_server(self._client, self.settings.host, self.settings.port)
@@ -216,6 +218,8 @@ class MachineToolFrontEndSim:
         head = head.upper()
         if not head.endswith("?"):
             self.n_writes += 1  # a command that sets something (the dry-run tests count them)
+        if self.answer_delay.get(head):
+            await asyncio.sleep(self.answer_delay[head])
         arg = arg.strip()
 
         def num(lo: float = -np.inf, hi: float = np.inf) -> float:

@@ -17,6 +17,7 @@ from daq.config.schema import RigConfig
 from daq.rigs.base import Rig
 from daq.run.announce import runs_dir
 from daq.run.lifecycle import RunContext, run
+from drivers.safe_state import SafeAction, SafeStep
 from tests.polling import poll_until
 
 
@@ -29,11 +30,11 @@ class Lamp:
 
     def __init__(self) -> None:
         self.on, self.safe = True, False
-        self.safe_actions = [("lamp off", self.off)]
+        off = SafeAction("lamp", "in-process", (SafeStep("off", 1.0, self.off),))
+        self.safe_actions = [("lamp off", off)]
 
-    async def off(self) -> bool:
+    async def off(self) -> None:
         self.on, self.safe = False, True
-        return True
 
     async def identities(self) -> dict:
         return {"lamp": {"model": "test lamp"}}

@@ -88,7 +88,8 @@ async def test_safe_state_raises_naming_what_failed_on_a_frozen_device(rig_fs):
     sim, drv = rig_fs
     await drv.set_force(3000.0)
     await drv.enable()
-    assert await drv.safe_state() is True and not sim.enabled and sim.setpoint == 0.0
+    await drv.safe_state()  # raises unless every step succeeded
+    assert not sim.enabled and sim.setpoint == 0.0
     await drv.enable()
     await drv.set_force(3000.0)
     sim.server.stall = math.inf  # the device stops answering
@@ -118,7 +119,7 @@ async def test_never_answering_device_gives_a_timeout_with_text():
 
     server = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    drv = ForceSource(fs_cfg(port, timeout=0.1, safe_state_timeout=0.5))
+    drv = ForceSource(fs_cfg(port, timeout=0.1, connect_timeout=0.5))
     try:
         with pytest.raises(DeviceTimeout, match=r"no answer within 0\.1 s"):
             await drv.read_force()

@@ -113,7 +113,7 @@ async def test_force_source_reads_and_writes(rig_fs):
     assert 11000 < force < 12000 and abs(force - 12000.0) > 100  # gain error: not the setpoint
     assert 5.5e5 < await drv.read_pressure() < 6.5e5
     assert (await drv.read_status()).enabled
-    assert await drv.safe_state()
+    await drv.safe_state()  # raises unless every step succeeded
     assert sim.setpoint == 0.0 and not sim.enabled
     ident = drv.device_identity()
     assert ident["name"] == "force_source" and ident["protocol"] == "modbus_tcp"

@@ -94,7 +94,7 @@ async def test_force_drives_the_plant_seen_by_the_sensors(rig):
         d_lo, d_hi = means[0][0], means[1][0]
         assert 0 < d_lo < d_hi  # upward force lifts D
         assert means[1][2] == pytest.approx(0.2 * means[1][0], rel=0.1)  # feeler lever ratio
-        assert await fs.safe_state()
+        await fs.safe_state()  # raises unless every step succeeded
         await wait_until(lambda: rig.force_source.force < 1.0)
     finally:
         await fs.close()

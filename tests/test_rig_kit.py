@@ -66,7 +66,7 @@ class ToySim:
 class ToyDevices:
     def __init__(self, source):
         self.source = source
-        self.safe_actions = [("force to zero", source.safe_state)]
+        self.safe_actions = [("force to zero", source.safe_action())]
 
     async def identities(self) -> dict:
         return {"source": self.source.device_identity()}

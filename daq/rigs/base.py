@@ -37,7 +37,8 @@ its connected devices, ``A`` what it reads back from a session, ``R`` its analys
 ``open_devices(cfg, tables)``       abstract, async -> ``D``: connect the typed ``[devices]`` table (the
                                     drivers' own settings structs, handed over as they are); ``D`` is
                                     :class:`Devices`
-                                    (identities, safe-state actions run in order on every exit, close)
+                                    (identities, safe-state actions - ``(label, SafeAction)``, see
+                                    :mod:`drivers.safe_state` - run in order on every exit, close)
 ``prepare(ctx)``                    async, before the session exists (designs, checks); leaves its
                                     results in ``ctx.prepared``. Default: nothing
 ``progress_total(cfg)``             steps of the plan for the progress bar. Default None (unknown)
@@ -55,7 +56,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -64,6 +65,7 @@ import msgspec
 from daq.config.load import ConfigError, parse
 from daq.config.schema import RigConfig
 from daq.store.errors import StoreError
+from drivers.safe_state import SafeAction  # the typed contract of a safe action (steps with budgets)
 
 if TYPE_CHECKING:  # annotations only: the registry imports this module and stays light (no zmq, sqlite)
     import numpy as np
@@ -74,7 +76,6 @@ if TYPE_CHECKING:  # annotations only: the registry imports this module and stay
 
 RawConfig = dict[str, Any]            #: a config as read from TOML, before the schema check
 DeviceTables = Any                    #: the typed ``[devices]`` table a run connects to
-SafeAction = Callable[[], Awaitable[object]]  #: one step to the safe state (False or a raise: not reached)
 AnalysisProgress = Callable[[int, int, object], None]  #: (done, total, what: shown as its str())
 
 C = TypeVar("C", bound=RigConfig)     # the rig's config struct
@@ -86,7 +87,7 @@ R = TypeVar("R")                      # an analysis result
 class Devices(Protocol):
     """The connected devices of one run, as the lifecycle sees them."""
 
-    safe_actions: list[tuple[str, SafeAction]]  # run in order on every exit path
+    safe_actions: list[tuple[str, SafeAction]]  # (label, action), run in order on every exit path
 
     async def identities(self) -> dict[str, dict]: ...
 

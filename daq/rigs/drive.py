@@ -170,8 +170,8 @@ class DriveRigDevices:
 async def open_devices(cfg: object, devices: DriveDevicesTable) -> DriveRigDevices:
     """Connect the drive of ``[devices.drive]``; closed again when the connection fails."""
     drive = ServoDrive(devices.drive)
-    # stop, disable and read `enabled` back: raises when the drive did not confirm
-    rig_devices = DriveRigDevices(drive, [("stop and disable drive", drive.safe_state)])
+    # stop, disable and read `enabled` back, each step within its own budget (drivers/safe_state.py)
+    rig_devices = DriveRigDevices(drive, [("stop and disable drive", drive.safe_action())])
     try:
         await drive.connect()
         await drive.check_identity()  # the configured drive, or nothing moves

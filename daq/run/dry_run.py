@@ -9,12 +9,13 @@ config snapshot carries ``[rig].dry_run = true``, which `hil sessions` and `hil 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import msgspec
 
-from daq.rigs.base import SafeAction
 from drivers.outputs import HeldCommand, OutputHold
+from drivers.safe_state import SafeAction, SafeStep
 
 STREAM_SUFFIX = ".dry_run"
 
@@ -34,7 +35,7 @@ class DryRun:
         self.stream = kind + STREAM_SUFFIX
         self.phase = "set-up"
         self._phases: dict[int, str] = {}  # held command number -> phase
-        self._safe: list[tuple[str, int, int]] = []  # (action, first command, end) per safe-state attempt
+        self._safe: list[tuple[str, str, int, int]] = []  # (action, step, first command, end) per step run
 
     async def record_on(self, ctx: Any) -> None:
         """From now on every held command (those of the set-up first) goes onto the bus as an event."""
@@ -47,23 +48,26 @@ class DryRun:
         return self._phases.setdefault(cmd.n, self.phase)
 
     def safe_actions(self, actions: list[tuple[str, SafeAction]]) -> list[tuple[str, SafeAction]]:
-        """``actions`` with each one's held commands marked as that safe-state action's."""
-        return [(name, self._marked(name, fn)) for name, fn in actions]
+        """``actions`` with each step's held commands marked as that safe-state action's (same steps, same
+        budgets)."""
+        return [(name, dataclasses.replace(fn, steps=tuple(self._marked(name, s) for s in fn.steps)))
+                for name, fn in actions]
 
-    def _marked(self, name: str, fn: SafeAction) -> SafeAction:
-        async def action() -> Any:
+    def _marked(self, name: str, step: SafeStep) -> SafeStep:
+        async def run() -> Any:
             self.phase = f"safe state: {name}"
             first = len(self.hold.commands)
             try:
-                return await fn()
+                return await step.run()
             finally:
-                self._safe.append((name, first, len(self.hold.commands)))
-        return action
+                self._safe.append((name, step.name, first, len(self.hold.commands)))
+        return dataclasses.replace(step, run=run)
 
     async def record_safe_state(self, ctx: Any, safe: bool, errors: list[str]) -> None:
-        """One ``safe_state`` event: each action with the commands it held, and whether it was confirmed."""
-        actions = [{"action": name, "commands": [c.to_dict() for c in self.hold.commands[a:b]]}
-                   for name, a, b in self._safe]
+        """One ``safe_state`` event: each action's steps with the commands they held, and whether it was
+        confirmed."""
+        actions = [{"action": name, "step": step, "commands": [c.to_dict() for c in self.hold.commands[a:b]]}
+                   for name, step, a, b in self._safe]
         await ctx.event(self.stream, "safe_state", safe=safe, errors=list(errors), actions=actions)
 
     def summary(self) -> dict[str, Any]:

@@ -54,7 +54,8 @@ RECORDER_DRAIN_S = 0.2    # s of quiet bus the recorder waits for before it stop
 
 @dataclass
 class RunResult:
-    """How a run ended. ``safe`` is True only when every safe-state action was confirmed."""
+    """How a run ended. ``safe`` is True only when every step of every safe-state action succeeded;
+    ``safe_failed_steps`` names each one that did not (action, device, step, cause)."""
 
     session_id: str
     kind: str
@@ -64,6 +65,7 @@ class RunResult:
     safe_errors: list[str] = field(default_factory=list)
     summary: dict = field(default_factory=dict)
     store: str = ""
+    safe_failed_steps: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -375,7 +377,8 @@ class _Session:
         stream = f"{rig.kind}.plan"
         outcome = Event(stream, "plan_outcome", self.publisher.next_seq(stream), time.time(),
                         body={"status": self.status, "reason": self.reason, "safe": guard.safe,
-                              "safe_errors": guard.errors, "summary": ctx.summary},
+                              "safe_errors": guard.errors, "safe_failed_steps": guard.failed_steps,
+                              "summary": ctx.summary},
                         session_id=self.session_id)
         self.outcome = outcome
         try:
@@ -432,7 +435,8 @@ class _Session:
         guard = self.guard
         return RunResult(self.session_id, self.rig.kind, self.status, self.reason,
                          guard.safe if guard else False, list(guard.errors) if guard else [],
-                         self.ctx.summary, str(self.store_path))
+                         self.ctx.summary, str(self.store_path),
+                         list(guard.failed_steps) if guard else [])
 
 
 def _finish_session(store: SessionStore | None, store_path: Path, session_id: str, status: str,

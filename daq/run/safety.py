@@ -20,7 +20,8 @@ from types import FrameType
 from typing import Any
 
 from daq.errors import PlanError
-from daq.rigs.base import SafeAction
+from drivers.errors import SafeStateError
+from drivers.safe_state import SafeAction
 
 log = logging.getLogger(__name__)
 
@@ -37,18 +38,40 @@ class PlanAborted(PlanError):
 class SafeStateGuard:
     """Run ``actions`` (in order, each with retries) on every exit of the ``async with`` block.
 
+    Each action is a :class:`drivers.safe_state.SafeAction`: its steps, each with its own budget. An attempt
+    gets the action's whole budget (the sum of its steps') plus ``slack`` - the guard never cuts a step
+    short; the slack is only a backstop for a step that does not end when its own budget cuts it.
     ``outcome`` is "complete" after a normal exit and "aborted" otherwise; ``reason`` holds the cause.
-    Safe-state failures are logged and collected in ``errors``; they never hide the original exception.
+    Safe-state failures are logged and collected in ``errors`` (one line per action) and ``failed_steps``
+    (device, step and cause of each step that failed in the last attempt); they never hide the original
+    exception. ``safe`` is True only when every action's every step succeeded.
     """
 
     actions: list[tuple[str, SafeAction]]
     attempts: int = 3
-    timeout: float = 3.0
     retry_delay: float = 0.3
+    slack: float = 1.0
     outcome: str = "running"
     reason: str | None = None
     errors: list[str] = field(default_factory=list)
+    failed_steps: list[dict[str, str]] = field(default_factory=list)
     safe: bool = False
+
+    def __post_init__(self) -> None:
+        for name, action in self.actions:
+            if not isinstance(action, SafeAction):
+                raise TypeError(f"safe action {name!r} is a {type(action).__name__}, not a "
+                                "drivers.safe_state.SafeAction (steps with budgets)")
+
+    def attempt_time(self, action: SafeAction) -> float:
+        """Seconds one attempt of ``action`` gets: its declared budget plus the slack."""
+        return action.budget + self.slack
+
+    @property
+    def budget(self) -> float:
+        """Seconds the whole safe state may take: every attempt of every action and the delays between."""
+        return sum(self.attempts * self.attempt_time(a) + (self.attempts - 1) * self.retry_delay
+                   for _, a in self.actions)
 
     async def __aenter__(self) -> SafeStateGuard:
         return self
@@ -74,25 +97,38 @@ class SafeStateGuard:
         ok = True
         for name, action in self.actions:
             for attempt in range(1, self.attempts + 1):
-                try:
-                    async with asyncio.timeout(self.timeout):
-                        confirmed = await action()
-                    if confirmed is False:  # an action that reports instead of raising
-                        raise RuntimeError("the device did not confirm the safe state")
+                failed = await self._attempt(name, action)
+                if not failed:
                     break
-                except Exception as exc:  # noqa: BLE001 - safe state must try everything
-                    timed_out = isinstance(exc, TimeoutError)
-                    text = str(exc) or (f"no answer within {self.timeout:g} s" if timed_out
-                                        else type(exc).__name__)
-                    msg = f"safe state: {name} failed (attempt {attempt}/{self.attempts}): {text}"
-                    log.warning(msg)
-                    if attempt == self.attempts:
-                        self.errors.append(msg)
-                        ok = False
-                    else:
-                        await asyncio.sleep(self.retry_delay)
+                text, steps = failed
+                msg = f"safe state: {name} failed (attempt {attempt}/{self.attempts}): {text}"
+                log.warning(msg)
+                if attempt == self.attempts:
+                    self.errors.append(msg)
+                    self.failed_steps.extend({"action": name, "device": action.device, **step}
+                                             for step in steps)
+                    ok = False
+                else:
+                    await asyncio.sleep(self.retry_delay)
         self.safe = ok
         return ok
+
+    async def _attempt(self, name: str, action: SafeAction) -> tuple[str, list[dict[str, str]]] | None:
+        """One run of ``action``: None when every step succeeded, else the text and the failed steps."""
+        limit = self.attempt_time(action)
+        try:
+            async with asyncio.timeout(limit):
+                await action()
+            return None
+        except SafeStateError as exc:
+            steps = [{"step": f.step, "cause": f.cause} for f in exc.failures]
+            return str(exc), steps or [{"step": "(unnamed)", "cause": exc.message}]
+        except TimeoutError:
+            why = f"did not end within {limit:g} s (its steps' budgets plus {self.slack:g} s)"
+            return f"{action.device}: {why}", [{"step": "(whole action)", "cause": why}]
+        except Exception as exc:  # noqa: BLE001 - safe state must try everything
+            why = str(exc) or type(exc).__name__
+            return why, [{"step": "(whole action)", "cause": why}]
 
 
 class OperatorStop:

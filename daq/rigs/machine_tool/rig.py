@@ -385,11 +385,8 @@ class MachineToolRig(Rig[MachineToolConfig, MTDevicesOpen, MTArrays, MTAnalysisR
     async def open_devices(self, cfg: MachineToolConfig, tables: MTDevices) -> MTDevicesOpen:
         fe = ModalFrontEnd(tables.frontend)
 
-        async def source_off() -> bool:
-            return await fe.safe_state()
-
         await fe.connect()
-        return MTDevicesOpen(fe, [("shaker output off", source_off)])
+        return MTDevicesOpen(fe, [("shaker output off", fe.safe_action())])
 
     def simulator(self, cfg: MachineToolConfig):
         from simulators.machine_tool_sim import MachineToolFrontEndSim  # lazy: only a simulated run serves it

@@ -165,7 +165,7 @@ class PressRig(Rig[PressConfig, PressRigDevices, PressArrays, PressAnalysisResul
         """The force source and every displacement sensor, connected; all closed again on a failure."""
         source = ForceSource(tables.force_source, name="force_source")
         sensors = {name: open_sensor(name, c) for name, c in tables.sensors.items()}
-        devices = PressRigDevices(source, sensors, [("force to zero and disable", source.safe_state)])
+        devices = PressRigDevices(source, sensors, [("force to zero and disable", source.safe_action())])
         try:
             await source.connect()
             await asyncio.gather(*(s.connect() for s in sensors.values()))
