@@ -101,6 +101,9 @@ class RunContext:
         self.step_label: str | None = None  # the description of the last finished step
         # outputs held (docs/dry-run.md): a plan's waits for the plant do not wait for what cannot come
         self.dry_run = bool(getattr(getattr(config, "rig", None), "dry_run", False))
+        # s the safe state may take once the devices are open (every attempt of every action): whoever waits
+        # for this run to end after an abort waits at least this long, never a constant a driver can exceed
+        self.safe_state_budget: float = 0.0
 
     # -- bus ------------------------------------------------------------------------------------------
     async def event(self, stream: str, kind: str, **body) -> None:
@@ -358,6 +361,7 @@ class _Session:
         rig, ctx = self.rig, self.ctx
         actions = list(self.devices.safe_actions)
         guard = self.guard = SafeStateGuard(self.dry.safe_actions(actions) if self.dry else actions)
+        ctx.safe_state_budget = guard.budget
         try:
             async with guard:
                 await _run_plan(ctx, rig, self.recorder, self.stopper)

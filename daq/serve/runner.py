@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 COMMAND_WAIT_S = 3.0      # s a command waits for the run's event loop to take it
 RELAY_JOIN_S = 2.0        # s a run waits at its start for the live relay's subscription to reach its tap
-SHUTDOWN_WAIT_S = 120.0   # s the server waits for an aborted run to reach the safe state before it exits
+SHUTDOWN_WAIT_S = 120.0   # s the server waits for an aborted run to end, besides its safe state's budget
 ACTIONS = ("pause", "resume", "stop", "abort")
 
 
@@ -166,11 +166,14 @@ class Runner:
         self.closing = True
         self._wake.set()
         outcome = None
-        deadline = time.monotonic() + SHUTDOWN_WAIT_S
+        start = time.monotonic()
+        limit = SHUTDOWN_WAIT_S  # grows by the run's safe-state budget once its devices are open
         aborted = False
         reason = f"hil serve stopped ({why}) and aborted the run"
-        while self._task is not None and not self._task.done() and time.monotonic() < deadline:
+        while self._task is not None and not self._task.done() and time.monotonic() < start + limit:
             ctx, loop = self.ctx, self._run_loop
+            if ctx is not None:
+                limit = max(limit, SHUTDOWN_WAIT_S + ctx.safe_state_budget)
             if self.queue.current is not None and not aborted and ctx is not None and loop is not None:
                 with contextlib.suppress(RuntimeError):  # a run still setting up is aborted too
                     loop.call_soon_threadsafe(ctx.abort, reason)
@@ -178,6 +181,6 @@ class Runner:
                 aborted = True
             await asyncio.wait({self._task}, timeout=0.2)
         if self._task is not None and not self._task.done():
-            log.error("the current run did not end within %.0f s of its abort", SHUTDOWN_WAIT_S)
+            log.error("the current run did not end within %.0f s of its abort", limit)
             self._task.cancel()
         return outcome
