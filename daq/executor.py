@@ -188,6 +188,9 @@ def make_executor(scheduler: str | None = None, workers: int | None = None) -> E
         from dask.distributed import LocalCluster
 
         n = max(1, int(workers or os.cpu_count() or 1))
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+        # scheduler, workers and the scheduler's HTTP endpoint on loopback only: a cluster of this PC's own
+        # processes has no business listening on every interface (Dask's default)
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                               dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0")
         return DaskExecutor(cluster, own_cluster=cluster)
     return DaskExecutor(scheduler)

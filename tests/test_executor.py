@@ -26,7 +26,10 @@ def _square(x):
 
 @pytest.fixture(scope="module")
 def dask_client():
-    cluster = LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None)
+    # every listener on loopback (Dask's defaults listen on all interfaces and look up a route to 8.8.8.8)
+    cluster = LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp://",
+                           host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                           worker_dashboard_address="127.0.0.1:0")
     client = Client(cluster)
     yield client
     client.close()
