@@ -20,7 +20,8 @@ import pytest
 
 
 class _Fence:
-    """The loopback guard of this test process and of the Python processes it starts: what was refused since the last look, in-process and in the children's log."""
+    """The loopback guard of this test process and of the Python processes it starts: what was refused
+    since the last look, in-process and in the children's log."""
 
     def __init__(self) -> None:
         log = Path(tempfile.mkdtemp(prefix="hil-guard-")) / "refused.log"

@@ -31,6 +31,7 @@ from drivers.errors import HilError
 from simulators.press_rig import PressRig
 from tests.polling import poll_until
 from tests.serve_fixtures import ServerThread
+from tests.site_values import press_site_values
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_rig_kit import _to_toml  # noqa: E402
@@ -120,6 +121,10 @@ def real_press_config(folder: Path, devices: dict, edit: Callable[[dict], object
     if edit is not None:
         edit(raw["devices"])
     raw["plan"].update(n_series=3, n_steps_up=1, n_samples=5, precondition=False)
+    # a real press gives its linkage's own constants (here the values tests/site_values.py fills in)
+    prefix = "analysis.constants."
+    raw.setdefault("analysis", {})["constants"] = {k[len(prefix):]: v for k, v in press_site_values(1).items()
+                                                   if k.startswith(prefix)}
     path = folder / "press.toml"
     path.write_text(_to_toml(raw))
     return path
