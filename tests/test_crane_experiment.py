@@ -14,6 +14,7 @@ from daq.rigs.crane.rig import crane_arrays
 from daq.run.lifecycle import run
 from daq.store.read_write import SessionStore
 from simulators.crane_rig import CraneRig
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -102,11 +103,9 @@ async def test_cancel_mid_trajectory_disables_and_marks_aborted(config, rig, tmp
     await rig.drive._m_clear(None)
     sids: list[str] = []
     task = asyncio.create_task(run_crane(config, tmp_path / "s.sqlite", rig=rig, on_session=sids.append))
-    for _ in range(1000):
-        if rig.drive.state == "Running":
-            break
-        await asyncio.sleep(0.01)
-    assert rig.drive.state == "Running"
+    # the run checks every device first (issue 39), then designs and uploads: a deadline with room for a
+    # loaded machine, polled often enough to catch the trajectory while it runs
+    await wait_until(lambda: rig.drive.state == "Running", timeout=120.0, period=0.005)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
