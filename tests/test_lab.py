@@ -115,7 +115,7 @@ def lab_files(lab) -> list[str]:
 
 
 def test_serve_makes_a_private_key_prints_the_url_and_refuses_plain_http_beyond_loopback(lab, tmp_path):
-    assert lab.lines[0] == f"lab key written to {lab.data / 'lab.key'}"
+    assert lab.lines[0] == f"admin key written to {lab.data / 'lab.key'}"
     assert stat.S_IMODE((lab.data / "lab.key").stat().st_mode) == 0o600
     assert lab.url.startswith("http://127.0.0.1:")
     res = hil("lab", "serve", "--data", str(tmp_path / "x"), "--host", "0.0.0.0", "--port", "0")

@@ -102,12 +102,11 @@ async def _prepare(uri: str) -> str | None:
             raise LabError("the lab's authentication database is from an older Tiled: back it up, then run "
                            "`tiled admin upgrade-database URI`") from None
         async with AsyncSession(engine, expire_on_commit=False) as db:
-            keys = (await db.execute(select(orm.APIKey))).scalars().all()
-            for k in keys:
-                principal = (await db.execute(select(orm.Principal).filter(orm.Principal.id == k.principal_id))
-                             ).scalar()
-                if principal is not None and any(r.name == "admin" for r in principal.roles):
-                    return None
+            holders = select(orm.APIKey.principal_id)
+            principals = (await db.execute(select(orm.Principal).filter(orm.Principal.id.in_(holders)))
+                          ).unique().scalars().all()  # roles are loaded with a join: unique()
+            if any(r.name == "admin" for p in principals for r in p.roles):
+                return None
             admin = await create_service(db, "admin")
             raw = secrets.token_bytes(4 + 32)  # as Tiled makes a key: 36 random bytes, named by 8 hex digits
             db.add(orm.APIKey(principal_id=admin.id, expiration_time=None, note=FIRST_ADMIN, scopes=["inherit"],
