@@ -79,7 +79,7 @@ def from_client_error(url: str, exc: BaseException) -> LabError:
         return LabUnreachable(f"lab {url} stopped answering ({type(exc).__name__}: {text}); will retry later")
     status = getattr(getattr(exc, "response", None), "status_code", None)
     if status == 401 and (refused := refusal(url, response_detail(exc))) is not None:
-        return refused  # a key without the scope for this (a viewer's push): one line saying whose key would do
+        return refused  # a key without the scope for this: one line saying whose key would do
     if status in (401, 403):
         return LabError(f"lab {url} refused the key (HTTP {status})")
     return LabError(f"lab {url}: {text}")

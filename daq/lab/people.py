@@ -70,8 +70,8 @@ def _request(method: str, url: str, key: str, path: str, **kwargs):
     from daq.lab.connect import probe_timeout  # lazy: connect imports this module
 
     try:
-        return httpx.request(method, url.rstrip("/") + AUTH + path, headers={"Authorization": f"Apikey {key}"},
-                             timeout=probe_timeout(), **kwargs)
+        return httpx.request(method, url.rstrip("/") + AUTH + path,
+                             headers={"Authorization": f"Apikey {key}"}, timeout=probe_timeout(), **kwargs)
     except httpx.HTTPError as exc:
         from daq.lab.settings import LabUnreachable
 
@@ -80,13 +80,15 @@ def _request(method: str, url: str, key: str, path: str, **kwargs):
 
 def _answer(resp, url: str, doing: str):
     """The JSON of a good answer; else one line saying why not."""
-    if resp.status_code == 404 and resp.request.url.path.endswith("/whoami"):
-        raise LabError(f"lab {url} has no people (a single-key Tiled server): {doing} needs `hil lab serve`")
+    if resp.status_code == 404 and _detail(resp) == "Not Found":  # no such route: Tiled without people
+        raise LabError(f"lab {url} knows no people (a Tiled server with one shared key): {doing} needs a lab "
+                       "served by `hil lab serve`")
     if resp.status_code in (401, 403):
         detail = _detail(resp)
         if "Not enough permissions" in detail or resp.status_code == 403:
             raise LabError(f"lab {url}: {doing} needs an admin's key; this key may not")
-        raise LabError(f"lab {url} refused the key (HTTP {resp.status_code}): check --key-file / $HIL_LAB_KEY")
+        raise LabError(f"lab {url} refused the key (HTTP {resp.status_code}): "
+                       "check --admin-key-file / $HIL_LAB_KEY")
     if resp.status_code >= 400:
         raise LabError(f"lab {url}: {doing} failed (HTTP {resp.status_code}: {_detail(resp)[:200]})")
     return resp.json() if resp.content else None
@@ -140,8 +142,8 @@ def add_person(url: str, admin_key: str, name: str, role: str) -> tuple[str, Per
         raise LabError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
     if any(p.name == name for p in list_people(url, admin_key)):
         raise LabError(f"{name} already has a key in the lab: revoke it first (hil lab key revoke {name})")
-    principal = _answer(_request("POST", url, admin_key, "/principal", params={"role": TILED_ROLE[role]}), url,
-                        "adding a person")
+    principal = _answer(_request("POST", url, admin_key, "/principal", params={"role": TILED_ROLE[role]}),
+                        url, "adding a person")
     made = _answer(_request("POST", url, admin_key, f"/principal/{principal['uuid']}/apikey",
                             json={"expires_in": None, "scopes": ROLE_SCOPES[role], "note": name}), url,
                    "making a key")

@@ -71,8 +71,8 @@ def prepare(uri: str, key_file: Path) -> bool:
     except LabError:
         raise
     except Exception as exc:  # noqa: BLE001 - the database's own message, one line
-        raise LabError(f"cannot open the lab's authentication database: {' '.join(str(exc).split())[-300:]}") \
-            from None
+        text = " ".join(str(exc).split())[-300:]
+        raise LabError(f"cannot open the lab's authentication database: {text}") from None
     if secret is None:
         return False
     write_private(key_file, secret + "\n")
@@ -109,8 +109,8 @@ async def _prepare(uri: str) -> str | None:
                 return None
             admin = await create_service(db, "admin")
             raw = secrets.token_bytes(4 + 32)  # as Tiled makes a key: 36 random bytes, named by 8 hex digits
-            db.add(orm.APIKey(principal_id=admin.id, expiration_time=None, note=FIRST_ADMIN, scopes=["inherit"],
-                              access_tags=None, first_eight=raw.hex()[:8],
+            db.add(orm.APIKey(principal_id=admin.id, expiration_time=None, note=FIRST_ADMIN,
+                              scopes=["inherit"], access_tags=None, first_eight=raw.hex()[:8],
                               hashed_secret=hashlib.sha256(raw).digest()))
             await db.commit()
             return raw.hex()
