@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import os
 
-from daq.lab.people import refusal
+from daq.lab.scopes import refusal
 from daq.lab.settings import LabError, LabUnreachable
 
 #: s the probe waits for the lab's answer (a busy lab with many pushers answers in seconds); a lab reached

@@ -10,7 +10,8 @@ and their key carries the scopes of their role, as bluesky-httpserver maps roles
 
 The person's name is the key's note (Tiled keeps it with the key and answers it to ``whoami``), so who
 holds a key is whatever the server says, not what a client claims. This module is the client side: the
-admin's calls to Tiled's admin API (``/api/v1/auth/principal``), ``whoami`` and the one-line refusals.
+admin's calls to Tiled's admin API (``/api/v1/auth/principal``) and ``whoami``; the roles' scopes are in
+:mod:`daq.lab.scopes`.
 """
 
 from __future__ import annotations
@@ -18,17 +19,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from daq.lab.scopes import ROLE_SCOPES, ROLES, TILED_ROLE, role_of
 from daq.lab.settings import LabError
 
-READ = ["read:metadata", "read:data"]
-WRITE = ["write:metadata", "write:data", "create:node"]
-#: Role -> the scopes of its keys (None: all of the principal's Tiled role, Tiled's "inherit").
-ROLE_SCOPES: dict[str, list[str] | None] = {"viewer": READ, "operator": READ + WRITE, "admin": None}
-#: Role -> the Tiled role of the person's service principal (a key never exceeds its principal's role).
-TILED_ROLE = {"viewer": "user", "operator": "user", "admin": "admin"}
-ROLES = tuple(ROLE_SCOPES)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
-KEY_ID_PATTERN = re.compile(r"^[0-9a-f]{8}$")
 AUTH = "/api/v1/auth"
 
 
@@ -54,20 +48,10 @@ def check_name(name: str) -> str:
     return name
 
 
-def role_of(scopes: list[str]) -> str:
-    """The role a key's scopes give (the highest one they cover)."""
-    have = set(scopes)
-    if "inherit" in have or "admin:apikeys" in have or "delete:node" in have:
-        return "admin"
-    if set(WRITE) <= have:
-        return "operator"
-    return "viewer"
-
-
 def _request(method: str, url: str, key: str, path: str, **kwargs):
     import httpx  # lazy: only commands that talk to a lab need it
 
-    from daq.lab.connect import probe_timeout  # lazy: connect imports this module
+    from daq.lab.connect import probe_timeout  # lazy: only calls to a lab need it
 
     try:
         return httpx.request(method, url.rstrip("/") + AUTH + path,
@@ -163,27 +147,3 @@ def revoke(url: str, admin_key: str, who: str) -> list[Person]:
         _answer(_request("DELETE", url, admin_key, f"/principal/{p.principal}/apikey",
                          params={"first_eight": p.key_id}), url, "revoking a key")
     return chosen
-
-
-#: Scope -> what it lets a key do, for the one-line refusal.
-DOING = {"create:node": "push or create sessions", "write:data": "push or write data",
-         "write:metadata": "write metadata", "delete:node": "delete", "delete:revision": "delete",
-         "admin:apikeys": "manage keys", "read:principals": "manage keys", "write:principals": "manage keys",
-         "read:data": "read data", "read:metadata": "read"}
-NEEDS = {"viewer": ("read:metadata", "read:data"), "operator": tuple(WRITE)}
-
-
-def refusal(url: str, detail: str) -> LabError | None:
-    """Tiled's 401 for a key that lacks a scope ("Not enough permissions. Requires scopes [...]. Request
-    had scopes [...]") as one line naming what the key may not do and whose key would; None otherwise."""
-    found = re.match(r"Not enough permissions\. Requires scopes \[(.*?)\]\. Request had scopes \[(.*?)\]",
-                     detail)
-    if not found:
-        return None
-    need = set(re.findall(r"'([^']+)'", found.group(1)))
-    had = set(re.findall(r"'([^']+)'", found.group(2)))
-    missing = sorted(need - had) or sorted(need)
-    role = next((r for r, scopes in NEEDS.items() if set(missing) <= set(scopes)), "admin")
-    doing = sorted({DOING.get(s, s) for s in missing})
-    return LabError(f"lab {url}: this key may not {' or '.join(doing)} (it lacks {', '.join(missing)}): "
-                    f"that needs {'an' if role[0] in 'aeiou' else 'a'} {role}'s key")
