@@ -162,6 +162,10 @@ def test_an_old_labs_single_key_is_replaced_by_an_admin_key_and_people_survive_a
     data.mkdir()
     old = "0123456789abcdef" * 4
     (data / "lab.key").write_text(old + "\n")
+    (data / "lab.key").chmod(0o644)
+    res = hil("lab", "serve", "--data", str(data), "--port", "0")  # an admin's key open to others: refused
+    assert res.exit_code == 1 and one_line(res.output) == \
+        f"Error: {data / 'lab.key'} is readable by others (mode 644): chmod 600 {data / 'lab.key'}"
     (data / "lab.key").chmod(0o600)
     server = LabServer(data)
     try:

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import secrets
+import stat
 import time
 from pathlib import Path
 
@@ -65,7 +66,9 @@ def server_settings(uri: str) -> dict:
 def prepare(uri: str, key_file: Path) -> bool:
     """Make Tiled's authentication database if it is new, and an admin key when it holds none (written to
     ``key_file``, replacing what was there: a lab's old single shared key no longer opens it). Returns
-    True when a key was written."""
+    True when a key was written. An admin's key file open to others is refused: anyone could take it."""
+    if key_file.exists() and (mode := stat.S_IMODE(key_file.stat().st_mode)) & 0o077:
+        raise LabError(f"{key_file} is readable by others (mode {mode:o}): chmod 600 {key_file}")
     try:
         secret = asyncio.run(_prepare(uri))
     except LabError:
