@@ -31,18 +31,21 @@ def lab() -> None:
 @click.option("--arrays", default=None, metavar="LOCATION",
               help="Where arrays are written (a folder; default DIR/data).")
 @click.option("--key-file", default=None, metavar="PATH",
-              help="The API key file (made with mode 0600 on first start; default DIR/lab.key).")
+              help="The admin's key file (made with mode 0600 when the lab has no admin key; default "
+              "DIR/lab.key).")
+@click.option("--auth-db", default=None, metavar="URI",
+              help="Tiled's authentication database (people, keys) instead of SQLite DIR/auth.db.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind; beyond loopback needs --certfile/--keyfile.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
               help="Port (0: a free one).")
 @click.option("--certfile", default=None, metavar="PEM", help="TLS certificate.")
 @click.option("--keyfile", default=None, metavar="PEM", help="TLS private key.")
-def serve(data_dir, catalog, arrays, key_file, host, port, certfile, keyfile) -> None:
-    """Serve the lab's Tiled catalogue until Ctrl-C; prints where the key is and the URL."""
+def serve(data_dir, catalog, arrays, key_file, auth_db, host, port, certfile, keyfile) -> None:
+    """Serve the lab's Tiled catalogue until Ctrl-C; prints where the admin's key is and the URL."""
     opts = ServeOptions(data_dir=Path(data_dir) if data_dir else default_lab_dir(), catalog=catalog,
                         key_file=Path(key_file) if key_file else None, host=host, port=port,
-                        certfile=certfile, keyfile=keyfile, arrays=arrays)
+                        certfile=certfile, keyfile=keyfile, arrays=arrays, auth_db=auth_db)
     run_server(opts, say=lambda text: click.echo(text))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 
+from daq.lab.scopes import refusal
 from daq.lab.settings import LabError, LabUnreachable
 
 #: s the probe waits for the lab's answer (a busy lab with many pushers answers in seconds); a lab reached
@@ -77,6 +78,16 @@ def from_client_error(url: str, exc: BaseException) -> LabError:
     if isinstance(exc, httpx.TransportError):
         return LabUnreachable(f"lab {url} stopped answering ({type(exc).__name__}: {text}); will retry later")
     status = getattr(getattr(exc, "response", None), "status_code", None)
+    if status == 401 and (refused := refusal(url, response_detail(exc))) is not None:
+        return refused  # a key without the scope for this: one line saying whose key would do
     if status in (401, 403):
         return LabError(f"lab {url} refused the key (HTTP {status})")
     return LabError(f"lab {url}: {text}")
+
+
+def response_detail(exc: BaseException) -> str:
+    """Tiled's ``detail`` of an error answer ('' when it has none)."""
+    try:
+        return str(exc.response.json().get("detail", ""))  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - no response, not JSON: no detail
+        return ""

@@ -86,8 +86,9 @@ class Pusher:
     :func:`daq.lab.client.push_structure_clients`)."""
 
     def __init__(self, root, lab_url: str, store: SessionReader, marks: Marks, workers: int = WORKERS,
-                 on_block: Callable[[str, int], None] | None = None):
+                 on_block: Callable[[str, int], None] | None = None, who: dict | None = None):
         self.root, self.lab, self.store, self.marks = root, lab_url.rstrip("/"), store, marks
+        self.who = who  # who holds the key, as the lab answered (daq.lab.people.whoami); None: unknown
         self.workers = workers
         self.on_block = on_block  # called after each block is in (tests kill the push there)
         self.sent = 0
@@ -124,6 +125,11 @@ class Pusher:
                                "from_host": socket.gethostname()}
         if analysis is not None:
             meta["analysis"] = analysis
+        for kept in ("analysed_by",):  # who analysed it, recorded with the analysis
+            if node.metadata.get(kept) is not None:
+                meta[kept] = layout.plain(node.metadata[kept])
+        if self.who is not None:
+            meta["pushed_by"] = self.who
         node.replace_metadata(metadata=meta, specs=[layout.SESSION_SPEC], drop_revision=True)
         self.marks.mark(info.id, self.lab, checks)
         return PushResult(info.id, "pushed", self.sent)

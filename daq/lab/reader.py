@@ -16,6 +16,7 @@ from daq import json_codec
 from daq.bus.frames import SUPPORTED_DTYPES, Event, Frame
 from daq.lab import layout
 from daq.lab.connect import from_client_error, open_lab
+from daq.lab.people import whoami
 from daq.lab.search import Filters, run_search
 from daq.lab.timing import stream_timing
 from daq.store.errors import StoreError, UnknownSession
@@ -63,6 +64,7 @@ class LabReader:
     def __init__(self, url: str, key: str):
         self.path = url.rstrip("/")
         self.root = open_lab(self.path, key)
+        self._key = key  # to ask the lab who holds it when recording an analysis
         self._nodes: dict[str, Any] = {}  # tiled nodes (tiled has no type information)
         self._parts: dict[tuple[str, str], Any] = {}  # the t and data arrays of stream nodes
 
@@ -320,7 +322,8 @@ class LabReader:
         """Put an analysis summary into the session's metadata (searchable by ``hil sessions``)."""
         node = self._node(session_id)
         try:
-            node.update_metadata({"analysis": analysis}, drop_revision=True)
+            node.update_metadata({"analysis": analysis, "analysed_by": whoami(self.path, self._key)},
+                                 drop_revision=True)
         except Exception as exc:  # noqa: BLE001 - the client's errors as one line
             raise _lab_error(self.path, exc) from None
 

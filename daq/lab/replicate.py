@@ -13,8 +13,9 @@ from pathlib import Path
 from daq.lab.client import push_structure_clients
 from daq.lab.connect import open_lab
 from daq.lab.marks import Marks
+from daq.lab.people import whoami
 from daq.lab.push import Pusher, PushResult
-from daq.lab.settings import ENV_KEY, LabTable
+from daq.lab.settings import ENV_KEY, LabError, LabTable
 from daq.store.reader import SessionReader
 from daq.store.records import FINAL_STATUSES
 
@@ -32,10 +33,14 @@ def push_sessions(store_path: str | os.PathLike, url: str, key: str, sessions: I
                   say: Callable[[str], None] = print, on_block=None) -> list[PushResult]:
     """Push ``sessions`` (None: every pending one) of the store to the lab at ``url``."""
     root = open_lab(url, key, push_structure_clients())
+    who = whoami(url, key)  # None: a lab of one shared key, which knows no people
+    if who is not None and who["role"] == "viewer":
+        raise LabError(f"lab {url}: {who['name']}'s key is a viewer's (reads only): pushing needs an "
+                       "operator's key")
     results = []
     with SessionReader(store_path, recover=False) as store, Marks(store_path) as marks:
         todo = pending_sessions(store, marks, url) if sessions is None else list(sessions)
-        pusher = Pusher(root, url, store, marks, on_block=on_block)
+        pusher = Pusher(root, url, store, marks, on_block=on_block, who=who)
         for sid in todo:
             result = pusher.push(sid)
             say(result.line())

@@ -1,8 +1,9 @@
 """``hil lab serve``: Tiled's own server for the lab, run in this process.
 
 The catalogue is a SQL database (SQLite in the data folder by default, PostgreSQL by URI for a lab of
-many rigs); arrays and tables are written by Tiled under the data folder. One API key (a 0600 file made
-on first start) guards reading and writing. The server binds loopback unless given a TLS certificate.
+many rigs); arrays and tables are written by Tiled under the data folder. People hold keys of their own
+with a role (viewer, operator, admin: :mod:`daq.lab.people`); the first start makes an admin's key (a
+0600 file). The server binds loopback unless given a TLS certificate.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from daq.lab.settings import LabError, ensure_key_file
+from daq.lab import people_server
+from daq.lab.settings import LabError
 
 log = logging.getLogger("hil.lab")
 
@@ -35,6 +37,7 @@ class ServeOptions:
     certfile: str | None = None
     keyfile: str | None = None
     arrays: str | None = None  # a writable location for arrays (folder or s3://...); default data_dir/data
+    auth_db: str | None = None  # Tiled's authentication database (people, keys); default sqlite in data_dir
 
     @property
     def tls(self) -> bool:
@@ -68,11 +71,10 @@ def catalog_uri(opts: ServeOptions) -> str:
     return f"sqlite+aiosqlite:///{opts.data_dir / CATALOG_FILE}"
 
 
-def build_lab_app(opts: ServeOptions, key: str):
-    """Tiled's app over the lab catalogue (created on first start), guarded by ``key``."""
+def build_lab_app(opts: ServeOptions, auth_uri: str):
+    """Tiled's app over the lab catalogue (created on first start); people's keys in ``auth_uri``."""
     try:
         from tiled.catalog import from_uri  # lazy: tiled's server side is heavy, only the lab server needs it
-        from tiled.config import Authentication  # lazy: as above
         from tiled.server.app import build_app  # lazy: as above
     except ImportError as exc:  # say which import failed: a broken dependency is not a missing extra
         raise LabError(f"the lab server needs Tiled's server ({exc}): pip install 'hil-lab[lab]'") from None
@@ -85,7 +87,9 @@ def build_lab_app(opts: ServeOptions, key: str):
         tree = from_uri(catalog_uri(opts), writable_storage=[arrays])
     except Exception as exc:  # noqa: BLE001 - tiled's init names the database problem
         raise LabError(f"cannot open the lab catalogue: {' '.join(str(exc).split())[-400:]}") from None
-    return build_app(tree, Authentication(single_user_api_key=key, allow_anonymous_access=False))
+    app = build_app(tree, people_server.authentication(), people_server.server_settings(auth_uri))
+    people_server.record_changes(app, auth_uri, opts.data_dir / people_server.CHANGES_FILE)
+    return app
 
 
 def init_catalog(uri: str) -> None:
@@ -125,13 +129,14 @@ def serve(opts: ServeOptions, say=print) -> None:
     check_options(opts)
     opts.data_dir.mkdir(parents=True, exist_ok=True)
     key_file = opts.key_file or opts.data_dir / KEY_FILE
-    key, created = ensure_key_file(key_file)
-    app = build_lab_app(opts, key)
+    auth_uri = people_server.auth_uri(opts.data_dir, opts.auth_db)
+    created = people_server.prepare(auth_uri, key_file)
+    app = build_lab_app(opts, auth_uri)
     sock = bind(opts.host, opts.port)
     config = uvicorn.Config(app, log_level="warning", ssl_certfile=opts.certfile, ssl_keyfile=opts.keyfile,
                             timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
-    say(f"lab key {'written to' if created else 'in'} {key_file}")
+    say(f"admin key {'written to' if created else 'in'} {key_file}")
     say(url_of(opts, sock))
     try:
         server.run(sockets=[sock])
