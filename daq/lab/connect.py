@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 
+from daq.lab.names import check_lab_url
 from daq.lab.settings import LabError, LabUnreachable
 
 #: s the probe waits for the lab's answer (a busy lab with many pushers answers in seconds); a lab reached
@@ -29,12 +30,15 @@ def probe_timeout() -> float:
     return value
 
 
-NOT_INSTALLED = "the lab needs Tiled's client: pip install 'hil-lab[lab]'"
+#: What to install for the lab (the README's install has no Tiled): in a clone, and from a package index.
+INSTALL_LAB = "pip install -e '.[lab]' in the hil-lab clone (or pip install 'hil-lab[lab]')"
+NOT_INSTALLED = f"the lab needs Tiled, which is not installed: {INSTALL_LAB}"
 
 
 def probe(url: str, key: str, timeout: float | None = None) -> None:
     """Raise LabUnreachable when nothing answers at ``url`` within ``timeout`` (default: probe_timeout()),
     LabError when it refuses ``key``."""
+    url = check_lab_url(url)  # no query, fragment or credentials: nothing of a key in any message
     timeout = probe_timeout() if timeout is None else timeout
     try:
         import httpx  # lazy: only commands that talk to a lab need it (it comes with tiled's client)
@@ -52,6 +56,18 @@ def probe(url: str, key: str, timeout: float | None = None) -> None:
                        "check --key-file / $HIL_LAB_KEY")
     if resp.status_code >= 400:
         raise LabError(f"lab {url} answered HTTP {resp.status_code} to a probe; is it a Tiled server?")
+    if not _is_tiled_root(resp):
+        raise LabError(f"lab {url} answered, but not as a Tiled server does: check the URL (hil lab serve "
+                       "prints it)")
+
+
+def _is_tiled_root(resp) -> bool:
+    """True when a probe's answer is Tiled's metadata of the root node (JSON with ``data.id``)."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and isinstance(body.get("data"), dict) and "id" in body["data"]
 
 
 def open_lab(url: str, key: str, structure_clients: str | dict = "numpy"):
@@ -64,7 +80,7 @@ def open_lab(url: str, key: str, structure_clients: str | dict = "numpy"):
         raise LabError(NOT_INSTALLED) from None
 
     try:
-        return from_uri(url, api_key=key, structure_clients=structure_clients)
+        return from_uri(check_lab_url(url), api_key=key, structure_clients=structure_clients)
     except Exception as exc:  # noqa: BLE001 - whatever the client raises becomes one line
         raise from_client_error(url, exc) from None
 
