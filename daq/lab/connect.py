@@ -35,6 +35,22 @@ INSTALL_LAB = "pip install -e '.[lab]' in the hil-lab clone (or pip install 'hil
 NOT_INSTALLED = f"the lab needs Tiled, which is not installed: {INSTALL_LAB}"
 
 
+def tiled_missing(part: str) -> bool:
+    """True when ``tiled`` or its ``tiled.<part>`` (client, server) cannot be imported here."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("tiled") is None or importlib.util.find_spec(f"tiled.{part}") is None
+    except (ImportError, ValueError):  # a broken or blocked install counts as missing
+        return True
+
+
+def require_tiled_client() -> None:
+    """One line naming the install command when Tiled's client is missing (the README's install has none)."""
+    if tiled_missing("client"):
+        raise LabError(NOT_INSTALLED)
+
+
 def probe(url: str, key: str, timeout: float | None = None) -> None:
     """Raise LabUnreachable when nothing answers at ``url`` within ``timeout`` (default: probe_timeout()),
     LabError when it refuses ``key``."""
@@ -73,11 +89,9 @@ def _is_tiled_root(resp) -> bool:
 def open_lab(url: str, key: str, structure_clients: str | dict = "numpy"):
     """The Tiled client's root container of the lab at ``url`` (probed first); ``structure_clients`` as
     Tiled's ``from_uri`` takes it (a push gives its own light classes: daq.lab.client)."""
+    require_tiled_client()  # first: a missing install is said before anything is asked of the lab
     probe(url, key)
-    try:
-        from tiled.client import from_uri  # lazy: only commands that talk to a lab load tiled's client
-    except ImportError:
-        raise LabError(NOT_INSTALLED) from None
+    from tiled.client import from_uri  # lazy: only commands that talk to a lab load tiled's client
 
     try:
         return from_uri(check_lab_url(url), api_key=key, structure_clients=structure_clients)

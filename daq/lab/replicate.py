@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from daq.lab.client import push_structure_clients
-from daq.lab.connect import open_lab
+from daq.lab.connect import open_lab, require_tiled_client
 from daq.lab.marks import Marks
 from daq.lab.names import Refused
 from daq.lab.push import Pusher, PushResult
@@ -32,6 +32,7 @@ def pending_sessions(store: SessionReader, marks: Marks, lab: str) -> list[str]:
 def push_sessions(store_path: str | os.PathLike, url: str, key: str, sessions: Iterable[str] | None,
                   say: Callable[[str], None] = print, on_block=None) -> list[PushResult]:
     """Push ``sessions`` (None: every pending one) of the store to the lab at ``url``."""
+    require_tiled_client()  # before the push's client classes import it
     root = open_lab(url, key, push_structure_clients())
     results = []
     with SessionReader(store_path, recover=False) as store, Marks(store_path) as marks:

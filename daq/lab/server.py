@@ -13,7 +13,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from daq.lab.connect import INSTALL_LAB
+from daq.lab.connect import INSTALL_LAB, tiled_missing
 from daq.lab.names import catalog_database_uri
 from daq.lab.settings import LabError, ensure_key_file
 
@@ -63,9 +63,7 @@ def check_options(opts: ServeOptions) -> None:
 
 def require_tiled_server() -> None:
     """One line naming the install command when Tiled's server is missing (before a key file is made)."""
-    import importlib.util
-
-    if importlib.util.find_spec("tiled") is None or importlib.util.find_spec("tiled.server") is None:
+    if tiled_missing("server"):
         raise LabError(f"hil lab serve needs Tiled's server, which is not installed: {INSTALL_LAB}")
 
 
