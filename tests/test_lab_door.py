@@ -147,12 +147,15 @@ def test_two_pushes_of_one_session_at_once_end_in_one_verified_copy_and_one_line
 
 
 class NotTiled(http.server.BaseHTTPRequestHandler):
-    """Answers 200 with a web page to every request, as a proxy's or another service's start page does."""
+    """Answers 200 to every request, as a proxy's or another service's start page does: a web page, or JSON
+    of its own (``json_body``)."""
+
+    json_body = False
 
     def do_GET(self):  # noqa: N802 - http.server's name
-        body = b"<html><body>It works!</body></html>"
+        body = b'{"status": "ok", "data": []}' if self.json_body else b"<html><body>It works!</body></html>"
         self.send_response(200)
-        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Type", "application/json" if self.json_body else "text/html")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -161,9 +164,10 @@ class NotTiled(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def not_tiled():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotTiled)
+@pytest.fixture(params=["html", "json"])
+def not_tiled(request):
+    handler = type("NotTiledHere", (NotTiled,), {"json_body": request.param == "json"})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
