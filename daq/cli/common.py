@@ -118,6 +118,10 @@ async def checked_keys(endpoint: str, keys: CurveKeys | None, socket_type: int, 
 
 # ----------------------------------------------------------------------------- global options
 
+#: The help of every ``--key-file`` that takes the lab's key: what each source holds, in the order tried.
+LAB_KEY_HELP = ("Path of the file holding the lab's API key alone on its line; else [lab].key_file of "
+                "--config (a path), $HIL_LAB_KEY_FILE (a path) or $HIL_LAB_KEY (the key itself).")
+
 
 @dataclass
 class CliState:

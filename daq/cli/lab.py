@@ -6,15 +6,14 @@ from pathlib import Path
 
 import click
 
-from daq.cli.common import CliState, echo_json, pass_state
+from daq.cli.common import LAB_KEY_HELP, CliState, echo_json, pass_state
 from daq.lab.replicate import push_sessions
 from daq.lab.server import ServeOptions
 from daq.lab.server import serve as run_server
 from daq.lab.settings import LabError, LabTable, default_lab_dir, read_key
 from daq.store.reader import SessionReader
 
-KEY_FILE_HELP = ("File holding the lab's API key alone on its line "
-                 "(default: $HIL_LAB_KEY, else [lab].key_file).")
+KEY_FILE_HELP = LAB_KEY_HELP
 
 
 @click.group("lab")
@@ -27,7 +26,8 @@ def lab() -> None:
               help="Data folder: the SQLite catalogue, the arrays and the key "
               f"(default {default_lab_dir()}).")
 @click.option("--catalog", default=None, metavar="URI",
-              help="Catalogue database instead of SQLite, e.g. postgresql://user@host:5432/lab.")
+              help="Catalogue database instead of SQLite in DIR: postgresql://user@host:5432/lab or "
+              "sqlite:////path/catalog.db.")
 @click.option("--arrays", default=None, metavar="LOCATION",
               help="Where arrays are written (a folder; default DIR/data).")
 @click.option("--key-file", default=None, metavar="PATH",
@@ -97,3 +97,5 @@ def push(state: CliState, sessions: tuple[str, ...], push_all: bool, pending: bo
                    for r in results])
     elif not results:
         click.echo("nothing to push")
+    if any(r.state == "refused" for r in results):  # said in its line; the exit code tells a script
+        raise SystemExit(1)

@@ -16,7 +16,7 @@ import sys
 import click
 
 from daq.cli import bus, design, devices, keys, lab, lab_keys, rig, serve, sessions, uff, watch
-from daq.cli.common import CliState, OneLineError, exit_code, quiet_broken_pipe
+from daq.cli.common import LAB_KEY_HELP, CliState, OneLineError, exit_code, quiet_broken_pipe
 from daq.config.load import ENV_STORE, default_store_path
 
 
@@ -53,7 +53,7 @@ class HilGroup(click.Group):
 )
 @click.option("--config", "config_path", metavar="PATH", default=None, help="Rig config (TOML).")
 @click.option("--key-file", "lab_key_file", metavar="PATH", default=None,
-              help="The lab's API key file, for a --store URL (default: $HIL_LAB_KEY, else [lab].key_file).")
+              help=f"For a --store URL: {LAB_KEY_HELP}")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 @click.version_option(package_name="hil-lab", prog_name="hil")
 @click.pass_context

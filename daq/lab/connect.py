@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 
+from daq.lab.names import check_lab_url
 from daq.lab.scopes import refusal
 from daq.lab.settings import LabError, LabUnreachable
 
@@ -30,12 +31,31 @@ def probe_timeout() -> float:
     return value
 
 
-NOT_INSTALLED = "the lab needs Tiled's client: pip install 'hil-lab[lab]'"
+#: What to install for the lab (the README's install has no Tiled): in a clone, and from a package index.
+INSTALL_LAB = "pip install -e '.[lab]' in the hil-lab clone (or pip install 'hil-lab[lab]')"
+NOT_INSTALLED = f"the lab needs Tiled, which is not installed: {INSTALL_LAB}"
+
+
+def tiled_missing(part: str) -> bool:
+    """True when ``tiled`` or its ``tiled.<part>`` (client, server) cannot be imported here."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("tiled") is None or importlib.util.find_spec(f"tiled.{part}") is None
+    except (ImportError, ValueError):  # a broken or blocked install counts as missing
+        return True
+
+
+def require_tiled_client() -> None:
+    """One line naming the install command when Tiled's client is missing (the README's install has none)."""
+    if tiled_missing("client"):
+        raise LabError(NOT_INSTALLED)
 
 
 def probe(url: str, key: str, timeout: float | None = None) -> None:
     """Raise LabUnreachable when nothing answers at ``url`` within ``timeout`` (default: probe_timeout()),
     LabError when it refuses ``key``."""
+    url = check_lab_url(url)  # no query, fragment or credentials: nothing of a key in any message
     timeout = probe_timeout() if timeout is None else timeout
     try:
         import httpx  # lazy: only commands that talk to a lab need it (it comes with tiled's client)
@@ -53,19 +73,29 @@ def probe(url: str, key: str, timeout: float | None = None) -> None:
                        "check --key-file / $HIL_LAB_KEY")
     if resp.status_code >= 400:
         raise LabError(f"lab {url} answered HTTP {resp.status_code} to a probe; is it a Tiled server?")
+    if not _is_tiled_root(resp):
+        raise LabError(f"lab {url} answered, but not as a Tiled server does: check the URL (hil lab serve "
+                       "prints it)")
+
+
+def _is_tiled_root(resp) -> bool:
+    """True when a probe's answer is Tiled's metadata of the root node (JSON with ``data.id``)."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and isinstance(body.get("data"), dict) and "id" in body["data"]
 
 
 def open_lab(url: str, key: str, structure_clients: str | dict = "numpy"):
     """The Tiled client's root container of the lab at ``url`` (probed first); ``structure_clients`` as
     Tiled's ``from_uri`` takes it (a push gives its own light classes: daq.lab.client)."""
+    require_tiled_client()  # first: a missing install is said before anything is asked of the lab
     probe(url, key)
-    try:
-        from tiled.client import from_uri  # lazy: only commands that talk to a lab load tiled's client
-    except ImportError:
-        raise LabError(NOT_INSTALLED) from None
+    from tiled.client import from_uri  # lazy: only commands that talk to a lab load tiled's client
 
     try:
-        return from_uri(url, api_key=key, structure_clients=structure_clients)
+        return from_uri(check_lab_url(url), api_key=key, structure_clients=structure_clients)
     except Exception as exc:  # noqa: BLE001 - whatever the client raises becomes one line
         raise from_client_error(url, exc) from None
 

@@ -36,6 +36,8 @@ from daq.lab.checks import (
 )
 from daq.lab.connect import from_client_error
 from daq.lab.marks import Marks
+from daq.lab.names import check_session_id, check_stream_name
+from daq.lab.push_lock import pushing
 from daq.lab.settings import LabError
 from daq.store.reader import SessionReader
 from daq.store.records import FINAL_STATUSES, SessionInfo, StreamInfo
@@ -47,11 +49,13 @@ WORKERS = 2
 @dataclass
 class PushResult:
     session_id: str
-    state: str  # "pushed", "already", "skipped"
+    state: str  # "pushed", "already", "skipped", "refused" (not pushed: the note says why)
     bytes_sent: int = 0
     note: str = ""
 
     def line(self) -> str:
+        if self.state == "refused":
+            return self.note
         what = {"pushed": f"pushed and verified ({self.bytes_sent / 1e6:.1f} MB)",
                 "already": "already in the lab, verified", "skipped": "skipped"}[self.state]
         return f"{self.session_id}: {what}" + (f" ({self.note})" if self.note else "")
@@ -95,15 +99,19 @@ class Pusher:
 
     def push(self, session: str) -> PushResult:
         info = self.store.get_session(session)
+        check_session_id(info.id)  # odd ids and stream names stop at the door: nothing written
+        for name in info.streams:
+            check_stream_name(info.id, name)
         if info.status not in FINAL_STATUSES:
             return PushResult(info.id, "skipped", note=f"{info.status}, not finished")
-        check = check_session(self.store, info)  # a corrupt session stops here: nothing written
-        try:
-            return self._push(info, check)
-        except (LabError, KeyboardInterrupt):
-            raise
-        except Exception as exc:  # noqa: BLE001 - the client's HTTP and server errors, one line
-            raise from_client_error(self.lab, exc) from None
+        with pushing(self.store.path, info.id):
+            check = check_session(self.store, info)  # a corrupt session stops here: nothing written
+            try:
+                return self._push(info, check)
+            except (LabError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # noqa: BLE001 - the client's HTTP and server errors, one line
+                raise from_client_error(self.lab, exc) from None
 
     def _push(self, info: SessionInfo, check: SessionCheck) -> PushResult:
         checks = check.as_dict()

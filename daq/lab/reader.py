@@ -16,6 +16,7 @@ from daq import json_codec
 from daq.bus.frames import SUPPORTED_DTYPES, Event, Frame
 from daq.lab import layout
 from daq.lab.connect import from_client_error, open_lab
+from daq.lab.names import is_session_key, shown
 from daq.lab.people import whoami
 from daq.lab.search import Filters, run_search
 from daq.lab.timing import stream_timing
@@ -93,8 +94,10 @@ class LabReader:
         key = str(key)
         if key in self._nodes:
             return self._nodes[key]
+        if not is_session_key(key) and key != LATEST:  # never a path, query or fragment in a request
+            raise UnknownSession(f"{shown(key)} is not a session id (hex digits, or a prefix of them)")
         try:
-            node = self.root[key] if key and "/" not in key else None
+            node = self.root[key] if is_session_key(key) else None
         except KeyError:
             node = None
         except Exception as exc:  # noqa: BLE001 - the client's errors as one line
@@ -138,7 +141,7 @@ class LabReader:
 
     def _slice(self, si: StreamInfo, snode, lo: int, hi: int) -> StreamData:
         assert si.dtype is not None  # a frame stream
-        dtype = SUPPORTED_DTYPES[si.dtype]
+        dtype = _dtype(si)
         if snode is None or hi <= lo:
             return StreamData(si.name, np.empty(0), np.empty((0, len(si.channels)), dtype=dtype),
                               list(si.channels), list(si.units), start=lo)
@@ -189,7 +192,7 @@ class LabReader:
         if chunks:
             return chunks[0]
         assert si.dtype is not None  # a frame stream
-        return StreamData(stream, np.empty(0), np.empty((0, len(si.channels)), SUPPORTED_DTYPES[si.dtype]),
+        return StreamData(stream, np.empty(0), np.empty((0, len(si.channels)), _dtype(si)),
                           list(si.channels), list(si.units), index=np.empty(0, dtype=np.int64))
 
     def count_samples(self, session_id: str, stream: str, t_start: float | None = None,
@@ -266,9 +269,20 @@ class LabReader:
 
     def _event_rows(self, sid: str) -> list[tuple]:
         node = self._node(sid)
+        pushed = layout.plain(node.metadata.get("replication", {})).get("checks", {}).get("events", {})
         if layout.EVENTS not in node:
+            if pushed.get("rows"):
+                raise StoreError(f"session {sid}: the lab's copy has lost its events table ({pushed['rows']} "
+                                 "events were pushed); push the session again")
             return []
-        df = node[layout.EVENTS].read()
+        try:
+            df = node[layout.EVENTS].read()
+        except Exception as exc:  # noqa: BLE001 - a table the server cannot read is one line
+            status = getattr(getattr(exc, "response", None), "status_code", None)
+            if status is None:
+                raise _lab_error(self.path, exc) from None
+            raise StoreError(f"session {sid}: the lab cannot read its events table (HTTP {status}); push the "
+                             "session again") from None
         return list(zip(*(df[c].tolist() for c in layout.EVENT_COLUMNS), strict=True))
 
     def events(self, session_id: str, kind: str | None = None, stream: str | None = None, *,
@@ -363,6 +377,15 @@ def _take(si: StreamInfo, buf: list[StreamData], n: int, first: int) -> tuple[St
     rest = [StreamData(si.name, t[n:], d[n:], list(si.channels), list(si.units), start=first + n)]
     left = len(t) - n
     return chunk, (rest if left else []), left
+
+
+def _dtype(si: StreamInfo) -> np.dtype:
+    """The numpy dtype a stream's metadata names; one line for a name the store never writes."""
+    dtype = SUPPORTED_DTYPES.get(si.dtype or "")
+    if dtype is None:
+        raise StoreError(f"stream {si.name!r} has dtype {str(si.dtype)[:40]!r} in the lab metadata, not one "
+                         f"the store writes ({', '.join(SUPPORTED_DTYPES)})")
+    return dtype
 
 
 def _none(x) -> float | None:

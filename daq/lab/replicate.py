@@ -11,11 +11,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from daq.lab.client import push_structure_clients
-from daq.lab.connect import open_lab
+from daq.lab.connect import open_lab, require_tiled_client
 from daq.lab.marks import Marks
+from daq.lab.names import Refused
 from daq.lab.people import whoami
 from daq.lab.push import Pusher, PushResult
-from daq.lab.settings import ENV_KEY, LabError, LabTable
+from daq.lab.settings import ENV_KEY, ENV_KEY_FILE, LabError, LabTable
 from daq.store.reader import SessionReader
 from daq.store.records import FINAL_STATUSES
 
@@ -32,6 +33,7 @@ def pending_sessions(store: SessionReader, marks: Marks, lab: str) -> list[str]:
 def push_sessions(store_path: str | os.PathLike, url: str, key: str, sessions: Iterable[str] | None,
                   say: Callable[[str], None] = print, on_block=None) -> list[PushResult]:
     """Push ``sessions`` (None: every pending one) of the store to the lab at ``url``."""
+    require_tiled_client()  # before the push's client classes import it
     root = open_lab(url, key, push_structure_clients())
     who = whoami(url, key)  # None: a lab of one shared key, which knows no people
     if who is not None and who["role"] == "viewer":
@@ -42,7 +44,10 @@ def push_sessions(store_path: str | os.PathLike, url: str, key: str, sessions: I
         todo = pending_sessions(store, marks, url) if sessions is None else list(sessions)
         pusher = Pusher(root, url, store, marks, on_block=on_block, who=who)
         for sid in todo:
-            result = pusher.push(sid)
+            try:
+                result = pusher.push(sid)
+            except Refused as exc:  # this one stays here (odd name, pushed by another push); the rest go
+                result = PushResult(sid, "refused", note=str(exc))
             say(result.line())
             results.append(result)
     return results
@@ -59,8 +64,9 @@ def push_in_background(store_path: str | os.PathLike, lab: LabTable | None) -> s
     env = dict(os.environ)
     if lab.key_file:
         cmd += ["--key-file", lab.key_file]
-    elif not env.get(ENV_KEY):
-        log.warning("[lab] has no key_file and $%s is not set: sessions are not pushed", ENV_KEY)
+    elif not env.get(ENV_KEY) and not env.get(ENV_KEY_FILE):
+        log.warning("[lab] has no key_file and neither $%s nor $%s is set: sessions are not pushed",
+                    ENV_KEY_FILE, ENV_KEY)
         return None
     try:
         logf = open(folder / "lab-push.log", "a")  # noqa: SIM115 - the child owns it

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from daq.lab import people_server
+from daq.lab.connect import INSTALL_LAB, tiled_missing
+from daq.lab.names import catalog_database_uri
 from daq.lab.settings import LabError
 
 log = logging.getLogger("hil.lab")
@@ -62,12 +64,15 @@ def check_options(opts: ServeOptions) -> None:
                        "(TLS), or bind 127.0.0.1")
 
 
+def require_tiled_server() -> None:
+    """One line naming the install command when Tiled's server is missing (before a key file is made)."""
+    if tiled_missing("server"):
+        raise LabError(f"hil lab serve needs Tiled's server, which is not installed: {INSTALL_LAB}")
+
+
 def catalog_uri(opts: ServeOptions) -> str:
     if opts.catalog:
-        uri = opts.catalog
-        if uri.startswith("postgresql://"):
-            uri = "postgresql+asyncpg://" + uri[len("postgresql://"):]
-        return uri
+        return catalog_database_uri(opts.catalog)  # a bare word is refused, not made an SQLite file
     return f"sqlite+aiosqlite:///{opts.data_dir / CATALOG_FILE}"
 
 
@@ -77,7 +82,7 @@ def build_lab_app(opts: ServeOptions, auth_uri: str):
         from tiled.catalog import from_uri  # lazy: tiled's server side is heavy, only the lab server needs it
         from tiled.server.app import build_app  # lazy: as above
     except ImportError as exc:  # say which import failed: a broken dependency is not a missing extra
-        raise LabError(f"the lab server needs Tiled's server ({exc}): pip install 'hil-lab[lab]'") from None
+        raise LabError(f"the lab server needs Tiled's server ({exc}): {INSTALL_LAB}") from None
 
     arrays = opts.arrays or str(opts.data_dir / ARRAYS_DIR)
     if "://" not in arrays:
@@ -127,6 +132,9 @@ def serve(opts: ServeOptions, say=print) -> None:
     import uvicorn  # lazy: only the servers need it
 
     check_options(opts)
+    if opts.catalog:
+        catalog_uri(opts)  # refused before anything is made
+    require_tiled_server()
     opts.data_dir.mkdir(parents=True, exist_ok=True)
     key_file = opts.key_file or opts.data_dir / KEY_FILE
     auth_uri = people_server.auth_uri(opts.data_dir, opts.auth_db)

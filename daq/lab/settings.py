@@ -1,8 +1,8 @@
 """The ``[lab]`` table of a rig config, the lab's API key and the lab's errors.
 
 The key is a secret: it is never in a config or a URL, only in a 0600 file (``--key-file``,
-``[lab].key_file``) or in ``$HIL_LAB_KEY``. This module imports nothing of ``daq`` so that the config
-schema (the floor) can hold the table.
+``[lab].key_file``, ``$HIL_LAB_KEY_FILE``) or in ``$HIL_LAB_KEY``. This module imports nothing of ``daq``
+so that the config schema (the floor) can hold the table.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from msgspec import Meta
 
 from drivers.errors import HilError
 
-ENV_KEY = "HIL_LAB_KEY"
+ENV_KEY = "HIL_LAB_KEY"  # the key itself
+ENV_KEY_FILE = "HIL_LAB_KEY_FILE"  # the path of a file holding the key
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9]{16,256}$")  # what Tiled accepts as a single-user key
 
 
@@ -47,21 +48,51 @@ def default_lab_dir() -> Path:
 
 
 def read_key(key_file: str | os.PathLike | None) -> str:
-    """The key from ``key_file`` (the key alone on its first line), else from ``$HIL_LAB_KEY``."""
+    """The lab's key: from ``key_file`` (a path: the key alone on its first line), else from the file
+    ``$HIL_LAB_KEY_FILE`` names, else ``$HIL_LAB_KEY`` (the key itself). The one place a key is read; every
+    mistake is one line that never shows the key (a key where a path belongs and a path where the key
+    belongs each get a hint)."""
+    if key_file is None and os.environ.get(ENV_KEY_FILE, "").strip():
+        key_file = os.environ[ENV_KEY_FILE].strip()
     if key_file is not None:
-        try:
-            text = Path(key_file).read_text().strip().splitlines()
-        except OSError as exc:
-            raise LabError(f"cannot read the lab key file {key_file}: {exc.strerror or exc}") from None
-        key = text[0].strip() if text else ""
-        where = str(key_file)
+        key, where = _key_from_file(Path(key_file)), str(key_file)
     else:
         key, where = os.environ.get(ENV_KEY, "").strip(), f"${ENV_KEY}"
         if not key:
-            raise LabError(f"no lab key: give --key-file, set {ENV_KEY} or [lab].key_file")
+            raise LabError(f"no lab key: give --key-file, set ${ENV_KEY_FILE} (a path) or ${ENV_KEY} "
+                           "(the key itself), or [lab].key_file")
+        if not KEY_PATTERN.match(key) and ("/" in key or _names_a_file(key)):
+            raise LabError(f"${ENV_KEY} holds the key itself, not a file's path: set ${ENV_KEY_FILE} to the "
+                           "path instead (or give --key-file)")
     if not KEY_PATTERN.match(key):
         raise LabError(f"the lab key in {where} must be 16 to 256 letters and digits")
     return key
+
+
+def _names_a_file(text: str) -> bool:
+    try:
+        return Path(text).expanduser().is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _key_from_file(path: Path) -> str:
+    """The first line of a key file, stripped; one line for a file that is missing, not text, or that is
+    not a file name at all but the key itself (never echoed)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        if KEY_PATTERN.match(path.name) and not path.exists():
+            raise LabError(f"the lab key file given (--key-file, [lab].key_file or ${ENV_KEY_FILE}) looks "
+                           f"like the key itself: put the key in a file and give its path, or set ${ENV_KEY}"
+                           ) from None
+        raise LabError(f"cannot read the lab key file {path}: {exc.strerror or exc}") from None
+    try:
+        lines = data.decode("utf-8").strip().splitlines()
+    except UnicodeDecodeError:
+        raise LabError(f"the lab key file {path} is not text (not UTF-8): it must hold the key alone on its "
+                       "line") from None
+    return lines[0].strip() if lines else ""
 
 
 def ensure_key_file(path: Path) -> tuple[str, bool]:

@@ -56,9 +56,10 @@ def get_rig(kind: str, file: str | Path | None = None) -> Rig:
 
 
 def parse_shared(raw: Any, file: str | Path | None = None) -> Any:
-    """Check only [rig], [bus] and [store] (and that the kind is known); returns the typed shared tables."""
+    """Check only [rig], [bus], [store] and [lab] (and that the kind is known); returns the typed shared
+    tables."""
     rig_of(raw, file)
-    return parse({k: raw[k] for k in ("rig", "bus", "store") if k in raw}, RigConfig, file)
+    return parse({k: raw[k] for k in ("rig", "bus", "store", "lab") if k in raw}, RigConfig, file)
 
 
 def parse_config(raw: Any, file: str | Path | None = None) -> tuple[Rig, Any]:
