@@ -12,6 +12,7 @@ import pytest
 
 from daq.bus.frames import Frame
 from daq.bus.pubsub import BusPublisher, BusSubscriber, BusTimeout
+from daq.errors import ProtocolError
 
 N_WAITS = 30
 
@@ -126,6 +127,23 @@ async def test_close_takes_the_socket_off_the_loop():
         loop = asyncio.get_running_loop()
         sub.close()
         assert not loop.remove_reader(fd), "the closed subscriber's FD was still registered"
+    finally:
+        sub.close()
+        pub.close()
+
+
+async def test_closing_a_subscriber_ends_a_wait_in_progress():
+    pub = BusPublisher()
+    sub = BusSubscriber(pub.endpoint)
+    try:
+        await pub.wait_for_subscribers(1, timeout=10)
+        waiting = asyncio.create_task(sub.recv(timeout=60))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        sub.close()
+        async with asyncio.timeout(10):  # the wait ends at the close, not at its 60 s deadline
+            with pytest.raises(ProtocolError, match="closed while waiting"):
+                await waiting
     finally:
         sub.close()
         pub.close()

@@ -352,6 +352,7 @@ class BusSubscriber:
         self._deadline: float | None = None  # of the current wait, time.monotonic()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0  # when the timer fires, time.monotonic()
+        self._closed = False
 
     async def recv(self, timeout: float | None = None) -> Message:
         """Next well-formed message; raises BusTimeout if none arrives within ``timeout`` s."""
@@ -415,10 +416,12 @@ class BusSubscriber:
         than plain pyzmq whenever the receiver was faster than the sender).
         """
         loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            self._watch(loop)
         events = self._events
         while True:
+            if self._closed:
+                raise ProtocolError(f"the subscriber of {self.endpoint} was closed while waiting")
+            if self._loop is not loop:
+                self._watch(loop)
             if events(zmq.EVENTS) & _POLLIN:
                 return
             if deadline is not None:
@@ -454,14 +457,22 @@ class BusSubscriber:
         except RuntimeError:
             running = None
         if running is loop or not loop.is_running():
-            loop.remove_reader(self._fd)
+            self._release(loop)
         else:
-            loop.call_soon_threadsafe(loop.remove_reader, self._fd)
+            loop.call_soon_threadsafe(self._release, loop)
+
+    def _release(self, loop: asyncio.AbstractEventLoop) -> None:
+        """In the loop's thread: the FD off the loop; a wait in progress ends (a closed subscriber's wait
+        raises instead of hanging)."""
+        loop.remove_reader(self._fd)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def _on_readable(self) -> None:
         """The FD signalled: process ZeroMQ's commands (clears the signal) and wake a waiter if a message
         is there."""
-        if self._sync.closed:
+        if self._closed:
             return
         ready = self._events(zmq.EVENTS) & _POLLIN
         waiter = self._waiter
@@ -533,6 +544,7 @@ class BusSubscriber:
             st.restarts[key] = st.restarts.get(key, 0) + 1
 
     def close(self) -> None:
+        self._closed = True
         self._unwatch()
         if not self._sock.closed:
             self._sock.close(linger=0)
