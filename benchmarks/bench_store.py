@@ -6,7 +6,7 @@ to show what the page size buys and what our own work costs on top of it; "ours"
 SessionStore.append (validation, header fields, stream bookkeeping, four indexes) and flush. A
 "sample" is one value of one channel; rows/s (all 8 channels at one instant) are shown too.
 Runs alternate; the ratio is the median of the per-run ratios of wall time, and of the process's CPU
-time (which the load of other jobs on a shared machine barely moves).
+time (which the load of other jobs on a shared machine barely moves), against both plain variants.
 
     .venv/bin/python benchmarks/bench_store.py [--repeat 5]
 """
@@ -85,17 +85,18 @@ def main() -> None:
             frames = blocks(rows, n)
             values = rows * N_CH * n
             times: dict[str, list[float]] = {"plain": [], "plain-pg": [], "ours": []}
-            ratios, cpu_ratios, pg_ratios = [], [], []
+            ratios, cpu_ratios, pg_ratios, pg_cpu_ratios = [], [], [], []
             for r in range(args.repeat):  # alternating, so load from other processes hits both alike
                 t_plain, c_plain = bench_plain(Path(tmp) / f"plain{k}-{r}.sqlite", frames)
                 t_ours, c_ours = bench_ours(Path(tmp) / f"ours{k}-{r}.sqlite", frames)
-                t_pg, _ = bench_plain(Path(tmp) / f"plainpg{k}-{r}.sqlite", frames, PAGE_SIZE)
+                t_pg, c_pg = bench_plain(Path(tmp) / f"plainpg{k}-{r}.sqlite", frames, PAGE_SIZE)
                 times["plain"].append(t_plain)
                 times["plain-pg"].append(t_pg)
                 times["ours"].append(t_ours)
                 ratios.append(t_plain / t_ours)
                 pg_ratios.append(t_pg / t_ours)
                 cpu_ratios.append(c_plain / c_ours)
+                pg_cpu_ratios.append(c_pg / c_ours)
                 for p in Path(tmp).iterdir():
                     p.unlink()
             for name in ("plain", "plain-pg", "ours"):
@@ -109,6 +110,8 @@ def main() -> None:
                   f"{statistics.median(cpu_ratios):.2f} ({' '.join(f'{x:.2f}' for x in cpu_ratios)})")
             print(f"{'':>10} wall-time ratio plain-pg/ours ({PAGE_SIZE}-byte pages both; median): "
                   f"{statistics.median(pg_ratios):.2f} ({' '.join(f'{x:.2f}' for x in pg_ratios)})")
+            print(f"{'':>10} CPU-time ratio plain-pg/ours ({PAGE_SIZE}-byte pages both; median): "
+                  f"{statistics.median(pg_cpu_ratios):.2f} ({' '.join(f'{x:.2f}' for x in pg_cpu_ratios)})")
 
 if __name__ == "__main__":
     main()

@@ -81,11 +81,6 @@ def _context(ctx: zmq.asyncio.Context | None) -> zmq.asyncio.Context:
     return ctx if ctx is not None else zmq.asyncio.Context.instance()
 
 
-def _set_done(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
 def _loop_time(loop: asyncio.AbstractEventLoop, deadline: float) -> float:
     """A time.monotonic() deadline on the loop's clock."""
     return loop.time() + (deadline - time.monotonic())
@@ -349,6 +344,15 @@ class BusSubscriber:
         self._logged: set[str] = set()
         self._n = 0  # messages taken off the socket
         self._yielded = 0  # self._n at the last yield to the event loop
+        self._events = cast(Callable[[int], int], self._sync.get)  # ZMQ_EVENTS is an int option
+        # The wait for a message (see _wait_readable): one reader on the loop for the subscriber's life,
+        # one timer re-armed only when a deadline passes, a future per wait
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiter: asyncio.Future | None = None
+        self._deadline: float | None = None  # of the current wait, time.monotonic()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0  # when the timer fires, time.monotonic()
+        self._closed = False
 
     async def recv(self, timeout: float | None = None) -> Message:
         """Next well-formed message; raises BusTimeout if none arrives within ``timeout`` s."""
@@ -404,28 +408,93 @@ class BusSubscriber:
     async def _wait_readable(self, deadline: float | None) -> None:
         """Wait until the socket has a message, or raise BusTimeout at ``deadline``.
 
-        Cheaper than a zmq.asyncio poll per wait. ZeroMQ's FD is edge-triggered: register the
-        reader first, then check ZMQ_EVENTS, and check again after every wake-up.
+        ZeroMQ's FD is edge-triggered: it only says "look at ZMQ_EVENTS", and reading ZMQ_EVENTS clears it.
+        The reader stays registered between waits (:meth:`_on_readable` reads ZMQ_EVENTS on every signal,
+        so a signal with no one waiting does not keep the loop busy), and the deadline timer is re-armed
+        only when it fires before the current wait's deadline: a wait costs one future, not two epoll_ctl
+        calls, a timer and its cancellation (issue 44: they made the receive side cost more per message
+        than plain pyzmq whenever the receiver was faster than the sender).
         """
         loop = asyncio.get_running_loop()
-        fd = self._fd
-        events = cast(Callable[[int], int], self._sync.get)  # ZMQ_EVENTS is an int option
+        events = self._events
         while True:
-            fut = loop.create_future()
-            loop.add_reader(fd, _set_done, fut)
-            timer = None if deadline is None else loop.call_at(_loop_time(loop, deadline), _set_done, fut)
-            try:
-                if events(zmq.EVENTS) & _POLLIN:
-                    return
-                await fut
-            finally:
-                loop.remove_reader(fd)
-                if timer is not None:
-                    timer.cancel()
+            if self._closed:
+                raise ProtocolError(f"the subscriber of {self.endpoint} was closed while waiting")
+            if self._loop is not loop:
+                self._watch(loop)
             if events(zmq.EVENTS) & _POLLIN:
                 return
-            if deadline is not None and time.monotonic() >= deadline:
-                raise BusTimeout(f"no message from {self.endpoint} within the timeout")
+            if deadline is not None:
+                if time.monotonic() >= deadline:
+                    raise BusTimeout(f"no message from {self.endpoint} within the timeout")
+                self._deadline = deadline
+                if self._timer is None or self._timer_at > deadline:
+                    self._arm(loop, deadline)
+            fut = self._waiter = loop.create_future()
+            try:
+                await fut
+            finally:
+                self._waiter = None
+                self._deadline = None
+
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Register the socket's FD with ``loop`` (once per loop; a new loop takes it over)."""
+        self._unwatch()
+        loop.add_reader(self._fd, self._on_readable)
+        self._loop = loop
+
+    def _unwatch(self) -> None:
+        """Take the FD off the loop it is registered with (from that loop's thread, or when it is not
+        running); a closed loop has forgotten it already."""
+        loop, self._loop = self._loop, None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop or not loop.is_running():
+            self._release(loop)
+        else:
+            loop.call_soon_threadsafe(self._release, loop)
+
+    def _release(self, loop: asyncio.AbstractEventLoop) -> None:
+        """In the loop's thread: the FD off the loop; a wait in progress ends (a closed subscriber's wait
+        raises instead of hanging)."""
+        loop.remove_reader(self._fd)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _on_readable(self) -> None:
+        """The FD signalled: process ZeroMQ's commands (clears the signal) and wake a waiter if a message
+        is there."""
+        if self._closed:
+            return
+        ready = self._events(zmq.EVENTS) & _POLLIN
+        waiter = self._waiter
+        if ready and waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = deadline
+        self._timer = loop.call_at(_loop_time(loop, deadline), self._on_deadline)
+
+    def _on_deadline(self) -> None:
+        """The timer fired: wake the waiter if its deadline passed, else re-arm for it."""
+        self._timer = None
+        waiter, deadline = self._waiter, self._deadline
+        if waiter is None or waiter.done() or deadline is None or self._loop is None:
+            return
+        if time.monotonic() >= deadline:
+            waiter.set_result(None)  # _wait_readable raises BusTimeout unless a message came meanwhile
+        else:
+            self._arm(self._loop, deadline)
 
     def _decode(self, parts: list) -> Message | None:
         try:
@@ -475,6 +544,8 @@ class BusSubscriber:
             st.restarts[key] = st.restarts.get(key, 0) + 1
 
     def close(self) -> None:
+        self._closed = True
+        self._unwatch()
         if not self._sock.closed:
             self._sock.close(linger=0)
 

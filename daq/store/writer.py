@@ -65,7 +65,7 @@ class SessionWriter:
         self._oldest: float | None = None
         self._ord: dict[str, int] = {}
         self._layout: dict[tuple[str, str], tuple] = {}  # (session, stream) -> stream row
-        # (session, stream) -> (channels, units, dtype, width, tail) of its last fully validated frame
+        # (session, stream) -> (channels, units, dtype, width, tail, key) of its last fully validated frame
         # (see _append_steady)
         self._steady: dict[tuple[str, str], tuple] = {}
         self._pending_streams: list[tuple] = []
@@ -188,7 +188,7 @@ class SessionWriter:
             t_lo, t_hi = (t0, t0) if t_min is None else (t_min, t_max)
             self._note_stream(session_id, stream, n, t_lo, t_hi)
             if ts is None and msg.data.dtype in _NATIVE_DTYPES and type(stream) is str:
-                self._steady[key] = (h["channels"], h["units"], msg.data.dtype, len(h["channels"]), tail)
+                self._steady[key] = (h["channels"], h["units"], msg.data.dtype, len(h["channels"]), tail, key)
         elif isinstance(msg, Event):
             if (
                 not isinstance(msg.stream, str)
@@ -226,7 +226,7 @@ class SessionWriter:
         (seq, t0, dt, shape) are checked here, in one pass without building a header. False, with
         nothing changed: the frame needs the full path (new layout, explicit timestamps, a field that
         would be refused - the full path says why)."""
-        channels, units, dtype, width, tail = steady
+        channels, units, dtype, width, tail, key = steady
         data, seq, t0, dt, sid = msg.data, msg.seq, msg.t0, msg.dt, msg.session_id
         if (
             msg.timestamps is not None
@@ -260,7 +260,7 @@ class SessionWriter:
             t_min, t_max = t0, t0 + (n - 1) * dt  # the arithmetic of frame_span and of the reads' time axis
             if tail[2] and t_min < tail[1]:
                 tail[2] = False
-                self._pending_nonmono.add((session_id, stream))
+                self._pending_nonmono.add(key)
         else:
             t_min = t_max = None
         ordinal = self._ord[session_id]
@@ -270,12 +270,28 @@ class SessionWriter:
         tail[0] += n
         if n:
             assert t_min is not None and t_max is not None  # set above when n
-            tail[1] = t_max
-            self._note_stream(session_id, stream, n, t_min, t_max)
+            tail[1] = t_hi = t_max
+            t_lo = t_min
         else:
-            self._note_stream(session_id, stream, n, t0, t0)
+            t_lo = t_hi = t0
+        # _note_stream and _buffered, inline: this is the per-frame path of every small block (issue 44)
+        counts = self._pending_counts.get(key)
+        if counts is None:
+            self._pending_counts[key] = [1, n, t_lo, t_hi]
+        else:
+            counts[0] += 1
+            counts[1] += n
+            if t_lo < counts[2]:
+                counts[2] = t_lo
+            if t_hi > counts[3]:
+                counts[3] = t_hi
         self._buffered_bytes += len(payload)
-        self._buffered(session_id, ordinal)
+        self._ord[session_id] = ordinal + 1
+        now = time.monotonic()
+        if self._oldest is None:
+            self._oldest = now
+        if now - self._oldest >= self.flush_interval or self._buffered_bytes >= FLUSH_BYTES:
+            self.flush()
         return True
 
     def _require_running(self, session_id: str) -> None:
