@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from daq.lab.scopes import ROLE_SCOPES, ROLES, TILED_ROLE, role_of
-from daq.lab.settings import LabError
+from daq.lab.settings import LabError, LabUnreachable
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 AUTH = "/api/v1/auth"
@@ -57,8 +57,6 @@ def _request(method: str, url: str, key: str, path: str, **kwargs):
         return httpx.request(method, url.rstrip("/") + AUTH + path,
                              headers={"Authorization": f"Apikey {key}"}, timeout=probe_timeout(), **kwargs)
     except httpx.HTTPError as exc:
-        from daq.lab.settings import LabUnreachable
-
         raise LabUnreachable(f"lab {url} unreachable ({type(exc).__name__}); retry later") from None
 
 
