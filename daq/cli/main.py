@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from daq.cli import bus, design, devices, keys, lab, rig, serve, sessions, uff, watch
+from daq.cli import bus, design, devices, keys, lab, lab_verify, rig, serve, sessions, uff, watch
 from daq.cli.common import CliState, OneLineError, exit_code, quiet_broken_pipe
 from daq.config.load import ENV_STORE, default_store_path
 
@@ -95,6 +95,7 @@ for command in (
     lab.lab,
 ):
     main.add_command(command)
+lab.lab.add_command(lab_verify.verify)
 
 
 if __name__ == "__main__":  # python -m daq.cli.main ... runs the same command as `hil`

@@ -15,8 +15,11 @@ import numpy as np
 from daq import json_codec
 from daq.bus.frames import SUPPORTED_DTYPES, Event, Frame
 from daq.lab import layout
+from daq.lab.checks import event_columns, table_sha256
 from daq.lab.connect import from_client_error, open_lab
+from daq.lab.digests import CopyChecker
 from daq.lab.search import Filters, run_search
+from daq.lab.settings import LabError
 from daq.lab.timing import stream_timing
 from daq.store.errors import StoreError, UnknownSession
 from daq.store.reader import CHUNK_SAMPLES, LATEST
@@ -65,6 +68,7 @@ class LabReader:
         self.root = open_lab(self.path, key)
         self._nodes: dict[str, Any] = {}  # tiled nodes (tiled has no type information)
         self._parts: dict[tuple[str, str], Any] = {}  # the t and data arrays of stream nodes
+        self.checker = CopyChecker()  # what is read is what was pushed (daq/lab/digests.py)
 
     # ------------------------------------------------------------------ sessions
 
@@ -144,6 +148,8 @@ class LabReader:
             t = np.asarray(self._part(snode, layout.TIME)[lo:hi], dtype=np.float64)
             data = np.asarray(self._part(snode, layout.DATA)[lo:hi], dtype=dtype).reshape(hi - lo,
                                                                                         len(si.channels))
+            self._check(snode, layout.TIME, lo, hi, t)
+            self._check(snode, layout.DATA, lo, hi, data)
         except Exception as exc:  # noqa: BLE001 - the client's errors as one line
             raise _lab_error(self.path, exc) from None
         return StreamData(si.name, t, data, list(si.channels), list(si.units), start=lo)
@@ -171,9 +177,17 @@ class LabReader:
             found = self._parts[(snode.uri, key)] = snode[key]
         return found
 
+    def _check(self, snode, part: str, lo: int, hi: int, fetched: np.ndarray | None) -> None:
+        """The blocks that rows lo:hi of ``part`` touch are as pushed (else LabCopyDiffers, naming one)."""
+        meta = snode.metadata
+        self.checker.rows(str(meta["session"]), str(snode.item["id"]), part, self._part(snode, part),
+                          int(meta["n_samples"]), int(meta["chunk_rows"]), lo, hi, fetched)
+
     def _times(self, snode, lo: int, hi: int) -> np.ndarray:
         try:
-            return np.asarray(self._part(snode, layout.TIME)[lo:hi], dtype=np.float64)
+            t = np.asarray(self._part(snode, layout.TIME)[lo:hi], dtype=np.float64)
+            self._check(snode, layout.TIME, lo, hi, t)
+            return t
         except Exception as exc:  # noqa: BLE001 - the client's errors as one line
             raise _lab_error(self.path, exc) from None
 
@@ -247,8 +261,11 @@ class LabReader:
         _, si, snode = self._frame_stream(session_id, stream)
         if snode is None:
             return {c: np.empty(0) for c in layout.FRAME_COLUMNS}
-        df = snode[layout.FRAMES].read()
-        return {c: df[c].to_numpy() for c in layout.FRAME_COLUMNS}
+        node = snode[layout.FRAMES]
+        df = node.read()
+        cols = {c: df[c].to_numpy() for c in layout.FRAME_COLUMNS}
+        self.checker.table(session_id, stream, node, len(df), table_sha256(cols))
+        return cols
 
     def frame_index(self, session_id: str, stream: str) -> list[tuple[int, int, float | None, float | None]]:
         cols = self.frames_table(session_id, stream)
@@ -256,7 +273,16 @@ class LabReader:
                 zip(cols["s0"], cols["n"], cols["t_min"], cols["t_max"], strict=True)]
 
     def stream_timing(self, session_id: str, stream: str, max_frames: int = 32) -> StreamTiming:
-        _, si, _ = self._frame_stream(session_id, stream)
+        """The stream's timing (``hil show``), for a stream whose every block is as pushed: a summary of
+        the whole stream is given only for a whole copy (the server confirms each block by its hash;
+        nothing is downloaded for it)."""
+        _, si, snode = self._frame_stream(session_id, stream)
+        if snode is not None:
+            try:
+                for part in (layout.TIME, layout.DATA):
+                    self._check(snode, part, 0, si.n_samples, None)
+            except Exception as exc:  # noqa: BLE001 - the client's errors as one line
+                raise _lab_error(self.path, exc) from None
         return stream_timing(si, self.frames_table(session_id, stream),
                              lambda lo, hi: self.read_range(session_id, stream, lo, hi).t, max_frames)
 
@@ -266,8 +292,11 @@ class LabReader:
         node = self._node(sid)
         if layout.EVENTS not in node:
             return []
-        df = node[layout.EVENTS].read()
-        return list(zip(*(df[c].tolist() for c in layout.EVENT_COLUMNS), strict=True))
+        table = node[layout.EVENTS]
+        df = table.read()
+        rows = list(zip(*(df[c].tolist() for c in layout.EVENT_COLUMNS), strict=True))
+        self.checker.table(sid, "", table, len(rows), table_sha256(event_columns(rows)))
+        return rows
 
     def events(self, session_id: str, kind: str | None = None, stream: str | None = None, *,
                t_start: float | None = None, t_stop: float | None = None) -> list[Event]:
@@ -378,6 +407,6 @@ def _metadata(found) -> Iterator[dict]:
 
 
 def _lab_error(url: str, exc: BaseException):
-    if isinstance(exc, StoreError):
+    if isinstance(exc, (StoreError, LabError)):
         return exc
     return from_client_error(url, exc)
