@@ -111,6 +111,23 @@ def block_holds(node, block: tuple[int, ...], etag: str, sha: str) -> bool:
     return resp.status_code == 304 or hashlib.sha256(resp.content).hexdigest() == sha
 
 
+def unreadable(node, exc: BaseException) -> bool:
+    """True when reading ``node`` failed because the lab cannot read its own file (lost or broken on its
+    disk): the server erred (5xx), or it broke off the answer while it still answers about the node - a
+    lab that does not answer at all is unreachable, not a changed copy."""
+    import httpx  # lazy: only talking to a lab needs it
+
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if status is not None:
+        return status >= 500
+    if not isinstance(exc, httpx.TransportError):
+        return False
+    try:
+        return node.context.http_client.get(node.item["links"]["self"]).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def block_index(n_dims: int, i: int) -> tuple[int, ...]:
     """The index of a row block of an array of ``n_dims`` dimensions (blocks span whole rows)."""
     return (i,) if n_dims == 1 else (i, 0)

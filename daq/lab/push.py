@@ -79,6 +79,16 @@ def child(node, key: str):
         return None
 
 
+def delete(parent, key: str, node) -> None:
+    """Delete the node ``key`` and its files. A node whose file the lab lost errs while its record goes:
+    gone is what was asked."""
+    try:
+        node.delete(external_only=False)
+    except Exception:
+        if child(parent, key) is not None:
+            raise
+
+
 def status_of(exc: BaseException) -> int | None:
     return getattr(getattr(exc, "response", None), "status_code", None)
 
@@ -145,6 +155,9 @@ class Pusher:
                 record_digests(arr, digests)
             return ""
         bad = set(problems)
+        parts = (layout.TIME, layout.DATA, layout.FRAMES)
+        self.marks.forget(info.id, self.lab, [layout.EVENTS, *(f"{name}/{p}" for name in check.streams
+                                                                for p in parts)])  # an older push's
         for name, sc in check.streams.items():
             if Problem(name, "") in bad:
                 continue
@@ -189,7 +202,7 @@ class Pusher:
                     and existing.metadata.get("sha256") == metadata.get("sha256"):
                 record_digests(existing, {k: metadata[k] for k in (SHA_KEY, ETAG_KEY) if k in metadata})
                 return existing
-            existing.delete(external_only=False)
+            delete(parent, key, existing)
             self.marks.forget(parent.metadata.get("session", ""), self.lab, [node_name])
         structure = ArrayStructure(shape=shape, chunks=chunks, dims=dims,
                                    data_type=BuiltinDtype.from_numpy_dtype(dtype))
@@ -261,7 +274,7 @@ class Pusher:
         if existing is not None:
             if self.marks.done_blocks(sid, self.lab, progress):
                 return
-            existing.delete(external_only=False)
+            delete(parent, key, existing)
         table = to_arrow(columns)
         tnode = parent.new(StructureFamily.table,
                            [DataSource(structure=TableStructure.from_arrow_table(table),

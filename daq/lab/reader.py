@@ -17,7 +17,7 @@ from daq.bus.frames import SUPPORTED_DTYPES, Event, Frame
 from daq.lab import layout
 from daq.lab.checks import event_columns, table_sha256
 from daq.lab.connect import from_client_error, open_lab
-from daq.lab.digests import CopyChecker
+from daq.lab.digests import CopyChecker, differs, unreadable
 from daq.lab.search import Filters, run_search
 from daq.lab.settings import LabError
 from daq.lab.timing import stream_timing
@@ -127,7 +127,8 @@ class LabReader:
         if si is None or si.type != "frame":
             names = [s for s, x in info.streams.items() if x.type == "frame"]
             raise StoreError(f"session {info.id} has no frame stream {stream!r} (frame streams: {names})")
-        return info.id, si, (self._node(info.id)[stream] if si.n_samples else None)
+        return info.id, si, (_held(self._node(info.id), stream, info.id, stream, "stream") if si.n_samples
+                             else None)
 
     def read_stream(self, session_id: str, stream: str) -> StreamData:
         return self.read_range(session_id, stream)
@@ -174,7 +175,8 @@ class LabReader:
         """The array ``key`` of a stream node, looked up once (each lookup is a request)."""
         found = self._parts.get((snode.uri, key))
         if found is None:
-            found = self._parts[(snode.uri, key)] = snode[key]
+            found = self._parts[(snode.uri, key)] = _held(snode, key, snode.metadata["session"],
+                                                          snode.item["id"], key)
         return found
 
     def _check(self, snode, part: str, lo: int, hi: int, fetched: np.ndarray | None) -> None:
@@ -231,8 +233,11 @@ class LabReader:
         step = min(chunk_samples, int(snode.metadata["chunk_rows"]) if snode is not None else chunk_samples)
         buf: list[StreamData] = []
         have, first = 0, lo
-        for a in range(lo, hi, step):  # read block by block, hand out chunks of the size asked for
-            buf.append(self._slice(si, snode, a, min(hi, a + step)))
+        edges = [lo, *range((lo // step + 1) * step, hi, step), hi]  # on block bounds: whole blocks hash here
+        for a, b in zip(edges[:-1], edges[1:], strict=True):  # hand out chunks of the size asked for
+            if b <= a:
+                continue
+            buf.append(self._slice(si, snode, a, b))
             have += len(buf[-1])
             while have >= chunk_samples:
                 chunk, buf, have = _take(si, buf, chunk_samples, first)
@@ -261,11 +266,20 @@ class LabReader:
         _, si, snode = self._frame_stream(session_id, stream)
         if snode is None:
             return {c: np.empty(0) for c in layout.FRAME_COLUMNS}
-        node = snode[layout.FRAMES]
-        df = node.read()
+        node = _held(snode, layout.FRAMES, session_id, stream, "frames table")
+        df = self._table(node, session_id, stream, "frames table")
         cols = {c: df[c].to_numpy() for c in layout.FRAME_COLUMNS}
         self.checker.table(session_id, stream, node, len(df), table_sha256(cols))
         return cols
+
+    def _table(self, node, session: str, stream: str, part: str):
+        """A table node read whole; a table whose file the lab lost (the server errs) is one line."""
+        try:
+            return node.read()
+        except Exception as exc:  # noqa: BLE001 - the client's errors as one line
+            if unreadable(node, exc):
+                raise differs(session, stream, part) from None
+            raise _lab_error(self.path, exc) from None
 
     def frame_index(self, session_id: str, stream: str) -> list[tuple[int, int, float | None, float | None]]:
         cols = self.frames_table(session_id, stream)
@@ -291,9 +305,12 @@ class LabReader:
     def _event_rows(self, sid: str) -> list[tuple]:
         node = self._node(sid)
         if layout.EVENTS not in node:
+            pushed = ((node.metadata.get("replication") or {}).get("checks") or {}).get("events") or {}
+            if pushed.get("rows"):  # the push wrote them: lost in the lab
+                raise differs(sid, "", "events table")
             return []
-        table = node[layout.EVENTS]
-        df = table.read()
+        table = _held(node, layout.EVENTS, sid, "", "events table")
+        df = self._table(table, sid, "", "events table")
         rows = list(zip(*(df[c].tolist() for c in layout.EVENT_COLUMNS), strict=True))
         self.checker.table(sid, "", table, len(rows), table_sha256(event_columns(rows)))
         return rows
@@ -389,6 +406,14 @@ def _take(si: StreamInfo, buf: list[StreamData], n: int, first: int) -> tuple[St
     rest = [StreamData(si.name, t[n:], d[n:], list(si.channels), list(si.units), start=first + n)]
     left = len(t) - n
     return chunk, (rest if left else []), left
+
+
+def _held(node, key: str, session: str, stream: str, part: str):
+    """``node[key]``; a node the push wrote but the lab lost is one line naming it (LabCopyDiffers)."""
+    try:
+        return node[key]
+    except KeyError:
+        raise differs(str(session), str(stream), part) from None
 
 
 def _none(x) -> float | None:

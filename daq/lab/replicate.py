@@ -37,7 +37,7 @@ def push_sessions(store_path: str | os.PathLike, url: str, key: str, sessions: I
     with SessionReader(store_path, recover=False) as store, Marks(store_path) as marks:
         if sessions is None:  # the rig's marks re-checked against the lab: a session deleted there goes again
             try:
-                forget_lost(root, marks, url, say)
+                forget_lost(root, marks, url, {i.id for i in store.list_sessions()}, say)
             except Exception as exc:  # noqa: BLE001 - the client's errors as one line
                 raise from_client_error(url, exc) from None
         todo = pending_sessions(store, marks, url) if sessions is None else list(sessions)

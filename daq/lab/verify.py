@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from daq.lab import layout
 from daq.lab.arrow_columns import from_arrow
 from daq.lab.checks import table_sha256
-from daq.lab.digests import BlockDigests, block_holds, block_index, whole_sha256
+from daq.lab.digests import BlockDigests, block_holds, block_index, unreadable, whole_sha256
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def table_holds(parent, key: str, rows: int, sha: str) -> bool:
     try:
         table = node.read_arrow()
     except Exception as exc:  # noqa: BLE001 - a table file lost on the lab's disk: the server errs
-        if (getattr(getattr(exc, "response", None), "status_code", None) or 0) >= 500:
+        if unreadable(node, exc):
             return False
         raise
     try:
@@ -185,11 +185,11 @@ def held_verified(root, ids: list[str]) -> set[str]:
     return held
 
 
-def forget_lost(root, marks, lab: str, say: Callable[[str], None]) -> list[str]:
-    """Sessions the rig marked as held verified by ``lab`` that the lab no longer holds so (deleted
-    there): unmarked, so that ``hil lab push --pending`` pushes them again. Returns them."""
+def forget_lost(root, marks, lab: str, local: set[str], say: Callable[[str], None]) -> list[str]:
+    """Sessions of ``local`` (the store's) that the rig marked as held verified by ``lab`` but the lab no
+    longer holds so (deleted there): unmarked, so that ``hil lab push --pending`` pushes them again."""
     lab = lab.rstrip("/")
-    marked = sorted(sid for sid, labs in marks.labs_by_session().items() if lab in labs)
+    marked = sorted(sid for sid, labs in marks.labs_by_session().items() if lab in labs and sid in local)
     held = held_verified(root, marked) if marked else set()
     lost = [sid for sid in marked if sid not in held]
     for sid in lost:
