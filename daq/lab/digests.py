@@ -46,13 +46,21 @@ class BlockDigests:
 
     sha256: list[str]
     etag: list[str]
+    order: str = "<"  # the dtype spelling the hashes were made with (daq.lab.client.byte_order)
 
     def add(self, values: np.ndarray) -> None:
-        from daq.lab.client import block_token  # lazy: dask's tokenize, only a push computes it
+        from daq.lab.client import block_token, byte_order  # lazy: dask's tokenize, only a push needs it
 
         values = np.ascontiguousarray(values)
+        self.order = byte_order()
         self.sha256.append(block_sha256(values))
-        self.etag.append(block_token(values))
+        self.etag.append(block_token(values, self.order))
+
+    def token(self, i: int) -> str | None:
+        """Block ``i``'s hash for the push's own check of it, when made the way the server spells it."""
+        from daq.lab.client import byte_order  # lazy: as above
+
+        return self.etag[i] if i < len(self.etag) and self.order == byte_order() else None
 
     def as_metadata(self) -> dict:
         return {SHA_KEY: list(self.sha256), ETAG_KEY: list(self.etag)}

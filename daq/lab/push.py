@@ -229,13 +229,14 @@ class Pusher:
         pending: deque[tuple[Future, str, int]] = deque()
         with ThreadPoolExecutor(self.workers, thread_name_prefix="lab-push") as pool:
             for i, chunk in enumerate(self.store.iter_stream(info.id, si.name, sc.chunk_rows)):
-                for arr, name, done, values in ((t_arr, t_name, done_t, chunk.t), (d_arr, d_name, done_d,
-                                                                                     chunk.data)):
+                for arr, name, done, values, digests in ((t_arr, t_name, done_t, chunk.t, sc.t_blocks),
+                                                         (d_arr, d_name, done_d, chunk.data, sc.data_blocks)):
                     if i in done:
                         continue
                     block = (i,) if values.ndim == 1 else (i, 0)
                     values = np.ascontiguousarray(values)
-                    pending.append((pool.submit(self._write_block, arr, values, block), name, i))
+                    job = pool.submit(self._write_block, arr, values, block, digests.token(i))
+                    pending.append((job, name, i))
                     self.sent += values.nbytes
                 while len(pending) >= self.workers:
                     self._finish(info.id, pending.popleft())
@@ -246,10 +247,11 @@ class Pusher:
                          sc.frames_sha256, progress=f"{si.name}/{layout.FRAMES}")
         return {layout.TIME: t_arr, layout.DATA: d_arr}
 
-    def _write_block(self, arr, values: np.ndarray, block: tuple[int, ...]) -> None:
-        """Write one block and have the server confirm it holds exactly these bytes."""
+    def _write_block(self, arr, values: np.ndarray, block: tuple[int, ...], token: str | None = None) -> None:
+        """Write one block and have the server confirm it holds exactly these bytes (``token``: their hash,
+        made by the local check already)."""
         arr.write_block(values, block)
-        if not arr.block_matches(values, block):
+        if not arr.block_matches(values, block, token):
             raise LabError(f"the lab's copy of block {block[0]} of {arr.item['id']} differs from the sent "
                            "one; push again")
 
