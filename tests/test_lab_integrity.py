@@ -20,13 +20,16 @@ import pytest
 from daq.lab.marks import replicas
 from daq.lab.reader import LabReader
 from daq.store.reader import SessionReader
-from tests.test_lab import ROOT, T0, hil, make_session, shared_lab
+from tests.test_lab import ROOT, T0, LabServer, hil, make_session
 
 
-@pytest.fixture(scope="session")
-def lab(request, tmp_path_factory):
-    """The lab server test_lab uses too (one per pytest session)."""
-    yield from shared_lab(request, tmp_path_factory)
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A lab server of this module's own: its tests change the lab's files behind the server's back and
+    push sessions that test_lab's listings of the shared lab do not expect."""
+    server = LabServer(tmp_path_factory.mktemp("lab-integrity") / "lab")
+    yield server
+    assert server.stop() == 0
 
 
 def pushed_session(lab, tmp_path: Path, seed: int) -> tuple[Path, str]:
