@@ -156,6 +156,7 @@ def press_config(tmp_path: Path, server: LabServer | None) -> Path:
     text = re.sub(r"(?m)^q_max = 20000.0(\s+# N, top)", r"q_max = 8000.0\1", text)
     if server is not None:
         (tmp_path / "lab.key").write_text(server.key + "\n")
+        (tmp_path / "lab.key").chmod(0o600)  # a client refuses a key file open to others
         text += f'\n[lab]\nurl = "{server.url}"\nkey_file = "lab.key"\n'
     path = tmp_path / ("press-lab.toml" if server else "press.toml")
     path.write_text(text)

@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from daq.cli import bus, design, devices, keys, lab, lab_keys, rig, serve, sessions, uff, watch
+from daq.cli import bus, design, devices, keys, lab, lab_keys, lab_verify, rig, serve, sessions, uff, watch
 from daq.cli.common import LAB_KEY_HELP, CliState, OneLineError, exit_code, quiet_broken_pipe
 from daq.config.load import ENV_STORE, default_store_path
 
@@ -96,6 +96,7 @@ for command in (
 ):
     main.add_command(command)
 lab.lab.add_command(lab_keys.key)  # hil lab key ...: people and their keys
+lab.lab.add_command(lab_verify.verify)
 
 
 if __name__ == "__main__":  # python -m daq.cli.main ... runs the same command as `hil`

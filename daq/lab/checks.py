@@ -8,11 +8,12 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from daq import json_codec
+from daq.lab.digests import BlockDigests
 from daq.lab.layout import EVENT_COLUMNS, FRAME_COLUMNS, chunk_rows, frames_rows
 from daq.lab.settings import LabError
 from daq.store.reader import SessionReader
@@ -27,6 +28,8 @@ class StreamCheck:
     data_sha256: str
     frames: int
     frames_sha256: str
+    t_blocks: BlockDigests = field(default_factory=BlockDigests.empty)  # per block (daq/lab/digests.py)
+    data_blocks: BlockDigests = field(default_factory=BlockDigests.empty)
 
     def as_dict(self) -> dict:
         return {"rows": self.rows, "t_sha256": self.t_sha256, "data_sha256": self.data_sha256,
@@ -97,10 +100,13 @@ def check_session(store: SessionReader, info: SessionInfo) -> SessionCheck:
                            f"its frames but its table says {si.n_samples}; not pushed")
         block = chunk_rows(si)
         t_hash, d_hash, n = hashlib.sha256(), hashlib.sha256(), 0
+        t_blocks, d_blocks = BlockDigests.empty(), BlockDigests.empty()
         try:
             for chunk in store.iter_stream(info.id, name, block):
                 t_hash.update(np.ascontiguousarray(chunk.t, dtype="<f8").data)
                 d_hash.update(np.ascontiguousarray(chunk.data).data)
+                t_blocks.add(np.ascontiguousarray(chunk.t, dtype="<f8"))
+                d_blocks.add(chunk.data)
                 n += len(chunk)
         except (ValueError, TypeError) as exc:
             raise LabError(f"session {info.id} is corrupt: stream {name} does not decode ({exc}); "
@@ -109,7 +115,7 @@ def check_session(store: SessionReader, info: SessionInfo) -> SessionCheck:
             raise LabError(f"session {info.id} is corrupt: stream {name} reads {n} samples of "
                            f"{si.n_samples}; not pushed")
         streams[name] = StreamCheck(n, block, t_hash.hexdigest(), d_hash.hexdigest(), len(rows),
-                                    table_sha256(frames_rows(rows)))
+                                    table_sha256(frames_rows(rows)), t_blocks, d_blocks)
     events = event_rows(store.path, info.id)
     for row in events:
         try:

@@ -32,6 +32,11 @@ BYTE_ORDERS: tuple[ByteOrder, ...] = ("<", "=")
 _order: dict[str, ByteOrder] = {"now": BYTE_ORDERS[0]}
 
 
+def byte_order() -> ByteOrder:
+    """The dtype spelling block tokens are made with now (learnt from the server's first answer)."""
+    return _order["now"]
+
+
 def block_token(values: np.ndarray, order: ByteOrder | None = None) -> str:
     """The ETag a Tiled server gives ``values`` served as raw bytes (see the module's docstring)."""
     from dask.tokenize import tokenize  # lazy: the light part of dask (no dask.array, no pandas)
@@ -82,7 +87,7 @@ class _BlockArrayMixin:
                     return True
                 handle_error(resp)
         same = resp.content == values.tobytes()
-        if same and token is None:  # learn how this server spells the dtype, for the next blocks
+        if same:  # learn how this server spells the dtype, for the next blocks
             etag = resp.headers.get("ETag")
             _order["now"] = next((o for o in BYTE_ORDERS if block_token(values, o) == etag), _order["now"])
         return same

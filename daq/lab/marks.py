@@ -64,6 +64,10 @@ class Marks:
                              (session_id, lab, time.time(), json_codec.dumps(checks)))
             self._db.execute("DELETE FROM lab_progress WHERE session_id=? AND lab=?", (session_id, lab))
 
+    def unmark(self, session_id: str, lab: str) -> None:
+        """``lab`` no longer holds ``session_id`` verified (it was deleted there): it is pending again."""
+        self._db.execute("DELETE FROM lab_replicas WHERE session_id=? AND lab=?", (session_id, lab))
+
     def labs_by_session(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for sid, lab in self._db.execute("SELECT session_id, lab FROM lab_replicas ORDER BY lab"):

@@ -35,10 +35,12 @@ from daq.lab.checks import (
     table_sha256,
 )
 from daq.lab.connect import from_client_error
+from daq.lab.digests import ETAG_KEY, SHA_KEY
 from daq.lab.marks import Marks
 from daq.lab.names import check_session_id, check_stream_name
 from daq.lab.push_lock import pushing
 from daq.lab.settings import LabError
+from daq.lab.verify import Problem, local_problems
 from daq.store.reader import SessionReader
 from daq.store.records import FINAL_STATUSES, SessionInfo, StreamInfo
 
@@ -81,6 +83,16 @@ def child(node, key: str):
         return None
 
 
+def delete(parent, key: str, node) -> None:
+    """Delete the node ``key`` and its files. A node whose file the lab lost errs while its record goes:
+    gone is what was asked."""
+    try:
+        node.delete(external_only=False)
+    except Exception:
+        if child(parent, key) is not None:
+            raise
+
+
 def status_of(exc: BaseException) -> int | None:
     return getattr(getattr(exc, "response", None), "status_code", None)
 
@@ -117,11 +129,15 @@ class Pusher:
         checks = check.as_dict()
         meta = session_metadata(self.store, info)
         node, fresh = self._create(self.root, info.id, meta, layout.SESSION_SPEC)
+        note = ""
         if not fresh:
             there = layout.plain(node.metadata.get("replication", {}))
             if there.get("state") == layout.VERIFIED and there.get("checks") == checks:
-                self.marks.mark(info.id, self.lab, checks)
-                return PushResult(info.id, "already")
+                differing = self._recheck(node, info, check)  # the marker alone is not the copy
+                if not differing:
+                    self.marks.mark(info.id, self.lab, checks)
+                    return PushResult(info.id, "already")
+                note = f"the lab's copy differed: {differing}; repaired"
         self.sent = 0
         arrays = {name: self._push_stream(node, info, info.streams[name], sc)
                   for name, sc in check.streams.items()}
@@ -140,7 +156,36 @@ class Pusher:
             meta["pushed_by"] = self.who
         node.replace_metadata(metadata=meta, specs=[layout.SESSION_SPEC], drop_revision=True)
         self.marks.mark(info.id, self.lab, checks)
-        return PushResult(info.id, "pushed", self.sent)
+        return PushResult(info.id, "pushed", self.sent, note)
+
+    def _recheck(self, node, info: SessionInfo, check: SessionCheck) -> str:
+        """Check a copy the lab calls verified against the local session, block by block (the server
+        confirms each by its hash; nothing downloaded but the tables). Whole: record the block digests on
+        copies pushed before them, and return "". Else mark what holds as done, so that the push writes
+        only what differs, and return what differs."""
+        problems, whole = local_problems(node, info, check)
+        if not problems:
+            for arr, digests in whole:
+                record_digests(arr, digests)
+            return ""
+        bad = set(problems)
+        parts = (layout.TIME, layout.DATA, layout.FRAMES)
+        self.marks.forget(info.id, self.lab, [layout.EVENTS, *(f"{name}/{p}" for name in check.streams
+                                                                for p in parts)])  # an older push's
+        for name, sc in check.streams.items():
+            if Problem(name, "") in bad:
+                continue
+            for part in (layout.TIME, layout.DATA):
+                if Problem(name, part, None) in bad:
+                    continue
+                for i in range(layout.n_blocks(sc.rows, sc.chunk_rows)):
+                    if Problem(name, part, i) not in bad:
+                        self.marks.block_done(info.id, self.lab, f"{name}/{part}", i)
+            if Problem(name, layout.FRAMES) not in bad:
+                self.marks.block_done(info.id, self.lab, f"{name}/{layout.FRAMES}", 0)
+        if Problem("", layout.EVENTS) not in bad:
+            self.marks.block_done(info.id, self.lab, layout.EVENTS, 0)
+        return ", ".join(p.text() for p in problems)
 
     # ------------------------------------------------------------------ nodes
 
@@ -169,8 +214,9 @@ class Pusher:
             if tuple(st.shape) == shape and tuple(map(tuple, st.chunks)) == chunks \
                     and st.data_type.to_numpy_dtype() == dtype \
                     and existing.metadata.get("sha256") == metadata.get("sha256"):
+                record_digests(existing, {k: metadata[k] for k in (SHA_KEY, ETAG_KEY) if k in metadata})
                 return existing
-            existing.delete(external_only=False)
+            delete(parent, key, existing)
             self.marks.forget(parent.metadata.get("session", ""), self.lab, [node_name])
         structure = ArrayStructure(shape=shape, chunks=chunks, dims=dims,
                                    data_type=BuiltinDtype.from_numpy_dtype(dtype))
@@ -186,23 +232,25 @@ class Pusher:
         dtype = SUPPORTED_DTYPES[si.dtype]
         t_name, d_name = f"{si.name}/{layout.TIME}", f"{si.name}/{layout.DATA}"
         t_arr = self._array(snode, new, layout.TIME, (sc.rows,), np.dtype("<f8"), sc.chunk_rows,
-                            {"unit": "s", "time_unit": "s", "rows": sc.rows, "sha256": sc.t_sha256},
-                            ("sample",), t_name)
+                            {"unit": "s", "time_unit": "s", "rows": sc.rows, "sha256": sc.t_sha256,
+                             **sc.t_blocks.as_metadata()}, ("sample",), t_name)
         d_arr = self._array(snode, new, layout.DATA, (sc.rows, len(si.channels)), dtype, sc.chunk_rows,
                             {"channels": si.channels, "units": si.units, "rows": sc.rows,
-                             "sha256": sc.data_sha256}, ("sample", "channel"), d_name)
+                             "sha256": sc.data_sha256, **sc.data_blocks.as_metadata()},
+                            ("sample", "channel"), d_name)
         done_t = self.marks.done_blocks(info.id, self.lab, t_name)
         done_d = self.marks.done_blocks(info.id, self.lab, d_name)
         pending: deque[tuple[Future, str, int]] = deque()
         with ThreadPoolExecutor(self.workers, thread_name_prefix="lab-push") as pool:
             for i, chunk in enumerate(self.store.iter_stream(info.id, si.name, sc.chunk_rows)):
-                for arr, name, done, values in ((t_arr, t_name, done_t, chunk.t), (d_arr, d_name, done_d,
-                                                                                     chunk.data)):
+                for arr, name, done, values, digests in ((t_arr, t_name, done_t, chunk.t, sc.t_blocks),
+                                                         (d_arr, d_name, done_d, chunk.data, sc.data_blocks)):
                     if i in done:
                         continue
                     block = (i,) if values.ndim == 1 else (i, 0)
                     values = np.ascontiguousarray(values)
-                    pending.append((pool.submit(self._write_block, arr, values, block), name, i))
+                    job = pool.submit(self._write_block, arr, values, block, digests.token(i))
+                    pending.append((job, name, i))
                     self.sent += values.nbytes
                 while len(pending) >= self.workers:
                     self._finish(info.id, pending.popleft())
@@ -213,10 +261,11 @@ class Pusher:
                          sc.frames_sha256, progress=f"{si.name}/{layout.FRAMES}")
         return {layout.TIME: t_arr, layout.DATA: d_arr}
 
-    def _write_block(self, arr, values: np.ndarray, block: tuple[int, ...]) -> None:
-        """Write one block and have the server confirm it holds exactly these bytes."""
+    def _write_block(self, arr, values: np.ndarray, block: tuple[int, ...], token: str | None = None) -> None:
+        """Write one block and have the server confirm it holds exactly these bytes (``token``: their hash,
+        made by the local check already)."""
         arr.write_block(values, block)
-        if not arr.block_matches(values, block):
+        if not arr.block_matches(values, block, token):
             raise LabError(f"the lab's copy of block {block[0]} of {arr.item['id']} differs from the sent "
                            "one; push again")
 
@@ -241,7 +290,7 @@ class Pusher:
         if existing is not None:
             if self.marks.done_blocks(sid, self.lab, progress):
                 return
-            existing.delete(external_only=False)
+            delete(parent, key, existing)
         table = to_arrow(columns)
         tnode = parent.new(StructureFamily.table,
                            [DataSource(structure=TableStructure.from_arrow_table(table),
@@ -273,6 +322,12 @@ class Pusher:
                 self.marks.forget(info.id, self.lab, [f"{name}/{n}" for n in parts_of])
                 raise LabError(f"session {info.id}: the lab's copy of {name} differs from the local one; "
                                "push again")
+
+
+def record_digests(arr, digests: dict) -> None:
+    """Put the per-block digests on an array node of the lab, unless it holds these already."""
+    if digests and any(layout.plain(arr.metadata.get(k)) != v for k, v in digests.items()):
+        arr.update_metadata(metadata=digests, drop_revision=True)
 
 
 def table_digest(table, names: list[str]) -> tuple[int, str]:

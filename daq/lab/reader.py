@@ -15,10 +15,13 @@ import numpy as np
 from daq import json_codec
 from daq.bus.frames import SUPPORTED_DTYPES, Event, Frame
 from daq.lab import layout
+from daq.lab.checks import event_columns, table_sha256
 from daq.lab.connect import from_client_error, open_lab
+from daq.lab.digests import CopyChecker, differs, unreadable
 from daq.lab.names import is_session_key, shown
 from daq.lab.people import whoami
 from daq.lab.search import Filters, run_search
+from daq.lab.settings import LabError
 from daq.lab.timing import stream_timing
 from daq.store.errors import StoreError, UnknownSession
 from daq.store.reader import CHUNK_SAMPLES, LATEST
@@ -68,6 +71,7 @@ class LabReader:
         self._key = key  # to ask the lab who holds it when recording an analysis
         self._nodes: dict[str, Any] = {}  # tiled nodes (tiled has no type information)
         self._parts: dict[tuple[str, str], Any] = {}  # the t and data arrays of stream nodes
+        self.checker = CopyChecker()  # what is read is what was pushed (daq/lab/digests.py)
 
     # ------------------------------------------------------------------ sessions
 
@@ -128,7 +132,8 @@ class LabReader:
         if si is None or si.type != "frame":
             names = [s for s, x in info.streams.items() if x.type == "frame"]
             raise StoreError(f"session {info.id} has no frame stream {stream!r} (frame streams: {names})")
-        return info.id, si, (self._node(info.id)[stream] if si.n_samples else None)
+        return info.id, si, (_held(self._node(info.id), stream, info.id, stream, "stream") if si.n_samples
+                             else None)
 
     def read_stream(self, session_id: str, stream: str) -> StreamData:
         return self.read_range(session_id, stream)
@@ -149,6 +154,8 @@ class LabReader:
             t = np.asarray(self._part(snode, layout.TIME)[lo:hi], dtype=np.float64)
             data = np.asarray(self._part(snode, layout.DATA)[lo:hi], dtype=dtype).reshape(hi - lo,
                                                                                         len(si.channels))
+            self._check(snode, layout.TIME, lo, hi, t)
+            self._check(snode, layout.DATA, lo, hi, data)
         except Exception as exc:  # noqa: BLE001 - the client's errors as one line
             raise _lab_error(self.path, exc) from None
         return StreamData(si.name, t, data, list(si.channels), list(si.units), start=lo)
@@ -173,12 +180,21 @@ class LabReader:
         """The array ``key`` of a stream node, looked up once (each lookup is a request)."""
         found = self._parts.get((snode.uri, key))
         if found is None:
-            found = self._parts[(snode.uri, key)] = snode[key]
+            found = self._parts[(snode.uri, key)] = _held(snode, key, snode.metadata["session"],
+                                                          snode.item["id"], key)
         return found
+
+    def _check(self, snode, part: str, lo: int, hi: int, fetched: np.ndarray | None) -> None:
+        """The blocks that rows lo:hi of ``part`` touch are as pushed (else LabCopyDiffers, naming one)."""
+        meta = snode.metadata
+        self.checker.rows(str(meta["session"]), str(snode.item["id"]), part, self._part(snode, part),
+                          int(meta["n_samples"]), int(meta["chunk_rows"]), lo, hi, fetched)
 
     def _times(self, snode, lo: int, hi: int) -> np.ndarray:
         try:
-            return np.asarray(self._part(snode, layout.TIME)[lo:hi], dtype=np.float64)
+            t = np.asarray(self._part(snode, layout.TIME)[lo:hi], dtype=np.float64)
+            self._check(snode, layout.TIME, lo, hi, t)
+            return t
         except Exception as exc:  # noqa: BLE001 - the client's errors as one line
             raise _lab_error(self.path, exc) from None
 
@@ -222,8 +238,11 @@ class LabReader:
         step = min(chunk_samples, int(snode.metadata["chunk_rows"]) if snode is not None else chunk_samples)
         buf: list[StreamData] = []
         have, first = 0, lo
-        for a in range(lo, hi, step):  # read block by block, hand out chunks of the size asked for
-            buf.append(self._slice(si, snode, a, min(hi, a + step)))
+        edges = [lo, *range((lo // step + 1) * step, hi, step), hi]  # on block bounds: whole blocks hash here
+        for a, b in zip(edges[:-1], edges[1:], strict=True):  # hand out chunks of the size asked for
+            if b <= a:
+                continue
+            buf.append(self._slice(si, snode, a, b))
             have += len(buf[-1])
             while have >= chunk_samples:
                 chunk, buf, have = _take(si, buf, chunk_samples, first)
@@ -252,8 +271,20 @@ class LabReader:
         _, si, snode = self._frame_stream(session_id, stream)
         if snode is None:
             return {c: np.empty(0) for c in layout.FRAME_COLUMNS}
-        df = snode[layout.FRAMES].read()
-        return {c: df[c].to_numpy() for c in layout.FRAME_COLUMNS}
+        node = _held(snode, layout.FRAMES, session_id, stream, "frames table")
+        df = self._table(node, session_id, stream, "frames table")
+        cols = {c: df[c].to_numpy() for c in layout.FRAME_COLUMNS}
+        self.checker.table(session_id, stream, node, len(df), table_sha256(cols))
+        return cols
+
+    def _table(self, node, session: str, stream: str, part: str):
+        """A table node read whole; a table whose file the lab lost (the server errs) is one line."""
+        try:
+            return node.read()
+        except Exception as exc:  # noqa: BLE001 - the client's errors as one line
+            if unreadable(node, exc):
+                raise differs(session, stream, part) from None
+            raise _lab_error(self.path, exc) from None
 
     def frame_index(self, session_id: str, stream: str) -> list[tuple[int, int, float | None, float | None]]:
         cols = self.frames_table(session_id, stream)
@@ -261,7 +292,16 @@ class LabReader:
                 zip(cols["s0"], cols["n"], cols["t_min"], cols["t_max"], strict=True)]
 
     def stream_timing(self, session_id: str, stream: str, max_frames: int = 32) -> StreamTiming:
-        _, si, _ = self._frame_stream(session_id, stream)
+        """The stream's timing (``hil show``), for a stream whose every block is as pushed: a summary of
+        the whole stream is given only for a whole copy (the server confirms each block by its hash;
+        nothing is downloaded for it)."""
+        _, si, snode = self._frame_stream(session_id, stream)
+        if snode is not None:
+            try:
+                for part in (layout.TIME, layout.DATA):
+                    self._check(snode, part, 0, si.n_samples, None)
+            except Exception as exc:  # noqa: BLE001 - the client's errors as one line
+                raise _lab_error(self.path, exc) from None
         return stream_timing(si, self.frames_table(session_id, stream),
                              lambda lo, hi: self.read_range(session_id, stream, lo, hi).t, max_frames)
 
@@ -271,19 +311,15 @@ class LabReader:
         node = self._node(sid)
         pushed = layout.plain(node.metadata.get("replication", {})).get("checks", {}).get("events", {})
         if layout.EVENTS not in node:
-            if pushed.get("rows"):
-                raise StoreError(f"session {sid}: the lab's copy has lost its events table ({pushed['rows']} "
-                                 "events were pushed); push the session again")
+            pushed = ((node.metadata.get("replication") or {}).get("checks") or {}).get("events") or {}
+            if pushed.get("rows"):  # the push wrote them: lost in the lab
+                raise differs(sid, "", "events table")
             return []
-        try:
-            df = node[layout.EVENTS].read()
-        except Exception as exc:  # noqa: BLE001 - a table the server cannot read is one line
-            status = getattr(getattr(exc, "response", None), "status_code", None)
-            if status is None:
-                raise _lab_error(self.path, exc) from None
-            raise StoreError(f"session {sid}: the lab cannot read its events table (HTTP {status}); push the "
-                             "session again") from None
-        return list(zip(*(df[c].tolist() for c in layout.EVENT_COLUMNS), strict=True))
+        table = _held(node, layout.EVENTS, sid, "", "events table")
+        df = self._table(table, sid, "", "events table")
+        rows = list(zip(*(df[c].tolist() for c in layout.EVENT_COLUMNS), strict=True))
+        self.checker.table(sid, "", table, len(rows), table_sha256(event_columns(rows)))
+        return rows
 
     def events(self, session_id: str, kind: str | None = None, stream: str | None = None, *,
                t_start: float | None = None, t_stop: float | None = None) -> list[Event]:
@@ -388,6 +424,14 @@ def _dtype(si: StreamInfo) -> np.dtype:
     return dtype
 
 
+def _held(node, key: str, session: str, stream: str, part: str):
+    """``node[key]``; a node the push wrote but the lab lost is one line naming it (LabCopyDiffers)."""
+    try:
+        return node[key]
+    except KeyError:
+        raise differs(str(session), str(stream), part) from None
+
+
 def _none(x) -> float | None:
     x = float(x)
     return None if math.isnan(x) else x
@@ -404,6 +448,6 @@ def _metadata(found) -> Iterator[dict]:
 
 
 def _lab_error(url: str, exc: BaseException):
-    if isinstance(exc, StoreError):
+    if isinstance(exc, (StoreError, LabError)):
         return exc
     return from_client_error(url, exc)

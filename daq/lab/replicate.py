@@ -11,12 +11,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from daq.lab.client import push_structure_clients
-from daq.lab.connect import open_lab, require_tiled_client
+from daq.lab.connect import from_client_error, open_lab, require_tiled_client
 from daq.lab.marks import Marks
 from daq.lab.names import Refused
 from daq.lab.people import whoami
 from daq.lab.push import Pusher, PushResult
 from daq.lab.settings import ENV_KEY, ENV_KEY_FILE, LabError, LabTable
+from daq.lab.verify import forget_lost
 from daq.store.reader import SessionReader
 from daq.store.records import FINAL_STATUSES
 
@@ -41,6 +42,11 @@ def push_sessions(store_path: str | os.PathLike, url: str, key: str, sessions: I
                        "operator's key")
     results = []
     with SessionReader(store_path, recover=False) as store, Marks(store_path) as marks:
+        if sessions is None:  # the rig's marks re-checked against the lab: a session deleted there goes again
+            try:
+                forget_lost(root, marks, url, {i.id for i in store.list_sessions()}, say)
+            except Exception as exc:  # noqa: BLE001 - the client's errors as one line
+                raise from_client_error(url, exc) from None
         todo = pending_sessions(store, marks, url) if sessions is None else list(sessions)
         pusher = Pusher(root, url, store, marks, on_block=on_block, who=who)
         for sid in todo:

@@ -17,6 +17,7 @@ from pathlib import Path
 from daq.lab import people_server
 from daq.lab.connect import INSTALL_LAB, tiled_missing
 from daq.lab.names import catalog_database_uri
+from daq.lab.private import private_file, private_folder, private_umask, sqlite_path
 from daq.lab.settings import LabError
 
 log = logging.getLogger("hil.lab")
@@ -128,14 +129,32 @@ def url_of(opts: ServeOptions, sock: socket.socket) -> str:
 
 
 def serve(opts: ServeOptions, say=print) -> None:
-    """Run the lab server until SIGINT/SIGTERM (uvicorn's own handlers end it cleanly)."""
-    import uvicorn  # lazy: only the servers need it
-
+    """Run the lab server until SIGINT/SIGTERM (uvicorn's own handlers end it cleanly); its folders and
+    files are its OS user's only."""
     check_options(opts)
     if opts.catalog:
         catalog_uri(opts)  # refused before anything is made
     require_tiled_server()
-    opts.data_dir.mkdir(parents=True, exist_ok=True)
+    make_private(opts, say)
+    with private_umask():  # the catalogue, arrays and tables Tiled creates: the server's user only
+        _serve(opts, say)
+
+
+def make_private(opts: ServeOptions, say=print) -> None:
+    """The data folder, the arrays folder and a SQLite catalogue: made or tightened to the server's OS
+    user (daq/lab/private.py)."""
+    private_folder(opts.data_dir, say)
+    arrays = opts.arrays or str(opts.data_dir / ARRAYS_DIR)
+    if "://" not in arrays:
+        private_folder(Path(arrays), say)
+    db = sqlite_path(catalog_uri(opts))
+    if db is not None:
+        private_file(db, say)
+
+
+def _serve(opts: ServeOptions, say) -> None:
+    import uvicorn  # lazy: only the servers need it
+
     key_file = opts.key_file or opts.data_dir / KEY_FILE
     auth_uri = people_server.auth_uri(opts.data_dir, opts.auth_db)
     created = people_server.prepare(auth_uri, key_file)

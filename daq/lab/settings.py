@@ -55,6 +55,7 @@ def read_key(key_file: str | os.PathLike | None) -> str:
     if key_file is None and os.environ.get(ENV_KEY_FILE, "").strip():
         key_file = os.environ[ENV_KEY_FILE].strip()
     if key_file is not None:
+        refuse_open_key_file(Path(key_file))
         key, where = _key_from_file(Path(key_file)), str(key_file)
     else:
         key, where = os.environ.get(ENV_KEY, "").strip(), f"${ENV_KEY}"
@@ -95,13 +96,21 @@ def _key_from_file(path: Path) -> str:
     return lines[0].strip() if lines else ""
 
 
+def refuse_open_key_file(path: Path) -> None:
+    """A key file that group or others may read or write is refused (one line), by the server and by every
+    client: a key that others can read is no longer one person's."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return  # reading it says why
+    if mode & 0o077:
+        raise LabError(f"{path} is readable by others (mode {mode:o}): chmod 600 {path}")
+
+
 def ensure_key_file(path: Path) -> tuple[str, bool]:
     """The key in ``path``; a new random one written with mode 0600 when the file does not exist.
     Returns (key, created). An existing file readable by others is refused."""
     if path.exists():
-        mode = stat.S_IMODE(path.stat().st_mode)
-        if mode & 0o077:
-            raise LabError(f"{path} is readable by others (mode {mode:o}): chmod 600 {path}")
         return read_key(path), False
     path.parent.mkdir(parents=True, exist_ok=True)
     key = secrets.token_hex(32)
