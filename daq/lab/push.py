@@ -35,6 +35,7 @@ from daq.lab.checks import (
     table_sha256,
 )
 from daq.lab.connect import from_client_error
+from daq.lab.local_analyses import local_analysis, newer
 from daq.lab.marks import Marks
 from daq.lab.settings import LabError
 from daq.store.reader import SessionReader
@@ -111,15 +112,16 @@ class Pusher:
         if not fresh:
             there = layout.plain(node.metadata.get("replication", {}))
             if there.get("state") == layout.VERIFIED and there.get("checks") == checks:
+                note = self._hand_over_analysis(node, info.id)
                 self.marks.mark(info.id, self.lab, checks)
-                return PushResult(info.id, "already")
+                return PushResult(info.id, "already", note=note)
         self.sent = 0
         arrays = {name: self._push_stream(node, info, info.streams[name], sc)
                   for name, sc in check.streams.items()}
         events = event_columns(event_rows(self.store.path, info.id))
         self._push_table(node, fresh, info.id, layout.EVENTS, events, check.events, check.events_sha256)
         self._verify(arrays, info, check)
-        analysis = layout.plain(node.metadata.get("analysis")) if node.metadata.get("analysis") else None
+        analysis = newer(local_analysis(self.store.path, info.id), _lab_analysis(node))
         meta["replication"] = {"state": layout.VERIFIED, "checks": checks, "pushed_at": time.time(),
                                "from_host": socket.gethostname()}
         if analysis is not None:
@@ -127,6 +129,15 @@ class Pusher:
         node.replace_metadata(metadata=meta, specs=[layout.SESSION_SPEC], drop_revision=True)
         self.marks.mark(info.id, self.lab, checks)
         return PushResult(info.id, "pushed", self.sent)
+
+    def _hand_over_analysis(self, node, sid: str) -> str:
+        """Put the rig's analysis of a session the lab already holds into its metadata, when it is newer
+        than the lab's (:mod:`daq.lab.local_analyses`); a note for the push's line."""
+        mine = local_analysis(self.store.path, sid)
+        if mine is None or newer(mine, _lab_analysis(node)) is not mine or mine == _lab_analysis(node):
+            return ""
+        node.update_metadata({"analysis": mine}, drop_revision=True)
+        return "analysis added"
 
     # ------------------------------------------------------------------ nodes
 
@@ -259,6 +270,11 @@ class Pusher:
                 self.marks.forget(info.id, self.lab, [f"{name}/{n}" for n in parts_of])
                 raise LabError(f"session {info.id}: the lab's copy of {name} differs from the local one; "
                                "push again")
+
+
+def _lab_analysis(node) -> dict | None:
+    found = node.metadata.get("analysis")
+    return layout.plain(found) if found else None
 
 
 def table_digest(table, names: list[str]) -> tuple[int, str]:

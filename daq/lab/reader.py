@@ -70,12 +70,17 @@ class LabReader:
 
     def search(self, filters: Filters | None = None) -> list[SessionInfo]:
         """Verified sessions matching ``filters``, oldest first."""
+        return [info for info, _ in self.search_metadata(filters)]
+
+    def search_metadata(self, filters: Filters | None = None) -> list[tuple[SessionInfo, dict]]:
+        """Verified sessions matching ``filters`` with their containers' whole metadata (who ran them, the
+        analysis...), oldest first: one search, no request per session."""
         try:
             found = run_search(self.root, filters or Filters())
-            infos = [layout.session_info(layout.plain(meta)) for meta in _metadata(found)]
+            pairs = [(layout.session_info(meta), meta) for meta in map(layout.plain, _metadata(found))]
         except Exception as exc:  # noqa: BLE001 - the client's errors as one line
             raise _lab_error(self.path, exc) from None
-        return sorted(infos, key=lambda i: (i.started, i.id))
+        return sorted(pairs, key=lambda p: (p[0].started, p[0].id))
 
     def list_sessions(self) -> list[SessionInfo]:
         return self.search()
