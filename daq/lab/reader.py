@@ -16,7 +16,8 @@ from daq import json_codec
 from daq.bus.frames import SUPPORTED_DTYPES, Event, Frame
 from daq.lab import layout
 from daq.lab.connect import from_client_error, open_lab
-from daq.lab.search import Filters, run_search
+from daq.lab.search import Filters
+from daq.lab.search_pages import listing_info, search_rows
 from daq.lab.timing import stream_timing
 from daq.store.errors import StoreError, UnknownSession
 from daq.store.reader import CHUNK_SAMPLES, LATEST
@@ -69,15 +70,16 @@ class LabReader:
     # ------------------------------------------------------------------ sessions
 
     def search(self, filters: Filters | None = None) -> list[SessionInfo]:
-        """Verified sessions matching ``filters``, oldest first."""
+        """Verified sessions matching ``filters``, oldest first, as a listing sees them (their config holds
+        only its ``rig`` table: :meth:`get_session` reads a whole session)."""
         return [info for info, _ in self.search_metadata(filters)]
 
     def search_metadata(self, filters: Filters | None = None) -> list[tuple[SessionInfo, dict]]:
-        """Verified sessions matching ``filters`` with their containers' whole metadata (who ran them, the
-        analysis...), oldest first: one search, no request per session."""
+        """Verified sessions matching ``filters`` with the listing fields of their metadata (who ran them,
+        the analysis summary: :data:`daq.lab.search_pages.LISTING`), oldest first, in one search."""
         try:
-            found = run_search(self.root, filters or Filters())
-            pairs = [(layout.session_info(meta), meta) for meta in map(layout.plain, _metadata(found))]
+            rows = search_rows(self.root, filters or Filters())
+            pairs = [(listing_info(row), row) for row in rows]
         except Exception as exc:  # noqa: BLE001 - the client's errors as one line
             raise _lab_error(self.path, exc) from None
         return sorted(pairs, key=lambda p: (p[0].started, p[0].id))
@@ -375,11 +377,6 @@ def _none(x) -> float | None:
 def _verified(meta) -> bool:
     rep = meta.get("replication") or {}
     return rep.get("state") == layout.VERIFIED
-
-
-def _metadata(found) -> Iterator[dict]:
-    for _, node in found.items():
-        yield node.metadata
 
 
 def _lab_error(url: str, exc: BaseException):
