@@ -267,12 +267,16 @@ def plain_search(root, query: list[tuple[str, str, object]]) -> int:
     return sum(1 for _ in node.items())
 
 
-def bench_search(url: str, key: str, port: int, n: int, repeat: int = 5) -> None:
+def bench_search(url: str, key: str, catalog: str, port: int, n: int, repeat: int = 5) -> None:
     from tiled.client import from_uri
+
+    from daq.lab.pg_indexes import ensure_search_indexes
 
     root = from_uri(url, api_key=key)
     seconds = seed_catalogue(root, port, n)
     print(f"  catalogue of {n} generated sessions (metadata only) made in {seconds:.1f} s", flush=True)
+    indexed = ensure_search_indexes(catalog)  # what `hil lab serve` does when it starts again
+    print(f"  indexed (as at a restart of `hil lab serve`): {', '.join(indexed)}", flush=True)
     lab = LabReader(url, key)
     print(f"  {'search':42s} {'hits':>5s}  {'hil sessions':>12s}  {'plain tiled client':>18s}  (median of "
           f"{repeat})")
@@ -336,7 +340,7 @@ def main() -> None:
         for mb in args.big_mb:
             bench_memory(work, url, mb)
         if args.catalogue:
-            bench_search(url, key, port, args.catalogue, args.search_repeat)
+            bench_search(url, key, catalog, port, args.catalogue, args.search_repeat)
     finally:
         if server is not None:
             server.send_signal(signal.SIGINT)

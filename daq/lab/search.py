@@ -27,8 +27,8 @@ def session_query(filters: Filters) -> list:
     qs = [Eq("replication.state", layout.VERIFIED)]
     for key, value in (("rig.name", filters.rig), ("kind", filters.kind), ("status", filters.status),
                        ("by", filters.by), ("analysis.verdict", filters.verdict)):
-        if value is not None:
-            qs.append(Eq(key, value))
+        if value is not None:  # equal as "at least and at most": a B-tree index answers it (pg_indexes.py)
+            qs += [Comparison("ge", key, value), Comparison("le", key, value)]
     if filters.since is not None:
         qs.append(Comparison("ge", "started", float(filters.since)))
     if filters.until is not None:

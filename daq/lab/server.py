@@ -13,6 +13,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from daq.lab.pg_indexes import ensure_search_indexes
 from daq.lab.settings import LabError, ensure_key_file
 
 log = logging.getLogger("hil.lab")
@@ -82,6 +83,8 @@ def build_lab_app(opts: ServeOptions, key: str):
         Path(arrays).mkdir(parents=True, exist_ok=True)
     try:
         init_catalog(catalog_uri(opts))
+        if catalog_uri(opts).startswith("postgresql"):  # range searches from indexes (daq/lab/pg_indexes.py)
+            ensure_search_indexes(catalog_uri(opts))
         tree = from_uri(catalog_uri(opts), writable_storage=[arrays])
     except Exception as exc:  # noqa: BLE001 - tiled's init names the database problem
         raise LabError(f"cannot open the lab catalogue: {' '.join(str(exc).split())[-400:]}") from None
