@@ -1,7 +1,7 @@
 """Every rig kind's analysis in the lab (issue 41): simulated oscillator, pendulum and crane runs analysed on
 the rig (`hil run --analyze` with a [lab] table, the `hil serve` page's analyse) or from the lab
 (`hil --store URL analyze`) are found by `hil --store URL sessions --param/--verdict`, and every listing
-names the session's rig and who ran it. Against a real `hil lab serve` (tests/test_lab.py's shared one)."""
+names the session's rig and who ran it. Against a real `hil lab serve` of its own."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from daq.cli.main import main
 from daq.config.load import read_toml
 from daq.lab.reader import LabReader
 from tests.polling import poll_until
-from tests.test_lab import ROOT, shared_lab
+from tests.test_lab import ROOT, LabServer
 from tests.test_rig_kit import _to_toml
 
 OPERATOR = "dana"  # $HIL_USER of the runs: who ran them
@@ -25,9 +25,13 @@ OPERATOR = "dana"  # $HIL_USER of the runs: who ran them
 PUSH_WAIT = 180.0
 
 
-@pytest.fixture(scope="session")
-def lab(request, tmp_path_factory):
-    yield from shared_lab(request, tmp_path_factory)
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A `hil lab serve` of this module's own: the shared one's listings are compared whole elsewhere
+    (tests/test_lab.py), and these sessions must not show up there."""
+    server = LabServer(tmp_path_factory.mktemp("lab") / "lab")
+    yield server
+    assert server.stop() == 0
 
 
 def hil(*args: str, key: str | None = None, user: str = OPERATOR):
