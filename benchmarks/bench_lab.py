@@ -31,7 +31,6 @@ import sys
 import tempfile
 import textwrap
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -178,44 +177,122 @@ def bench_pushers(work: Path, url: str, key: str, n: int, sessions: int, mb: flo
           f"{', '.join(f'{x:.2f}' for x in ratios)})", flush=True)
 
 
-def bench_search(url: str, key: str, n: int) -> None:
+def template_metadata() -> dict:
+    """A session container's metadata as a push writes it (the press-sim config, three streams, the
+    outcome) with an analysis as `hil analyze` records it (a report of three fitted models)."""
+    from daq.config.load import read_toml
+    from daq.lab.analysis import analysis_metadata
+    from daq.lab.layout import session_fields
+    from daq.store.records import SessionInfo, StreamInfo
+
+    rng = np.random.default_rng(5)
+    streams = {n: StreamInfo(n, "frame", ["a", "b", "c"], ["N", "m", "Pa"], "float64", 1e-4, 3000, 600000,
+                             1.7e9, 1.7e9 + 60, True) for n in ("press.force", "press.sensors", "press.plan")}
+    info = SessionInfo("template", "press", "complete", None, 1.7e9, 1.7e9 + 600,
+                       read_toml(ROOT / "configs" / "press-sim.toml"), "bench", {"drive": {"model": "sim"}},
+                       streams)
+    meta = session_fields(info, "ana", {"safe": True, "steps": 120})
+    models = {m: {"p": rng.normal(size=2).tolist(), "std_errors": rng.uniform(size=2).tolist(),
+                  "covariance": rng.normal(size=(2, 2)).tolist(), "tests": rng.normal(size=(20, 4)).tolist()}
+              for m in ("M1", "M2", "M3")}
+    report = {"parameters": ["k5", "k7"], "models": models, "verdicts": {"M1": "reject", "M2": "reject",
+                                                                        "M3": "keep"}}
+    meta["analysis"] = analysis_metadata(report, by="ana", where="lab")
+    meta["replication"] = {"state": "partial"}  # the template itself is never found
+    return meta
+
+
+KINDS = ("press", "crane", "oscillator", "pendulum", "crane-adjoint", "machine-tool")
+#: Every generated session from the template in one INSERT (Tiled's triggers fill its closure table):
+#: kind, rig (20), status (1 in 7 aborted), an hour apart, who (4 people), dead_time in [0, 2 ms), k5 about
+#: 2e8, verdict "M2 keep" for 1 in 3.
+SEED_SQL = """
+SELECT setseed(0.3);
+INSERT INTO nodes (parent, key, structure_family, metadata, specs)
+SELECT t.parent, 'gen-' || lpad(g::text, 5, '0'), t.structure_family,
+       t.metadata || jsonb_build_object(
+           'id', 'gen-' || lpad(g::text, 5, '0'),
+           'kind', (ARRAY[{kinds}])[g % 6 + 1],
+           'rig', jsonb_build_object('kind', (ARRAY[{kinds}])[g % 6 + 1], 'name', 'rig-' || (g % 20)),
+           'status', CASE WHEN g % 7 = 0 THEN 'aborted' ELSE 'complete' END,
+           'started', 1.7e9 + g * 3600.0, 'ended', 1.7e9 + g * 3600.0 + 600.0,
+           'by', (ARRAY['ana', 'ben', 'cleo', 'dev'])[g % 4 + 1],
+           'replication', jsonb_build_object('state', 'verified'),
+           'analysis', (t.metadata -> 'analysis') || jsonb_build_object(
+               'estimates', jsonb_build_object('dead_time', random() * 2e-3, 'k5', 2e8 + random() * 1e7),
+               'verdict', CASE WHEN g % 3 = 0 THEN 'M2 keep' ELSE 'M3 keep' END)),
+       t.specs
+FROM nodes t, generate_series(0, {n} - 1) g
+WHERE t.key = 'bench-template' AND t.parent = (SELECT id FROM nodes WHERE parent IS NULL LIMIT 1);
+ANALYZE nodes;
+"""
+
+
+def seed_catalogue(root, port: int, n: int) -> float:
+    """``n`` verified session containers (metadata only) in the catalogue; seconds it took."""
+    t0 = time.perf_counter()
+    root.create_container("bench-template", metadata=template_metadata(), specs=["hil-session"])
+    sql = SEED_SQL.format(n=n, kinds=", ".join(f"'{k}'" for k in KINDS))
+    as_pg(str(PG_BIN / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-d", "lab", "-q",
+          "-v", "ON_ERROR_STOP=1", "-c", sql)
+    return time.perf_counter() - t0
+
+
+MONTH = (1.7e9 + 1000 * 3600, 1.7e9 + 1720 * 3600)
+SEARCHES = {  # label: (the hil filters, the same query for the plain tiled client as (kind, key, value))
+    "--rig rig-3": ({"rig": "rig-3"}, [("eq", "rig.name", "rig-3")]),
+    "--kind crane --status aborted": ({"kind": "crane", "status": "aborted"},
+                                      [("eq", "kind", "crane"), ("eq", "status", "aborted")]),
+    "--since/--until (one month)": ({"since": MONTH[0], "until": MONTH[1]},
+                                    [("ge", "started", MONTH[0]), ("lt", "started", MONTH[1])]),
+    "--by ana --verdict 'M2 keep'": ({"by": "ana", "verdict": "M2 keep"},
+                                     [("eq", "by", "ana"), ("eq", "analysis.verdict", "M2 keep")]),
+    "--kind crane --param dead_time=1e-3:2e-3": (
+        {"kind": "crane", "params": [("dead_time", 1e-3, 2e-3)]},
+        [("eq", "kind", "crane"), ("ge", "analysis.estimates.dead_time", 1e-3),
+         ("le", "analysis.estimates.dead_time", 2e-3)]),
+    "--param k5=2.0e8:2.001e8": ({"params": [("k5", 2.0e8, 2.001e8)]},
+                                 [("ge", "analysis.estimates.k5", 2.0e8),
+                                  ("le", "analysis.estimates.k5", 2.001e8)]),
+}
+
+
+def plain_search(root, query: list[tuple[str, str, object]]) -> int:
+    """The query with the plain tiled client: its own query types, every hit's metadata fetched."""
+    from tiled.queries import Comparison, Eq
+
+    node = root.search(Eq("replication.state", "verified"))
+    for op, key, value in query:
+        node = node.search(Eq(key, value) if op == "eq" else Comparison(op, key, value))
+    return sum(1 for _ in node.items())
+
+
+def bench_search(url: str, key: str, catalog: str, port: int, n: int, repeat: int = 5) -> None:
     from tiled.client import from_uri
 
+    from daq.lab.pg_indexes import ensure_search_indexes
+
     root = from_uri(url, api_key=key)
-    rng = np.random.default_rng(3)
-    dead, k5 = rng.uniform(0, 2e-3, n), rng.normal(2e8, 1e7, n)
-    rigs, kinds, people = [f"rig-{k}" for k in range(20)], ["press", "crane"], ["ana", "ben", "cleo", "dev"]
-
-    def one(k: int) -> None:
-        started = 1.7e9 + k * 3600.0
-        root.create_container(f"gen-{k:05d}", metadata={
-            "id": f"gen-{k:05d}", "kind": kinds[k % 2], "rig": {"kind": kinds[k % 2], "name": rigs[k % 20]},
-            "status": "complete" if k % 7 else "aborted", "started": started, "ended": started + 600,
-            "by": people[k % 4], "replication": {"state": "verified"}, "reason": None,
-            "config": {}, "devices": {}, "software_version": "bench", "streams": {},
-            "analysis": {"estimates": {"dead_time": float(dead[k]), "k5": float(k5[k])},
-                         "verdict": "M3 keep" if k % 3 else "M2 keep"}})
-
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(one, range(n)))
-    print(f"  catalogue of {n} generated sessions made in {time.perf_counter() - t0:.0f} s", flush=True)
+    seconds = seed_catalogue(root, port, n)
+    print(f"  catalogue of {n} generated sessions (metadata only) made in {seconds:.1f} s", flush=True)
+    indexed = ensure_search_indexes(catalog)  # what `hil lab serve` does when it starts again
+    print(f"  indexed (as at a restart of `hil lab serve`): {', '.join(indexed)}", flush=True)
     lab = LabReader(url, key)
-    queries = {
-        "--rig rig-3": Filters(rig="rig-3"),
-        "--kind crane --status aborted": Filters(kind="crane", status="aborted"),
-        "--since/--until (one month)": Filters(since=1.7e9 + 1000 * 3600, until=1.7e9 + 1720 * 3600),
-        "--param dead_time=1e-3:2e-3 --kind crane": Filters(kind="crane", params=[("dead_time", 1e-3, 2e-3)]),
-        "--by ana --verdict 'M2 keep'": Filters(by="ana", verdict="M2 keep"),
-    }
-    for label, f in queries.items():
-        times, hits = [], 0
-        for _ in range(5):
+    print(f"  {'search':42s} {'hits':>5s}  {'hil sessions':>12s}  {'plain tiled client':>18s}  (median of "
+          f"{repeat})")
+    for label, (given, query) in SEARCHES.items():
+        ours, theirs, hits = [], [], (0, 0)
+        for _ in range(repeat):
             t0 = time.perf_counter()
-            hits = len(lab.search(f))
-            times.append(time.perf_counter() - t0)
-        print(f"  search {label:42s}: {hits:5d} hits, median {statistics.median(times) * 1e3:7.0f} ms "
-              f"(incl. fetching the hits' metadata)")
+            mine = len(lab.search_metadata(Filters(**given)))
+            t1 = time.perf_counter()
+            plain = plain_search(root, query)
+            ours.append(t1 - t0)
+            theirs.append(time.perf_counter() - t1)
+            hits = (mine, plain)
+        assert hits[0] == hits[1], (label, hits)
+        print(f"  {label:42s} {hits[0]:5d}  {statistics.median(ours) * 1e3:9.0f} ms  "
+              f"{statistics.median(theirs) * 1e3:15.0f} ms", flush=True)
 
 
 def bench_memory(work: Path, url: str, mb: float) -> None:
@@ -239,18 +316,20 @@ def bench_memory(work: Path, url: str, mb: float) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pushers", type=int, nargs="+", default=[4, 16])
+    ap.add_argument("--pushers", type=int, nargs="*", default=[4, 16])
     ap.add_argument("--sessions", type=int, default=2, help="sessions per pusher")
     ap.add_argument("--session-mb", type=float, default=8.0)
     ap.add_argument("--catalogue", type=int, default=10_000)
     ap.add_argument("--big-mb", type=float, nargs="*", default=[1024.0])
     ap.add_argument("--repeat", type=int, default=1, help="pairs of (plain, push) per process count")
+    ap.add_argument("--search-repeat", type=int, default=5, help="runs of each search (median)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-lab-"))
     pg_dir = Path(tempfile.mkdtemp(prefix="bench-lab-pg-"))
     server = None
     try:
-        catalog = start_postgres(pg_dir, free_port())
+        port = free_port()
+        catalog = start_postgres(pg_dir, port)
         server, url, key = start_lab(work / "lab", catalog)
         SERVER["pid"] = server.pid
         (work / "key").write_text(key + "\n")
@@ -261,7 +340,7 @@ def main() -> None:
         for mb in args.big_mb:
             bench_memory(work, url, mb)
         if args.catalogue:
-            bench_search(url, key, args.catalogue)
+            bench_search(url, key, catalog, port, args.catalogue, args.search_repeat)
     finally:
         if server is not None:
             server.send_signal(signal.SIGINT)

@@ -45,9 +45,10 @@ def search_options(f):
                      "date-time)."),
         click.option("--until", default=None, metavar="WHEN", help="Started before (date or date-time)."),
         click.option("--by", default=None, metavar="WHO", help="Started by this user."),
-        click.option("--verdict", default=None, help="Analysis verdict, e.g. 'M3 keep' (a lab only)."),
+        click.option("--verdict", default=None, help="Analysis verdict: 'M3 keep', 'adequate', a crane's "
+                     "structure..."),
         click.option("--param", "params", multiple=True, metavar="NAME=LO:HI",
-                     help="An analysis estimate within [LO, HI] (a lab only; repeatable)."),
+                     help="An analysis estimate within [LO, HI], SI units (repeatable)."),
     ]):
         f = opt(f)
     return f

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 from typing import cast
@@ -28,7 +29,8 @@ from daq.cli.common import (
     progress_printer,
 )
 from daq.config.load import ConfigError, store_path_for, to_dict
-from daq.lab.analysis import analysis_metadata
+from daq.lab.analysis import analysis_record
+from daq.lab.local_analyses import record_analysis
 from daq.lab.reader import LabReader
 from daq.lab.replicate import push_after_run
 from daq.rigs import check_rules, get_rig, kinds
@@ -71,13 +73,17 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
     store_path = store_path_for(state.store_option, cfg)
     result = asyncio.run(run_rig(cfg, store_path, file=config_path, show_progress=not no_progress,
                                  started_by=operator_name(), dry_run=dry_run))
-    push_after_run(store_path, cfg)  # [lab]: replicate in the background, never waited for
     analysis = None
     files: list[Path] = []
-    if then_analyze and result.status == "complete" and rig.has_analysis:
-        with SessionStore(store_path) as store:
-            _, analysis, rig, files = analyze_session(store, result.session_id, plots_dir=plots_dir,
-                                                      progress=progress_printer())
+    try:  # the analysis first, so that the push carries it; the push whatever the analysis does
+        if then_analyze and result.status == "complete" and rig.has_analysis:
+            with SessionStore(store_path) as store:
+                _, analysis, rig, files = analyze_session(store, result.session_id, plots_dir=plots_dir,
+                                                          progress=progress_printer())
+            record = analysis_record(rig, analysis, "rig", operator_name())
+            _keep_on_rig(store_path, result.session_id, record)
+    finally:
+        push_after_run(store_path, cfg)  # [lab]: replicate in the background, never waited for
     if as_json:
         echo_json({"run": result.to_dict(), "analysis": rig.report_dict(analysis) if analysis else None,
                     "plots": [str(f) for f in files]})
@@ -106,12 +112,17 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
 @pass_state
 def analyze(state: CliState, session: str, as_json: bool, plots_dir: str | None) -> None:
     """Analyse a recorded session (id, unique prefix or "latest") with its rig kind's analysis."""
+    from daq.run.control import operator_name  # lazy: the run machinery (who runs this command)
+
     with state.open_store() as store:
         info, result, rig, files = analyze_session(store, session, plots_dir=plots_dir,
                                                    progress=progress_printer())
+        record = analysis_record(rig, result, "lab" if state.is_lab else "rig", operator_name())
         if state.is_lab:  # the estimates, intervals and verdicts go into the lab session's metadata
             assert isinstance(store, LabReader)  # is_lab
-            store.record_analysis(info.id, analysis_metadata(rig.report_dict(result)))
+            store.record_analysis(info.id, record)
+    if not state.is_lab:  # kept in the store: the next push hands it to the lab (docs/lab.md)
+        _keep_on_rig(state.store_path, info.id, record)
     if as_json:
         echo_json({"session": info.id, "kind": info.kind, **rig.report_dict(result),
                     "plots": [str(f) for f in files]})
@@ -120,6 +131,14 @@ def analyze(state: CliState, session: str, as_json: bool, plots_dir: str | None)
         click.echo(rig.report_text(result))
         if files:
             click.echo(f"plots written to {plots_dir}")
+
+
+def _keep_on_rig(store_path, session_id: str, record: dict) -> None:
+    """Keep an analysis in the local store for the lab; a store that cannot take it is a warning."""
+    try:
+        record_analysis(store_path, session_id, record)
+    except (OSError, sqlite3.Error) as exc:
+        click.echo(f"warning: the analysis is not kept for the lab ({store_path}: {exc})", err=True)
 
 
 @click.command()

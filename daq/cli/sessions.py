@@ -17,11 +17,13 @@ from daq.export.listing import (
     commands_given,
     held_commands,
     is_dry_run,
+    rig_name,
     session_detail,
     session_row,
     started_by,
 )
 from daq.export.session_export import export as export_to
+from daq.lab.local_analyses import local_analyses
 from daq.lab.marks import replicas
 from daq.lab.reader import LabReader
 from daq.lab.search import matches
@@ -52,18 +54,17 @@ def _fmt_duration(info) -> str:
 def sessions(state: CliState, as_json: bool, **search) -> None:
     """List the sessions in the store or the lab (--store URL), optionally only those matching filters."""
     filters = filters_from(**search)
-    if not state.is_lab and (filters.verdict is not None or filters.params):
-        raise click.UsageError("--verdict and --param search analysis results, which a lab holds: "
-                               "give --store URL")
     with state.open_store() as store:
         if state.is_lab:
             assert isinstance(store, LabReader)  # is_lab
-            infos = store.search(filters)
-            by = {i.id: store.session_metadata(i.id).get("by") for i in infos} if as_json else {}
+            found = store.search_metadata(filters)
+            infos = [info for info, _ in found]
+            by = {info.id: meta.get("by") for info, meta in found}
         else:
             infos = store.list_sessions()
             by = {i.id: started_by(store, i) for i in infos}
-            infos = [i for i in infos if matches(i, filters, by[i.id])]
+            kept = local_analyses(state.store_path) if filters.verdict is not None or filters.params else {}
+            infos = [i for i in infos if matches(i, filters, by[i.id], kept.get(i.id))]
         if as_json:
             echo_json([session_row(i, by[i.id]) for i in infos])
             return
@@ -71,16 +72,16 @@ def sessions(state: CliState, as_json: bool, **search) -> None:
         click.echo(f"no sessions in {state.store_option if state.is_lab else state.store_path}")
         return
     labs = {} if state.is_lab else replicas(state.store_path)
-    header = ("ID", "KIND", "STATUS", "STARTED", "DURATION", "STREAMS", "LAB")
+    header = ("ID", "KIND", "RIG", "STATUS", "STARTED", "DURATION", "STREAMS", "BY", "LAB")
     rows = [
-        (i.id, i.kind, i.status + (" (dry run)" if is_dry_run(i) else ""), _fmt_time(i.started),
-         _fmt_duration(i), str(len(i.streams)),
+        (i.id, i.kind, rig_name(i) or "-", i.status + (" (dry run)" if is_dry_run(i) else ""),
+         _fmt_time(i.started), _fmt_duration(i), str(len(i.streams)), by[i.id] or "-",
          "lab" if state.is_lab else ("yes" if i.id in labs else "-")) for i in infos
     ]
     widths = [max(len(r[k]) for r in (header, *rows)) for k in range(len(header))]
     for row in (header, *rows):  # columns as wide as their content, two spaces apart; DURATION to the right
         pairs = enumerate(zip(row, widths, strict=True))
-        cells = [c.rjust(w) if k == 4 else c.ljust(w) for k, (c, w) in pairs]
+        cells = [c.rjust(w) if k == 5 else c.ljust(w) for k, (c, w) in pairs]
         click.echo("  ".join(cells).rstrip())
 
 

@@ -38,9 +38,17 @@ def held_commands(store: SessionReads, info: SessionInfo) -> list[dict]:
     return [dict(e.body) for e in store.events(info.id, kind="command_held", stream=f"{info.kind}.dry_run")]
 
 
+def rig_name(info: SessionInfo) -> str | None:
+    """The ``[rig].name`` of the session's config snapshot (None when it has none)."""
+    rig = (info.config or {}).get("rig") if isinstance(info.config, dict) else None
+    name = rig.get("name") if isinstance(rig, dict) else None
+    return str(name) if name else None
+
+
 def session_row(info: SessionInfo, by: str | None = None) -> dict:
     """One session of ``hil sessions --json``; ``by``: :func:`started_by`."""
-    return {**session_header(info, by), "dry_run": is_dry_run(info), "streams": sorted(info.streams)}
+    return {**session_header(info, by), "rig": rig_name(info), "dry_run": is_dry_run(info),
+            "streams": sorted(info.streams)}
 
 
 def session_rows(store: SessionReads) -> list[dict]:
@@ -58,6 +66,7 @@ def session_detail(store: SessionReads, session: str) -> dict:
         if s.type == "frame" and s.n_samples:
             s.timing = store.stream_timing(info.id, s.name)
     meta = session_metadata(info, started_by(store, info))
+    meta["rig"] = rig_name(info)
     meta["event_counts"] = [{"stream": s, "kind": k, "n": n} for (s, k), n in counts.items()]
     meta["commands"] = commands_given(store, info)
     meta["dry_run"] = is_dry_run(info)

@@ -6,6 +6,7 @@ where the report gives them) and ``verdict`` (a short text such as ``"M3 keep"``
 from __future__ import annotations
 
 import math
+import time
 
 from daq import json_codec
 
@@ -67,8 +68,21 @@ def _verdict(report: dict) -> str | None:
     return None
 
 
-def analysis_metadata(report: dict) -> dict:
-    """The ``analysis`` metadata of a session from its report dict."""
+def analysis_metadata(report: dict, summary: dict | None = None, *, by: str | None = None,
+                      where: str | None = None) -> dict:
+    """The ``analysis`` metadata of a session from its report dict and the rig kind's summary of it
+    (``Rig.analysis_summary``; None: found in the report by the shapes above), with who ran the analysis,
+    where ("rig": from a local store, "lab": from the lab's copy) and when (unix time)."""
     clean = json_codec.loads(json_codec.dumps_strict(report, default=str))
-    est, iv, verdict = _find_estimates(clean)
-    return {"estimates": est, "intervals": iv, "verdict": verdict, "report": clean}
+    if summary is None:
+        est, iv, verdict = _find_estimates(clean)
+        summary = {"estimates": est, "intervals": iv, "verdict": verdict}
+    summary = json_codec.loads(json_codec.dumps_strict(summary, default=str))
+    return {**summary, "report": clean, "by": by, "where": where, "at": time.time()}
+
+
+def analysis_record(rig, result, where: str, by: str | None) -> dict:
+    """The ``analysis`` metadata of ``rig``'s (a :class:`daq.rigs.base.Rig`) ``result``: its report and
+    the kind's own summary of it."""
+    report = rig.report_dict(result)
+    return analysis_metadata(report, rig.analysis_summary(report), by=by, where=where)

@@ -36,6 +36,7 @@ from daq.lab.checks import (
 )
 from daq.lab.connect import from_client_error
 from daq.lab.digests import ETAG_KEY, SHA_KEY
+from daq.lab.local_analyses import local_analysis, newer
 from daq.lab.marks import Marks
 from daq.lab.names import check_session_id, check_stream_name
 from daq.lab.push_lock import pushing
@@ -135,8 +136,9 @@ class Pusher:
             if there.get("state") == layout.VERIFIED and there.get("checks") == checks:
                 differing = self._recheck(node, info, check)  # the marker alone is not the copy
                 if not differing:
+                    note = self._hand_over_analysis(node, info.id)
                     self.marks.mark(info.id, self.lab, checks)
-                    return PushResult(info.id, "already")
+                    return PushResult(info.id, "already", note=note)
                 note = f"the lab's copy differed: {differing}; repaired"
         self.sent = 0
         arrays = {name: self._push_stream(node, info, info.streams[name], sc)
@@ -144,7 +146,7 @@ class Pusher:
         events = event_columns(event_rows(self.store.path, info.id))
         self._push_table(node, fresh, info.id, layout.EVENTS, events, check.events, check.events_sha256)
         self._verify(arrays, info, check)
-        analysis = layout.plain(node.metadata.get("analysis")) if node.metadata.get("analysis") else None
+        analysis = newer(local_analysis(self.store.path, info.id), _lab_analysis(node))
         meta["replication"] = {"state": layout.VERIFIED, "checks": checks, "pushed_at": time.time(),
                                "from_host": socket.gethostname()}
         if analysis is not None:
@@ -186,6 +188,15 @@ class Pusher:
         if Problem("", layout.EVENTS) not in bad:
             self.marks.block_done(info.id, self.lab, layout.EVENTS, 0)
         return ", ".join(p.text() for p in problems)
+
+    def _hand_over_analysis(self, node, sid: str) -> str:
+        """Put the rig's analysis of a session the lab already holds into its metadata, when it is newer
+        than the lab's (:mod:`daq.lab.local_analyses`); a note for the push's line."""
+        mine = local_analysis(self.store.path, sid)
+        if mine is None or newer(mine, _lab_analysis(node)) is not mine or mine == _lab_analysis(node):
+            return ""
+        node.update_metadata({"analysis": mine}, drop_revision=True)
+        return "analysis added"
 
     # ------------------------------------------------------------------ nodes
 
@@ -328,6 +339,11 @@ def record_digests(arr, digests: dict) -> None:
     """Put the per-block digests on an array node of the lab, unless it holds these already."""
     if digests and any(layout.plain(arr.metadata.get(k)) != v for k, v in digests.items()):
         arr.update_metadata(metadata=digests, drop_revision=True)
+
+
+def _lab_analysis(node) -> dict | None:
+    found = node.metadata.get("analysis")
+    return layout.plain(found) if found else None
 
 
 def table_digest(table, names: list[str]) -> tuple[int, str]:

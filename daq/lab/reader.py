@@ -20,7 +20,8 @@ from daq.lab.connect import from_client_error, open_lab
 from daq.lab.digests import CopyChecker, differs, unreadable
 from daq.lab.names import is_session_key, shown
 from daq.lab.people import whoami
-from daq.lab.search import Filters, run_search
+from daq.lab.search import Filters
+from daq.lab.search_pages import listing_info, search_rows
 from daq.lab.settings import LabError
 from daq.lab.timing import stream_timing
 from daq.store.errors import StoreError, UnknownSession
@@ -76,13 +77,19 @@ class LabReader:
     # ------------------------------------------------------------------ sessions
 
     def search(self, filters: Filters | None = None) -> list[SessionInfo]:
-        """Verified sessions matching ``filters``, oldest first."""
+        """Verified sessions matching ``filters``, oldest first, as a listing sees them (their config holds
+        only its ``rig`` table: :meth:`get_session` reads a whole session)."""
+        return [info for info, _ in self.search_metadata(filters)]
+
+    def search_metadata(self, filters: Filters | None = None) -> list[tuple[SessionInfo, dict]]:
+        """Verified sessions matching ``filters`` with the listing fields of their metadata (who ran them,
+        the analysis summary: :data:`daq.lab.search_pages.LISTING`), oldest first, in one search."""
         try:
-            found = run_search(self.root, filters or Filters())
-            infos = [layout.session_info(layout.plain(meta)) for meta in _metadata(found)]
+            rows = search_rows(self.root, filters or Filters())
+            pairs = [(listing_info(row), row) for row in rows]
         except Exception as exc:  # noqa: BLE001 - the client's errors as one line
             raise _lab_error(self.path, exc) from None
-        return sorted(infos, key=lambda i: (i.started, i.id))
+        return sorted(pairs, key=lambda p: (p[0].started, p[0].id))
 
     def list_sessions(self) -> list[SessionInfo]:
         return self.search()
@@ -440,11 +447,6 @@ def _none(x) -> float | None:
 def _verified(meta) -> bool:
     rep = meta.get("replication") or {}
     return rep.get("state") == layout.VERIFIED
-
-
-def _metadata(found) -> Iterator[dict]:
-    for _, node in found.items():
-        yield node.metadata
 
 
 def _lab_error(url: str, exc: BaseException):

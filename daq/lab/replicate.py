@@ -12,6 +12,7 @@ from pathlib import Path
 
 from daq.lab.client import push_structure_clients
 from daq.lab.connect import from_client_error, open_lab, require_tiled_client
+from daq.lab.local_analyses import analysed_after_push
 from daq.lab.marks import Marks
 from daq.lab.names import Refused
 from daq.lab.people import whoami
@@ -25,10 +26,12 @@ log = logging.getLogger("hil.lab")
 
 
 def pending_sessions(store: SessionReader, marks: Marks, lab: str) -> list[str]:
-    """Finished sessions of the store that ``lab`` does not hold verified yet, oldest first."""
+    """Finished sessions of the store that ``lab`` does not hold verified yet, or whose analysis on the rig
+    came after the push, oldest first."""
     done = marks.labs_by_session()
+    analysed = analysed_after_push(store.path, lab)
     return [i.id for i in store.list_sessions()
-            if i.status in FINAL_STATUSES and lab.rstrip("/") not in done.get(i.id, [])]
+            if i.status in FINAL_STATUSES and (lab.rstrip("/") not in done.get(i.id, []) or i.id in analysed)]
 
 
 def push_sessions(store_path: str | os.PathLike, url: str, key: str, sessions: Iterable[str] | None,

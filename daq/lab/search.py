@@ -27,8 +27,8 @@ def session_query(filters: Filters) -> list:
     qs = [Eq("replication.state", layout.VERIFIED)]
     for key, value in (("rig.name", filters.rig), ("kind", filters.kind), ("status", filters.status),
                        ("by", filters.by), ("analysis.verdict", filters.verdict)):
-        if value is not None:
-            qs.append(Eq(key, value))
+        if value is not None:  # equal as "at least and at most": a B-tree index answers it (pg_indexes.py)
+            qs += [Comparison("ge", key, value), Comparison("le", key, value)]
     if filters.since is not None:
         qs.append(Comparison("ge", "started", float(filters.since)))
     if filters.until is not None:
@@ -47,12 +47,16 @@ def run_search(root, filters: Filters):
     return node
 
 
-def matches(info, filters: Filters, by: str | None) -> bool:
-    """The same filters on a local session (analysis results are only in a lab: not used here)."""
+def matches(info, filters: Filters, by: str | None, analysis: dict | None = None) -> bool:
+    """The same filters on a local session (``analysis``: its analysis kept on the rig, if any)."""
     rig = (info.config or {}).get("rig", {}) if isinstance(info.config, dict) else {}
+    found = (analysis or {}).get("estimates") or {}
     return ((filters.rig is None or rig.get("name") == filters.rig)
             and (filters.kind is None or info.kind == filters.kind)
             and (filters.status is None or info.status == filters.status)
             and (filters.by is None or by == filters.by)
             and (filters.since is None or info.started >= filters.since)
-            and (filters.until is None or info.started < filters.until))
+            and (filters.until is None or info.started < filters.until)
+            and (filters.verdict is None or (analysis or {}).get("verdict") == filters.verdict)
+            and all(isinstance(found.get(n), (int, float)) and lo <= found[n] <= hi
+                    for n, lo, hi in filters.params))

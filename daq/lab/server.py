@@ -17,6 +17,7 @@ from pathlib import Path
 from daq.lab import people_server
 from daq.lab.connect import INSTALL_LAB, tiled_missing
 from daq.lab.names import catalog_database_uri
+from daq.lab.pg_indexes import ensure_search_indexes
 from daq.lab.private import private_file, private_folder, private_umask, sqlite_path
 from daq.lab.settings import LabError
 
@@ -90,6 +91,8 @@ def build_lab_app(opts: ServeOptions, auth_uri: str):
         Path(arrays).mkdir(parents=True, exist_ok=True)
     try:
         init_catalog(catalog_uri(opts))
+        if catalog_uri(opts).startswith("postgresql"):  # range searches from indexes (daq/lab/pg_indexes.py)
+            ensure_search_indexes(catalog_uri(opts))
         tree = from_uri(catalog_uri(opts), writable_storage=[arrays])
     except Exception as exc:  # noqa: BLE001 - tiled's init names the database problem
         raise LabError(f"cannot open the lab catalogue: {' '.join(str(exc).split())[-400:]}") from None

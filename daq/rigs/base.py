@@ -49,6 +49,8 @@ its connected devices, ``A`` what it reads back from a session, ``R`` its analys
 ``report_text(result)``             the text `hil analyze` prints. Default ``str(result)``
 ``report_dict(result)``             the JSON-ready dict of ``--json``. Default ``result.to_dict()``
 ``plots(result, arrays, folder)``   PNG files written into ``folder``. Default none (``has_plots`` False)
+``analysis_summary(report)``        the searchable summary of ``report_dict``'s dict, one shape for every
+                                    kind (:mod:`daq.rigs.summary`). Default None (the lab looks for one)
 ==================================  ===================================================================
 """
 
@@ -202,6 +204,10 @@ class Rig(ABC, Generic[C, D, A, R]):
     def plots(self, result: R, arrays: A, folder: Path) -> list[Path]:
         """Plot files of a result, written into ``folder`` (which exists)."""
         return []
+
+    def analysis_summary(self, report: dict) -> dict | None:
+        """Estimates, intervals, verdict and structure of a ``report_dict`` (:mod:`daq.rigs.summary`)."""
+        return None
 
     # -- what a kind offers ---------------------------------------------------------------------------
     @property

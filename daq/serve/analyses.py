@@ -1,7 +1,8 @@
 """Analyses of stored sessions for the dashboard: ``hil analyze SESSION --json --plots DIR`` run as a
 subprocess (the CLI's own analysis and plots, at lower CPU priority, in a process of its own so a running
 experiment keeps its timing), one at a time, into ``<store folder>/analyses/<session>/``: ``report.json``
-(what ``--json`` prints), the PNG plots, ``error.txt`` when it failed."""
+(what ``--json`` prints), the PNG plots, ``error.txt`` when it failed. ``hil analyze`` keeps the analysis in
+the store; with a ``[lab]`` table in the session's config it is then pushed to the lab in the background."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import sys
 from pathlib import Path
 
 from daq import json_codec
+from daq.lab.replicate import push_after_run
+from daq.store.reader import SessionReader
 
 NICE = 10
 
@@ -56,6 +59,12 @@ class Analyses:
         self.running[session_id] = asyncio.get_running_loop().create_task(self._run(session_id))
         return True
 
+    def _push(self, session_id: str) -> None:
+        """With a ``[lab]`` table in the session's config: push it with its analysis in the background."""
+        with SessionReader(self.store_path, recover=False) as reader:
+            config = reader.get_session(session_id).config
+        push_after_run(self.store_path, config)
+
     async def _run(self, session_id: str) -> None:
         d = self._dir(session_id)
         try:
@@ -75,6 +84,8 @@ class Analyses:
                 text = lines[-1] if lines else f"Error: hil analyze exited with {proc.returncode}"
                 (part / "error.txt").write_text(text)
             os.replace(part, d)
+            if proc.returncode == 0:  # the analysis is kept in the store: [lab] hands it to the lab
+                await asyncio.to_thread(self._push, session_id)
         except Exception as exc:  # noqa: BLE001 - reported as the analysis' error
             with contextlib.suppress(OSError):
                 d.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from daq.rigs import drive
+from daq.rigs import drive, summary
 from daq.rigs.adjoint import online
 from daq.rigs.adjoint.checks import check_rig
 from daq.rigs.adjoint.config import INPUTS, NUISANCE_TRUTH, OUTPUTS, PLANT_OF, AdjointRigConfig
@@ -487,6 +487,15 @@ class AdjointRig(drive.DriveRig[AdjointRigConfig, Runs | None, AdjointAnalysis])
 
     def report_text(self, result: AdjointAnalysis) -> str:
         return result.text()
+
+    def analysis_summary(self, report: dict) -> dict:
+        """The fitted parameters and nuisance parameters, their 95 % intervals, and whether the adequacy
+        check lets the intervals stand (the verdict)."""
+        nuisance = report.get("nuisance") or {}
+        fitted = {**summary.estimates_of(report.get("estimate")),
+                  **summary.estimates_of({n: d.get("estimate") for n, d in nuisance.items()
+                                          if isinstance(d, dict)})}
+        return summary.adequacy_summary(report, fitted)
 
     def plots(self, result: AdjointAnalysis, arrays: Runs | None, folder: Path) -> list[Path]:
         assert arrays is not None  # a result exists

@@ -16,7 +16,7 @@ import numpy as np
 
 from daq.executor import make_executor
 from daq.online.estimates import start_online
-from daq.rigs import drive
+from daq.rigs import drive, summary
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, RunContext
 from daq.rigs.crane import distortion
@@ -207,6 +207,14 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
 
     def report_dict(self, result: SelectionResult) -> dict:
         return distortion.report_dict(result, result.to_dict())
+
+    def analysis_summary(self, report: dict) -> dict:
+        """The chosen structure (the verdict) with its parameters and their robust 95 % intervals."""
+        chosen = report.get("chosen")
+        if not isinstance(chosen, str):
+            return summary.summary({}, {}, summary.NO_STRUCTURE)
+        return {**summary.adequacy_summary(report, summary.estimates_of(report.get("chosen_params")), chosen),
+                "verdict": chosen}
 
     def plots(self, result: SelectionResult, arrays: CraneRuns, folder: Path) -> list[Path]:
         from daq.rigs.crane.plots import write_plots  # lazy: scipy (matplotlib when it draws)

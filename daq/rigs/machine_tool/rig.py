@@ -25,6 +25,7 @@ from threadpoolctl import threadpool_limits
 
 from daq.config.load import to_dict
 from daq.executor import make_executor
+from daq.rigs import summary
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, Rig, RunContext
 from daq.rigs.config import session_config
@@ -473,6 +474,10 @@ class MachineToolRig(Rig[MachineToolConfig, MTDevicesOpen, MTArrays, MTAnalysisR
 
     def report_text(self, result: MTAnalysisResult) -> str:
         return result.text()
+
+    def analysis_summary(self, report: dict) -> dict:
+        """The identified stiffness and damping parameters, their 95 % intervals and the adequacy verdict."""
+        return summary.adequacy_summary(report, summary.estimates_of(report.get("estimate")))
 
     def plots(self, result: MTAnalysisResult, arrays: MTArrays, folder: Path) -> list[Path]:
         return write_plots(result, folder) + distortion.plots(result.distortion, folder)

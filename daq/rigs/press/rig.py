@@ -20,6 +20,7 @@ import numpy as np
 from daq.bus.frames import Frame
 from daq.config.load import parse, to_dict
 from daq.online.estimates import start_online
+from daq.rigs import summary
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, Rig, RunContext
 from daq.rigs.press.acquisition import FORCE_STREAM, ForceAcquisition
@@ -252,6 +253,21 @@ class PressRig(Rig[PressConfig, PressRigDevices, PressArrays, PressAnalysisResul
 
     def report_text(self, result: PressAnalysisResult) -> str:
         return result.format_table()
+
+    def analysis_summary(self, report: dict) -> dict:
+        """The first kept model's parameters with +-1.96 standard errors; the verdict names every kept
+        model ("M3 keep"; none kept: no estimates, no verdict)."""
+        verdicts, models = report.get("verdicts") or {}, report.get("models") or {}
+        kept = [m for m, v in verdicts.items() if v == "keep" and m in models]
+        if not kept:
+            return summary.summary({}, {}, None)
+        model, names = models[kept[0]], list(report.get("parameters") or [])
+        p, std = model.get("p") or [], model.get("std_errors") or []
+        est = summary.estimates_of(dict(zip(names, p, strict=False)))
+        iv = summary.intervals_of({n: [v - summary.Z95 * s, v + summary.Z95 * s]
+                                   for n, v, s in zip(names, p, std, strict=False)
+                                   if isinstance(v, (int, float)) and isinstance(s, (int, float))})
+        return summary.summary(est, iv, " ".join(f"{m} keep" for m in kept), kept[0])
 
     def plots(self, result: PressAnalysisResult, arrays: PressArrays, folder: Path) -> list[Path]:
         from daq.rigs.press.plots import write_plots  # lazy: matplotlib, only when plots are asked for
