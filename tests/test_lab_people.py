@@ -159,7 +159,7 @@ def test_only_an_admin_deletes_and_revokes_and_a_revoked_key_is_refused(lab, tea
 
 def test_an_old_labs_single_key_is_replaced_by_an_admin_key_and_people_survive_a_restart(tmp_path):
     data = tmp_path / "lab"
-    data.mkdir()
+    data.mkdir(mode=0o700)  # private already: the only line is about the key
     old = "0123456789abcdef" * 4
     (data / "lab.key").write_text(old + "\n")
     (data / "lab.key").chmod(0o644)
