@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-__all__ = ["AVAILABLE", "drive_steps"]
+__all__ = ["AVAILABLE", "drive_steps", "load_kernels"]
 
 #: numba is a declared dependency; without it (a platform with no wheel) the Python loop runs
 AVAILABLE = importlib.util.find_spec("numba") is not None
@@ -150,6 +150,16 @@ def _kernel(n: int):
 
         kernel = _compiled[n] = numba.njit(cache=True, nogil=True)(_steps_for(n))
     return kernel
+
+
+def load_kernels() -> None:
+    """Compile (or load from the cache) the loops of every state count of the kit now: a worker process
+    started ahead of its first task does this while the caller still prepares the work."""
+    if not AVAILABLE:  # pragma: no cover
+        return
+    for n in (1, 3, 5):
+        z = np.zeros
+        drive_steps(z((n, n)), z((1, n, n)), z(n), z((2 * n, 3)), z((2, 3)), z(2 * n), 1, True, True)
 
 
 def drive_steps(Ad: np.ndarray, dAd: np.ndarray, Bd: np.ndarray, Gam: np.ndarray, w_in: np.ndarray,
