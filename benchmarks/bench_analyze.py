@@ -41,7 +41,8 @@ def hil(*args: str, capture: bool = True, root: Path = ROOT) -> subprocess.Compl
     """Run the `hil` command of a checkout (same interpreter, ``root`` first on the path; default: this)."""
     env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-c", "from daq.cli.main import main; main()", *args]
-    return subprocess.run(cmd, env=env, check=True, text=True, capture_output=capture)
+    # run in the tree: `python -c` puts the working directory first on the path, ahead of PYTHONPATH
+    return subprocess.run(cmd, env=env, check=True, text=True, capture_output=capture, cwd=root)
 
 
 def config_copy(folder: Path, dask: bool) -> Path:
