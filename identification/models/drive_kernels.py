@@ -138,6 +138,9 @@ def _steps_for(n: int):
                         xi[r + i] += df * Bd[i]
         return X
 
+    # a name of its own per state count: the on-disk cache (index file, symbols of the compiled code) is keyed
+    # by it, and three closures under one name shared one index and clashed when loaded together
+    _drive_steps.__name__ = _drive_steps.__qualname__ = f"_drive_steps_{n}"
     return _drive_steps
 
 
