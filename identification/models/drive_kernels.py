@@ -38,20 +38,18 @@ AVAILABLE = importlib.util.find_spec("numba") is not None
 
 
 def _steps_for(n: int):
-    """The step loop for ``n`` states: a constant of the compiled code, so that its loops over the states
-    unroll into straight-line code (1.5x faster than with ``n`` read at run time, the same numbers)."""
+    """The step loop for ``n`` states (a constant of the compiled code, so its loops over the states unroll:
+    1.5x faster than with ``n`` read at run time, the same numbers): outputs ``[w1, d w1/d p_1, ...,
+    d w1/d p_np]`` per step of the augmented recursion, from rest.
+
+    ``Ad`` (n, n), ``dAd`` (n_p, n, n), ``Bd`` (n,); the input term of step k is ``Gam @ w_in[k]`` (``Gam``
+    (m, c), ``w_in`` (N, c)); ``Gf`` (m,) is the column the friction torque enters by; ``m = n (1 + n_p)``
+    with sensitivities (``n`` without). ``na``: ``dAd[j] = 0`` for ``j >= na`` (friction, dead-time and
+    gravity parameters do not move ``Ad``): their zero products are left out, which changes no sum.
+    ``jc``/``js``/``jv``: indices of coulomb, stribeck_torque, stribeck_speed (-1: none)."""
 
     def _drive_steps(Ad, dAd, Bd, Gam, w_in, Gf, n_p, na, sens, nonlinear, fc, fs, inv_vs, inv_eps, jc, js,
                      jv):
-        """Outputs ``[w1, d w1/d p_1, ..., d w1/d p_np]`` per step of the augmented recursion, from rest.
-
-        ``Ad`` (n, n), ``dAd`` (n_p, n, n), ``Bd`` (n,); the input term of step k is ``Gam @ w_in[k]``
-        (``Gam`` (m, c), ``w_in`` (N, c)); ``Gf`` (m,) is the column the friction torque enters by;
-        ``m = n (1 + n_p)`` with sensitivities (``n`` without). ``na``: ``dAd[j] = 0`` for ``j >= na`` (the
-        friction, dead-time and gravity parameters do not move ``Ad``): their zero products are left out,
-        which changes no sum. ``jc``/``js``/``jv``: indices of coulomb, stribeck_torque, stribeck_speed
-        (-1: none).
-        """
         N = w_in.shape[0]
         nc = w_in.shape[1]
         npar = n_p if sens else 0
@@ -138,9 +136,6 @@ def _steps_for(n: int):
                         xi[r + i] += df * Bd[i]
         return X
 
-    # a name of its own per state count: the on-disk cache (index file, symbols of the compiled code) is keyed
-    # by it, and three closures under one name shared one index and clashed when loaded together
-    _drive_steps.__name__ = _drive_steps.__qualname__ = f"_drive_steps_{n}"
     return _drive_steps
 
 
@@ -153,7 +148,11 @@ def _kernel(n: int):
     if kernel is None:
         import numba  # lazy: loads LLVM (~0.5 s); only a simulation needs it, not `hil` at start
 
-        kernel = _compiled[n] = numba.njit(cache=True, nogil=True)(_steps_for(n))
+        steps = _steps_for(n)
+        # a name of its own per state count: the on-disk cache (index file, symbols of the compiled code) is
+        # keyed by it; three closures under one name shared one index and clashed when loaded together
+        steps.__name__ = steps.__qualname__ = f"_drive_steps_{n}"
+        kernel = _compiled[n] = numba.njit(cache=True, nogil=True)(steps)
     return kernel
 
 
