@@ -158,19 +158,19 @@ def discretize(A: np.ndarray, B: np.ndarray, dA: np.ndarray, dB: np.ndarray, h: 
     Ad, Bd = E[:n, :n], E[:n, n]
     dAd = np.zeros((n_p, n, n))
     dBd = np.zeros((n_p, n))
-    big = np.zeros((2 * (n + 1), 2 * (n + 1)))
-    big[: n + 1, : n + 1] = M * h
-    big[n + 1:, n + 1:] = M * h
-    for j in range(n_p):
-        if not (np.any(dA[j]) or np.any(dB[j])):
-            continue
-        dM = np.zeros((n + 1, n + 1))
-        dM[:n, :n] = dA[j]
-        dM[:n, n] = dB[j]
-        big[: n + 1, n + 1:] = dM * h
-        L = scipy.linalg.expm(big)[: n + 1, n + 1:]
-        dAd[j] = L[:n, :n]
-        dBd[j] = L[:n, n]
+    moving = [j for j in range(n_p) if np.any(dA[j]) or np.any(dB[j])]
+    if moving:  # one stacked call: scipy runs each slice as it would alone (the same numbers), once
+        big = np.zeros((len(moving), 2 * (n + 1), 2 * (n + 1)))
+        big[:, : n + 1, : n + 1] = M * h
+        big[:, n + 1:, n + 1:] = M * h
+        for i, j in enumerate(moving):
+            dM = np.zeros((n + 1, n + 1))
+            dM[:n, :n] = dA[j]
+            dM[:n, n] = dB[j]
+            big[i, : n + 1, n + 1:] = dM * h
+        L = scipy.linalg.expm(big)[:, : n + 1, n + 1:]
+        dAd[moving] = L[:, :n, :n]
+        dBd[moving] = L[:, :n, n]
     return Ad, Bd, dAd, dBd
 
 
