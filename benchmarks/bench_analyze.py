@@ -11,7 +11,12 @@ adequacy, traces, plots), each with the wall seconds and the CPU seconds of the 
 ``n_jobs`` workers): the same stages then run on the cluster. On a machine shared with other work the wall
 times are inflated by the load; the CPU seconds are not (both are printed, with the load average).
 
+``--trees OLD NEW``: the same command with each checkout's code (``PYTHONPATH=<tree>``) on the same session,
+the trees alternating within each repeat, then the median wall and CPU seconds per tree and their ratio to the
+first (issue 44: a checkout of the code before next to this one). ``--no-plots``: ``analyze latest --json``.
+
     nice .venv/bin/python benchmarks/bench_analyze.py [--repeats 3] [--store S] [--dask] [--json out.json]
+    .venv/bin/python benchmarks/bench_analyze.py --repeats 5 --store S --no-plots --trees /tmp/old .
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import json
 import os
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,11 +37,12 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "crane-sim.toml"
 
 
-def hil(*args: str, capture: bool = True) -> subprocess.CompletedProcess:
-    """Run the `hil` command of this checkout (same interpreter, this tree first on the path)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def hil(*args: str, capture: bool = True, root: Path = ROOT) -> subprocess.CompletedProcess:
+    """Run the `hil` command of a checkout (same interpreter, ``root`` first on the path; default: this)."""
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-c", "from daq.cli.main import main; main()", *args]
-    return subprocess.run(cmd, env=env, check=True, text=True, capture_output=capture)
+    # run in the tree: `python -c` puts the working directory first on the path, ahead of PYTHONPATH
+    return subprocess.run(cmd, env=env, check=True, text=True, capture_output=capture, cwd=root)
 
 
 def config_copy(folder: Path, dask: bool) -> Path:
@@ -51,32 +58,51 @@ def config_copy(folder: Path, dask: bool) -> Path:
     return out
 
 
-def time_analyze(store: Path, plots: Path) -> dict:
-    """One `hil analyze latest --json --plots DIR`: wall and CPU seconds (the command and its children)."""
+def time_analyze(store: Path, plots: Path | None, root: Path = ROOT) -> dict:
+    """One `hil analyze latest --json [--plots DIR]` of the checkout ``root``: wall and CPU seconds (the
+    command and its children)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    out = hil("--store", str(store), "analyze", "latest", "--json", "--plots", str(plots))
+    extra = ("--plots", str(plots)) if plots is not None else ()
+    out = hil("--store", str(store), "analyze", "latest", "--json", *extra, root=root)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     d = json.loads(out.stdout)
-    return {"wall": wall, "cpu": cpu, "load_before": load, "load_after": os.getloadavg()[0],
+    return {"tree": str(root), "wall": wall, "cpu": cpu, "load_before": load,
+            "load_after": os.getloadavg()[0],
             "stages": d.get("stages", {}), "chosen": d.get("chosen"),
             "intervals_valid": (d.get("adequacy") or {}).get("intervals_valid")}
 
 
 def table(rows: list[dict]) -> str:
     stages = list(dict.fromkeys(k for r in rows for k in r["stages"]))
-    head = ("| run | load | wall s | CPU s | " + " | ".join(f"{s} s (CPU)" for s in stages)
+    head = ("| run | tree | load | wall s | CPU s | " + " | ".join(f"{s} s (CPU)" for s in stages)
             + " | chosen | valid |")
-    lines = [head, "|" + "---|" * (6 + len(stages))]
+    lines = [head, "|" + "---|" * (7 + len(stages))]
     for i, r in enumerate(rows):
         cells = [f"{r['stages'][s]['seconds']:.1f} ({r['stages'][s]['cpu_seconds']:.1f})"
                  if s in r["stages"] else "-" for s in stages]
-        lines.append(f"| {i + 1} | {r['load_before']:.1f}-{r['load_after']:.1f} | {r['wall']:.1f} | "
+        lines.append(f"| {i + 1} | {Path(r['tree']).name} | {r['load_before']:.1f}-{r['load_after']:.1f} | "
+                     f"{r['wall']:.1f} | "
                      f"{r['cpu']:.1f} | " + " | ".join(cells)
                      + f" | {r['chosen']} | {r['intervals_valid']} |")
+    return "\n".join(lines)
+
+
+def tree_summary(rows: list[dict], trees: list[Path]) -> str:
+    """Median wall and CPU seconds per tree, and each tree's ratio to the first (lower: faster)."""
+    med = {t: (statistics.median(r["wall"] for r in rows if r["tree"] == str(t)),
+               statistics.median(r["cpu"] for r in rows if r["tree"] == str(t))) for t in trees}
+    w0, c0 = med[trees[0]]
+    lines = ["| tree | median wall s | median CPU s | wall / first | CPU / first | same choice and verdict |",
+             "|---|---|---|---|---|---|"]
+    ref = {(r["chosen"], r["intervals_valid"]) for r in rows if r["tree"] == str(trees[0])}
+    for t in trees:
+        w, c = med[t]
+        same = {(r["chosen"], r["intervals_valid"]) for r in rows if r["tree"] == str(t)} == ref
+        lines.append(f"| {t} | {w:.1f} | {c:.1f} | {w / w0:.2f} | {c / c0:.2f} | {same} |")
     return "\n".join(lines)
 
 
@@ -86,7 +112,11 @@ def main() -> None:
     ap.add_argument("--store", default=None, help="an existing store whose latest session is the crane's")
     ap.add_argument("--dask", action="store_true", help='record with [model_selection] scheduler = "local"')
     ap.add_argument("--json", dest="json_out", default=None)
+    ap.add_argument("--trees", nargs="+", type=Path, default=None,
+                    help="checkouts to time side by side (the first is the reference); default: this one")
+    ap.add_argument("--no-plots", action="store_true", help="time `analyze latest --json` without --plots")
     args = ap.parse_args()
+    trees = [t.resolve() for t in (args.trees or [ROOT])]
     with tempfile.TemporaryDirectory(prefix="bench-analyze-") as tmp:
         folder = Path(tmp)
         store = Path(args.store) if args.store else folder / "s.sqlite"
@@ -94,10 +124,15 @@ def main() -> None:
             hil("--store", str(store), "run", str(config_copy(folder, args.dask)), "--no-progress")
         rows = []
         for i in range(args.repeats):
-            rows.append(time_analyze(store, folder / f"plots{i}"))
-            print(f"run {i + 1}: {rows[-1]['wall']:.1f} s wall, {rows[-1]['cpu']:.1f} s CPU", file=sys.stderr,
-                  flush=True)
+            for tree in trees if i % 2 == 0 else trees[::-1]:  # alternate the order: drift hits both alike
+                rows.append(time_analyze(store, None if args.no_plots else folder / f"plots{i}", tree))
+                r = rows[-1]
+                print(f"run {i + 1} ({tree.name}): {r['wall']:.1f} s wall, {r['cpu']:.1f} s CPU, "
+                      f"load {r['load_before']:.1f}", file=sys.stderr, flush=True)
     print(table(rows))
+    if len(trees) > 1:
+        print()
+        print(tree_summary(rows, trees))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(rows, indent=1))
 

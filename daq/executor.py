@@ -20,6 +20,7 @@ Functions and items must be picklable (module-level functions, ``functools.parti
 from __future__ import annotations
 
 import concurrent.futures as cf
+import importlib
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -47,6 +48,11 @@ class Executor:
         return out
 
     __call__ = map  # an executor is itself a map-like callable
+
+    def warm(self, target: str) -> None:
+        """Start the workers now and let each call ``target`` (``"module:function"``, imported there: this
+        process need not have imported it yet) to load what the first batch needs while the caller still
+        prepares it; returns at once. Here (no workers of its own): nothing."""
 
     def close(self) -> None:
         """Release workers/connections (idempotent)."""
@@ -87,6 +93,12 @@ class _SingleThreadBlas:
             return self.fn(item)
 
 
+def _call_named(target: str) -> None:
+    """Import ``module`` and call its ``function`` (``target = "module:function"``), in a worker."""
+    module, _, name = target.partition(":")
+    getattr(importlib.import_module(module), name)()
+
+
 def _init_worker() -> None:
     one_blas_thread()
 
@@ -113,6 +125,13 @@ class LocalExecutor(Executor):
             self._pool = cf.ProcessPoolExecutor(max_workers=self.n_workers, mp_context=ctx,
                                                 initializer=_init_worker)
         return self._pool
+
+    def warm(self, target: str) -> None:
+        """One ``target`` call per worker, not waited for: each submit starts a worker (a spawn takes a second
+        or more on a loaded machine, importing numpy, scipy and the compiled code another), all start now."""
+        pool = self._ensure()
+        for _ in range(self.n_workers):
+            pool.submit(_call_named, target)
 
     def imap_unordered(self, fn, items):
         pool = self._ensure()

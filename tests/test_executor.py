@@ -130,3 +130,14 @@ def test_crane_selection_same_on_pool_and_dask(dask_client, pool):
                 assert abs(cx.params[n] - v) <= tol, (ca.name, n, v, cx.params[n], sd)
         np.testing.assert_allclose(np.array(x.profile.interval, dtype=float),
                                    np.array(a.profile.interval, dtype=float), rtol=1e-6)
+
+
+def test_warm_starts_every_worker_before_any_batch():
+    """``warm`` starts the pool's workers at once, each importing the named function's module and calling
+    it, and returns without waiting; a batch after it runs as before. The serial executor has nothing to
+    start."""
+    with LocalExecutor(2) as ex:
+        ex.warm("identification.selection.model_selection:warm_up")
+        assert ex._pool is not None and len(ex._pool._processes) == 2
+        assert ex.map(_square, [1, 2, 3]) == [1, 4, 9]
+    SerialExecutor().warm("identification.selection.model_selection:warm_up")  # no workers: nothing

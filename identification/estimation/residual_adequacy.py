@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg
-import scipy.stats
 
 __all__ = ["AdequacyResult", "residual_adequacy", "ljung_box", "input_correlation_test", "hac_covariance",
            "NoiseCovariance", "noise_covariance", "input_basis",
@@ -53,7 +52,9 @@ def ljung_box(e: np.ndarray, lags: int = 25) -> tuple[float, float]:
     lags = int(min(lags, n - 2))
     r = _acf(e, lags)
     q = float(n * (n + 2) * np.sum(r**2 / (n - np.arange(1, lags + 1))))
-    return q, float(scipy.stats.chi2.sf(q, lags))
+    from scipy import stats  # lazy: ~0.5 s of import a worker fitting candidates never needs
+
+    return q, float(stats.chi2.sf(q, lags))
 
 
 def input_correlation_test(e: np.ndarray, u: np.ndarray, lags: int = 25) -> tuple[float, float]:
@@ -75,7 +76,9 @@ def input_correlation_test(e: np.ndarray, u: np.ndarray, lags: int = 25) -> tupl
     ru = np.concatenate([[1.0], _acf(u, lags)])
     R = scipy.linalg.toeplitz(ru)
     stat = float(n * r @ np.linalg.lstsq(R, r, rcond=1e-10)[0])
-    return stat, float(scipy.stats.chi2.sf(stat, lags + 1))
+    from scipy import stats  # lazy: as in ljung_box
+
+    return stat, float(stats.chi2.sf(stat, lags + 1))
 
 
 @dataclass
@@ -252,7 +255,9 @@ class IntervalReport:
 
     @property
     def z(self) -> float:
-        return float(scipy.stats.norm.isf((1 - self.level) / 2))
+        from scipy import stats  # lazy: as in ljung_box
+
+        return float(stats.norm.isf((1 - self.level) / 2))
 
     def interval(self, robust: bool = True) -> np.ndarray:
         s = self.std_robust if robust else self.std_model

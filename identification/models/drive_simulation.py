@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg
@@ -96,17 +96,30 @@ class StepInput:
     n_steps: int
     _cum: np.ndarray  # integral of the command at the knots j*dt
     speed_lag: float = 0.0  # s, lag of the measured speed behind the motor speed (dt / 2: differenced angle)
+    _last: tuple = field(default=(), repr=False, compare=False)  # (delay, v, dv) of the last held() call
+    _knots: np.ndarray | None = field(default=None, repr=False, compare=False)  # j*dt, made on first use
 
     @property
     def h(self) -> float:
         return self.dt * self.decimate
 
     def held(self, dead_time: float) -> tuple[np.ndarray, np.ndarray]:
-        """Mean delayed input per model step and its derivative with respect to the dead time."""
+        """Mean delayed input per model step and its derivative with respect to the dead time (read-only
+        arrays; the last delay's are kept: a candidate without a dead time asks for the same one always)."""
+        if self._last and self._last[0] == dead_time:
+            return self._last[1], self._last[2]
+        v, dv = self._held(dead_time)
+        v.setflags(write=False)
+        dv.setflags(write=False)
+        self._last = (dead_time, v, dv)
+        return v, dv
+
+    def _held(self, dead_time: float) -> tuple[np.ndarray, np.ndarray]:
         h = self.h
         edges = np.arange(self.n_steps + 1) * h - dead_time
-        knots = np.arange(self.u.size + 1) * self.dt
-        U = np.interp(edges, knots, self._cum, left=0.0)
+        if self._knots is None:
+            self._knots = np.arange(self.u.size + 1) * self.dt
+        U = np.interp(edges, self._knots, self._cum, left=0.0)
         v = np.diff(U) / h
         idx = np.floor(edges / self.dt + 1e-9).astype(int)
         uz = np.where((idx >= 0) & (idx < self.u.size), self.u[np.clip(idx, 0, self.u.size - 1)], 0.0)
@@ -145,19 +158,19 @@ def discretize(A: np.ndarray, B: np.ndarray, dA: np.ndarray, dB: np.ndarray, h: 
     Ad, Bd = E[:n, :n], E[:n, n]
     dAd = np.zeros((n_p, n, n))
     dBd = np.zeros((n_p, n))
-    big = np.zeros((2 * (n + 1), 2 * (n + 1)))
-    big[: n + 1, : n + 1] = M * h
-    big[n + 1:, n + 1:] = M * h
-    for j in range(n_p):
-        if not (np.any(dA[j]) or np.any(dB[j])):
-            continue
-        dM = np.zeros((n + 1, n + 1))
-        dM[:n, :n] = dA[j]
-        dM[:n, n] = dB[j]
-        big[: n + 1, n + 1:] = dM * h
-        L = scipy.linalg.expm(big)[: n + 1, n + 1:]
-        dAd[j] = L[:n, :n]
-        dBd[j] = L[:n, n]
+    moving = [j for j in range(n_p) if np.any(dA[j]) or np.any(dB[j])]
+    if moving:  # one stacked call: scipy runs each slice as it would alone (the same numbers), once
+        big = np.zeros((len(moving), 2 * (n + 1), 2 * (n + 1)))
+        big[:, : n + 1, : n + 1] = M * h
+        big[:, n + 1:, n + 1:] = M * h
+        for i, j in enumerate(moving):
+            dM = np.zeros((n + 1, n + 1))
+            dM[:n, :n] = dA[j]
+            dM[:n, n] = dB[j]
+            big[i, : n + 1, n + 1:] = dM * h
+        L = scipy.linalg.expm(big)[:, : n + 1, n + 1:]
+        dAd[moving] = L[:, :n, :n]
+        dBd[moving] = L[:, :n, n]
     return Ad, Bd, dAd, dBd
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from identification.estimation.profile_likelihood import ProfileLikelihoodResult, profile_likelihood_intervals
 from identification.estimation.residual_adequacy import IntervalReport, interval_report, residual_adequacy
+from identification.estimation.tasks import map_tasks
 from identification.models.drive_models import DEFAULT_BOUNDS, PARAM_UNITS, DriveStructure
 from identification.models.drive_simulation import prepare_input, simulate
 from identification.selection.fitting import _Problem, _Scaling, as_run, fit_structure, simulate_run
@@ -95,6 +96,13 @@ def chosen_traces(chosen: Fitted, train, valid, decimate: int, friction_eps: flo
     return traces
 
 
+def _base_fit(args: tuple):
+    """The chosen structure re-fitted from its estimate (the profiles' optimum; runs on the executor)."""
+    s, (u, y, dt), bounds, opts, start = args
+    return fit_structure(s, u, y, dt, bounds, n_starts=1, decimate=opts["decimate"], skip=opts["skip"],
+                         friction_eps=opts["friction_eps"], max_nfev=opts["max_nfev"], start=start)
+
+
 class _ProfileRefit:
     """Re-fit of the chosen structure with one parameter held (picklable: runs on the executor)."""
 
@@ -125,8 +133,8 @@ def profile_chosen(chosen: Fitted, train, bounds, opts: dict, n_grid: int = 9,
     u, y, dt = as_run(train)
     s = chosen.structure
     names = s.param_names
-    base = fit_structure(s, u, y, dt, bounds, n_starts=1, decimate=opts["decimate"], skip=opts["skip"],
-                         friction_eps=opts["friction_eps"], max_nfev=opts["max_nfev"], start=chosen.params)
+    # the optimum's re-fit runs on the executor too: this process then never loads the compiled simulation
+    base = map_tasks(executor, _base_fit, [(s, (u, y, dt), bounds, opts, chosen.params)])[0]
     est = np.array([base.params[n] for n in names])
     n_p = base.S.shape[1]
     try:

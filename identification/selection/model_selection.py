@@ -37,6 +37,7 @@ from identification.estimation.identifiability import (
     analyze_identifiability,
 )
 from identification.estimation.residual_adequacy import IntervalReport
+from identification.models import drive_kernels
 from identification.models.drive_models import DEFAULT_BOUNDS, DriveStructure, all_structures, parse_name
 from identification.models.drive_simulation import DEFAULT_FRICTION_EPS
 from identification.selection.chosen_model import chosen_intervals, chosen_traces, profile_chosen
@@ -255,6 +256,12 @@ def _poorly_determined(names, params: dict[str, float], se: np.ndarray, max_rel_
         if not (math.isfinite(s) and s <= max_rel_std * v):
             bad.append(f"{name} {100 * s / v:.3g} %" if v > 0 and math.isfinite(s) else name)
     return ", ".join(bad)
+
+
+def warm_up() -> None:
+    """What a worker process needs before its first candidate: this module's imports (by unpickling this
+    function) and the compiled simulation (:func:`~identification.models.drive_kernels.load_kernels`)."""
+    drive_kernels.load_kernels()
 
 
 def _candidate_task(args: tuple) -> CandidateResult:

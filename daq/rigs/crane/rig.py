@@ -184,8 +184,6 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
     def analyze(self, arrays: CraneRuns, cfg: CraneConfig,
                 progress: AnalysisProgress | None = None) -> SelectionResult:
         """Model selection over the kit on the training run, validated on the validation run."""
-        from identification.selection.model_selection import select_model  # lazy: scipy
-
         missing = set(ROLES) - set(arrays)
         if missing:
             raise AnalysisError(f"no {' and no '.join(sorted(missing))} run recorded")
@@ -194,10 +192,14 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
         if progress is not None:  # show the bar at once: the first candidates take a while
             progress(0, len(opts["candidates"]), "fitting candidate models")
         bounds = opts.pop("bounds")
-        nl = distortion.analyze(arrays, cfg.distortion)  # first: can a linear model family be adequate?
         # candidates, the refits of the close rivals and the profile-likelihood directions are independent
-        # fits: all go through the executor (a Dask cluster speeds up the whole analysis)
+        # fits: all go through the executor (a Dask cluster speeds up the whole analysis). Its workers start
+        # first and load what they need while this process imports and runs the distortion analysis.
         with make_executor(cfg.model_selection.scheduler, opts["n_jobs"]) as ex:
+            ex.warm("identification.selection.model_selection:warm_up")
+            from identification.selection.model_selection import select_model  # lazy: scipy
+
+            nl = distortion.analyze(arrays, cfg.distortion)  # first: can a linear model family be adequate?
             result = select_model(arrays["training"], arrays["validation"], bounds, progress=progress,
                                   executor=ex, clock=stage_clock, **opts)
         return distortion.attach(result, nl)
