@@ -523,8 +523,8 @@ def test_hil_run_records_who_started_it_shown_by_sessions_show_and_the_api(serve
     rows = {r["id"]: r for r in json.loads(CliRunner().invoke(main, ["--store", store, "sessions", "--json"])
                                            .output)}
     assert rows[sid]["started_by"] == "ada" and rows[other]["started_by"] == getpass.getuser()
-    assert list(rows[sid]) == ["id", "kind", "status", "reason", "started", "ended", "started_by", "dry_run",
-                               "streams"]
+    assert list(rows[sid]) == ["id", "kind", "status", "reason", "started", "ended", "started_by", "rig",
+                               "dry_run", "streams"]
     shown = json.loads(CliRunner().invoke(main, ["--store", store, "show", sid, "--json"]).output)
     assert shown["started_by"] == "ada"
     assert " by ada" in CliRunner().invoke(main, ["--store", store, "show", sid]).output
