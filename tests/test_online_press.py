@@ -204,7 +204,9 @@ def test_estimates_carry_the_running_verdict_of_the_offline_test(session):
             np.testing.assert_allclose(v["models"][m]["alpha_min"], off.models[m].alpha_min, rtol=1e-6,
                                        atol=1e-300)
             if v["models"][m]["verdict"] != "undecided":
-                np.testing.assert_allclose(v["models"][m]["values"], off.models[m].p, rtol=1e-9)
+                # as alpha_min above: the same fit, summed in another order by another BLAS (the lowest
+                # numpy's differs in the 8th digit; a standard error is in the 3rd)
+                np.testing.assert_allclose(v["models"][m]["values"], off.models[m].p, rtol=1e-6)
     assert result.summary["verdict"]["rejected"] == ests[-1]["verdict"]["rejected"]  # in the session summary
 
 
