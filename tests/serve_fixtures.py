@@ -28,6 +28,23 @@ class _NoDevices:
         pass
 
 
+def bearer(token: str) -> dict:
+    """The header that authenticates a request with ``token``."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def finish_one_run(served, config: str = "short.toml") -> str:
+    """Queue ``config`` on ``served`` and wait until it completed; its session id is kept on ``served``
+    (``session``), the run's id returned."""
+    import httpx  # noqa: PLC0415 - only the fixtures that run the server over HTTP need it
+
+    with httpx.Client(base_url=served.url, headers=bearer(served.token), timeout=30) as http:
+        run_id = http.post("/api/runs", json={"config": config}).json()["id"]
+        poll_until(lambda: http.get(f"/api/runs/{run_id}").json()["status"] == "complete", timeout=30)
+        served.session = http.get(f"/api/runs/{run_id}").json()["session"]
+    return run_id
+
+
 class ServedBeacon(BeaconRig):
     """The beacon with a 'simulator' (nothing to start), so a config file with simulated = true runs it as
     `hil run` would; ``[plan] frames = N`` ends the plan after N frames (0: until stopped)."""

@@ -14,7 +14,7 @@ import pytest
 from daq.rigs import register, unregister
 from daq.serve.auth import add_token
 from tests.polling import poll_until
-from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config
+from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config, bearer, finish_one_run
 
 RIG = ServedBeacon("beacon-errors", samples=10, channels=1, period=0.005)
 WS_KEY = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
@@ -32,19 +32,11 @@ def srv(tmp_path_factory):
     served = ServerThread(configs, folder / "store" / "s.sqlite", folder / "tokens").start()
     try:
         served.viewer = add_token(served.server.token_file, "wall", viewer=True)
-        with httpx.Client(base_url=served.url, headers=bearer(served.token), timeout=30) as http:
-            run_id = http.post("/api/runs", json={"config": "short.toml"}).json()["id"]
-            poll_until(lambda: http.get(f"/api/runs/{run_id}").json()["status"] == "complete", timeout=30)
-            served.run_id = run_id
-            served.session = http.get(f"/api/runs/{run_id}").json()["session"]
+        served.run_id = finish_one_run(served)
         yield served
     finally:
         served.stop()
         unregister(RIG.kind)
-
-
-def bearer(token: str) -> dict:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def assert_json_error(status: int, content_type: str, body: bytes, expected: int, words: str) -> str:

@@ -26,7 +26,7 @@ from daq.serve.exports import ClientGone, ExportPool
 from daq.serve.problems import Busy
 from daq.serve.replies import BODY_LIMIT
 from tests.polling import poll_until, wait_until
-from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config
+from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config, bearer, finish_one_run
 
 RIG = ServedBeacon("beacon-trust", samples=50, channels=2, period=0.005)
 
@@ -42,18 +42,11 @@ def srv(tmp_path_factory):
     served = ServerThread(configs, folder / "store" / "s.sqlite", folder / "tokens",
                           allowed_hosts=("lab-pc.example",)).start()
     try:
-        with httpx.Client(base_url=served.url, headers=bearer(served.token), timeout=30) as http:
-            run_id = http.post("/api/runs", json={"config": "short.toml"}).json()["id"]
-            poll_until(lambda: http.get(f"/api/runs/{run_id}").json()["status"] == "complete", timeout=30)
-            served.session = http.get(f"/api/runs/{run_id}").json()["session"]
+        finish_one_run(served)
         yield served
     finally:
         served.stop()
         unregister(RIG.kind)
-
-
-def bearer(token: str) -> dict:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def http_client(srv, **headers) -> httpx.Client:

@@ -274,17 +274,7 @@ class SessionWriter:
             t_lo = t_min
         else:
             t_lo = t_hi = t0
-        # _note_stream and _buffered, inline: this is the per-frame path of every small block (issue 44)
-        counts = self._pending_counts.get(key)
-        if counts is None:
-            self._pending_counts[key] = [1, n, t_lo, t_hi]
-        else:
-            counts[0] += 1
-            counts[1] += n
-            if t_lo < counts[2]:
-                counts[2] = t_lo
-            if t_hi > counts[3]:
-                counts[3] = t_hi
+        self._note_stream(session_id, stream, n, t_lo, t_hi)
         self._buffered_bytes += len(payload)
         self._ord[session_id] = ordinal + 1
         now = time.monotonic()
