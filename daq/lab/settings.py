@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import stat
 from pathlib import Path
 from typing import Annotated
@@ -105,16 +104,3 @@ def refuse_open_key_file(path: Path) -> None:
         return  # reading it says why
     if mode & 0o077:
         raise LabError(f"{path} is readable by others (mode {mode:o}): chmod 600 {path}")
-
-
-def ensure_key_file(path: Path) -> tuple[str, bool]:
-    """The key in ``path``; a new random one written with mode 0600 when the file does not exist.
-    Returns (key, created). An existing file readable by others is refused."""
-    if path.exists():
-        return read_key(path), False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_hex(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(key + "\n")
-    return key, True
