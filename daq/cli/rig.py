@@ -242,7 +242,7 @@ def describe_devices(device_cfg: dict, config_path: str) -> list[dict]:
 
 
 @click.command()
-@click.argument("action", type=click.Choice(["status", "pause", "resume", "stop", "abort"]))
+@click.argument("action", type=click.Choice(["status", "pause", "resume", "stop", "abort", "lock", "unlock"]))
 @click.option("--session", default=None, help="Which running session (default: the only one running).")
 @click.option("--endpoint", default=None,
               help="Command endpoint of the run (default: from the store's runs/).")
@@ -250,10 +250,23 @@ def describe_devices(device_cfg: dict, config_path: str) -> list[dict]:
               help="Seconds to wait for the connection and for the reply.")
 @click.option("--keys", "keys_dir", default=None, metavar="DIR", help=KEYS_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON.")
+@click.option("--note", default=None, help="lock: why the rig is locked (shown to everyone refused).")
+@click.option("--serve", "serve_url", default=None, metavar="URL",
+              help="lock/unlock: the rig's hil serve (default: $HIL_SERVE_URL, else http://127.0.0.1:8765).")
+@click.option("--token-file", default=None, metavar="PATH",
+              help="lock/unlock: the token (default: $HIL_SERVE_TOKEN, $HIL_LAB_KEY, hil serve's token "
+                   "file).")
 @pass_state
 def ctl(state: CliState, action: str, session: str | None, endpoint: str | None, timeout: float,
-        keys_dir: str | None, as_json: bool) -> None:
-    """Talk to a running `hil run`: status, pause, resume, stop (after the current step), abort (now)."""
+        keys_dir: str | None, as_json: bool, note: str | None, serve_url: str | None,
+        token_file: str | None) -> None:
+    """Talk to a running `hil run`: status, pause, resume, stop (after the current step), abort (now);
+    or lock/unlock the rig at its `hil serve` (--note says why): others' runs are refused meanwhile."""
+    if action in ("lock", "unlock"):
+        from daq.cli.ctl_lock import lock_command  # lazy: httpx only for these
+
+        lock_command(action, note, serve_url, token_file, as_json)
+        return
     from daq.run.announce import announced_keys, runs_dir  # lazy: with the run machinery
     from daq.run.commands import CommandClient  # lazy: zmq sockets only for this command
     from daq.run.control import operator_name  # lazy: with the run machinery

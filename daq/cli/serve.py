@@ -48,10 +48,22 @@ def _token_file(ctx: click.Context | None, given: str | None) -> Path:
 @click.option("--max-connections", type=click.IntRange(0), default=0, metavar="N",
               help="Connections open at once (HTTP and WebSocket); one more is answered 503 and closed "
                    "(default 0: 100, or a quarter of the open-file limit when that is lower).")
+@click.option("--lab", "lab_url", default=None, metavar="URL",
+              help="The lab (hil lab serve): people's lab keys are taken as tokens, and the rig's state is "
+                   "kept there (with --rig; default: [lab].url of --config when it names a rig).")
+@click.option("--rig", "rig_name", default=None, metavar="NAME", help="This rig's name in the lab "
+              "(default: [lab].rig of --config).")
+@click.option("--lab-key-file", default=None, metavar="PATH",
+              help="The rig's own lab key (an operator's), alone on its line, mode 0600; else [lab].key_file "
+                   "of --config, $HIL_LAB_KEY_FILE or $HIL_LAB_KEY.")
+@click.option("--lab-cache", type=click.FloatRange(0, 3600), default=60.0, show_default=True,
+              metavar="SECONDS", help="How long the lab's answer about a person's key is kept: a revoked "
+                                      "key stops working within this time.")
 @click.pass_context
 def serve(ctx: click.Context, configs_dir: str, host: str, port: int, token_file: str | None,
           store_option: str | None, certfile: str | None, keyfile: str | None,
-          allow_hosts: tuple[str, ...], header_timeout: float, keep_alive: int, max_connections: int) -> None:
+          allow_hosts: tuple[str, ...], header_timeout: float, keep_alive: int, max_connections: int,
+          lab_url: str | None, rig_name: str | None, lab_key_file: str | None, lab_cache: float) -> None:
     """Serve the dashboard and the HTTP API: queue runs of the configs in --configs, watch the running
     one (or a replayed session) live, pause/stop it, list and download sessions. Runs go through the same
     lifecycle as `hil run`, one at a time. SIGTERM/Ctrl-C aborts a running run through the safe state, then
@@ -67,8 +79,30 @@ def serve(ctx: click.Context, configs_dir: str, host: str, port: int, token_file
     server = Server(Path(configs_dir), store_path, _token_file(ctx, token_file), host=host, port=port,
                     certfile=certfile, keyfile=keyfile, say=lambda text: click.echo(text, err=True),
                     allowed_hosts=allow_hosts,
-                    limits=ConnectionLimits(header_timeout, keep_alive, max_connections))
+                    limits=ConnectionLimits(header_timeout, keep_alive, max_connections),
+                    lab=_rig_lab(state, lab_url, rig_name, lab_key_file, lab_cache))
     asyncio.run(server.serve())
+
+
+def _rig_lab(state: CliState, url: str | None, rig: str | None, key_file: str | None, cache_s: float):
+    """The lab this rig joins (``--lab``/``--rig``/``--lab-key-file``, else the --config's [lab] table when
+    it names a rig), or None: a rig on its own, with its tokens only."""
+    from daq.lab.names import check_lab_url  # lazy: only a rig with a lab needs the lab's checks
+    from daq.lab.rigs import check_rig_name  # lazy: as above
+    from daq.lab.settings import LabError, read_key  # lazy: as above
+    from daq.serve.rig_status import RigLab  # lazy: as above
+
+    table = getattr(state.config, "lab", None) if state.config_path else None
+    if url is None and (table is None or not (rig or table.rig)):
+        if rig is not None:
+            raise LabError("--rig names this rig in a lab: give --lab URL too")
+        return None
+    url = url or table.url
+    rig = rig or (table.rig if table is not None else None)
+    if not rig:
+        raise LabError("--lab needs --rig NAME (or [lab].rig in --config): the rig's name in the lab")
+    key = read_key(key_file or (table.key_file if table is not None else None))
+    return RigLab(check_lab_url(url), check_rig_name(rig), key, cache_s=cache_s)
 
 
 @serve.group()
@@ -81,13 +115,17 @@ def token() -> None:
 @click.argument("name")
 @click.option("--token-file", default=None, metavar="PATH", help=TOKEN_FILE_HELP)
 @click.option("--viewer", is_flag=True, help="A read-only token: it may watch and download, not change.")
+@click.option("--admin", is_flag=True, help="An admin's token: an operator's that may also break another's "
+                                            "lock of the rig.")
 @click.pass_context
-def token_add(ctx: click.Context, name: str, token_file: str | None, viewer: bool) -> None:
+def token_add(ctx: click.Context, name: str, token_file: str | None, viewer: bool, admin: bool) -> None:
     """Add a fresh token for NAME and print it once (stdout); the file is created when missing."""
     from daq.serve.auth import add_token  # lazy: as above
 
     path = _token_file(ctx.parent, token_file)
-    secret = add_token(path, name, viewer=viewer)
+    if viewer and admin:
+        raise click.UsageError("--viewer or --admin, not both")
+    secret = add_token(path, name, viewer=viewer, admin=admin)
     click.echo(f"added token {name!r} to {path}; give it to {name} (it is not shown again):", err=True)
     click.echo(secret)
     click.echo("open the dashboard once as http://HOST:PORT/?token=TOKEN (hil serve's address)", err=True)

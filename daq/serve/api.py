@@ -9,6 +9,7 @@ the table of routes, behind the Host/Origin check (:mod:`daq.serve.same_origin`)
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -21,11 +22,13 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from daq.errors import one_line
-from daq.serve import pages, routes_live, routes_replays, routes_runs, routes_sessions
+from daq.serve import pages, routes_live, routes_lock, routes_replays, routes_runs, routes_sessions
 from daq.serve.analyses import Analyses
-from daq.serve.auth import COOKIE, Tokens, bearer
+from daq.serve.auth import COOKIE, VIEWER, Tokens, bearer
 from daq.serve.configs import ConfigFolder
 from daq.serve.exports import ExportPool
+from daq.serve.lab_identity import LabKeys
+from daq.serve.locks import RigLock
 from daq.serve.problems import Forbidden, Unauthorized
 from daq.serve.relay import LiveRelay
 from daq.serve.replays import Replayer
@@ -44,7 +47,8 @@ class Service:
 
     def __init__(self, tokens: Tokens, configs: ConfigFolder, store_path: Path, queue: RunQueue,
                  runner: Runner, relay: LiveRelay, open_reads: bool, replayer: Replayer | None = None,
-                 hosts: HostPolicy | None = None, exports: ExportPool | None = None, secure: bool = False):
+                 hosts: HostPolicy | None = None, exports: ExportPool | None = None, secure: bool = False,
+                 lab_keys: LabKeys | None = None, locks: RigLock | None = None):
         self.tokens, self.configs, self.store_path = tokens, configs, Path(store_path)
         self.analyses = Analyses(self.store_path)
         self.queue, self.runner, self.relay = queue, runner, relay
@@ -53,6 +57,8 @@ class Service:
         self.hosts = hosts or HostPolicy("127.0.0.1")
         self.exports = exports or ExportPool(self.store_path)
         self.secure = secure  # served over TLS: the cookie is Secure
+        self.lab_keys = lab_keys  # with --lab: people's lab keys are taken as tokens
+        self.locks = locks or RigLock(self.store_path.parent)
 
     def token_of(self, conn: HTTPConnection, write: bool) -> str | None:
         """The caller's token: the bearer header, else the dashboard's cookie - for a change only with an
@@ -63,27 +69,47 @@ class Service:
             token = conn.cookies.get(COOKIE)
         return token
 
+    def person(self, token: str | None) -> tuple[str, str] | None:
+        """(name, role) of ``token``: one of the rig's own tokens, else a lab key the lab named (with
+        ``--lab``; :meth:`resolve` asked the lab first)."""
+        name = self.tokens.name_of(token)
+        if name is not None:
+            return name, self.tokens.role_of(token) or VIEWER
+        found = self.lab_keys.cached(token) if self.lab_keys is not None else None
+        return (found.name, found.role) if found is not None else None
+
+    async def resolve(self, conn: HTTPConnection, write: bool) -> None:
+        """With ``--lab``: ask the lab (in a thread) about a key that is not one of the rig's tokens and
+        whose answer is not held, so that :meth:`who` finds it."""
+        token = self.token_of(conn, write)
+        if self.lab_keys is None or not token or self.lab_keys.known(token) or self.tokens.name_of(token):
+            return
+        await asyncio.to_thread(self.lab_keys.lookup, token)
+
     def who(self, conn: HTTPConnection, write: bool) -> str | None:
         """The token's name; None for an anonymous read where reads are open. Unauthorized (401) without a
         valid token where one is needed, Forbidden (403) for a viewer's token asking for a change."""
         token = self.token_of(conn, write)
-        name = self.tokens.name_of(token)
-        if name is None and (write or not self.open_reads):
+        found = self.person(token)
+        if found is None and (write or not self.open_reads):
             if self.tokens.problem:  # the file became unusable while serving: nobody until it is fixed
                 raise Unauthorized(self.tokens.problem)
+            if token is not None and self.lab_keys is not None and self.lab_keys.problem:
+                raise Unauthorized(f"not one of the rig's tokens, and {self.lab_keys.problem}")
             raise Unauthorized("missing or wrong token: send 'Authorization: Bearer TOKEN' (the token is "
                                f"in {self.tokens.path})" if token is None or write else "wrong token")
-        if write and not self.tokens.may_change(token):
+        if found is None:
+            return None
+        name, role = found
+        if write and role == VIEWER:
             raise Forbidden(f"the token {name!r} is a viewer's (read-only): it cannot change anything")
         return name
 
     def role(self, conn: HTTPConnection) -> str | None:
-        """``operator``, ``viewer`` or None: what the caller's token may do (the page enables its controls
-        by it)."""
-        token = self.token_of(conn, write=False)
-        if self.tokens.name_of(token) is None:
-            return None
-        return "operator" if self.tokens.may_change(token) else "viewer"
+        """``admin``, ``operator``, ``viewer`` or None: what the caller's token may do (the page enables its
+        controls by it)."""
+        found = self.person(self.token_of(conn, write=False))
+        return found[1] if found is not None else None
 
     def reader(self) -> SessionReader:
         if not self.store_path.exists():
@@ -98,6 +124,7 @@ def guarded(service: Service, handler: Handler, write: bool) -> Callable[[Reques
     """``handler`` as an endpoint: the caller checked first, every error answered as one JSON line."""
     async def endpoint(request: Request) -> Response:
         try:
+            await service.resolve(request, write)
             return await handler(service, request, service.who(request, write))
         except Exception as exc:  # noqa: BLE001 - every error a JSON reply (problem_reply logs the unknown)
             return problem_reply(exc)
@@ -135,6 +162,9 @@ def build_app(service: Service) -> Starlette:
         route("/api/runs/{rid}", routes_runs.run),
         route("/api/runs/{rid}", routes_runs.delete_run, "DELETE"),
         route("/api/runs/{rid}/{action}", routes_runs.run_action, "POST"),
+        route("/api/lock", routes_lock.get_lock),
+        route("/api/lock", routes_lock.post_lock, "POST"),
+        route("/api/lock", routes_lock.delete_lock, "DELETE"),
         route("/api/replays", routes_replays.replays),
         route("/api/replays", routes_replays.post_replay, "POST"),
         route("/api/replays/{rid}/stop", routes_replays.stop_replay, "POST"),

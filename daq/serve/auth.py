@@ -42,6 +42,7 @@ MIN_TOKEN = 16
 
 COOKIE = "hil_token"  # the dashboard's cookie: the token itself, HttpOnly, SameSite=Strict
 VIEWER = "viewer"     # the third word of a read-only token's line
+ADMIN = "admin"       # the third word of an admin's token's line (operator, and may break a rig's lock)
 
 
 class AuthError(AccessError):
@@ -107,8 +108,9 @@ def _read_pairs(path: Path) -> list[tuple[int, str, str | None, str | None]]:
             out.append((k, line, None, None))
             continue
         parts = body.split()
-        if len(parts) not in (2, 3) or len(parts[1]) < MIN_TOKEN or parts[2:] not in ([], [VIEWER]):
-            raise ConfigError(f"token file {path} line {k}: expected 'NAME TOKEN' or 'NAME TOKEN {VIEWER}' "
+        if len(parts) not in (2, 3) or len(parts[1]) < MIN_TOKEN or parts[2:] not in ([], [VIEWER], [ADMIN]):
+            raise ConfigError(f"token file {path} line {k}: expected 'NAME TOKEN' or 'NAME TOKEN "
+                              f"{VIEWER}|{ADMIN}' "
                               f"with a token of at least {MIN_TOKEN} characters")
         if parts[1] in seen:
             raise ConfigError(f"token file {path} line {k}: the same token as line {seen[parts[1]]} "
@@ -127,6 +129,7 @@ class Tokens:
     problem: str | None = None  # why no token is accepted (the file became unusable while serving)
     _stamp: tuple | None = None
     viewers: set[str] = field(default_factory=set)  # read-only tokens
+    admins: set[str] = field(default_factory=set)  # tokens that may also break a rig's lock
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -137,8 +140,9 @@ class Tokens:
         names = {tok: name for _, _, name, tok in pairs if tok is not None and name is not None}
         if not names:
             raise ConfigError(f"token file {path} holds no token (hil serve token add NAME)")
-        viewers = {tok for _, line, _, tok in pairs if tok is not None and _is_viewer(line)}
-        return cls(path, names, None, stamp, viewers=viewers)
+        viewers = {tok for _, line, _, tok in pairs if tok is not None and _third(line) == [VIEWER]}
+        admins = {tok for _, line, _, tok in pairs if tok is not None and _third(line) == [ADMIN]}
+        return cls(path, names, None, stamp, viewers=viewers, admins=admins)
 
     def refresh(self) -> None:
         """Re-read the file when it changed since the last read. A file that became unusable (open to
@@ -157,12 +161,19 @@ class Tokens:
                     log.error("%s; no token is accepted until it is fixed", exc)
                 self.names, self.problem = {}, str(exc)
             else:
-                self.names, self.viewers, self.problem = fresh.names, fresh.viewers, None
+                self.names, self.viewers, self.admins = fresh.names, fresh.viewers, fresh.admins
+                self.problem = None
             self._stamp = stamp
 
     def may_change(self, token: str | None) -> bool:
         """True for an operator's token (one not marked ``viewer``)."""
         return bool(token) and token in self.names and token not in self.viewers
+
+    def role_of(self, token: str | None) -> str | None:
+        """``viewer``, ``operator`` or ``admin`` for a known token, else None."""
+        if self.name_of(token) is None:
+            return None
+        return VIEWER if token in self.viewers else ADMIN if token in self.admins else "operator"
 
     def name_of(self, token: str | None) -> str | None:
         """The name of ``token`` in the file as it is now, or None (compared in constant time)."""
@@ -218,13 +229,13 @@ def token_names(path: Path) -> list[str]:
     return [name for _, _, name, tok in _read_pairs(path) if tok is not None and name is not None]
 
 
-def _is_viewer(line: str) -> bool:
-    return line.split("#", 1)[0].split()[2:] == [VIEWER]
+def _third(line: str) -> list[str]:
+    return line.split("#", 1)[0].split()[2:]
 
 
-def add_token(path: Path, name: str, viewer: bool = False) -> str:
+def add_token(path: Path, name: str, viewer: bool = False, admin: bool = False) -> str:
     """A fresh token for ``name``, added to ``path`` (created when missing); returns the token. A
-    ``viewer``'s token is read-only."""
+    ``viewer``'s token is read-only; an ``admin``'s may also break a rig's lock."""
     check_name(name)
     pairs = _read_pairs(path) if path.exists() else []
     if any(n == name for _, _, n, _ in pairs):
@@ -232,7 +243,8 @@ def add_token(path: Path, name: str, viewer: bool = False) -> str:
                           f"{name} first)")
     token = secrets.token_urlsafe(32)
     lines = [line for _, line, _, _ in pairs] or [HEADER.rstrip("\n")]
-    _write_atomically(path, "\n".join([*lines, f"{name} {token}" + (f" {VIEWER}" if viewer else "")]) + "\n")
+    role = f" {VIEWER}" if viewer else f" {ADMIN}" if admin else ""
+    _write_atomically(path, "\n".join([*lines, f"{name} {token}{role}"]) + "\n")
     return token
 
 

@@ -9,6 +9,7 @@ token, and a copied link hands over nothing. A page without the cookie asks for 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from starlette.requests import Request
@@ -43,11 +44,20 @@ async def login(service, request: Request, name) -> Response:
     token = body.get("token")
     if not isinstance(token, str):
         raise BadRequest(LOGIN_USAGE)
-    who = service.tokens.name_of(token.strip())
-    if who is None:
+    token = token.strip()
+    found = service.person(token)
+    if found is None and service.lab_keys is not None and service.tokens.name_of(token) is None:
+        await asyncio.to_thread(service.lab_keys.lookup, token)  # a person's lab key (hil serve --lab)
+        found = service.person(token)
+    if found is None:
         raise Unauthorized("wrong token")
-    role = "operator" if service.tokens.may_change(token.strip()) else "viewer"
-    return _with_cookie(service, JSON({"name": who, "role": role}, headers=NO_STORE), token.strip())
+    return _with_cookie(service, JSON(_page_role(*found), headers=NO_STORE), token)
+
+
+def _page_role(name: str | None, role: str | None) -> dict:
+    """What the page is told: ``role`` viewer or operator (its controls follow), ``admin`` whether the
+    caller may also break another's lock."""
+    return {"name": name, "role": "operator" if role == "admin" else role, "admin": role == "admin"}
 
 
 async def logout(service, request: Request, name) -> Response:
@@ -58,4 +68,4 @@ async def logout(service, request: Request, name) -> Response:
 
 async def me(service, request: Request, name) -> Response:
     """Who the page is signed in as and what it may do (its controls follow)."""
-    return JSON({"name": name, "role": service.role(request)})
+    return JSON(_page_role(name, service.role(request)))

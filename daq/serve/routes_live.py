@@ -41,6 +41,7 @@ async def _send(service, ws: WebSocket, client) -> None:
 async def live(service, ws: WebSocket) -> None:
     """One browser on the live view (the Host and Origin were checked by the middleware)."""
     try:
+        await service.resolve(ws, write=False)
         service.who(ws, write=False)
     except RequestError as exc:  # refused in the handshake: 401 and the JSON line of any other request
         await ws.send_denial_response(problem_reply(exc))

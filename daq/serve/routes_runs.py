@@ -54,6 +54,7 @@ async def post_run(service, request: Request, name) -> Response:
     config = body.get("config")
     if not isinstance(config, str) or not config:
         raise BadRequest(RUN_USAGE)
+    service.locks.check_queue(name)  # locked by someone else: 423 naming who, since when and why
     checked = await asyncio.to_thread(service.configs.check, config)
     if checked is None:
         raise NotFound(f"no config {config!r} in {service.configs.folder} (GET /api/configs lists them)")

@@ -20,6 +20,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,12 +149,14 @@ class RunQueue:
                     return e
             return None
 
-    def take(self) -> RunEntry | None:
-        """The next queued run, now ``current``."""
+    def take(self, may_start: Callable[[RunEntry], bool] = lambda entry: True) -> RunEntry | None:
+        """The next queued run that ``may_start`` (a locked rig starts its holder's runs only), now
+        ``current``."""
         with self._mutex:
-            if self.current is not None or not self.queued:
+            entry = next((e for e in self.queued if may_start(e)), None) if self.current is None else None
+            if entry is None:
                 return None
-            entry = self.queued.pop(0)
+            self.queued.remove(entry)
             entry.status, entry.started_at = "running", time.time()
             self.current = entry
             self.save()

@@ -50,6 +50,7 @@ class Runner:
         self.closing = False
         self.before_run: Callable[[], Awaitable[Any]] | None = None  # the server: stop a playing replay
         self.active = False  # from taking a run until the relay has let go of it
+        self.may_start: Callable[[RunEntry], bool] = lambda entry: True  # the server: the rig's lock
 
     def start(self) -> Runner:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="runner")
@@ -61,7 +62,7 @@ class Runner:
 
     async def _loop(self) -> None:
         while not self.closing:
-            entry = self.queue.take()
+            entry = self.queue.take(self.may_start)
             if entry is None:
                 self._wake.clear()
                 await self._wake.wait()

@@ -27,8 +27,11 @@ from daq.serve.auth import Tokens, check_bind, ensure_token_file, is_loopback
 from daq.serve.configs import ConfigFolder
 from daq.serve.connections import ConnectionLimits, JsonWebSocketProtocol, protocols
 from daq.serve.exports import ExportPool
+from daq.serve.lab_identity import LabKeys
+from daq.serve.locks import RigLock
 from daq.serve.relay import LiveRelay
 from daq.serve.replays import Replayer
+from daq.serve.rig_status import Heartbeat, RigLab
 from daq.serve.run_queue import RunQueue
 from daq.serve.runner import Runner
 from daq.serve.same_origin import HostPolicy
@@ -66,7 +69,7 @@ class Server:
     def __init__(self, configs: Path, store_path: Path, token_file: Path, host: str = "127.0.0.1",
                  port: int = 8765, certfile: str | None = None, keyfile: str | None = None,
                  say: Callable[[str], None] | None = None, allowed_hosts: tuple[str, ...] = (),
-                 limits: ConnectionLimits | None = None):
+                 limits: ConnectionLimits | None = None, lab: RigLab | None = None):
         check_bind(host, certfile, keyfile)
         check_tls(certfile, keyfile)  # before any URL is announced
         self.hosts = HostPolicy(host, allowed_hosts)
@@ -84,6 +87,8 @@ class Server:
         self.runner: Runner | None = None
         self.replayer: Replayer | None = None
         self.queue: RunQueue | None = None
+        self.lab = lab  # --lab: people's lab keys, and the rig's state kept in the lab
+        self.heartbeat: Heartbeat | None = None
 
     @property
     def scheme(self) -> str:
@@ -119,10 +124,14 @@ class Server:
             self.runner = Runner(self.queue, self.configs, self.store_path, relay)
             self.replayer = Replayer(self.store_path, relay, self.runner)
             self.runner.before_run = lambda: self.replayer.stop("a queued run started")
+            locks = RigLock(self.store_path.parent)
+            self.runner.may_start = lambda entry: locks.may_queue(entry.by)  # a locked rig: its holder's only
             self.runner.start()
             service = Service(tokens, self.configs, self.store_path, self.queue, self.runner, relay,
                               open_reads=is_loopback(self.host), replayer=self.replayer, hosts=self.hosts,
-                              exports=exports, secure=bool(self.certfile))
+                              exports=exports, secure=bool(self.certfile),
+                              lab_keys=LabKeys(self.lab.url, self.lab.cache_s) if self.lab else None,
+                              locks=locks)
             config = uvicorn.Config(build_app(service), log_level="warning", access_log=False, lifespan="off",
                                     ssl_certfile=self.certfile, ssl_keyfile=self.keyfile, loop="asyncio",
                                     http=protocols(self.limits), ws=JsonWebSocketProtocol,
@@ -147,6 +156,8 @@ class Server:
             while not self._uvicorn.started and not serving.done():
                 await asyncio.sleep(0.01)
             self.started.set()
+            if self.lab is not None:
+                self.heartbeat = Heartbeat(self.lab, service, self.url()).start()
             warm = asyncio.get_running_loop().run_in_executor(None, self._check_configs_once)
             await serving
             await warm
@@ -155,6 +166,8 @@ class Server:
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                     loop.remove_signal_handler(sig)
+            if self.heartbeat is not None:
+                await self.heartbeat.stop()
             if self.replayer is not None:
                 await self.replayer.stop("hil serve stopped")
             if self.runner is not None and not self.stopping:
