@@ -578,7 +578,7 @@ def test_named_tokens_are_added_listed_and_revoked_and_a_running_server_follows_
 
 @pytest.mark.parametrize("content, mode, error", [
     (b"lab short\n", 0o600, "line 1: expected 'NAME TOKEN' or 'NAME TOKEN viewer' with a token of at least "
-                            "16 characters"),
+                            "16 characters (an admin's line ends in 'admin')"),
     (b"lab 0123456789abcdef\nbob 0123456789abcdef\n", 0o600, "line 2: the same token as line 1 (each token "
                                                             "names one person)"),
     (b"# nothing\n", 0o600, "holds no token (hil serve token add NAME)"),

@@ -157,8 +157,17 @@ def check(config_path: str, as_json: bool) -> None:
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def rigs(as_json: bool) -> None:
-    """List the rig kinds this installation knows."""
+@click.option("--offline-after", type=click.FloatRange(0, min_open=True), default=30.0, show_default=True,
+              metavar="SECONDS", help="With --store URL: a rig whose last heartbeat is older is offline.")
+@pass_state
+def rigs(state: CliState, as_json: bool, offline_after: float) -> None:
+    """List the rig kinds this installation knows; with --store URL (a lab), the lab's rigs and their
+    states (idle, running, offline), queues and locks."""
+    if state.is_lab:
+        from daq.cli.lab_rigs import list_lab_rigs  # lazy: tiled's client only for a lab
+
+        list_lab_rigs(state, as_json, offline_after)
+        return
     table = [{"kind": k, "summary": get_rig(k).summary, "simulator": get_rig(k).has_simulator,
               "analysis": get_rig(k).has_analysis} for k in kinds()]
     if as_json:

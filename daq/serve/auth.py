@@ -109,9 +109,9 @@ def _read_pairs(path: Path) -> list[tuple[int, str, str | None, str | None]]:
             continue
         parts = body.split()
         if len(parts) not in (2, 3) or len(parts[1]) < MIN_TOKEN or parts[2:] not in ([], [VIEWER], [ADMIN]):
-            raise ConfigError(f"token file {path} line {k}: expected 'NAME TOKEN' or 'NAME TOKEN "
-                              f"{VIEWER}|{ADMIN}' "
-                              f"with a token of at least {MIN_TOKEN} characters")
+            raise ConfigError(f"token file {path} line {k}: expected 'NAME TOKEN' or 'NAME TOKEN {VIEWER}' "
+                              f"with a token of at least {MIN_TOKEN} characters (an admin's line ends in "
+                              f"'{ADMIN}')")
         if parts[1] in seen:
             raise ConfigError(f"token file {path} line {k}: the same token as line {seen[parts[1]]} "
                               "(each token names one person)")

@@ -1,0 +1,165 @@
+"""One identity on every rig and the lab's list of rigs, on a real `hil lab serve` and real `hil serve`s
+(127.0.0.1, port 0): people's lab keys on a rig (an operator runs and is recorded, a viewer reads and is
+refused a change, a revoked key stops working), and rigs listed with their states, one killed shown
+offline."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from daq.rigs import register, unregister
+from daq.serve.rig_status import RigLab
+from daq.store.reader import SessionReader
+from tests.polling import poll_until
+from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config, bearer
+from tests.test_lab import hil, shared_lab
+from tests.test_lab_people import add_key
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def lab(request, tmp_path_factory):
+    yield from shared_lab(request, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def people(lab, tmp_path_factory):
+    """Keys of their own for an operator, a viewer and two rigs (operators), as `hil lab key add` makes."""
+    folder = tmp_path_factory.mktemp("rig-keys")
+    return {name: (add_key(lab, name, role, folder)[0], folder / f"{name}.key")
+            for name, role in (("olga", "operator"), ("vic", "viewer"), ("rig-a", "operator"),
+                               ("rig-b", "operator"), ("quinn", "operator"))}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def beacon_kind():
+    register(ServedBeacon("beacon-lab"))
+    yield
+    unregister("beacon-lab")
+
+
+def rig_folder(tmp_path: Path) -> tuple[Path, Path, Path]:
+    configs = tmp_path / "configs"
+    configs.mkdir(exist_ok=True)
+    beacon_config(configs, "short.toml", "beacon-lab", frames=5)
+    return configs, tmp_path / "store" / "s.sqlite", tmp_path / "tokens"
+
+
+def test_an_operators_lab_key_runs_under_their_name_a_viewers_reads_only(lab, people, tmp_path):
+    configs, store, tokens = rig_folder(tmp_path)
+    srv = ServerThread(configs, store, tokens)
+    srv.server.lab = RigLab(lab.url, "rig-id", people["rig-a"][0], cache_s=60)
+    srv.start()
+    try:
+        olga = httpx.Client(base_url=srv.url, headers=bearer(people["olga"][0]), timeout=30)
+        vic = httpx.Client(base_url=srv.url, headers=bearer(people["vic"][0]), timeout=30)
+        assert olga.get("/api/me").json() == {"name": "olga", "role": "operator", "admin": False}
+        assert vic.get("/api/me").json() == {"name": "vic", "role": "viewer", "admin": False}
+        queued = olga.post("/api/runs", json={"config": "short.toml"})
+        assert queued.status_code == 202 and queued.json()["by"] == "olga"
+        run_id = queued.json()["id"]
+        poll_until(lambda: olga.get(f"/api/runs/{run_id}").json()["status"] == "complete", timeout=30)
+        session = olga.get(f"/api/runs/{run_id}").json()["session"]
+        with SessionReader(store, create=False) as reader:
+            started = [e for e in reader.events(session) if e.kind == "started"]
+        assert started and started[0].body["by"] == "olga"  # the session records the person
+        assert vic.get("/api/runs").status_code == 200
+        refused = vic.post("/api/runs", json={"config": "short.toml"})
+        assert refused.status_code == 403 and "vic" in refused.json()["error"]
+        assert vic.post("/api/lock", json={"note": "x"}).status_code == 403
+        wrong = httpx.post(f"{srv.url}/api/runs", json={"config": "short.toml"}, headers=bearer("f" * 72))
+        assert wrong.status_code == 401
+        own = httpx.get(f"{srv.url}/api/me", headers=bearer(srv.token)).json()  # the rig's own token still
+        assert own["role"] == "operator"
+        # the page's sign-in takes a lab key too (the cookie holds it; never a URL)
+        signed = httpx.post(f"{srv.url}/api/login", json={"token": people["vic"][0]})
+        assert signed.status_code == 200 and signed.json()["name"] == "vic"
+    finally:
+        srv.stop()
+
+
+def test_a_revoked_lab_key_stops_working_after_the_cache_time(lab, people, tmp_path):
+    configs, store, tokens = rig_folder(tmp_path)
+    srv = ServerThread(configs, store, tokens)
+    srv.server.lab = RigLab(lab.url, "rig-rev", people["rig-a"][0], cache_s=1.0)
+    srv.start()
+    try:
+        quinn = httpx.Client(base_url=srv.url, headers=bearer(people["quinn"][0]), timeout=30)
+        assert quinn.post("/api/lock", json={"note": "mine"}).status_code == 200
+        assert quinn.delete("/api/lock").status_code == 200
+        res = hil("lab", "key", "revoke", "quinn", "--to", lab.url, key=lab.key)
+        assert res.exit_code == 0, res.output
+        poll_until(lambda: quinn.get("/api/me").json()["name"] is None, timeout=30)  # reads are open here
+        refused = quinn.post("/api/lock", json={"note": "again"})
+        assert refused.status_code == 401
+        assert quinn.get("/api/lock").json()["locked"] is False
+    finally:
+        srv.stop()
+
+
+def start_rig(tmp_path: Path, lab_url: str, name: str, key_file: Path) -> tuple[subprocess.Popen, Path]:
+    """`hil serve --lab URL --rig NAME` in a process of its own (port 0); its stderr in a file."""
+    folder = tmp_path / name
+    (folder / "configs").mkdir(parents=True)
+    log = folder / "serve.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "daq.cli.main", "serve", "--configs", str(folder / "configs"),
+             "--store", str(folder / "s.sqlite"), "--token-file", str(folder / "tokens"), "--port", "0",
+             "--lab", lab_url, "--rig", name, "--lab-key-file", str(key_file)],
+            stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return proc, log
+
+
+def page_of(log: Path) -> str | None:
+    found = re.search(r"http://127\.0\.0\.1:\d+/", log.read_text()) if log.exists() else None
+    return found.group(0) if found else None
+
+
+def listed(lab, key_file: Path, offline_after: float = 30) -> dict[str, dict]:
+    res = hil("--store", lab.url, "--key-file", str(key_file), "rigs", "--json",
+              "--offline-after", str(offline_after))
+    assert res.exit_code == 0, res.output
+    return {row["name"]: row for row in json.loads(res.output)}
+
+
+def test_two_rigs_are_listed_with_their_states_and_a_killed_one_shows_offline(lab, people, tmp_path):
+    rigs = {name: start_rig(tmp_path, lab.url, name, people[name][1]) for name in ("rig-a", "rig-b")}
+    try:
+        poll_until(lambda: all(page_of(log) for _, log in rigs.values()), timeout=60)
+        pages = {name: page_of(log) for name, (_, log) in rigs.items()}
+        viewer_key = people["vic"][1]
+        poll_until(lambda: {n: r["state"] for n, r in listed(lab, viewer_key).items()
+                            if n in rigs} == {"rig-a": "idle", "rig-b": "idle"}, timeout=20)
+        rows = listed(lab, viewer_key)
+        for name in rigs:
+            assert rows[name]["page"] == pages[name] and rows[name]["queue"] == 0
+            assert rows[name]["lock"]["locked"] is False
+        # rig-b's operator locks it: the lab shows the lock with its note
+        operator = httpx.Client(base_url=pages["rig-b"].rstrip("/"), headers=bearer(people["olga"][0]))
+        assert operator.post("/api/lock", json={"note": "seal change"}).status_code == 200
+        poll_until(lambda: (listed(lab, viewer_key)["rig-b"]["lock"] or {}).get("note") == "seal change",
+                   timeout=20)
+        rigs["rig-a"][0].send_signal(signal.SIGKILL)
+        rigs["rig-a"][0].wait(timeout=30)
+        poll_until(lambda: listed(lab, viewer_key, offline_after=5)["rig-a"]["state"] == "offline", timeout=60)
+        rows = listed(lab, viewer_key, offline_after=5)
+        assert rows["rig-a"]["age"] >= 5 and rows["rig-b"]["state"] == "idle"  # b still beats
+        text = hil("--store", lab.url, "--key-file", str(viewer_key), "rigs", "--offline-after", "5").output
+        assert re.search(r"rig-a\s+offline", text) and re.search(r"rig-b\s+idle", text)
+        assert "locked by olga: seal change" in text
+    finally:
+        for proc, _ in rigs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=60)
