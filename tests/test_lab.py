@@ -427,10 +427,10 @@ def test_hil_serve_lists_whether_a_session_is_in_the_lab_with_a_link_to_it(lab, 
             page = http.get("/").text + http.get("/static/app.js").text
     finally:
         srv.stop()
-    link = f"{lab.url}/ui/browse/{pushed_id}"
+    link = f"{lab.url}/lab/sessions/{pushed_id}"
     assert rows[pushed_id]["lab"] == [{"url": lab.url, "link": link}] and rows[local_id]["lab"] == []
     assert ">lab</th>" in page and "labCell(s.lab)" in page
-    answer = httpx.get(link, timeout=60)  # Tiled's own page for the session (it asks for the key itself)
+    answer = httpx.get(link, timeout=60)  # the lab's page for the session (it asks for the key itself)
     assert answer.status_code == 200 and "text/html" in answer.headers["content-type"]
     assert lab.key not in link
 

@@ -63,8 +63,8 @@ def test_an_operators_lab_key_runs_under_their_name_a_viewers_reads_only(lab, pe
     try:
         olga = httpx.Client(base_url=srv.url, headers=bearer(people["olga"][0]), timeout=30)
         vic = httpx.Client(base_url=srv.url, headers=bearer(people["vic"][0]), timeout=30)
-        assert olga.get("/api/me").json() == {"name": "olga", "role": "operator", "admin": False}
-        assert vic.get("/api/me").json() == {"name": "vic", "role": "viewer", "admin": False}
+        assert olga.get("/api/me").json() == {"name": "olga", "role": "operator"}
+        assert vic.get("/api/me").json() == {"name": "vic", "role": "viewer"}
         queued = olga.post("/api/runs", json={"config": "short.toml"})
         assert queued.status_code == 202 and queued.json()["by"] == "olga"
         run_id = queued.json()["id"]

@@ -106,9 +106,9 @@ def replicas(path: str | os.PathLike) -> dict[str, list[str]]:
 
 
 def session_link(lab: str, session_id: str) -> str | None:
-    """Where a person sees ``session_id`` in ``lab``: the session's page in Tiled's web UI (it asks for the
-    key itself: the key is never in a URL); None for a lab URL that is not http(s)."""
+    """Where a person sees ``session_id`` in ``lab``: the session's page on the lab's own page (it asks for
+    the person's key in a form: the key is never in a URL); None for a lab URL that is not http(s)."""
     lab = lab.rstrip("/")
     if not lab.startswith(("http://", "https://")):
         return None
-    return f"{lab}/ui/browse/{quote(session_id, safe='')}"
+    return f"{lab}/lab/sessions/{quote(session_id, safe='')}"

@@ -17,6 +17,7 @@ from pathlib import Path
 from daq.lab import people_server
 from daq.lab.connect import INSTALL_LAB, tiled_missing
 from daq.lab.names import catalog_database_uri
+from daq.lab.page import HostCheck, mount_page
 from daq.lab.pg_indexes import ensure_search_indexes
 from daq.lab.private import private_file, private_folder, private_umask, sqlite_path
 from daq.lab.settings import LabError
@@ -98,6 +99,7 @@ def build_lab_app(opts: ServeOptions, auth_uri: str):
         raise LabError(f"cannot open the lab catalogue: {' '.join(str(exc).split())[-400:]}") from None
     app = build_app(tree, people_server.authentication(), people_server.server_settings(auth_uri))
     people_server.record_changes(app, auth_uri, opts.data_dir / people_server.CHANGES_FILE)
+    mount_page(app, HostCheck(opts.host), secure=opts.tls)  # the lab's own page at /lab/ (daq/lab/page.py)
     return app
 
 

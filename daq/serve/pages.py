@@ -55,9 +55,10 @@ async def login(service, request: Request, name) -> Response:
 
 
 def _page_role(name: str | None, role: str | None) -> dict:
-    """What the page is told: ``role`` viewer or operator (its controls follow), ``admin`` whether the
-    caller may also break another's lock."""
-    return {"name": name, "role": "operator" if role == "admin" else role, "admin": role == "admin"}
+    """What the page is told: ``role`` viewer or operator (its controls follow), and ``admin: true`` for a
+    caller who may also break another's lock."""
+    told: dict = {"name": name, "role": "operator" if role == "admin" else role}
+    return {**told, "admin": True} if role == "admin" else told
 
 
 async def logout(service, request: Request, name) -> Response:
