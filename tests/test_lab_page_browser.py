@@ -112,3 +112,28 @@ def test_the_lab_page_shows_both_rigs_their_lock_and_a_sessions_page(lab, browse
     finally:
         for srv in rigs.values():
             srv.stop()
+
+
+def test_the_serve_pages_lock_button_locks_with_a_note_and_unlocks(browser, tmp_path):
+    import httpx
+    from selenium.webdriver.common.by import By
+
+    (tmp_path / "configs").mkdir()
+    srv = ServerThread(tmp_path / "configs", tmp_path / "s.sqlite", tmp_path / "tokens").start()
+    try:
+        browser.get(f"{srv.url}/?token={srv.token}")  # the printed link: the cookie, then the clean URL
+        button = "#rig-lock button"
+        poll_until(lambda: browser.find_element(By.CSS_SELECTOR, button).is_enabled(), timeout=30)
+        assert "rig not locked" in text_of(browser, "#rig-lock")
+        browser.find_element(By.CSS_SELECTOR, "#rig-lock input").send_keys("in the cell")
+        browser.find_element(By.CSS_SELECTOR, button).click()
+        poll_until(lambda: "in the cell" in text_of(browser, "#rig-lock"), timeout=30)
+        held = httpx.get(f"{srv.url}/api/lock").json()
+        assert held["locked"] and held["note"] == "in the cell"
+        assert f"locked by {held['by']}" in text_of(browser, "#rig-lock")
+        assert browser.find_element(By.CSS_SELECTOR, button).text == "unlock"
+        browser.find_element(By.CSS_SELECTOR, button).click()
+        poll_until(lambda: "rig not locked" in text_of(browser, "#rig-lock"), timeout=30)
+        assert httpx.get(f"{srv.url}/api/lock").json()["locked"] is False
+    finally:
+        srv.stop()
