@@ -60,7 +60,8 @@ def test_the_lab_page_shows_both_rigs_their_lock_and_a_sessions_page(lab, browse
     rigs = {}
     for name in ("rig-c", "rig-d"):
         (tmp_path / name / "configs").mkdir(parents=True)
-        srv = ServerThread(tmp_path / name / "configs", tmp_path / name / "s.sqlite", tmp_path / name / "tokens")
+        folder = tmp_path / name
+        srv = ServerThread(folder / "configs", folder / "s.sqlite", folder / "tokens")
         srv.server.lab = RigLab(lab.url, name, keys[name], every_s=1.0)
         rigs[name] = srv.start()
     try:

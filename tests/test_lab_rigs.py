@@ -152,7 +152,8 @@ def test_two_rigs_are_listed_with_their_states_and_a_killed_one_shows_offline(la
                    timeout=20)
         rigs["rig-a"][0].send_signal(signal.SIGKILL)
         rigs["rig-a"][0].wait(timeout=30)
-        poll_until(lambda: listed(lab, viewer_key, offline_after=5)["rig-a"]["state"] == "offline", timeout=60)
+        poll_until(lambda: listed(lab, viewer_key, offline_after=5)["rig-a"]["state"] == "offline",
+                   timeout=60)
         rows = listed(lab, viewer_key, offline_after=5)
         assert rows["rig-a"]["age"] >= 5 and rows["rig-b"]["state"] == "idle"  # b still beats
         text = hil("--store", lab.url, "--key-file", str(viewer_key), "rigs", "--offline-after", "5").output

@@ -60,7 +60,8 @@ def test_a_lock_refuses_others_runs_naming_who_when_and_why_and_survives_a_resta
             held = alice.post("/api/lock", json={"note": "in the cell, changing the seal"})
             assert held.status_code == 200, held.text
             lock = held.json()
-            assert lock["locked"] and lock["by"] == "alice" and lock["note"] == "in the cell, changing the seal"
+            assert lock["locked"] and lock["by"] == "alice"
+            assert lock["note"] == "in the cell, changing the seal"
             refused = carol.post("/api/runs", json={"config": "short.toml"})
             assert refused.status_code == 423
             text = refused.json()["error"]

@@ -7,6 +7,7 @@ import time
 import click
 
 from daq.cli.common import CliState, echo_json
+from daq.lab.reader import LabReader
 
 
 def state_words(row: dict) -> str:
@@ -24,8 +25,7 @@ def state_words(row: dict) -> str:
 
 
 def list_lab_rigs(state: CliState, as_json: bool, offline_after: float) -> None:
-    from daq.lab.reader import LabReader  # lazy: tiled's client only for a lab
-    from daq.lab.rigs import read_rigs  # lazy: as above
+    from daq.lab.rigs import read_rigs  # lazy: only a lab's listing needs it
 
     reader = state.open_store()
     assert isinstance(reader, LabReader)  # the caller checked is_lab

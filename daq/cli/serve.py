@@ -10,6 +10,8 @@ import click
 
 from daq.cli.common import CliState, echo_json
 from daq.config.load import store_path_for
+from daq.lab.names import check_lab_url
+from daq.lab.settings import LabError, read_key
 
 TOKEN_FILE_HELP = ("Bearer tokens, 'NAME TOKEN' per line, mode 0600 (default: $HIL_SERVE_TOKENS, else "
                    "~/.config/hil/serve-tokens).")
@@ -87,9 +89,7 @@ def serve(ctx: click.Context, configs_dir: str, host: str, port: int, token_file
 def _rig_lab(state: CliState, url: str | None, rig: str | None, key_file: str | None, cache_s: float):
     """The lab this rig joins (``--lab``/``--rig``/``--lab-key-file``, else the --config's [lab] table when
     it names a rig), or None: a rig on its own, with its tokens only."""
-    from daq.lab.names import check_lab_url  # lazy: only a rig with a lab needs the lab's checks
-    from daq.lab.rigs import check_rig_name  # lazy: as above
-    from daq.lab.settings import LabError, read_key  # lazy: as above
+    from daq.lab.rigs import check_rig_name  # lazy: only a rig with a lab needs the lab's checks
     from daq.serve.rig_status import RigLab  # lazy: as above
 
     table = getattr(state.config, "lab", None) if state.config_path else None

@@ -21,7 +21,9 @@ from urllib.parse import urlsplit
 from daq.lab import layout
 from daq.lab.names import SESSION_ID, STREAM_NAME
 from daq.lab.rigs import OFFLINE_AFTER, RIGS, shown_state
-from daq.lab.search_pages import LISTING
+from daq.lab.scopes import role_of
+from daq.lab.search import Filters, session_query
+from daq.lab.search_pages import LISTING, query_params
 
 STATIC = Path(__file__).parent / "static"
 COOKIE = "hil_lab_key"
@@ -56,183 +58,205 @@ class HostCheck:
         return origin is None or origin == f"{scheme}://{host}"
 
 
-def build_page(tiled_app, hosts: HostCheck, secure: bool = False):
-    """The page's Starlette application, to mount at ``/lab`` of the lab's Tiled application."""
-    import httpx  # lazy: only the lab's server builds the page
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import FileResponse, JSONResponse, Response
-    from starlette.routing import Mount, Route
-    from starlette.staticfiles import StaticFiles
+class LabPage:
+    """The page's routes; each reads Tiled in process with the visitor's key (the cookie)."""
 
-    tiled = httpx.AsyncClient(transport=httpx.ASGITransport(app=tiled_app), base_url="http://lab.internal",
-                              timeout=60)
+    def __init__(self, tiled_app, hosts: HostCheck, secure: bool = False) -> None:
+        import httpx  # lazy: only the lab's server builds the page
 
-    def problem(status: int, text: str) -> JSONResponse:
-        return JSONResponse({"error": text}, status_code=status, headers=NO_STORE)
+        self.hosts, self.secure = hosts, secure
+        self.tiled = httpx.AsyncClient(transport=httpx.ASGITransport(app=tiled_app),
+                                       base_url="http://lab.internal", timeout=60)
 
-    async def ask(path: str, key: str | None, **params) -> httpx.Response:
+    async def ask(self, path: str, key: str | None, **params):
         headers = {"Authorization": f"Apikey {key}"} if key else {}
-        return await tiled.get(path, params=params, headers={**headers, "Accept": "application/json"})
+        return await self.tiled.get(path, params=params, headers={**headers, "Accept": "application/json"})
 
-    def guarded(handler, change: bool = False):
-        async def endpoint(request: Request) -> Response:
+    def guarded(self, handler, change: bool = False):
+        """``handler(request, key)`` as an endpoint behind the Host (and, for a change, Origin) check."""
+        async def endpoint(request):
             host = request.headers.get("host")
-            if not hosts.host_ok(host):
-                return problem(403, f"Host {host!r} is not this lab's name")
-            if change and not hosts.origin_ok(request.headers.get("origin"), request.url.scheme, host):
-                return problem(403, "a request from another site")
+            if not self.hosts.host_ok(host):
+                return _problem(403, f"Host {host!r} is not this lab's name")
+            if change and not self.hosts.origin_ok(request.headers.get("origin"), request.url.scheme, host):
+                return _problem(403, "a request from another site")
             try:
                 return await handler(request, request.cookies.get(COOKIE))
             except (ValueError, KeyError) as exc:
-                return problem(400, f"bad request: {exc}")
+                return _problem(400, f"bad request: {exc}")
         return endpoint
 
-    async def whoami(key: str | None) -> dict | None:
+    async def whoami(self, key: str | None) -> dict | None:
+        """{"name", "role"} of ``key`` as the lab knows it; None for no key or one it refuses."""
         if not key:
             return None
-        resp = await ask("/api/v1/auth/whoami", key)
+        resp = await self.ask("/api/v1/auth/whoami", key)
         if resp.status_code != 200:
             return None
         principal = resp.json()
         for k in principal.get("api_keys", []):
             if k.get("first_eight") == key[:8]:
-                from daq.lab.scopes import role_of  # the roles' scopes, as the CLI reads them
-
                 return {"name": k.get("note") or principal["uuid"], "role": role_of(k.get("scopes", []))}
         return None
 
-    async def page(request: Request, key) -> Response:
+    async def page(self, request, key):
+        from starlette.responses import FileResponse  # lazy: starlette only in the lab's server
+
         return FileResponse(STATIC / "lab.html", headers=NO_STORE)
 
-    async def login(request: Request, key) -> Response:
+    async def login(self, request, key):
         try:
             body = json.loads(await request.body())
             given = str(body["key"]).strip()
         except (ValueError, KeyError, TypeError):
-            return problem(400, 'the body must be JSON: {"key": "<your lab key>"}')
-        who = await whoami(given)
+            return _problem(400, 'the body must be JSON: {"key": "<your lab key>"}')
+        who = await self.whoami(given)
         if who is None:
-            return problem(401, "the lab does not know this key")
-        response = JSONResponse(who, headers=NO_STORE)
-        response.set_cookie(COOKIE, given, httponly=True, samesite="strict", secure=secure, path="/lab")
+            return _problem(401, "the lab does not know this key")
+        response = _json(who)
+        response.set_cookie(COOKIE, given, httponly=True, samesite="strict", secure=self.secure, path="/lab")
         return response
 
-    async def logout(request: Request, key) -> Response:
-        response = JSONResponse({"name": None, "role": None}, headers=NO_STORE)
-        response.delete_cookie(COOKIE, path="/lab", httponly=True, samesite="strict", secure=secure)
+    async def logout(self, request, key):
+        response = _json({"name": None, "role": None})
+        response.delete_cookie(COOKIE, path="/lab", httponly=True, samesite="strict", secure=self.secure)
         return response
 
-    async def me(request: Request, key) -> Response:
-        return JSONResponse(await whoami(key) or {"name": None, "role": None}, headers=NO_STORE)
+    async def me(self, request, key):
+        return _json(await self.whoami(key) or {"name": None, "role": None})
 
-    def refused(resp: httpx.Response) -> Response | None:
-        if resp.status_code in (401, 403):
-            return problem(401, "sign in with your lab key")
+    async def rigs(self, request, key):
+        resp = await self.ask(f"/api/v1/search/{RIGS}", key, fields="metadata", **{"page[limit]": 300})
         if resp.status_code == 404:
-            return problem(404, "not in the lab")
-        if resp.status_code >= 400:
-            return problem(502, f"the lab's catalogue answered HTTP {resp.status_code}")
-        return None
-
-    async def rigs(request: Request, key) -> Response:
-        resp = await ask(f"/api/v1/search/{RIGS}", key, fields="metadata", **{"page[limit]": 300})
-        if resp.status_code == 404:
-            return JSONResponse([], headers=NO_STORE)
-        if (bad := refused(resp)) is not None:
+            return _json([])
+        if (bad := _refused(resp)) is not None:
             return bad
         offline_after = float(request.query_params.get("offline_after", OFFLINE_AFTER))
         rows = [shown_state(item["attributes"]["metadata"], offline_after) for item in resp.json()["data"]]
-        return JSONResponse(sorted((r for r in rows if r.get("name")), key=lambda r: r["name"]),
-                            headers=NO_STORE)
+        return _json(sorted((r for r in rows if r.get("name")), key=lambda r: r["name"]))
 
-    async def sessions(request: Request, key) -> Response:
-        from daq.lab.search import Filters, session_query
-        from daq.lab.search_pages import query_params  # tiled's query registry: the server has it
-
+    async def sessions(self, request, key):
+        """The latest sessions (:data:`LATEST`), or the latest matching ``?q=`` (a word of the id, rig,
+        kind, status, who or reason)."""
         text = request.query_params.get("q", "").strip().lower()
         params = {**query_params(session_query(Filters())), "fields": "metadata", "select_metadata": LISTING,
                   "omit_links": "true", "sort": "-started", "page[limit]": "300"}
         found: list[dict] = []
         for page_no in range(SCAN_LIMIT if text else 1):
-            resp = await ask("/api/v1/search/", key, **params, **{"page[offset]": str(300 * page_no)})
-            if (bad := refused(resp)) is not None:
+            resp = await self.ask("/api/v1/search/", key, **params, **{"page[offset]": str(300 * page_no)})
+            if (bad := _refused(resp)) is not None:
                 return bad
             rows = [item["attributes"]["metadata"]["selected"] for item in resp.json()["data"]]
             found += [r for r in rows if not text or _matches(r, text)]
             if len(rows) < 300 or len(found) >= LATEST:
                 break
         found.sort(key=lambda r: r.get("started") or 0, reverse=True)
-        return JSONResponse([_row(r) for r in found[:LATEST]], headers=NO_STORE)
+        return _json([_row(r) for r in found[:LATEST]])
 
-    async def session(request: Request, key) -> Response:
+    async def session(self, request, key):
         sid = request.path_params["sid"]
         if not SESSION_ID.fullmatch(sid):
-            return problem(404, "not a session id (12 hex digits)")
-        resp = await ask(f"/api/v1/metadata/{sid}", key)
-        if (bad := refused(resp)) is not None:
+            return _problem(404, "not a session id (12 hex digits)")
+        resp = await self.ask(f"/api/v1/metadata/{sid}", key)
+        if (bad := _refused(resp)) is not None:
             return bad
-        meta = resp.json()["data"]["attributes"]["metadata"]
-        return JSONResponse(meta, headers=NO_STORE)
+        return _json(resp.json()["data"]["attributes"]["metadata"])
 
-    async def series(request: Request, key) -> Response:
+    async def _stream(self, request, key) -> tuple[str, str, dict | None, object]:
+        """(session, stream, the stream's metadata, None) of a recorded stream; else a refusal last."""
         sid, stream = request.path_params["sid"], request.path_params["stream"]
         if not SESSION_ID.fullmatch(sid) or not STREAM_NAME.fullmatch(stream) or stream == layout.EVENTS:
-            return problem(404, "no such stream")
-        resp = await ask(f"/api/v1/metadata/{sid}", key)
-        if (bad := refused(resp)) is not None:
-            return bad
-        info = (resp.json()["data"]["attributes"]["metadata"].get("streams") or {}).get(stream)
-        if info is None or info.get("type") != "frame":
-            return problem(404, f"session {sid} has no recorded stream {stream}")
-        n = int(info["n_samples"])
-        step = max(1, math.ceil(n / POINTS))
-        out = {"stream": stream, "channels": info["channels"], "units": info["units"], "step": step}
-        for part, cut in ((layout.TIME, f"0:{n}:{step}"), ("data", f"0:{n}:{step},:")):
-            got = await ask(f"/api/v1/array/full/{sid}/{stream}/{part}", key, slice=cut)
-            if (bad := refused(got)) is not None:
-                return bad
-            out[part] = got.json()
-        return JSONResponse(out, headers=NO_STORE)
-
-    async def download(request: Request, key) -> Response:
-        """A stream's time and data as CSV (read with the visitor's key; no key in the link)."""
-        sid, stream = request.path_params["sid"], request.path_params["stream"]
-        if not SESSION_ID.fullmatch(sid) or not STREAM_NAME.fullmatch(stream) or stream == layout.EVENTS:
-            return problem(404, "no such stream")
-        meta = await ask(f"/api/v1/metadata/{sid}", key)
-        if (bad := refused(meta)) is not None:
-            return bad
+            return sid, stream, None, _problem(404, "no such stream")
+        meta = await self.ask(f"/api/v1/metadata/{sid}", key)
+        if (bad := _refused(meta)) is not None:
+            return sid, stream, None, bad
         info = (meta.json()["data"]["attributes"]["metadata"].get("streams") or {}).get(stream)
         if info is None or info.get("type") != "frame":
-            return problem(404, f"session {sid} has no recorded stream {stream}")
+            return sid, stream, None, _problem(404, f"session {sid} has no recorded stream {stream}")
+        return sid, stream, info, None
+
+    async def _parts(self, sid: str, stream: str, key, cut: dict[str, str | None]) -> tuple[dict, object]:
+        """The stream's time and data arrays (each sliced by ``cut``): (parts, None) or ({}, refusal)."""
         parts = {}
         for part in (layout.TIME, "data"):
-            got = await ask(f"/api/v1/array/full/{sid}/{stream}/{part}", key)
-            if (bad := refused(got)) is not None:
-                return bad
+            params = {"slice": cut[part]} if cut.get(part) else {}
+            got = await self.ask(f"/api/v1/array/full/{sid}/{stream}/{part}", key, **params)
+            if (bad := _refused(got)) is not None:
+                return {}, bad
             parts[part] = got.json()
+        return parts, None
+
+    async def series(self, request, key):
+        """A stream thinned to at most :data:`POINTS` samples, with its channels and units."""
+        sid, stream, info, bad = await self._stream(request, key)
+        if info is None:
+            return bad
+        n = int(info["n_samples"])
+        step = max(1, math.ceil(n / POINTS))
+        cut = {layout.TIME: f"0:{n}:{step}", "data": f"0:{n}:{step},:"}
+        parts, bad = await self._parts(sid, stream, key, cut)
+        if bad is not None:
+            return bad
+        return _json({"stream": stream, "channels": info["channels"], "units": info["units"], "step": step,
+                      **parts})
+
+    async def download(self, request, key):
+        """A stream's time and data as CSV (read with the visitor's key; no key in the link)."""
+        from starlette.responses import Response  # lazy: as above
+
+        sid, stream, info, bad = await self._stream(request, key)
+        if info is None:
+            return bad
+        parts, bad = await self._parts(sid, stream, key, {})
+        if bad is not None:
+            return bad
         names = [f"{c} [{u}]" for c, u in zip(info["channels"], info["units"], strict=True)]
-        head = ",".join(["t [s]", *names])
-        lines = [head, *(",".join([repr(t), *(repr(v) for v in row)])
-                         for t, row in zip(parts[layout.TIME], parts["data"], strict=True))]
+        lines = [",".join(["t [s]", *names]), *(",".join([repr(t), *(repr(v) for v in row)])
+                 for t, row in zip(parts[layout.TIME], parts["data"], strict=True))]
         return Response("\n".join(lines) + "\n", media_type="text/csv", headers={
             **NO_STORE, "Content-Disposition": f'attachment; filename="{sid}-{stream}.csv"'})
 
-    routes = [
-        Route("/", guarded(page)),
-        Route("/sessions/{sid}", guarded(page)),
-        Route("/api/login", guarded(login, change=True), methods=["POST"]),
-        Route("/api/login", guarded(logout, change=True), methods=["DELETE"]),
-        Route("/api/me", guarded(me)),
-        Route("/api/rigs", guarded(rigs)),
-        Route("/api/sessions", guarded(sessions)),
-        Route("/api/sessions/{sid}", guarded(session)),
-        Route("/api/sessions/{sid}/streams/{stream}", guarded(series)),
-        Route("/api/sessions/{sid}/streams/{stream}/csv", guarded(download)),
-        Mount("/static", StaticFiles(directory=STATIC), name="static"),
-    ]
-    return Starlette(routes=routes)
+    def app(self):
+        """The page's Starlette application, to mount at ``/lab``."""
+        from starlette.applications import Starlette  # lazy: as above
+        from starlette.routing import Mount, Route  # lazy: as above
+        from starlette.staticfiles import StaticFiles  # lazy: as above
+
+        g = self.guarded
+        return Starlette(routes=[
+            Route("/", g(self.page)),
+            Route("/sessions/{sid}", g(self.page)),
+            Route("/api/login", g(self.login, change=True), methods=["POST"]),
+            Route("/api/login", g(self.logout, change=True), methods=["DELETE"]),
+            Route("/api/me", g(self.me)),
+            Route("/api/rigs", g(self.rigs)),
+            Route("/api/sessions", g(self.sessions)),
+            Route("/api/sessions/{sid}", g(self.session)),
+            Route("/api/sessions/{sid}/streams/{stream}", g(self.series)),
+            Route("/api/sessions/{sid}/streams/{stream}/csv", g(self.download)),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        ])
+
+
+def _json(content, status: int = 200):
+    from starlette.responses import JSONResponse  # lazy: as above
+
+    return JSONResponse(content, status_code=status, headers=NO_STORE)
+
+
+def _problem(status: int, text: str):
+    return _json({"error": text}, status)
+
+
+def _refused(resp):
+    """One JSON line for Tiled's refusal or failure; None for a good answer."""
+    if resp.status_code in (401, 403):
+        return _problem(401, "sign in with your lab key")
+    if resp.status_code == 404:
+        return _problem(404, "not in the lab")
+    if resp.status_code >= 400:
+        return _problem(502, f"the lab's catalogue answered HTTP {resp.status_code}")
+    return None
 
 
 def _matches(row: dict, text: str) -> bool:
@@ -251,6 +275,6 @@ def _row(r: dict) -> dict:
 
 def mount_page(tiled_app, hosts: HostCheck, secure: bool = False) -> None:
     """Put the page at ``/lab`` of the Tiled application, ahead of Tiled's own routes."""
-    from starlette.routing import Mount
+    from starlette.routing import Mount  # lazy: as above
 
-    tiled_app.router.routes.insert(0, Mount("/lab", app=build_page(tiled_app, hosts, secure)))
+    tiled_app.router.routes.insert(0, Mount("/lab", app=LabPage(tiled_app, hosts, secure).app()))
