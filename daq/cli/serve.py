@@ -97,7 +97,7 @@ def _rig_lab(state: CliState, url: str | None, rig: str | None, key_file: str | 
         if rig is not None:
             raise LabError("--rig names this rig in a lab: give --lab URL too")
         return None
-    url = url or table.url
+    url = url or (table.url if table is not None else "")
     rig = rig or (table.rig if table is not None else None)
     if not rig:
         raise LabError("--lab needs --rig NAME (or [lab].rig in --config): the rig's name in the lab")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Any
 
 from daq.lab.settings import LabError
 
@@ -41,9 +42,9 @@ class RigPublisher:
 
     def __init__(self, url: str, key: str, name: str) -> None:
         self.url, self.key, self.name = url, key, check_rig_name(name)
-        self._node = None
+        self._node: Any = None  # the rig's Tiled node, looked up on the first write
 
-    def _rig_node(self):
+    def _rig_node(self) -> Any:
         from tiled.client.utils import ClientError  # lazy: only a rig with a lab needs tiled's client
 
         from daq.lab.connect import from_client_error, open_lab  # lazy: as above
