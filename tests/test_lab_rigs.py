@@ -164,3 +164,26 @@ def test_two_rigs_are_listed_with_their_states_and_a_killed_one_shows_offline(la
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=60)
+
+
+def test_the_lab_settings_come_from_a_configs_lab_table_and_half_settings_are_one_line(tmp_path):
+    from daq.cli.common import CliState
+    from daq.cli.serve import _rig_lab
+
+    key_file = tmp_path / "rig.key"
+    key_file.write_text("k" * 40 + "\n")
+    key_file.chmod(0o600)
+    config = tmp_path / "press.toml"
+    table = '\n[lab]\nurl = "http://127.0.0.1:9"\nkey_file = "rig.key"\nrig = "press-7"\npush = false\n'
+    config.write_text((ROOT / "configs" / "press-sim.toml").read_text() + table)
+    lab = _rig_lab(CliState(None, str(config)), None, None, None, 5.0)
+    assert lab is not None
+    assert (lab.url, lab.rig, lab.key, lab.cache_s) == ("http://127.0.0.1:9", "press-7", "k" * 40, 5.0)
+    assert _rig_lab(CliState(None, None), None, None, None, 60.0) is None  # a rig on its own
+    for args, said in ((["--rig", "x"], "--rig names this rig in a lab: give --lab URL too"),
+                       (["--lab", "http://127.0.0.1:9"], "--lab needs --rig NAME"),
+                       (["--lab", "http://127.0.0.1:9", "--rig", "a/b"], "a rig's name is 1 to 64")):
+        res = hil("serve", "--port", "0", "--configs", str(tmp_path), "--token-file", str(tmp_path / "t"),
+                  *args, key="k" * 40)
+        assert res.exit_code == 1 and said in res.output, res.output
+        assert len(res.output.strip().splitlines()) == 1
