@@ -23,6 +23,7 @@ from daq.lab.settings import LabError, LabUnreachable
 log = logging.getLogger(__name__)
 
 DEFAULT_TTL = 60.0  # s an answer of the lab is kept: revocation is effective within this time
+RETRY_S = 5.0  # s a key is refused without asking again after the lab did not answer (no pile of waits)
 
 
 @dataclass(frozen=True)
@@ -66,21 +67,24 @@ class LabKeys:
 
     def lookup(self, key: str) -> LabPerson | None:
         """Ask the lab who holds ``key`` (blocking: call it in a thread) and keep the answer; None for a key
-        the lab refuses or does not name, or when the lab does not answer (not kept: asked again)."""
+        the lab refuses or does not name, or when the lab does not answer (kept :data:`RETRY_S` seconds at
+        most, so that requests do not pile up waiting on a lab that is down)."""
         from daq.lab.people import whoami  # lazy: httpx only for a rig with a lab
 
+        keep = self.ttl
         try:
             answer = whoami(self.url, key)
+            self.problem = None
         except LabUnreachable as exc:
-            self.problem = str(exc)
-            log.warning("%s: lab keys are refused until it answers", exc)
-            return None
+            if self.problem != str(exc):
+                log.warning("%s: lab keys are refused until it answers", exc)
+            self.problem, answer, keep = str(exc), None, min(self.ttl, RETRY_S)
         except LabError:  # refused (revoked, unknown): no one
             answer = None
-        self.problem = None
+            self.problem = None
         person = LabPerson(str(answer["name"]), str(answer["role"])) if answer else None
         with self._mutex:
             now = time.monotonic()
             self._answers = {k: v for k, v in self._answers.items() if v[0] > now}  # drop the stale ones
-            self._answers[_digest(key)] = (now + self.ttl, person)
+            self._answers[_digest(key)] = (now + keep, person)
         return person
