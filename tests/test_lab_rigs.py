@@ -187,3 +187,51 @@ def test_the_lab_settings_come_from_a_configs_lab_table_and_half_settings_are_on
                   *args, key="k" * 40)
         assert res.exit_code == 1 and said in res.output, res.output
         assert len(res.output.strip().splitlines()) == 1
+
+
+def test_a_running_rig_shows_its_session_config_person_and_progress_in_the_lab(lab, people, tmp_path):
+    configs, store, tokens = rig_folder(tmp_path)
+    beacon_config(configs, "endless.toml", "beacon-lab")
+    srv = ServerThread(configs, store, tokens)
+    srv.server.lab = RigLab(lab.url, "rig-run", people["rig-b"][0], every_s=0.5)
+    srv.start()
+    try:
+        olga = httpx.Client(base_url=srv.url, headers=bearer(people["olga"][0]), timeout=30)
+        run_id = olga.post("/api/runs", json={"config": "endless.toml"}).json()["id"]
+        viewer_key = people["vic"][1]
+
+        def running() -> dict | None:
+            row = listed(lab, viewer_key).get("rig-run") or {}
+            run = row.get("run") or {}
+            done = (run.get("progress") or {}).get("done") or 0
+            return row if row.get("state") == "running" and run.get("session") and done > 0 else None
+
+        poll_until(running, timeout=60)
+        row = running() or listed(lab, viewer_key)["rig-run"]
+        assert row["run"]["by"] == "olga" and row["run"]["config"] == "endless.toml"
+        assert row["run"]["session"] == olga.get(f"/api/runs/{run_id}").json()["session"]
+        assert olga.post(f"/api/runs/{run_id}/stop").status_code == 200
+        poll_until(lambda: listed(lab, viewer_key)["rig-run"]["state"] == "idle", timeout=60)
+    finally:
+        srv.stop()
+    assert listed(lab, people["vic"][1])["rig-run"]["state"] == "offline"  # a stopped server says so
+
+
+def test_the_lab_page_checks_host_origin_and_key_and_takes_no_key_in_a_url(lab, people):
+    page = f"{lab.url}/lab"
+    assert httpx.get(f"{page}/", headers={"Host": "rebound.example"}).status_code == 403
+    assert httpx.get(f"{page}/api/rigs").status_code == 401  # no key: nothing read
+    assert httpx.get(f"{page}/api/rigs", params={"key": people["vic"][0]}).status_code == 401
+    foreign = httpx.post(f"{page}/api/login", json={"key": people["vic"][0]},
+                         headers={"Origin": "http://evil.example"})
+    assert foreign.status_code == 403 and "hil_lab_key" not in foreign.headers.get("set-cookie", "")
+    assert httpx.post(f"{page}/api/login", json={"key": "0" * 72}).status_code == 401
+    with httpx.Client(base_url=page) as http:
+        signed = http.post("/api/login", json={"key": people["vic"][0]})
+        assert signed.status_code == 200 and signed.json() == {"name": "vic", "role": "viewer"}
+        cookie = signed.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie and "path=/lab" in cookie
+        assert isinstance(http.get("/api/rigs").json(), list)
+        assert http.get("/api/sessions/../../api/v1/metadata/").status_code == 404
+        assert http.get("/api/sessions/zzzzzzzzzzzz").status_code == 404
+        assert http.delete("/api/login").status_code == 200
