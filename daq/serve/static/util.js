@@ -19,8 +19,8 @@ function siPrefix(maxAbs, unit) {
   for (const [f, p] of PREFIXES) if (maxAbs >= f * 0.9995) return [f, p];
   return PREFIXES[PREFIXES.length - 1];
 }
-// "kg" takes prefixes as "g" does (1e-6 kg = 1 mg).
-function siUnit(unit) { return unit === "kg" ? ["g", 1e3] : [unit || "", 1]; }
+// "kg" takes prefixes as "g" does (1e-6 kg = 1 mg; 0.01 kg*m^2 = 10 g*m^2).
+function siUnit(unit) { return /^kg(?![a-zA-Z])/.test(unit || "") ? ["g" + unit.slice(2), 1e3] : [unit || "", 1]; }
 // A number with its unit and an SI prefix: 206959000 N/m -> "206.96 MN/m", 1.2e-5 m -> "12 µm".
 function si(x, unit, digits = 5) {
   if (typeof x !== "number" || !isFinite(x)) return x == null ? "" : String(x);
