@@ -132,8 +132,7 @@ def test_every_axis_has_several_ticks_with_prefixes_and_an_offset_stays_readable
 def test_events_are_lines_of_words_with_units(run, page):
     from selenium.webdriver.common.by import By
 
-    poll_until(lambda: page.find_elements(By.CSS_SELECTOR, "#events li[data-kind='measurement']"), timeout=10,
-               period=0.1)
+    poll_until(lambda: "measurement" in text(page, "#events"), timeout=10, period=0.1)
     lines = [li.text for li in page.find_elements(By.CSS_SELECTOR, "#events li")]
     assert lines and not [x for x in lines if "{" in x or '"' in x], lines  # no JSON
     reached = next(x for x in lines if "setpoint reached" in x)
@@ -144,10 +143,14 @@ def test_events_are_lines_of_words_with_units(run, page):
     assert page.execute_script("return getComputedStyle($('events')).overflowY") != "auto"  # no scroll box
 
 
-def test_durations_and_dates_read_as_the_cli_prints_them(run, page):
+def test_durations_carry_seconds_into_minutes(page):
     shown = page.execute_script("return [fmtDuration(359.7), fmtDuration(3599.9), fmtDuration(75), "
-                                "fmtDuration(7260), fmtTime(1764351612)]")
-    assert shown[:4] == ["6 min 0 s", "1 h 0 min", "1 min 15 s", "2 h 1 min"]
+                                "fmtDuration(7260), fmtDuration(59.7)]")
+    assert shown == ["6 min 0 s", "1 h 0 min", "1 min 15 s", "2 h 1 min", "59.7 s"]  # never "5 min 60 s"
+
+
+def test_dates_read_as_the_cli_prints_them(run, page):
+    shown = page.execute_script("return [null, null, null, null, fmtTime(1764351612)]")
     offset = page.execute_script("return -new Date(1764351612000).getTimezoneOffset()")
     local = time.gmtime(1764351612 + 60 * offset)
     assert shown[4] == time.strftime("%Y-%m-%d %H:%M:%S", local) + f" {'-' if offset < 0 else '+'}" \
@@ -167,22 +170,26 @@ def left(page) -> str:
     return m.group(1)
 
 
-def test_the_time_left_stands_still_while_paused_and_is_gone_after_an_operators_stop(srv, run, page):
-    entry, http = run
+def test_the_time_left_stands_still_while_paused(run, page):
     poll_until(lambda: click(page, "#btn-pause:enabled"), timeout=10, period=0.1)
-    poll_until(lambda: "(paused)" in progress(page), timeout=10, period=0.1)
+    poll_until(lambda: text(page, "#run-state") == "paused", timeout=10, period=0.1)
     first = left(page)
     assert not re.search(r"\b60 s\b", progress(page))
     time.sleep(2.5)  # time passes while paused (no wait for a condition): the time left must not grow
     assert left(page) == first, (first, progress(page))
     poll_until(lambda: click(page, "#btn-resume:enabled"), timeout=10, period=0.1)
+    poll_until(lambda: text(page, "#run-state") == "running", timeout=10, period=0.1)
+
+
+def test_an_operators_stop_reads_stopped_by_name_in_a_neutral_colour_and_a_fault_stays_red(srv, run, page):
+    entry, http = run
     poll_until(lambda: click(page, "#btn-stop:enabled"), timeout=10, period=0.1)
     poll_until(lambda: http.get(f"/api/runs/{entry['id']}").json()["status"] == "aborted", timeout=30)
     poll_until(lambda: text(page, "#run-state").startswith("stopped by "), timeout=10, period=0.1)
     who = text(page, "#me").split(" (")[0]  # the name the page is signed in as
     assert text(page, "#run-state") == f"stopped by {who}"  # not "aborted"
     assert colour(page, "#run-state", "backgroundColor") != RED  # neutral: no fault
-    assert "left" not in progress(page) and "ran " in progress(page), progress(page)
+    assert "left" not in progress(page) and "ran " in progress(page), progress(page)  # the end: no time left
     poll_until(lambda: f"stopped by {who}" in text(page, "#finished tbody"), timeout=10, period=0.2)
     assert colour(page, "#finished tbody tr td.status", "color") != RED
     assert "aborted" not in text(page, "#finished tbody")

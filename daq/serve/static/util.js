@@ -75,7 +75,7 @@ function fmtTime(t) {
 // A duration in words: 75 -> "1 min 15 s", 359.7 -> "6 min 0 s" (never "5 min 60 s"), 7260 -> "2 h 1 min".
 function fmtDuration(s) {
   if (typeof s !== "number" || !isFinite(s) || s < 0) return "-";
-  if (s < 59.5) return `${num(s, s < 10 ? 2 : 3)} s`;
+  if (s < 59.95) return `${num(s, s < 10 ? 2 : 3)} s`;
   if (s < 3570) {
     const r = Math.round(s);
     return `${Math.floor(r / 60)} min ${r % 60} s`;
