@@ -34,7 +34,7 @@ def stamp_session(path: Path, title: str) -> None:
     fig = plt.figure(figsize=(w / dpi, (h + HEADER_PX) / dpi), dpi=dpi)
     fig.figimage(img, xo=0, yo=0, origin="upper")
     fig.text(0.5, 1 - 0.5 * HEADER_PX / (h + HEADER_PX), title, ha="center", va="center", fontsize=10)
-    fig.savefig(path, dpi=dpi)
+    fig.savefig(path, dpi=dpi, metadata={"Title": title})  # also in the file: a viewer's "title"
     plt.close(fig)
 
 

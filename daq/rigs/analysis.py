@@ -44,7 +44,7 @@ def analyze_session(store: SessionReads, session: str, *, plots_dir: str | Path 
     except AnalysisError as exc:
         raise AnalysisError(f"session {info.id}: {exc}") from None
     files: list[Path] = []
-    if plots_dir is not None and rig.has_plots:  # named and titled with the session: no run overwrites another's
+    if plots_dir is not None and rig.has_plots:  # named, titled with the session: never another's overwritten
         files = write_session_plots(lambda folder: rig.plots(result, arrays, folder), plots_dir, info.id,
                                     info.kind)
     return info, result, rig, files
