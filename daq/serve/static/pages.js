@@ -105,6 +105,15 @@ async function renderSession(id, el, run) {
   showAnalysis(d.id);
 }
 
+// The analysis' estimates with their units and 95 % intervals, and its verdict (GET .../analysis).
+function analysisEstimates(a) {
+  const rows = (a.estimates || []).map((e) => `<tr><td>${esc(e.name)}</td><td class="num">${esc(si(e.value, e.unit, 6))}</td>` +
+    `<td class="num">${Array.isArray(e.interval) ? `[${esc(si(e.interval[0], e.unit, 5))}, ${esc(si(e.interval[1], e.unit, 5))}]` : ""}</td></tr>`);
+  return (rows.length ? '<table class="estimates analysis-estimates"><thead><tr><th>parameter</th><th>estimate</th>' +
+    `<th>95 % interval</th></tr></thead><tbody>${rows.join("")}</tbody></table>` : "") +
+    (a.verdict ? `<div class="verdict">verdict: <b>${esc(a.verdict)}</b></div>` : "");
+}
+
 // The analysis `hil analyze --plots` makes of a session (run by the server in a process of its own).
 async function showAnalysis(id) {
   const box = $("page-analysis");
@@ -117,7 +126,7 @@ async function showAnalysis(id) {
     box.innerHTML = '<span class="muted">analysing ...</span>';
     setTimeout(() => showAnalysis(id), 1000);
   } else if (a.state === "done") {
-    box.innerHTML = `<button data-analyze="${esc(a.session)}"${may}>analyse again</button>` +
+    box.innerHTML = `<button data-analyze="${esc(a.session)}"${may}>analyse again</button>` + analysisEstimates(a) +
       a.plots.map((f) => `<div><img alt="${esc(f)}" src="/api/sessions/${esc(a.session)}/analysis/${esc(f)}"></div>`).join("") +
       `<details><summary>report (hil analyze --json)</summary><pre>${esc(JSON.stringify(a.report, null, 1))}</pre></details>`;
   } else {

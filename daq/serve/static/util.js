@@ -43,11 +43,13 @@ function niceSplits(lo, hi, least = 4) {
   }
   return [lo, hi];
 }
-// Decimals that tell ticks `step` apart (in the prefixed unit): 0.001 -> 3, 0.25 -> 2, 20 -> 0.
+// Decimals that tell ticks `step` apart (in the prefixed unit): 0.001 -> 3, 0.25 -> 2, 20 -> 0; a step that
+// is no round number (the ellipse's ends and middle) gets at most 3 significant digits of it.
 function decimalsFor(step) {
   if (!(step > 0) || !isFinite(step)) return 0;
-  let d = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
-  while (d < 12 && Math.abs(step * 10 ** d - Math.round(step * 10 ** d)) > 1e-6 * step * 10 ** d) d++;
+  const least = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
+  let d = least;
+  while (d < least + 2 && Math.abs(step * 10 ** d - Math.round(step * 10 ** d)) > 1e-6 * step * 10 ** d) d++;
   return d;
 }
 // Tick labels of one axis: one prefix for all ticks (its largest) and as many decimals as the step between
