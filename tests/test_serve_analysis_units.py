@@ -41,7 +41,7 @@ def _oscillator(folder: Path) -> None:
     assert res.exit_code == 0, res.output
 
 
-@pytest.mark.slow(reason="an adjoint design, a simulated OPC UA run and its analysis, read in Chromium (~60 s)")
+@pytest.mark.slow(reason="an adjoint design, a simulated OPC UA run and its analysis in Chromium (~60 s)")
 def test_the_analysis_shows_its_estimates_with_units_and_its_plots_are_the_sessions(tmp_path):
     from selenium.webdriver.chrome.service import Service
 
@@ -56,8 +56,9 @@ def test_the_analysis_shows_its_estimates_with_units_and_its_plots_are_the_sessi
     try:
         with httpx.Client(base_url=served.url, headers=bearer(served.token), timeout=30) as http:
             run = http.post("/api/runs", json={"config": "oscillator.toml"}).json()
-            poll_until(lambda: http.get(f"/api/runs/{run['id']}").json()["status"] not in ("queued", "running"),
-                       timeout=120, period=0.5)
+            ended = ("complete", "aborted", "failed")
+            poll_until(lambda: http.get(f"/api/runs/{run['id']}").json()["status"] in ended, timeout=120,
+                       period=0.5)
             done = http.get(f"/api/runs/{run['id']}").json()
             assert done["status"] == "complete", done
             session = done["session"]
@@ -68,11 +69,13 @@ def test_the_analysis_shows_its_estimates_with_units_and_its_plots_are_the_sessi
         rows = "#page-analysis table.analysis-estimates tbody tr"
         poll_until(lambda: page.execute_script(f"return document.querySelectorAll({rows!r}).length"),
                    timeout=180, period=0.5)
-        shown = page.execute_script(f"return [...document.querySelectorAll({rows!r})].map((r) => r.innerText)")
+        shown = page.execute_script(f"return [...document.querySelectorAll({rows!r})]"
+                                    ".map((r) => r.innerText)")
         c2 = next(r for r in shown if r.startswith("c2"))
         # c2 about 1.1 kN/m, its interval in kN/m too
         assert re.fullmatch(r"c2\s+1\.\d+ kN/m\s+\[1\.\d+ kN/m, 1\.\d+ kN/m\]", c2), shown
-        plots = page.execute_script("return [...document.querySelectorAll('#page-analysis img')].map((i) => i.alt)")
+        plots = page.execute_script("return [...document.querySelectorAll('#page-analysis img')]"
+                                    ".map((i) => i.alt)")
         assert plots == [f"{session}-fit.png"]  # the session's own plot file
     finally:
         page.quit()
