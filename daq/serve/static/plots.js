@@ -32,6 +32,11 @@ function faint(color) {
   return `rgba(${n >> 16}, ${(n >> 8) & 255}, ${n & 255}, 0.18)`;
 }
 
+// an axis as wide as its longest tick label ("600.004 kPa" needs more room than "0 N")
+function axisWidth(u, values) {
+  return values && values.length ? Math.max(50, 18 + 7 * Math.max(...values.map((v) => String(v).length))) : 50;
+}
+
 class StreamPlot {
   constructor(group, container, name, channels, units, width) {
     this.group = group;
@@ -63,7 +68,7 @@ class StreamPlot {
     unitList.forEach((u) => { scales[u] = {auto: true}; });
     const axes = [{label: "time since the run started [s]", values: (u, splits) => splits.map((v) => num(v, 6))}];
     this.ticks = {};  // what each value axis shows, by unit (box.dataset.ticks: the tests read it)
-    unitList.slice(0, 2).forEach((u, k) => axes.push({scale: u, label: u, side: k === 0 ? 3 : 1, size: 90,
+    unitList.slice(0, 2).forEach((u, k) => axes.push({scale: u, label: u, side: k === 0 ? 3 : 1, size: axisWidth,
                                                      splits: (p, i, lo, hi) => niceSplits(lo, hi),
                                                      values: (p, splits) => this.shown(u, siTicks(u)(p, splits))}));
     return {
