@@ -165,6 +165,13 @@ def progress(page) -> str:
     return text(page, "#run-progress-text")
 
 
+def seconds(duration: str) -> float:
+    """ "4 min 26 s" -> 266."""
+    h = re.search(r"(\d+) h", duration)
+    m, s = re.search(r"(\d+) min", duration), re.search(r"([\d.]+) s", duration)
+    return sum(float(x.group(1)) * k for x, k in ((h, 3600), (m, 60), (s, 1)) if x)
+
+
 def left(page) -> str:
     m = re.search(r"about (.+) left", progress(page))
     assert m, progress(page)
@@ -186,6 +193,13 @@ def test_the_time_left_stands_still_while_paused(run, page):
     assert not re.search(r"\b60 s\b", progress(page))
     time.sleep(2.5)  # time passes while paused (no wait for a condition): the time left must not grow
     assert left(page) == first, (first, progress(page))
+    # a reload while paused: the pause comes back from the recorded commands, the time left stands still
+    page.refresh()
+    rebuilt = "return window.hilStats.rebuilt > 0 && !window.hilStats.rebuilding"
+    poll_until(lambda: page.execute_script(rebuilt) and "left" in progress(page), timeout=20, period=0.1)
+    again = left(page)
+    time.sleep(1.5)
+    assert left(page) == again and abs(seconds(again) - seconds(first)) <= 2, (first, again, progress(page))
     poll_until(lambda: click(page, "#btn-resume:enabled"), timeout=10, period=0.1)
     poll_until(lambda: text(page, "#run-state") == "running", timeout=10, period=0.1)
 

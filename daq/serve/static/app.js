@@ -170,6 +170,7 @@ function onMessage(m) {
       if (m.kind === "estimate" || m.kind === "estimate_failed") onEstimate(m);
       if (m.kind === "plan_outcome") showOutcome(m.body);
       if (m.kind === "setpoint_reached" || m.kind === "setpoint_not_reached") onCorrection(m);
+      if (m.kind === "command") pausesFrom([m], true);
       logEvent(m);
       break;
     case "status": onStatus(m); break;
@@ -187,6 +188,7 @@ function onMessage(m) {
 
 function onHello(m) {
   clearLive();
+  paused = {since: null, total: 0};  // the run's pauses come again from its status and recorded commands
   S.run = m.run;
   live.t0 = m.run ? m.run.started_at : null;
   if (m.replay) onReplay({state: "started", replay: m.replay});
@@ -200,15 +202,17 @@ function onHello(m) {
   refreshRuns();
 }
 
-// the pauses of the run so far from its recorded commands (a reload mid-run): pause ... resume spans
-function pausesFrom(actions) {
-  let since = null, total = 0;
+// The run's pauses from its recorded commands, at the times the run took them (a status comes a little
+// later, and the time left multiplies that lag by steps left / steps done): the whole record after a
+// reload, or one live command event (`more`) on top of what is known.
+function pausesFrom(actions, more = false) {
+  let since = more ? paused.since : null, total = more ? paused.total : 0;
   for (const a of actions) {
     const c = a.kind === "command" && a.body ? a.body.command : null;
-    if (c === "pause" && since == null) since = a.t;
+    if (c === "pause") since = since == null || more ? a.t : since;
     else if ((c === "resume" || c === "stop" || c === "abort") && since != null) { total += a.t - since; since = null; }
   }
-  paused = {since: since ?? paused.since, total: Math.max(total, paused.total)};
+  paused = more ? {since, total} : {since: since ?? paused.since, total: Math.max(total, paused.total)};
 }
 function trackPause(state) {
   const now = Date.now() / 1000;
