@@ -100,7 +100,7 @@ def test_design_run_analyze_identifies_within_uncertainty(kind, names, unit, tmp
         # 0.6 std of the truth with std = predicted (benchmarks/bench_adjoint.py --skip-cost --only pend)
         assert abs(est - truth) <= 4 * max(pred, resid), (p, est, truth, pred, resid)
         assert out["within"][p] == (abs(est - truth) <= 3 * max(pred, resid))  # the report's n_sigma = 3
-    assert (tmp_path / "p" / "fit.png").exists()
+    assert (tmp_path / "p" / f"{sid}-fit.png").exists()  # named after its session
 
 
 def test_drive_refuses_a_force_above_its_limit(tmp_path):

@@ -62,7 +62,7 @@ def test_shipped_friction_is_detected_viscous_only_is_not(tmp_path):
     head, _, rest = text.partition("nonlinear distortions")
     assert "chosen:" not in head and "chosen:" in rest
     assert f"{nl['level_db']:.0f} dB above the noise" in text
-    png = tmp_path / "shipped" / "plots" / "nonlinear_distortion.png"
+    png = tmp_path / "shipped" / "plots" / f"{d['session']}-nonlinear_distortion.png"
     assert str(png) in d["plots"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 

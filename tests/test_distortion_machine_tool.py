@@ -44,7 +44,7 @@ def test_the_linear_structure_shows_no_distortion_and_the_detection_lines_stay_f
     assert nl["detected"] is False and nl["p_value"] > 0.01, nl
     assert nl["realisations"] == 3 and nl["periods"] == 2 and nl["output"] == "acceleration at T1x"
     assert nl["band"][0] >= 10.0 and nl["band"][1] <= 240.0
-    assert str(tmp_path / "p" / "nonlinear_distortion.png") in d["plots"]
+    assert str(tmp_path / "p" / f"{d['session']}-nonlinear_distortion.png") in d["plots"]
     assert len(d["modal_extraction"]) == 1  # the modal runs are read as before
     # the recorded force: odd lines only, one odd line in every 4 and all even lines left free
     with SessionStore(store) as s:

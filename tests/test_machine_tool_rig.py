@@ -112,7 +112,8 @@ def test_hil_analyze_finds_the_simulated_modes_and_prints_the_tables(analysed):
 
 
 def test_analyze_writes_the_plots(analysed):
-    out, _, plots = analysed
+    out, d, plots = analysed
     names = sorted(p.name for p in plots.iterdir())
-    assert names == ["frf_overlay.png", "parameter_deviation.png", "sobol.png"]
+    sid = d["session"]  # every plot named after its session (no run overwrites another's)
+    assert names == [f"{sid}-{n}" for n in ("frf_overlay.png", "parameter_deviation.png", "sobol.png")]
     assert all((plots / n).stat().st_size > 10_000 for n in names)  # drawn, not empty

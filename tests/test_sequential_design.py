@@ -152,7 +152,7 @@ def test_hil_analyze_fits_every_run_and_ends_at_the_last_online_estimate(session
     assert abs(out["estimate"]["c2"] - TRUTH) < 0.2
     # the joint fit is tighter than the first run's estimate
     assert out["residual_std"]["c2"] < first["std"][0]
-    assert [f.name for f in files] == ["fit.png"]
+    assert [f.name for f in files] == [f"{result.session_id}-fit.png"]
 
 
 def parse_nominal(snapshot: dict) -> dict:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from daq.config.load import ConfigError, parse
+from daq.plots.session_files import write_session_plots
 from daq.rigs import get_rig
 from daq.rigs.base import AnalysisError, Rig
 from daq.store.reads import SessionReads
@@ -43,8 +44,7 @@ def analyze_session(store: SessionReads, session: str, *, plots_dir: str | Path 
     except AnalysisError as exc:
         raise AnalysisError(f"session {info.id}: {exc}") from None
     files: list[Path] = []
-    if plots_dir is not None and rig.has_plots:
-        folder = Path(plots_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        files = list(rig.plots(result, arrays, folder))
+    if plots_dir is not None and rig.has_plots:  # named, titled with the session: never another's overwritten
+        files = write_session_plots(lambda folder: rig.plots(result, arrays, folder), plots_dir, info.id,
+                                    info.kind)
     return info, result, rig, files

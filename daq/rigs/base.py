@@ -209,6 +209,10 @@ class Rig(ABC, Generic[C, D, A, R]):
         """Estimates, intervals, verdict and structure of a ``report_dict`` (:mod:`daq.rigs.summary`)."""
         return None
 
+    def parameter_units(self) -> dict[str, str]:
+        """The SI unit of each parameter the analysis estimates (the pages show estimates with them)."""
+        return {}
+
     # -- what a kind offers ---------------------------------------------------------------------------
     @property
     def has_simulator(self) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from daq import json_codec
 from daq.lab.replicate import push_after_run
+from daq.serve.analysis_view import estimates_view
 from daq.store.reader import SessionReader
 
 NICE = 10
@@ -43,7 +44,7 @@ class Analyses:
         if (d / "report.json").exists():
             plots = sorted(p.name for p in d.glob("*.png"))
             report = json_codec.loads((d / "report.json").read_text())
-            return {"state": "done", "report": report, "plots": plots}
+            return {"state": "done", "report": report, "plots": plots, **estimates_view(report)}
         if (d / "error.txt").exists():
             return {"state": "failed", "error": (d / "error.txt").read_text().strip()}
         return {"state": "none"}

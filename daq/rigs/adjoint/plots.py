@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from daq.plots import save_figure
+from daq.plots.labels import estimate_text
 from daq.rigs.adjoint.config import INPUTS, OUTPUTS
 
 
@@ -84,7 +85,14 @@ def plot_analysis(result, rec, folder: str | Path) -> list[Path]:
     axes[2].plot(result.t[:measured.size], measured - result.y_fit[:measured.size], lw=0.6)
     axes[2].set_ylabel(f"residual [{unit}]")
     axes[2].set_xlabel("t [s]")
-    est = ", ".join(f"{n} = {v:.6g} +- {s:.2g}" for n, v, s in
-                    zip(result.names, result.estimate, result.compare_std, strict=True))
+    est = fit_estimates_text(result)
     axes[0].set_title(f"{result.plant}, {result.design} input: {est}")
     return [save_figure(fig, Path(folder) / "fit.png", dpi=100)]
+
+
+def fit_estimates_text(result) -> str:
+    """The fitted parameters with their std and units for fit.png's title: "c2 = 1.09997 kN/m ± 28 mN/m"."""
+    from daq.rigs.adjoint.online import PARAM_UNITS  # the units the online estimates carry too
+
+    return ", ".join(estimate_text(n, float(v), float(s), PARAM_UNITS.get(n, ""))
+                     for n, v, s in zip(result.names, result.estimate, result.compare_std, strict=True))

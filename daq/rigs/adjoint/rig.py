@@ -497,6 +497,9 @@ class AdjointRig(drive.DriveRig[AdjointRigConfig, Runs | None, AdjointAnalysis])
                                           if isinstance(d, dict)})}
         return summary.adequacy_summary(report, fitted)
 
+    def parameter_units(self) -> dict[str, str]:
+        return dict(online.PARAM_UNITS)
+
     def plots(self, result: AdjointAnalysis, arrays: Runs | None, folder: Path) -> list[Path]:
         assert arrays is not None  # a result exists
         runs = arrays.runs[:result.n_runs]

@@ -218,6 +218,9 @@ class CraneRig(drive.DriveRig[CraneConfig, CraneRuns, "SelectionResult"]):
         return {**summary.adequacy_summary(report, summary.estimates_of(report.get("chosen_params")), chosen),
                 "verdict": chosen}
 
+    def parameter_units(self) -> dict[str, str]:
+        return dict(PARAM_UNITS)
+
     def plots(self, result: SelectionResult, arrays: CraneRuns, folder: Path) -> list[Path]:
         from daq.rigs.crane.plots import write_plots  # lazy: scipy (matplotlib when it draws)
 

@@ -269,6 +269,13 @@ class PressRig(Rig[PressConfig, PressRigDevices, PressArrays, PressAnalysisResul
                                    if isinstance(v, (int, float)) and isinstance(s, (int, float))})
         return summary.summary(est, iv, " ".join(f"{m} keep" for m in kept), kept[0])
 
+    def parameter_units(self) -> dict[str, str]:
+        """k5, k7: stiffnesses in N/m (identification/analyses/press_analysis.py)."""
+        from identification.analyses.online_press import UNIT  # lazy: as the analysis itself
+        from identification.models.press_models import P_NAMES
+
+        return dict.fromkeys(P_NAMES, UNIT)
+
     def plots(self, result: PressAnalysisResult, arrays: PressArrays, folder: Path) -> list[Path]:
         from daq.rigs.press.plots import write_plots  # lazy: matplotlib, only when plots are asked for
 

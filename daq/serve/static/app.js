@@ -7,7 +7,7 @@
 "use strict";
 
 const REDRAW_MS = 50;      // redraws per second: at most 20
-const MAX_EVENTS = 100;    // lines in the event log
+const MAX_EVENTS = 40;     // lines in the event log (the newest; the session's page keeps them all)
 
 const S = {                // window.hilStats: what the page did (the browser tests read it)
   lastSeq: 0, missed: 0, messages: 0, points: 0, redraws: 0, dropped: 0, estimates: 0, corrections: 0,
@@ -20,6 +20,7 @@ const estimates = new Map(); // online stream -> {kind, body, history}
 const ended = new Set();     // sessions of runs that ended: a late status of theirs is not the current run's
 let correction = null;
 let pending = [];            // live messages that arrived while the page rebuilt the run from the store
+let paused = {since: null, total: 0};  // the run's pauses (s): the time left stands still while paused
 
 function plotWidth() { return Math.max(300, $("plots").clientWidth - 10); }
 
@@ -113,6 +114,7 @@ async function rebuild(session) {
     }
     for (const e of sm.estimates) onEstimate(e);
     for (const c of sm.corrections) onCorrection({...c, session});
+    pausesFrom(sm.actions || []);
   } catch (e) { say("the run so far: " + e.message); }
   S.rebuilding = false;
   const later = pending;
@@ -168,6 +170,7 @@ function onMessage(m) {
       if (m.kind === "estimate" || m.kind === "estimate_failed") onEstimate(m);
       if (m.kind === "plan_outcome") showOutcome(m.body);
       if (m.kind === "setpoint_reached" || m.kind === "setpoint_not_reached") onCorrection(m);
+      if (m.kind === "command") pausesFrom([m], true);
       logEvent(m);
       break;
     case "status": onStatus(m); break;
@@ -185,6 +188,7 @@ function onMessage(m) {
 
 function onHello(m) {
   clearLive();
+  paused = {since: null, total: 0};  // the run's pauses come again from its status and recorded commands
   S.run = m.run;
   live.t0 = m.run ? m.run.started_at : null;
   if (m.replay) onReplay({state: "started", replay: m.replay});
@@ -198,8 +202,27 @@ function onHello(m) {
   refreshRuns();
 }
 
+// The run's pauses from its recorded commands, at the times the run took them (a status comes a little
+// later, and the time left multiplies that lag by steps left / steps done): the whole record after a
+// reload, or one live command event (`more`) on top of what is known.
+function pausesFrom(actions, more = false) {
+  let since = more ? paused.since : null, total = more ? paused.total : 0;
+  for (const a of actions) {
+    const c = a.kind === "command" && a.body ? a.body.command : null;
+    if (c === "pause") since = since == null || more ? a.t : since;
+    else if ((c === "resume" || c === "stop" || c === "abort") && since != null) { total += a.t - since; since = null; }
+  }
+  paused = more ? {since, total} : {since: since ?? paused.since, total: Math.max(total, paused.total)};
+}
+function trackPause(state) {
+  const now = Date.now() / 1000;
+  if (state === "paused" && paused.since == null) paused.since = now;
+  else if (state !== "paused" && paused.since != null) { paused.total += now - paused.since; paused.since = null; }
+}
+
 function newRun(run) {
   clearLive();
+  paused = {since: null, total: 0};
   $("replay-box").hidden = true;
   $("events").innerHTML = "";
   $("outcome").hidden = true;
@@ -212,10 +235,14 @@ function newRun(run) {
 function runEnded(run) {
   if (!run) return;
   if (run.session) ended.add(run.session);
+  trackPause("ended");
   S.run = null;
   showRun(run);
-  $("run-state").textContent = run.status;
-  $("run-state").className = "pill " + run.status;
+  const w = endWords(run.status, run.reason);
+  $("run-state").textContent = w.text;
+  $("run-state").title = w.detail;
+  $("run-state").className = "pill " + w.cls;
+  finalProgress(run);
   if (run.status === "failed" || (!run.session && run.reason)) showOutcome({status: run.status, reason: run.reason, safe: run.safe});
   updateControls();
 }
@@ -247,7 +274,7 @@ function onReplay(m) {
   $("replay-session").textContent = r.session;
   $("replay-info").textContent = `${r.kind}, ${num(r.speed, 3)}× the recorded pace${r.loop ? ", looping" : ""}, ` +
     `pass ${Math.max(1, r.passes)}, started by ${r.by}`;
-  $("replay-state").textContent = m.state === "ended" ? r.status + (r.reason ? ": " + r.reason : "") : "replaying";
+  $("replay-state").textContent = m.state === "ended" ? endText(r.status, r.reason) : "replaying";
   $("replay-state").className = "pill " + (m.state === "ended" ? "" : "running");
   $("btn-replay-stop").hidden = m.state === "ended";
   $("btn-replay-stop").disabled = S.role !== "operator";
@@ -261,6 +288,7 @@ function onStatus(st) {
     return;
   }
   S.status = st;
+  trackPause(st.state);
   $("run-state").textContent = st.state || "";
   $("run-state").className = "pill " + (st.state || "");
   if (st.session) $("run-session").textContent = st.session;
@@ -273,11 +301,21 @@ function showProgress() {
   const p = st.progress || {}, total = p.total || 0, done = p.done || 0;
   $("run-progress").max = total || 1;
   $("run-progress").value = total ? Math.min(done, total) : 0;
-  const elapsed = run.started_at ? Date.now() / 1000 - run.started_at : null;
-  const left = total && done && elapsed != null ? elapsed * (total - done) / done : null;
+  const now = Date.now() / 1000;
+  const elapsed = run.started_at ? now - run.started_at : null;
+  // the time left from the time spent running (pauses left out): it stands still while paused
+  const active = elapsed == null ? null : elapsed - paused.total - (paused.since != null ? now - paused.since : 0);
+  const left = total && done && active != null ? Math.max(0, active) * (total - done) / done : null;
   $("run-progress-text").textContent = (total ? `step ${done} of ${total}` : `step ${done}`) +
     (p.label ? ` (last: ${p.label})` : "") + (elapsed != null ? ` · ${fmtDuration(elapsed)} since the start` : "") +
-    (left != null ? ` · about ${fmtDuration(left)} left` : "");
+    (left != null ? ` · about ${fmtDuration(left)} left${paused.since != null ? " (paused)" : ""}` : "");
+}
+// after the end: how far it got and how long it ran, no time left
+function finalProgress(run) {
+  const p = (S.status && S.status.progress) || {}, total = p.total || 0, done = p.done || 0;
+  const ran = run.started_at && run.ended_at ? run.ended_at - run.started_at : null;
+  $("run-progress-text").textContent = (total ? `step ${done} of ${total}` : `step ${done}`) +
+    (ran != null ? ` · ran ${fmtDuration(ran)}` : "") + (paused.total > 0.5 ? `, of it paused ${fmtDuration(paused.total)}` : "");
 }
 // the buttons a run's state allows (and only for an operator's token)
 function updateControls() {
@@ -295,16 +333,20 @@ function updateControls() {
 function showOutcome(b) {
   const box = $("outcome");
   box.hidden = false;
-  box.className = "outcome " + (b.safe ? "safe" : "unsafe");
-  box.textContent = `${b.status}${b.reason ? ": " + b.reason : ""} · safe state ${b.safe ? "confirmed" :
+  const w = endWords(b.status, b.reason);
+  box.className = "outcome " + (b.safe === false || w.cls === "fault" ? "unsafe" : w.cls === "stopped" ? "stopped" : "safe");
+  box.textContent = `${endText(b.status, b.reason)} · safe state ${b.safe ? "confirmed" :
     b.safe == null ? "not reached (the run never moved the rig)" : "NOT CONFIRMED: " + (b.safe_errors || []).join("; ")}`;
 }
 
 function logEvent(m) {
   const li = document.createElement("li");
-  const body = m.kind === "estimate" ? "" : JSON.stringify(m.body);
-  const at = live.t0 ? `${num(m.t - live.t0, 5)} s` : new Date(m.t * 1000).toLocaleTimeString();
-  li.textContent = `${at} ${m.stream} ${m.kind} ${body.length > 200 ? body.slice(0, 200) + "…" : body}`;
+  const force = streams.get(String(m.stream).split(".")[0] + ".force");
+  const i = force ? force.channels.indexOf("force") : -1;
+  const at = live.t0 ? `${num(m.t - live.t0, 4)} s` : fmtTime(m.t);
+  li.dataset.kind = m.kind;
+  li.innerHTML = `<span class="at">${esc(at)}</span> <span class="muted">${esc(m.stream)}</span> ` +
+    esc(eventWords(m, i >= 0 ? force.units[i] : "N"));
   const list = $("events");
   list.insertBefore(li, list.firstChild);
   while (list.children.length > MAX_EVENTS) list.removeChild(list.lastChild);
@@ -341,9 +383,14 @@ async function refreshRuns() {
     `<td>${esc(e.kind || "")}</td><td>${esc(e.by)}</td><td><button data-delete="${esc(e.id)}"${S.role === "operator" ? "" : " disabled"}>delete</button></td></tr>`).join("") ||
     '<tr><td colspan="5" class="muted">empty</td></tr>';
   $("finished").tBodies[0].innerHTML = snap.finished.map((e) => `<tr><td><a href="#/runs/${esc(e.id)}">${esc(e.config)}</a></td>` +
-    `<td class="${e.status === "complete" ? "ok" : "error"}">${esc(e.status)}</td>` +
+    `${statusCell(e.status, e.reason)}` +
     `<td class="${e.safe ? "ok" : "error"}">${e.safe == null ? "" : e.safe ? "safe" : "NOT SAFE"}</td>` +
-    `<td>${esc(e.by)}</td><td class="reason">${esc(e.reason || "")}</td></tr>`).join("");
+    `<td>${esc(e.by)}</td><td class="reason">${endWords(e.status, e.reason).cls === "fault" ? esc(e.reason || "") : ""}</td></tr>`).join("");
+}
+// a status in words, coloured: green done, neutral stopped by someone, red a fault
+function statusCell(status, reason) {
+  const w = endWords(status, reason);
+  return `<td class="status ${w.cls}">${esc(w.text)}${w.detail ? `<div class="reason">${esc(w.detail)}</div>` : ""}</td>`;
 }
 
 // "yes" linked to the session in each lab that holds it verified (hil lab push), else nothing
@@ -357,7 +404,7 @@ async function refreshSessions() {
     const sessions = await api("GET", "/api/sessions");
     sessions.sort((a, b) => b.started - a.started);
     $("sessions").tBodies[0].innerHTML = sessions.slice(0, 200).map((s) => `<tr><td><a href="#/sessions/${esc(s.id)}" data-session-link="${esc(s.id)}">` +
-      `${esc(s.id)}</a></td><td>${esc(s.kind)}</td><td>${esc(s.status)}${s.reason ? `<div class="reason">${esc(s.reason)}</div>` : ""}</td>` +
+      `${esc(s.id)}</a></td><td>${esc(s.kind)}</td>${statusCell(s.status, s.reason)}` +
       `<td>${fmtTime(s.started)}</td><td>${esc(s.started_by || "")}</td><td>${labCell(s.lab)}</td><td>` + ["hdf5", "mat", "csv"].map((f) =>
         `<a href="/api/sessions/${esc(s.id)}/export?format=${f}">${f}</a>`).join(" ") +
       `</td><td><button data-replay="${esc(s.id)}" title="play it on the live view"${S.role === "operator" ? "" : " disabled"}>replay</button></td></tr>`).join("");

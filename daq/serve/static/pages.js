@@ -36,7 +36,7 @@ async function showRunPage(id) {
   const facts = [["config", run.config], ["rig kind", run.kind || "-"], ["queued", `${fmtTime(run.queued_at)} by ${run.by}`],
     ["started", fmtTime(run.started_at)], ["ended", fmtTime(run.ended_at)],
     ["duration", run.started_at && run.ended_at ? fmtDuration(run.ended_at - run.started_at) : "-"]];
-  box.innerHTML = `<div class="outcome ${run.safe === false || run.status === "failed" ? "unsafe" : "safe"}" id="page-outcome">` +
+  box.innerHTML = `<div class="outcome ${outcomeClass(run.status, run.reason, run.safe)}" id="page-outcome">` +
     `${esc(outcomeWords(run.status, run.reason, run.safe, run.result && run.result.safe_errors))}</div>` +
     factsTable(facts) + '<div id="page-session"></div>';
   if (run.session) await renderSession(run.session, $("page-session"), run);
@@ -54,7 +54,13 @@ function outcomeWords(status, reason, safe, errors) {
   if (status === "queued" || status === "running") return `${status}${reason ? ": " + reason : ""}`;
   const safeText = safe ? "safe state confirmed" : safe == null ? "the rig was never moved (no safe state needed)" :
     "safe state NOT CONFIRMED" + (errors && errors.length ? ": " + errors.join("; ") : "");
-  return `${status}${reason ? ": " + reason : ""} · ${safeText}`;
+  const w = endWords(status, reason);
+  return `${w.text}${w.detail ? (w.cls === "fault" ? ": " : " ") + w.detail : ""} · ${safeText}`;
+}
+// the outcome box's colour: red for a fault or an unconfirmed safe state only; an operator's stop is neutral
+function outcomeClass(status, reason, safe) {
+  const cls = endWords(status, reason).cls;
+  return safe === false || cls === "fault" ? "unsafe" : cls === "stopped" ? "stopped" : "safe";
 }
 function factsTable(rows) {
   return '<table class="facts">' + rows.map(([k, v]) => `<tr><th>${esc(k)}</th><td>${esc(v)}</td></tr>`).join("") + "</table>";
@@ -69,14 +75,14 @@ async function renderSession(id, el, run) {
   } catch (e) { el.innerHTML = `<div class="outcome unsafe">session ${esc(id)}: ${esc(e.message)}</div>`; return; }
   if (!run) $("page-title").textContent = `session ${d.id} (${d.kind})`;
   const o = sm.outcome || {};
-  const facts = [["session", d.id], ["status", `${d.status}${d.reason ? ": " + d.reason : ""}`],
+  const facts = [["session", d.id], ["status", endText(d.status, d.reason)],
     ["started", `${fmtTime(d.started)} by ${d.started_by || "-"}`], ["ended", fmtTime(d.ended)],
     ["software", d.software_version || "-"]];
   const what = (a) => (a.kind === "command" && a.body && a.body.command ? a.body.command : a.kind);
-  const actions = sm.actions.map((a) => `<li>${num(a.t - d.started, 5)} s: ${esc(what(a))}` +
+  const actions = sm.actions.map((a) => `<li>${num(a.t - d.started, 4)} s: ${esc(what(a))}` +
     `${a.body && a.body.by ? " by " + esc(a.body.by) : ""}${a.body && a.body.reason ? " (" + esc(a.body.reason) + ")" : ""}</li>`);
   const est = new Map(sm.estimates.map((e) => [e.stream, {kind: e.kind, body: e.body, history: [e.body]}]));
-  el.innerHTML = (run ? "" : `<div class="outcome ${o.safe === false ? "unsafe" : "safe"}" id="page-outcome">` +
+  el.innerHTML = (run ? "" : `<div class="outcome ${outcomeClass(o.status || d.status, o.reason || d.reason, o.safe)}" id="page-outcome">` +
       `${esc(outcomeWords(o.status || d.status, o.reason || d.reason, o.safe, o.safe_errors))}</div>`) +
     factsTable(facts) +
     `<h3>Who did what</h3><ul class="actions">${actions.join("") || '<li class="muted">no record</li>'}</ul>` +
@@ -99,6 +105,15 @@ async function renderSession(id, el, run) {
   showAnalysis(d.id);
 }
 
+// The analysis' estimates with their units and 95 % intervals, and its verdict (GET .../analysis).
+function analysisEstimates(a) {
+  const rows = (a.estimates || []).map((e) => `<tr><td>${esc(e.name)}</td><td class="num">${esc(si(e.value, e.unit, 6))}</td>` +
+    `<td class="num">${Array.isArray(e.interval) ? `[${esc(si(e.interval[0], e.unit, 5))}, ${esc(si(e.interval[1], e.unit, 5))}]` : ""}</td></tr>`);
+  return (rows.length ? '<table class="estimates analysis-estimates"><thead><tr><th>parameter</th><th>estimate</th>' +
+    `<th>95 % interval</th></tr></thead><tbody>${rows.join("")}</tbody></table>` : "") +
+    (a.verdict ? `<div class="verdict">verdict: <b>${esc(a.verdict)}</b></div>` : "");
+}
+
 // The analysis `hil analyze --plots` makes of a session (run by the server in a process of its own).
 async function showAnalysis(id) {
   const box = $("page-analysis");
@@ -111,7 +126,7 @@ async function showAnalysis(id) {
     box.innerHTML = '<span class="muted">analysing ...</span>';
     setTimeout(() => showAnalysis(id), 1000);
   } else if (a.state === "done") {
-    box.innerHTML = `<button data-analyze="${esc(a.session)}"${may}>analyse again</button>` +
+    box.innerHTML = `<button data-analyze="${esc(a.session)}"${may}>analyse again</button>` + analysisEstimates(a) +
       a.plots.map((f) => `<div><img alt="${esc(f)}" src="/api/sessions/${esc(a.session)}/analysis/${esc(f)}"></div>`).join("") +
       `<details><summary>report (hil analyze --json)</summary><pre>${esc(JSON.stringify(a.report, null, 1))}</pre></details>`;
   } else {

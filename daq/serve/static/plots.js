@@ -32,6 +32,11 @@ function faint(color) {
   return `rgba(${n >> 16}, ${(n >> 8) & 255}, ${n & 255}, 0.18)`;
 }
 
+// an axis as wide as its longest tick label ("600.004 kPa" needs more room than "0 N")
+function axisWidth(u, values) {
+  return values && values.length ? Math.max(50, 18 + 7 * Math.max(...values.map((v) => String(v).length))) : 50;
+}
+
 class StreamPlot {
   constructor(group, container, name, channels, units, width) {
     this.group = group;
@@ -62,15 +67,17 @@ class StreamPlot {
     const scales = {x: {time: false, auto: true, range: () => this.group.window()}};
     unitList.forEach((u) => { scales[u] = {auto: true}; });
     const axes = [{label: "time since the run started [s]", values: (u, splits) => splits.map((v) => num(v, 6))}];
-    unitList.slice(0, 2).forEach((u, k) => axes.push({scale: u, label: u, side: k === 0 ? 3 : 1, size: 80,
-                                                     values: siTicks(u)}));
+    this.ticks = {};  // what each value axis shows, by unit (box.dataset.ticks: the tests read it)
+    unitList.slice(0, 2).forEach((u, k) => axes.push({scale: u, label: u, side: k === 0 ? 3 : 1, size: axisWidth,
+                                                     splits: (p, i, lo, hi) => niceSplits(lo, hi),
+                                                     values: (p, splits) => this.shown(u, siTicks(u)(p, splits))}));
     return {
       title: this.name, width, height: 200, scales, axes,
       cursor: {sync: {key: this.group.key}, drag: {x: true, y: false, setScale: false}},
       series: [{label: "time [s]", value: (u, v) => v == null ? "" : num(v, 6) + " s"},
         ...this.channels.map((c, i) => ({
           label: `${c} [${this.units[i]}]`, scale: this.units[i], stroke: COLORS[i % COLORS.length], width: 1,
-          spanGaps: false, value: (u, v, s, idx) => si(idx == null ? this.last(i) : v, this.units[i], 4),
+          spanGaps: false, value: (u, v, s, idx) => si(idx == null ? this.last(i) : v, this.units[i], 7),
         }))],
       hooks: {
         setSelect: [(u) => {
@@ -83,6 +90,11 @@ class StreamPlot {
         draw: [(u) => this.drawEnvelope(u)],
       },
     };
+  }
+  shown(unit, labels) {
+    this.ticks[unit] = labels;
+    this.box.dataset.ticks = JSON.stringify(this.ticks);
+    return labels;
   }
   // t (s, absolute), data[channel][k], lo/hi like data or undefined (not decimated)
   push(t, data, lo, hi, n) {
@@ -212,7 +224,8 @@ class CorrectionPlot {
     this.plot = new uPlot({
       title: `setpoint correction: error q_actual − q_desired per step (${stream})`, width, height: 180,
       scales: {x: {time: false}, err: {auto: true}},
-      axes: [{label: "step"}, {scale: "err", label: this.unit, size: 80, values: siTicks(this.unit)}],
+      axes: [{label: "step"}, {scale: "err", label: this.unit, size: 90, splits: (p, i, lo, hi) => niceSplits(lo, hi),
+               values: siTicks(this.unit)}],
       series: [{label: "step"},
         {label: `error [${this.unit}]`, scale: "err", stroke: COLORS[1], width: 1, points: {show: true, size: 5},
          value: (u, v) => si(v, this.unit, 4)},

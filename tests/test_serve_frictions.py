@@ -1,0 +1,233 @@
+"""The page frictions of issue 42, read off `hil serve`'s page in headless Chromium as an engineer keeping it
+open reads it: every value axis has several ticks with SI prefixes and a large offset stays readable under
+its noise (600.000 / 600.001 kPa); the time left stands still while paused, never says "60 s" and is gone
+after the end; an operator's stop reads "stopped by NAME" in a neutral colour (red is a fault's); events
+are lines of words with units, not JSON; dates are ISO 8601 as the CLI prints them."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from daq.bus.frames import Frame
+from daq.rigs import register, unregister
+from tests.polling import poll_until
+from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config, bearer, click
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+webdriver = pytest.importorskip("selenium.webdriver")
+pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
+                                reason="needs Debian's chromium and chromium-driver (apt-get install)")
+ISO = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d\d:\d\d"  # the CLI's date and time, with the UTC offset
+RED = (198, 40, 40)  # the page's fault colour (#c62828)
+
+
+class PressLike(ServedBeacon):
+    """A rig with the issue's two axes: an oscillator trace (force [N] left, x2 [m] right, +-64 mm) and a
+    press force stream (force [N], pressure [Pa]: 600 kPa with 1 Pa of noise), a setpoint correction
+    event with its residual, a measurement with its units; 10,000 steps (the progress bar's total)."""
+
+    async def plan(self, ctx) -> None:
+        k = 0
+        while True:
+            await ctx.checkpoint(f"before frame {k + 1}")
+            rng = np.random.default_rng(k)
+            t = time.time()
+            phase = 2 * np.pi * (k * 20 + np.arange(20)) / 400
+            trace = np.column_stack([3.0 * np.sin(phase), 0.064 * np.sin(phase)])
+            press = np.column_stack([1000 + 5 * rng.standard_normal(20), 600e3 + rng.standard_normal(20)])
+            await ctx.publish(Frame("osc.trace", ctx.next_seq("osc.trace"), t, 0.001, ["force", "x2"],
+                                    ["N", "m"], trace))
+            await ctx.publish(Frame("press.force", ctx.next_seq("press.force"), t, 0.001,
+                                    ["force", "pressure"], ["N", "Pa"], press))
+            if k % 10 == 0:
+                await ctx.event("press.plan", "setpoint_reached", series=0, index=k, q_desired=1000.0,
+                                q_actual=1020.0, residual=20.0, iterations=1, command=1000.0)
+                await ctx.event("press.plan", "measurement", series=0, index=k, q_desired=1000.0,
+                                z=[1.2e-5, -3e-6], units="m")
+            k += 1
+            ctx.advance(1, f"frame {k}")
+            await asyncio.sleep(self.period)
+
+
+RIG = PressLike("press-like", period=0.02)
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    register(RIG)
+    folder = tmp_path_factory.mktemp("frictions")
+    configs = folder / "configs"
+    configs.mkdir()
+    beacon_config(configs, "press.toml", RIG.kind)
+    beacon_config(configs, "unreachable.toml", RIG.kind, unreachable=True)
+    served = ServerThread(configs, folder / "s.sqlite", folder / "tokens").start()
+    yield served
+    served.stop()
+    unregister(RIG.kind)
+
+
+@pytest.fixture(scope="module")
+def page(srv):
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,1000"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.get(f"{srv.url}/?token={srv.token}")
+    poll_until(lambda: driver.execute_script("return window.hilStats.connected && window.hilStats.role"),
+               timeout=20, period=0.1)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def run(srv, page):
+    """The press-like run, watched by the page until both streams are plotted; stopped by the last test."""
+    with httpx.Client(base_url=srv.url, headers=bearer(srv.token), timeout=30) as http:
+        entry = http.post("/api/runs", json={"config": "press.toml"}).json()
+        poll_until(lambda: page.execute_script(
+            "return ['osc.trace', 'press.force'].every((s) => streams.has(s) && streams.get(s).end > 200)"),
+            timeout=30, period=0.1)
+        yield entry, http
+
+
+def text(page, css: str) -> str:
+    """What the element ``css`` shows (read in one step: the page redraws its tables every few seconds)."""
+    return page.execute_script(f"const e = document.querySelector({css!r}); return e ? e.innerText : ''")
+
+
+def colour(page, css: str, prop: str) -> tuple[int, int, int]:
+    """The computed colour ``prop`` of the element ``css`` as (r, g, b)."""
+    value = page.execute_script(f"return getComputedStyle(document.querySelector({css!r}))[{prop!r}]")
+    return tuple(int(x) for x in re.findall(r"\d+", value)[:3])
+
+
+def ticks(page, stream: str) -> list[list[str]]:
+    """The tick labels uPlot drew on each value axis of ``stream``'s plot (left, then right)."""
+    page.execute_script(f"streams.get({stream!r}).redraw()")
+    return page.execute_script(f"return streams.get({stream!r}).plot.axes.slice(1).map((a) => a._values)")
+
+
+def test_every_axis_has_several_ticks_with_prefixes_and_an_offset_stays_readable(run, page):
+    osc, press = ticks(page, "osc.trace"), ticks(page, "press.force")
+    for labels in osc + press:
+        assert len(labels) >= 4 and len(set(labels)) == len(labels), labels  # several, all different
+    assert all(re.fullmatch(r"-?\d+ mm", t) for t in osc[1]), osc[1]  # x2's +-64 mm in mm, not "0 m"
+    pressure = press[1]
+    # 600 kPa with 1 Pa of noise: the ticks name the offset and tell the pascals apart
+    assert all(re.fullmatch(r"600\.\d{3} kPa|599\.9\d\d kPa", t) for t in pressure), pressure
+    values = [float(t.split()[0]) for t in pressure]
+    assert 0.0005 <= values[1] - values[0] <= 0.005  # steps of 1 to 5 Pa
+
+
+def test_events_are_lines_of_words_with_units(run, page):
+    poll_until(lambda: "measurement" in text(page, "#events"), timeout=10, period=0.1)
+    lines = page.execute_script("return [...document.querySelectorAll('#events li')]"
+                                ".map((li) => li.innerText)")
+    assert lines and not [x for x in lines if "{" in x or '"' in x], lines  # no JSON
+    reached = next(x for x in lines if "setpoint reached" in x)
+    assert re.match(r"\d+(\.\d+)? s press\.plan setpoint reached: ", reached), reached  # time, stream, kind
+    assert "q desired 1 kN" in reached and "residual 20 N" in reached, reached  # with units
+    measured = next(x for x in lines if "measurement" in x)
+    assert "z 12 µm, -3 µm" in measured, measured
+    assert page.execute_script("return getComputedStyle($('events')).overflowY") != "auto"  # no scroll box
+
+
+def test_durations_carry_seconds_into_minutes(page):
+    shown = page.execute_script("return [fmtDuration(359.7), fmtDuration(3599.9), fmtDuration(75), "
+                                "fmtDuration(7260), fmtDuration(59.7)]")
+    assert shown == ["6 min 0 s", "1 h 0 min", "1 min 15 s", "2 h 1 min", "59.7 s"]  # never "5 min 60 s"
+
+
+def test_dates_read_as_the_cli_prints_them(run, page):
+    shown = page.execute_script("return [null, null, null, null, fmtTime(1764351612)]")
+    offset = page.execute_script("return -new Date(1764351612000).getTimezoneOffset()")
+    local = time.gmtime(1764351612 + 60 * offset)
+    assert shown[4] == time.strftime("%Y-%m-%d %H:%M:%S", local) + f" {'-' if offset < 0 else '+'}" \
+        f"{abs(offset) // 60:02d}:{abs(offset) % 60:02d}"
+    poll_until(lambda: text(page, "#sessions tbody"), timeout=20, period=0.2)
+    started = page.execute_script("return [...document.querySelectorAll("
+                                  "'#sessions tbody tr td:nth-child(4)')].map((c) => c.innerText)")
+    assert started and all(re.fullmatch(ISO, c) for c in started), started
+
+
+def progress(page) -> str:
+    return text(page, "#run-progress-text")
+
+
+def seconds(duration: str) -> float:
+    """ "4 min 26 s" -> 266."""
+    h = re.search(r"(\d+) h", duration)
+    m, s = re.search(r"(\d+) min", duration), re.search(r"([\d.]+) s", duration)
+    return sum(float(x.group(1)) * k for x, k in ((h, 3600), (m, 60), (s, 1)) if x)
+
+
+def left(page) -> str:
+    m = re.search(r"about (.+) left", progress(page))
+    assert m, progress(page)
+    return m.group(1)
+
+
+def test_the_time_left_stands_still_while_paused(run, page):
+    entry, http = run
+
+    def settled() -> bool:  # paused, and the page shows the last step the run finished before pausing
+        live = http.get(f"/api/runs/{entry['id']}").json().get("live") or {}
+        done = (live.get("progress") or {}).get("done")
+        return live.get("state") == "paused" and f"step {done} of" in progress(page)
+
+    poll_until(lambda: click(page, "#btn-pause:enabled"), timeout=10, period=0.1)
+    poll_until(lambda: text(page, "#run-state") == "paused", timeout=10, period=0.1)
+    poll_until(settled, timeout=10, period=0.2)
+    first = left(page)
+    assert not re.search(r"\b60 s\b", progress(page))
+    time.sleep(2.5)  # time passes while paused (no wait for a condition): the time left must not grow
+    assert left(page) == first, (first, progress(page))
+    # a reload while paused: the pause comes back from the recorded commands, the time left stands still
+    page.refresh()
+    rebuilt = "return window.hilStats.rebuilt > 0 && !window.hilStats.rebuilding"
+    poll_until(lambda: page.execute_script(rebuilt) and "left" in progress(page), timeout=20, period=0.1)
+    again = left(page)
+    time.sleep(1.5)
+    assert left(page) == again and abs(seconds(again) - seconds(first)) <= 2, (first, again, progress(page))
+    poll_until(lambda: click(page, "#btn-resume:enabled"), timeout=10, period=0.1)
+    poll_until(lambda: text(page, "#run-state") == "running", timeout=10, period=0.1)
+
+
+def test_an_operators_stop_reads_stopped_by_name_in_a_neutral_colour_and_a_fault_stays_red(srv, run, page):
+    entry, http = run
+    poll_until(lambda: click(page, "#btn-stop:enabled"), timeout=10, period=0.1)
+    poll_until(lambda: http.get(f"/api/runs/{entry['id']}").json()["status"] == "aborted", timeout=30)
+    poll_until(lambda: text(page, "#run-state").startswith("stopped by "), timeout=10, period=0.1)
+    who = text(page, "#me").split(" (")[0]  # the name the page is signed in as
+    assert text(page, "#run-state") == f"stopped by {who}"  # not "aborted"
+    assert colour(page, "#run-state", "backgroundColor") != RED  # neutral: no fault
+    assert "left" not in progress(page) and "ran " in progress(page), progress(page)  # the end: no time left
+    poll_until(lambda: f"stopped by {who}" in text(page, "#finished tbody"), timeout=10, period=0.2)
+    assert colour(page, "#finished tbody tr td.status", "color") != RED
+    assert "aborted" not in text(page, "#finished tbody")
+    # a fault stays red: the next run cannot reach its device
+    failed = http.post("/api/runs", json={"config": "unreachable.toml"}).json()
+    poll_until(lambda: http.get(f"/api/runs/{failed['id']}").json()["status"] == "failed", timeout=30)
+    poll_until(lambda: "failed" in text(page, "#finished tbody tr:first-child"), timeout=10, period=0.2)
+    assert colour(page, "#finished tbody tr:first-child td.status", "color") == RED
+    # the stopped run's own page: in words, neutral, its dates ISO
+    page.get(f"{srv.url}/#/runs/{entry['id']}")
+    poll_until(lambda: page.find_element("id", "page-body").get_attribute("data-ready") == "1", timeout=20,
+               period=0.1)
+    outcome = text(page, "#page-outcome")
+    assert outcome.startswith(f"stopped by {who}") and "safe state confirmed" in outcome, outcome
+    assert "unsafe" not in page.find_element("id", "page-outcome").get_attribute("class")
+    facts = text(page, "#page-body table.facts")
+    assert re.search(rf"started\s+{ISO}", facts) and re.search(rf"ended\s+{ISO}", facts), facts
+    assert re.search(rf"status\s+stopped by {who}", text(page, "#page-session table.facts"))
