@@ -24,6 +24,7 @@ import numpy as np
 
 from daq.bus.frames import SUPPORTED_DTYPES
 from daq.lab import layout
+from daq.lab.about import REPORT, lab_analysis, split_analysis, write_about, write_analysis
 from daq.lab.arrow_columns import from_arrow, to_arrow
 from daq.lab.checks import (
     SessionCheck,
@@ -146,11 +147,14 @@ class Pusher:
         events = event_columns(event_rows(self.store.path, info.id))
         self._push_table(node, fresh, info.id, layout.EVENTS, events, check.events, check.events_sha256)
         self._verify(arrays, info, check)
-        analysis = newer(local_analysis(self.store.path, info.id), _lab_analysis(node))
+        analysis = newer(local_analysis(self.store.path, info.id), lab_analysis(node))
+        summary, report = split_analysis(analysis) if analysis is not None else (None, None)
+        about = layout.about_fields(info, run_event(self.store, info, f"{info.kind}.plan", "plan_outcome"))
+        write_about(node, {**about, **({REPORT: report} if report is not None else {})})
         meta["replication"] = {"state": layout.VERIFIED, "checks": checks, "pushed_at": time.time(),
                                "from_host": socket.gethostname()}
-        if analysis is not None:
-            meta["analysis"] = analysis
+        if summary is not None:
+            meta["analysis"] = summary
         for kept in ("analysed_by",):  # who analysed it, recorded with the analysis
             if node.metadata.get(kept) is not None:
                 meta[kept] = layout.plain(node.metadata[kept])
@@ -192,10 +196,10 @@ class Pusher:
     def _hand_over_analysis(self, node, sid: str) -> str:
         """Put the rig's analysis of a session the lab already holds into its metadata, when it is newer
         than the lab's (:mod:`daq.lab.local_analyses`); a note for the push's line."""
-        mine = local_analysis(self.store.path, sid)
-        if mine is None or newer(mine, _lab_analysis(node)) is not mine or mine == _lab_analysis(node):
+        mine, theirs = local_analysis(self.store.path, sid), lab_analysis(node)
+        if mine is None or newer(mine, theirs) is not mine or mine == theirs:
             return ""
-        node.update_metadata({"analysis": mine}, drop_revision=True)
+        write_analysis(node, mine)
         return "analysis added"
 
     # ------------------------------------------------------------------ nodes
@@ -339,11 +343,6 @@ def record_digests(arr, digests: dict) -> None:
     """Put the per-block digests on an array node of the lab, unless it holds these already."""
     if digests and any(layout.plain(arr.metadata.get(k)) != v for k, v in digests.items()):
         arr.update_metadata(metadata=digests, drop_revision=True)
-
-
-def _lab_analysis(node) -> dict | None:
-    found = node.metadata.get("analysis")
-    return layout.plain(found) if found else None
 
 
 def table_digest(table, names: list[str]) -> tuple[int, str]:

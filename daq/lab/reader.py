@@ -15,6 +15,7 @@ import numpy as np
 from daq import json_codec
 from daq.bus.frames import SUPPORTED_DTYPES, Event, Frame
 from daq.lab import layout
+from daq.lab.about import about_metadata, merged, write_analysis
 from daq.lab.checks import event_columns, table_sha256
 from daq.lab.connect import from_client_error, open_lab
 from daq.lab.digests import CopyChecker, differs, unreadable
@@ -96,7 +97,8 @@ class LabReader:
 
     def session_metadata(self, session: str) -> dict:
         """The session container's whole metadata (who, safe outcome, replication, analysis...)."""
-        return layout.plain(self._node(session).metadata)
+        node = self._node(session)
+        return merged(layout.plain(node.metadata), about_metadata(node))
 
     def get_session(self, session_id_or_unique_prefix: str) -> SessionInfo:
         return layout.session_info(self.session_metadata(session_id_or_unique_prefix))
@@ -379,8 +381,7 @@ class LabReader:
         """Put an analysis summary into the session's metadata (searchable by ``hil sessions``)."""
         node = self._node(session_id)
         try:
-            node.update_metadata({"analysis": analysis, "analysed_by": whoami(self.path, self._key)},
-                                 drop_revision=True)
+            write_analysis(node, analysis, {"analysed_by": whoami(self.path, self._key)})
         except Exception as exc:  # noqa: BLE001 - the client's errors as one line
             raise _lab_error(self.path, exc) from None
 
