@@ -178,9 +178,11 @@ def bench_pushers(work: Path, url: str, key: str, n: int, sessions: int, mb: flo
 
 
 def template_metadata() -> dict:
-    """A session container's metadata as a push writes it (the press-sim config, three streams, the
-    outcome) with an analysis as `hil analyze` records it (a report of three fitted models)."""
+    """A session container's metadata as a push writes it (layout 3: the press-sim config, three streams,
+    the replication checks, who pushed it) with the summary of an analysis as `hil analyze` records it (a
+    report of three fitted models, whose report goes to the session's `about` child, not searched)."""
     from daq.config.load import read_toml
+    from daq.lab.about import split_analysis
     from daq.lab.analysis import analysis_metadata
     from daq.lab.layout import session_fields
     from daq.store.records import SessionInfo, StreamInfo
@@ -197,8 +199,15 @@ def template_metadata() -> dict:
               for m in ("M1", "M2", "M3")}
     report = {"parameters": ["k5", "k7"], "models": models, "verdicts": {"M1": "reject", "M2": "reject",
                                                                         "M3": "keep"}}
-    meta["analysis"] = analysis_metadata(report, by="ana", where="lab")
-    meta["replication"] = {"state": "partial"}  # the template itself is never found
+    meta["analysis"], _ = split_analysis(analysis_metadata(report, by="ana", where="lab"))
+    sha = lambda: rng.bytes(32).hex()  # noqa: E731 - digests as a push records them
+    checks = {"streams": {n: {"rows": 600000, "t_sha256": sha(), "data_sha256": sha(), "frames": 3000,
+                              "frames_sha256": sha()} for n in streams},
+              "events": {"rows": 40, "sha256": sha()}}
+    meta["replication"] = {"state": "partial", "checks": checks, "pushed_at": 1.7e9 + 700,  # never found
+                           "from_host": "rig-pc"}
+    meta["pushed_by"] = {"name": "otto", "role": "operator", "key_id": "abcd1234",
+                         "principal": "6f1c2a0e-8d3b-4c55-9a7e-2b1d0c9e8f70"}
     return meta
 
 
@@ -217,7 +226,7 @@ SELECT t.parent, 'gen-' || lpad(g::text, 5, '0'), t.structure_family,
            'status', CASE WHEN g % 7 = 0 THEN 'aborted' ELSE 'complete' END,
            'started', 1.7e9 + g * 3600.0, 'ended', 1.7e9 + g * 3600.0 + 600.0,
            'by', (ARRAY['ana', 'ben', 'cleo', 'dev'])[g % 4 + 1],
-           'replication', jsonb_build_object('state', 'verified'),
+           'replication', jsonb_set(t.metadata -> 'replication', '{{state}}', '"verified"'),
            'analysis', (t.metadata -> 'analysis') || jsonb_build_object(
                'estimates', jsonb_build_object('dead_time', random() * 2e-3, 'k5', 2e8 + random() * 1e7),
                'verdict', CASE WHEN g % 3 = 0 THEN 'M2 keep' ELSE 'M3 keep' END)),

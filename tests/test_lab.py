@@ -441,7 +441,10 @@ def test_the_shipped_tiled_configs_for_a_lab_of_many_rigs_parse_with_tileds_own_
     test_lab_faults)."""
     from tiled.config import parse_configs
 
-    env = {"HIL_LAB_KEY": "k" * 32, "HIL_LAB_CATALOG": "postgresql+asyncpg://hil@db:5432/lab",
+    from daq.lab.people_server import authentication
+
+    env = {"HIL_LAB_AUTH_DB": "sqlite+aiosqlite:////srv/lab/auth.db",
+           "HIL_LAB_CATALOG": "postgresql+asyncpg://hil@db:5432/lab",
            "HIL_LAB_ARRAYS": "/srv/lab/data", "HIL_LAB_S3": "https://s3.lab:9000/hil-lab",
            "HIL_LAB_FOLDER": "/srv/lab/tables", "AWS_ACCESS_KEY_ID": "id",
            "AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}
@@ -450,10 +453,13 @@ def test_the_shipped_tiled_configs_for_a_lab_of_many_rigs_parse_with_tileds_own_
     storages = {}
     for name in ("lab-postgres.yml", "lab-postgres-s3.yml"):
         text = (ROOT / "configs" / "lab" / name).read_text()
-        assert "s3cr3t-value" not in text and "k" * 32 not in text  # keys only from the environment
+        assert "s3cr3t-value" not in text  # credentials only from the environment
         cfg = parse_configs(ROOT / "configs" / "lab" / name)
-        assert cfg.authentication.single_user_api_key == "k" * 32
+        # people with keys of their own, as `hil lab serve` runs Tiled: no single shared key
+        assert cfg.authentication.single_user_api_key is None
+        assert cfg.authentication.providers == authentication().providers
         assert cfg.authentication.allow_anonymous_access is False
+        assert cfg.database.uri == env["HIL_LAB_AUTH_DB"] and cfg.database.init_if_not_exists is False
         (tree,) = cfg.trees
         assert tree.path == "/" and tree.args["uri"] == env["HIL_LAB_CATALOG"]
         storages[name] = tree.args["writable_storage"]

@@ -64,6 +64,10 @@ def search_edge(read: Callable[[int, int], np.ndarray], n: int, t: float, t_firs
         k += 1
 
 
+class NotStored(LabError):
+    """An analysis read from the lab with a key that may not write it there (a viewer's)."""
+
+
 class LabReader:
     """Read the sessions the lab at ``url`` holds verified (``key``: its API key)."""
 
@@ -378,10 +382,17 @@ class LabReader:
     # ------------------------------------------------------------------ analysis results
 
     def record_analysis(self, session_id: str, analysis: dict) -> None:
-        """Put an analysis summary into the session's metadata (searchable by ``hil sessions``)."""
+        """Put an analysis summary into the session's metadata (searchable by ``hil sessions``); a viewer's
+        key writes nothing (:class:`NotStored`)."""
         node = self._node(session_id)
         try:
-            write_analysis(node, analysis, {"analysed_by": whoami(self.path, self._key)})
+            who = whoami(self.path, self._key)
+            if who is not None and who.get("role") == "viewer":
+                raise NotStored(f"the analysis was not stored in the lab {self.path}: {who['name']}'s key is "
+                                "a viewer's (reads only); an operator's key stores it")
+            write_analysis(node, analysis, {"analysed_by": who})
+        except NotStored:
+            raise
         except Exception as exc:  # noqa: BLE001 - the client's errors as one line
             raise _lab_error(self.path, exc) from None
 
