@@ -117,4 +117,5 @@ def init(auth_db: str, out: str) -> None:
         if not path.exists():  # made with mode 0600 before SQLite opens it (it keeps the file's mode)
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     made = prepare(auth_uri(Path("."), auth_db.replace("sqlite+aiosqlite:", "sqlite:", 1)), Path(out))
-    click.echo(f"admin key written to {out}" if made else f"the lab already has an admin's key; {out} untouched")
+    click.echo(f"admin key written to {out}" if made
+               else f"the lab has an admin's key already; {out} untouched")
