@@ -85,7 +85,7 @@ def assert_whole_copy(url: str, key: str, store: Path, sid: str) -> None:
     with LabReader(url, key) as rem, SessionReader(store) as loc:
         assert [i.id for i in rem.list_sessions()].count(sid) == 1
         node = rem.root[sid]
-        assert sorted(node) == ["crane.trace"]
+        assert sorted(node) == [layout.ABOUT, "crane.trace"]  # the description beside the stream
         parts = [layout.TIME, layout.DATA, layout.FRAMES]
         assert sorted(node["crane.trace"]) == sorted(parts)
         a, b = rem.read_stream(sid, "crane.trace"), loc.read_stream(sid, "crane.trace")
