@@ -258,7 +258,8 @@ SEED = """
 INSERT INTO nodes (parent, key, structure_family, metadata, specs)
 SELECT t.parent, lpad(to_hex(g), 12, '0'), t.structure_family,
        t.metadata || jsonb_build_object('id', lpad(to_hex(g), 12, '0'), 'started', {t0} + g,
-           'rig', jsonb_build_object('kind', 'press', 'name', CASE WHEN g < {a} THEN 'a' ELSE 'b' END)),
+           'rig', jsonb_build_object('kind', 'press', 'name', CASE WHEN g < {a} THEN 'a' ELSE 'b' END),
+           'replication', jsonb_build_object('state', 'verified')),
        t.specs
 FROM nodes t, generate_series(0, {n} - 1) g WHERE t.key = 'template';
 ANALYZE nodes;
