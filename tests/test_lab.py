@@ -469,6 +469,22 @@ def test_the_shipped_tiled_configs_for_a_lab_of_many_rigs_parse_with_tileds_own_
     assert s3["config"]["secret_access_key"] == "s3cr3t-value"
 
 
+def test_lab_key_init_makes_the_auth_database_and_one_first_admin_key(tmp_path):
+    """`hil lab key init`: what `hil lab serve` does first, for a lab served with `tiled serve config`."""
+    bad = hil("lab", "key", "init", "--auth-db", "not a uri", "--key-file", str(tmp_path / "a.key"))
+    assert bad.exit_code == 1 and len(bad.output.strip().splitlines()) == 1
+    assert "--auth-db takes" in bad.output
+    uri = f"sqlite:///{tmp_path / 'auth.db'}"
+    made = hil("lab", "key", "init", "--auth-db", uri, "--key-file", str(tmp_path / "a.key"))
+    assert made.exit_code == 0 and made.output.strip() == f"admin key written to {tmp_path / 'a.key'}"
+    assert stat.S_IMODE((tmp_path / "auth.db").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "a.key").stat().st_mode) == 0o600
+    key = (tmp_path / "a.key").read_text().strip()
+    assert len(key) == 72 and key not in made.output
+    again = hil("lab", "key", "init", "--auth-db", uri, "--key-file", str(tmp_path / "b.key"))
+    assert again.exit_code == 0 and not (tmp_path / "b.key").exists()
+
+
 def test_demo_given_a_lab_says_in_one_line_that_it_records_locally(lab):
     """`hil demo` records a session; a lab is only read through --store URL (written by `hil lab push`).
     Found by mypy (issue 30): the demo took the lab's reader as its store and failed on the first write."""
