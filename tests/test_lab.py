@@ -441,7 +441,10 @@ def test_the_shipped_tiled_configs_for_a_lab_of_many_rigs_parse_with_tileds_own_
     test_lab_faults)."""
     from tiled.config import parse_configs
 
-    env = {"HIL_LAB_KEY": "k" * 32, "HIL_LAB_CATALOG": "postgresql+asyncpg://hil@db:5432/lab",
+    from daq.lab.people_server import authentication
+
+    env = {"HIL_LAB_AUTH_DB": "sqlite+aiosqlite:////srv/lab/auth.db",
+           "HIL_LAB_CATALOG": "postgresql+asyncpg://hil@db:5432/lab",
            "HIL_LAB_ARRAYS": "/srv/lab/data", "HIL_LAB_S3": "https://s3.lab:9000/hil-lab",
            "HIL_LAB_FOLDER": "/srv/lab/tables", "AWS_ACCESS_KEY_ID": "id",
            "AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}
@@ -450,10 +453,13 @@ def test_the_shipped_tiled_configs_for_a_lab_of_many_rigs_parse_with_tileds_own_
     storages = {}
     for name in ("lab-postgres.yml", "lab-postgres-s3.yml"):
         text = (ROOT / "configs" / "lab" / name).read_text()
-        assert "s3cr3t-value" not in text and "k" * 32 not in text  # keys only from the environment
+        assert "s3cr3t-value" not in text  # credentials only from the environment
         cfg = parse_configs(ROOT / "configs" / "lab" / name)
-        assert cfg.authentication.single_user_api_key == "k" * 32
+        # people with keys of their own, as `hil lab serve` runs Tiled: no single shared key
+        assert cfg.authentication.single_user_api_key is None
+        assert cfg.authentication.providers == authentication().providers
         assert cfg.authentication.allow_anonymous_access is False
+        assert cfg.database.uri == env["HIL_LAB_AUTH_DB"] and cfg.database.init_if_not_exists is False
         (tree,) = cfg.trees
         assert tree.path == "/" and tree.args["uri"] == env["HIL_LAB_CATALOG"]
         storages[name] = tree.args["writable_storage"]
@@ -461,6 +467,22 @@ def test_the_shipped_tiled_configs_for_a_lab_of_many_rigs_parse_with_tileds_own_
     s3, folder = storages["lab-postgres-s3.yml"]
     assert (s3["uri"], s3["provider"], folder) == (env["HIL_LAB_S3"], "s3", "/srv/lab/tables")
     assert s3["config"]["secret_access_key"] == "s3cr3t-value"
+
+
+def test_lab_key_init_makes_the_auth_database_and_one_first_admin_key(tmp_path):
+    """`hil lab key init`: what `hil lab serve` does first, for a lab served with `tiled serve config`."""
+    bad = hil("lab", "key", "init", "--auth-db", "not a uri", "--key-file", str(tmp_path / "a.key"))
+    assert bad.exit_code == 1 and len(bad.output.strip().splitlines()) == 1
+    assert "--auth-db takes" in bad.output
+    uri = f"sqlite:///{tmp_path / 'auth.db'}"
+    made = hil("lab", "key", "init", "--auth-db", uri, "--key-file", str(tmp_path / "a.key"))
+    assert made.exit_code == 0 and made.output.strip() == f"admin key written to {tmp_path / 'a.key'}"
+    assert stat.S_IMODE((tmp_path / "auth.db").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "a.key").stat().st_mode) == 0o600
+    key = (tmp_path / "a.key").read_text().strip()
+    assert len(key) == 72 and key not in made.output
+    again = hil("lab", "key", "init", "--auth-db", uri, "--key-file", str(tmp_path / "b.key"))
+    assert again.exit_code == 0 and not (tmp_path / "b.key").exists()
 
 
 def test_demo_given_a_lab_says_in_one_line_that_it_records_locally(lab):

@@ -163,6 +163,43 @@ def test_an_analysis_from_the_lab_is_searchable_for_an_oscillator(lab, tmp_path)
     assert lab_rows(lab, "--kind", "oscillator")[sid]["started_by"] == OPERATOR  # who ran it, not analysed
 
 
+def key_of(lab, name: str, role: str, folder: Path) -> str:
+    """A key of its own for ``name`` with ``role`` (`hil lab key add`, the lab's admin key)."""
+    out = folder / f"{name}.key"
+    res = hil("lab", "key", "add", name, "--role", role, "--to", lab.url, "--key-file", str(out), key=lab.key)
+    assert res.exit_code == 0, res.output
+    return out.read_text().strip()
+
+
+@pytest.mark.slow(reason="a simulated oscillator run, a push and two analyses from the lab")
+@pytest.mark.timeout(600)
+def test_a_viewers_analysis_from_the_lab_prints_the_report_and_stores_nothing_an_operators_stores(lab,
+                                                                                                   tmp_path):
+    store = tmp_path / "hil.sqlite"
+    res = hil("--store", str(store), "run", str(rig_config(tmp_path, "oscillator-sim")), "--no-progress")
+    assert res.exit_code == 0, res.output
+    sid = session_of(res.output)
+    viewer, operator = key_of(lab, "vic", "viewer", tmp_path), key_of(lab, "olga", "operator", tmp_path)
+    assert hil("--store", str(store), "lab", "push", sid, "--to", lab.url, key=operator).exit_code == 0
+    seen = hil("--store", lab.url, "analyze", sid, key=viewer)
+    assert seen.exit_code == 0, seen.output
+    assert seen.stdout.startswith(f"session {sid} (oscillator, complete)") and "c2" in seen.stdout
+    assert "Traceback" not in seen.output and "Error" not in seen.output
+    assert seen.stderr.strip().splitlines()[-1] == (  # after the fit's progress lines
+        f"the analysis was not stored in the lab {lab.url}: vic's key is a viewer's (reads only); an "
+        "operator's key stores it")
+    with LabReader(lab.url, lab.key) as rem:
+        assert "analysis" not in rem.session_metadata(sid)
+    done = hil("--store", lab.url, "analyze", sid, "--json", key=operator)
+    assert done.exit_code == 0 and "not stored" not in done.stderr, done.output
+    c2 = json.loads(done.stdout)["estimate"]["c2"]
+    with LabReader(lab.url, viewer) as rem:
+        meta = rem.session_metadata(sid)
+    assert meta["analysis"]["estimates"] == {"c2": c2} and meta["analysed_by"]["name"] == "olga"
+    assert meta["analysis"]["report"]["estimate"]["c2"] == c2  # the report, kept in the session's `about`
+    assert sid in lab_rows(lab, "--param", f"c2={span(c2)}")
+
+
 @pytest.mark.slow(reason="a simulated pendulum run, a background push, the dashboard's analysis")
 @pytest.mark.timeout(600)
 def test_the_serve_pages_analysis_reaches_the_lab(lab, tmp_path):

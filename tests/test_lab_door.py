@@ -146,6 +146,43 @@ def test_two_pushes_of_one_session_at_once_end_in_one_verified_copy_and_one_line
     assert set(replicas(store)) == {sid}
 
 
+@pytest.mark.parametrize("seconds", [2.0, 30.0])
+def test_two_store_copies_pushing_one_session_at_once_end_in_one_verified_copy_and_one_line_each(
+        lab, tmp_path, seconds):
+    """Two rigs' copies of one store (no shared lock) push the same session at once: one push writes it and
+    says so, the other says in one line that the lab holds it or that another push is writing it - never
+    Tiled's raw 409 or a false "the lab's copy differs"; both stores end marked, the lab's copy whole."""
+    import shutil
+
+    first, second = tmp_path / "a" / "hil.sqlite", tmp_path / "b" / "hil.sqlite"
+    first.parent.mkdir()
+    second.parent.mkdir()
+    sid = make_session(first, seconds, rate=5000.0, seed=13)
+    shutil.copy(first, second)
+    cmds = [[sys.executable, "-m", "daq.cli.main", "--store", str(store), "lab", "push", sid, "--to", lab.url]
+            for store in (first, second)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HIL_LAB_KEY": lab.key}
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+             for cmd in cmds]
+    outs = [(p.communicate(timeout=240)[0].decode(), p.returncode) for p in procs]
+    for out, _ in outs:
+        assert len(out.strip().splitlines()) == 1 and "Traceback" not in out, out
+        assert "409" not in out and "differ" not in out, out
+    assert any(rc == 0 and "pushed and verified" in out for out, rc in outs), outs
+    for out, rc in outs:
+        assert rc == 0 or out.startswith(f"another push of {sid} is writing it to the lab"), out
+    with LabReader(lab.url, lab.key) as reader:
+        assert reader.get_session(sid).id == sid
+        assert reader.read_stream(sid, "press.force").t.shape == (int(seconds * 5000),)
+    res = hil("lab", "verify", sid, "--to", lab.url, key=lab.key)
+    assert res.exit_code == 0 and res.output.strip() == f"{sid}: as pushed", res.output
+    for store in (first, second):  # a loser pushes again later: then the lab holds it verified
+        if sid not in replicas(store):
+            again = hil("--store", str(store), "lab", "push", sid, "--to", lab.url, key=lab.key)
+            assert again.exit_code == 0 and "already in the lab, verified" in again.output, again.output
+        assert set(replicas(store)) == {sid}
+
+
 class NotTiled(http.server.BaseHTTPRequestHandler):
     """Answers 200 to every request, as a proxy's or another service's start page does: a web page, or JSON
     of its own (``json_body``)."""

@@ -22,6 +22,7 @@ from daq.bus.frames import Frame
 from daq.lab import layout
 from daq.lab.marks import replicas
 from daq.lab.reader import LabReader
+from daq.lab.search import Filters
 from daq.store.read_write import SessionStore
 from daq.store.reader import SessionReader
 from tests.pg_cluster import throwaway_postgres
@@ -85,7 +86,7 @@ def assert_whole_copy(url: str, key: str, store: Path, sid: str) -> None:
     with LabReader(url, key) as rem, SessionReader(store) as loc:
         assert [i.id for i in rem.list_sessions()].count(sid) == 1
         node = rem.root[sid]
-        assert sorted(node) == ["crane.trace"]
+        assert sorted(node) == [layout.ABOUT, "crane.trace"]  # the description beside the stream
         parts = [layout.TIME, layout.DATA, layout.FRAMES]
         assert sorted(node["crane.trace"]) == sorted(parts)
         a, b = rem.read_stream(sid, "crane.trace"), loc.read_stream(sid, "crane.trace")
@@ -248,5 +249,61 @@ def test_a_postgresql_catalogue_holds_pushed_sessions_and_answers_searches(postg
             a, b = rem.read_window(ids[0], "press.force", T0 + 0.5, T0 + 1.5), loc.read_window(
                 ids[0], "press.force", T0 + 0.5, T0 + 1.5)
             assert len(a) == 1000 and np.array_equal(a.data, b.data) and np.array_equal(a.t, b.t)
+    finally:
+        assert server.stop() == 0
+
+
+#: ``n`` session containers in one INSERT from the one named 'template' (rig "a" for the first ``a``).
+SEED = """
+INSERT INTO nodes (parent, key, structure_family, metadata, specs)
+SELECT t.parent, lpad(to_hex(g), 12, '0'), t.structure_family,
+       t.metadata || jsonb_build_object('id', lpad(to_hex(g), 12, '0'), 'started', {t0} + g,
+           'rig', jsonb_build_object('kind', 'press', 'name', CASE WHEN g < {a} THEN 'a' ELSE 'b' END),
+           'replication', jsonb_build_object('state', 'verified')),
+       t.specs
+FROM nodes t, generate_series(0, {n} - 1) g WHERE t.key = 'template';
+ANALYZE nodes;
+"""
+
+
+@pytest.mark.slow(reason="initdb, a PostgreSQL server and a Tiled server")
+def test_a_postgresql_search_asks_for_no_page_after_a_short_one(postgres, tmp_path):
+    """Tiled 0.2.20 links another page after a short one while the page's end is below its *estimate* of
+    the container's size (PostgreSQL's table statistics, not the hits): a search with 150 hits among 1000
+    sessions made four requests, three of them for nothing. Now one page of hits is one request, and 850
+    hits are three (300 a page, each after the last by its cursor)."""
+    import asyncio
+
+    import asyncpg  # type: ignore[import-untyped]
+    from tiled.client import from_uri
+
+    server = LabServer(tmp_path / "lab", "--catalog", postgres)
+    try:
+        meta = {"layout": layout.LAYOUT_VERSION, "id": "template", "kind": "press", "status": "complete",
+                "reason": None, "started": T0, "ended": T0 + 1.0, "by": "ana", "software_version": "x",
+                "streams": {}, "replication": {"state": layout.VERIFIED}}
+        from_uri(server.url, api_key=server.key).create_container("template", metadata=meta,
+                                                                  specs=[layout.SESSION_SPEC])
+
+        async def seed() -> None:
+            db = await asyncpg.connect(postgres)
+            try:
+                await db.execute("UPDATE nodes SET metadata = metadata || '{\"replication\": "
+                                 "{\"state\": \"partial\"}}' WHERE key = 'template'")
+                await db.execute(SEED.format(t0=T0, a=150, n=1000))
+            finally:
+                await db.close()
+
+        asyncio.run(seed())
+        with LabReader(server.url, server.key) as rem:
+            asked: list[str] = []
+            rem.root.context.http_client.event_hooks["request"].append(lambda r: asked.append(r.url.path))
+            found = rem.search_metadata(Filters(rig="a"))
+            assert [info.id for info, _ in found] == [f"{g:012x}" for g in range(150)]
+            assert asked == ["/api/v1/search/"]
+            asked.clear()
+            found = rem.search_metadata(Filters(rig="b"))
+            assert [info.id for info, _ in found] == [f"{g:012x}" for g in range(150, 1000)]
+            assert asked == ["/api/v1/search/"] * 3
     finally:
         assert server.stop() == 0

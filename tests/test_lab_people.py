@@ -92,8 +92,8 @@ def test_a_viewer_reads_and_is_refused_a_push_a_metadata_write_and_a_delete_in_o
         with pytest.raises(LabError) as refused:
             rem.record_analysis(sid, {"estimates": {"c2": 1.0}, "intervals": {}, "verdict": "fake"})
         assert "analysis" not in rem.session_metadata(sid)
-    assert one_line(str(refused.value)) == (f"lab {lab.url}: this key may not write metadata (it lacks "
-                                            "write:metadata): that needs an operator's key")
+    assert one_line(str(refused.value)) == (f"the analysis was not stored in the lab {lab.url}: vera's key "
+                                            "is a viewer's (reads only); an operator's key stores it")
     node = from_uri(lab.url, api_key=viewer)[sid]
     for change in (lambda: node.update_metadata({"verdict": "fake"}), lambda: node.delete(recursive=True)):
         with pytest.raises(Exception) as exc:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import secrets
 import signal
 import subprocess
 import sys
@@ -119,19 +118,31 @@ def test_the_shipped_s3_config_keeps_pushed_arrays_in_the_bucket(s3_endpoint, tm
         streams = {name: local.read_stream(sid, name) for name in ("press.force", "press.sensors")}
         blocks = {name: math.ceil(140_000 / layout.chunk_rows(si))
                   for name, si in local.get_session(sid).streams.items() if name in streams}
-    key = secrets.token_hex(16)
     (tmp_path / "tables").mkdir()
+    auth_db = f"sqlite+aiosqlite:///{tmp_path / 'auth.db'}"  # people and keys, as `hil lab serve` has them
+    made = hil("lab", "key", "init", "--auth-db", auth_db, "--key-file", str(tmp_path / "admin.key"))
+    assert made.exit_code == 0 and made.output.strip() == f"admin key written to {tmp_path / 'admin.key'}"
+    admin = (tmp_path / "admin.key").read_text().strip()
+    again = hil("lab", "key", "init", "--auth-db", auth_db, "--key-file", str(tmp_path / "other.key"))
+    assert again.exit_code == 0 and not (tmp_path / "other.key").exists()  # one first admin only
     with throwaway_postgres() as catalog:
-        env = {"HIL_LAB_KEY": key, "HIL_LAB_CATALOG": catalog.replace("postgresql:", "postgresql+asyncpg:"),
+        env = {"HIL_LAB_AUTH_DB": auth_db,
+               "HIL_LAB_CATALOG": catalog.replace("postgresql:", "postgresql+asyncpg:"),
                "HIL_LAB_S3": f"{endpoint}/{BUCKET}", "HIL_LAB_FOLDER": str(tmp_path / "tables"),
                "AWS_ALLOW_HTTP": "true", **CREDENTIALS}
         proc, url = serve_config(SHIPPED, env, tmp_path / "tiled.log")
         try:
+            added = hil("lab", "key", "add", "otto", "--role", "operator", "--to", url, "--key-file",
+                        str(tmp_path / "otto.key"), key=admin)
+            assert added.exit_code == 0, added.output
+            key = (tmp_path / "otto.key").read_text().strip()
             res = hil("--store", str(store), "lab", "push", sid, "--to", url, key=key)
             assert res.exit_code == 0 and res.output.startswith(f"{sid}: pushed and verified"), res.output
             assert replicas(store) == {sid: [url]}  # (c) verified against the server, marked in the store
 
             lab = from_uri(url, api_key=key)[sid]
+            assert lab.metadata["pushed_by"]["name"] == "otto"  # a person's key, not a shared one
+            assert from_uri(url, api_key=admin)[sid].metadata["pushed_by"]["role"] == "operator"
             arrays = bucket_arrays(s3)
             for name, mine in streams.items():  # (b) Tiled's plain client reads what the rig recorded
                 assert np.array_equal(lab[name]["data"].read(), mine.data)

@@ -97,3 +97,25 @@ def revoke(state: CliState, who: str, url: str | None, admin_key_file: str | Non
     url, admin_key = lab_target(state, url, admin_key_file)
     for p in people.revoke(url, admin_key, who):
         click.echo(f"revoked {p.name}'s key {p.key_id} ({p.role})")
+
+
+@key.command("init")
+@click.option("--auth-db", "auth_db", required=True, metavar="URI",
+              help="Tiled's authentication database: sqlite:////path/auth.db or postgresql://...")
+@click.option("--key-file", "out", required=True, metavar="OUT",
+              help="Where the first admin's key is written (mode 0600) when the database holds none.")
+def init(auth_db: str, out: str) -> None:
+    """Make a lab's authentication database (if new) and its first admin's key (if it holds none), for a
+    lab served by `tiled serve config configs/lab/...` (`hil lab serve` does this itself)."""
+    from daq.lab.people_server import auth_uri, prepare  # lazy: Tiled's server side
+
+    sqlite = next((p for p in ("sqlite:///", "sqlite+aiosqlite:///") if auth_db.startswith(p)), None)
+    if sqlite is None and not auth_db.startswith(("postgresql://", "postgresql+asyncpg://")):
+        raise LabError(f"--auth-db takes sqlite:////path/auth.db or postgresql://..., not {auth_db!r}")
+    if sqlite is not None:
+        path = Path(auth_db[len(sqlite):])
+        if not path.exists():  # made with mode 0600 before SQLite opens it (it keeps the file's mode)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    made = prepare(auth_uri(Path("."), auth_db.replace("sqlite+aiosqlite:", "sqlite:", 1)), Path(out))
+    click.echo(f"admin key written to {out}" if made
+               else f"the lab has an admin's key already; {out} untouched")

@@ -31,7 +31,7 @@ from daq.cli.common import (
 from daq.config.load import ConfigError, store_path_for, to_dict
 from daq.lab.analysis import analysis_record
 from daq.lab.local_analyses import record_analysis
-from daq.lab.reader import LabReader
+from daq.lab.reader import LabReader, NotStored
 from daq.lab.replicate import push_after_run
 from daq.rigs import check_rules, get_rig, kinds
 from daq.rigs.analysis import analyze_session
@@ -118,19 +118,22 @@ def analyze(state: CliState, session: str, as_json: bool, plots_dir: str | None)
         info, result, rig, files = analyze_session(store, session, plots_dir=plots_dir,
                                                    progress=progress_printer())
         record = analysis_record(rig, result, "lab" if state.is_lab else "rig", operator_name())
+        if as_json:  # the report first: a lab that does not take the result still shows it
+            echo_json({"session": info.id, "kind": info.kind, **rig.report_dict(result),
+                       "plots": [str(f) for f in files]})
+        else:
+            click.echo(f"session {info.id} ({info.kind}, {info.status})")
+            click.echo(rig.report_text(result))
+            if files:
+                click.echo(f"plots written to {plots_dir}")
         if state.is_lab:  # the estimates, intervals and verdicts go into the lab session's metadata
             assert isinstance(store, LabReader)  # is_lab
-            store.record_analysis(info.id, record)
+            try:
+                store.record_analysis(info.id, record)
+            except NotStored as exc:
+                click.echo(str(exc), err=True)
     if not state.is_lab:  # kept in the store: the next push hands it to the lab (docs/lab.md)
         _keep_on_rig(state.store_path, info.id, record)
-    if as_json:
-        echo_json({"session": info.id, "kind": info.kind, **rig.report_dict(result),
-                    "plots": [str(f) for f in files]})
-    else:
-        click.echo(f"session {info.id} ({info.kind}, {info.status})")
-        click.echo(rig.report_text(result))
-        if files:
-            click.echo(f"plots written to {plots_dir}")
 
 
 def _keep_on_rig(store_path, session_id: str, record: dict) -> None:

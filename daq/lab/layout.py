@@ -2,8 +2,12 @@
 
 ::
 
-    /<session id>                 container, spec "hil-session", metadata: SESSION_FIELDS + rig, by,
-    |                             safe, plan_outcome, time base, streams summary, replication, analysis
+    /<session id>                 container, spec "hil-session", metadata: what a search filters and a
+    |                             listing shows (id, kind, rig, status, times, by, safe, streams summary,
+    |                             replication, the analysis summary): small, so the catalogue's database
+    |                             filters and returns it without reading anything else (docs/lab.md)
+    |-- about                     container, spec "hil-session-about", metadata: the rest (config, devices,
+    |                             plan outcome, stats, writer, the analysis report); a reader merges it
     |-- <stream>                  container per frame stream, metadata: channels, units, dtype, dt, ...
     |   |-- t                     array (n,) float64, s: the time of every sample
     |   |-- data                  array (n, channels), dims (sample, channel), the stream's dtype
@@ -24,8 +28,12 @@ import numpy as np
 from daq.bus.frames import SUPPORTED_DTYPES
 from daq.store.records import SessionInfo, StreamInfo
 
-LAYOUT_VERSION = 2  # 2: no t_index array (a window's edges are searched on t); readers take 1 as well
+LAYOUT_VERSION = 3  # 3: the session's bulk in its "about" child; 2: no t_index; readers take 1 and 2 too
 SESSION_SPEC = "hil-session"
+ABOUT_SPEC = "hil-session-about"
+ABOUT = "about"
+#: A session's fields kept in its ``about`` child, not in the searched container (layout 3).
+ABOUT_FIELDS = ("config", "devices", "plan_outcome", "stats", "writer_host", "writer_pid")
 STREAM_SPEC = "hil-stream"
 EVENTS = "events"
 FRAMES = "frames"
@@ -73,14 +81,16 @@ def stream_info(name: str, meta: dict) -> StreamInfo:
 
 
 def session_fields(info: SessionInfo, by: str | None, outcome: dict | None) -> dict:
-    """The session container's metadata: what ``hil show`` shows and what ``hil sessions`` searches."""
+    """The session container's metadata: what ``hil sessions`` searches and lists (small: the rest is
+    :func:`about_fields`)."""
     rig = (info.config or {}).get("rig", {}) if isinstance(info.config, dict) else {}
     safe = outcome.get("safe") if isinstance(outcome, dict) else None
     return {
         "layout": LAYOUT_VERSION,
         "id": info.id,
         "kind": info.kind,
-        "rig": {"kind": rig.get("kind", info.kind), "name": rig.get("name", "")},
+        "rig": {"kind": rig.get("kind", info.kind), "name": rig.get("name", ""),
+                **({"dry_run": rig["dry_run"]} if rig.get("dry_run") is not None else {})},
         "status": info.status,
         "reason": info.reason,
         "started": info.started,
@@ -89,17 +99,18 @@ def session_fields(info: SessionInfo, by: str | None, outcome: dict | None) -> d
         "ended_iso": iso(info.ended),
         "by": by,
         "safe": safe,
-        "plan_outcome": outcome,
         "software_version": info.software_version,
-        "config": info.config,
-        "devices": info.devices,
-        "writer_host": info.writer_host,
-        "writer_pid": info.writer_pid,
         "heartbeat": info.heartbeat,
-        "stats": info.stats,
         "streams": {name: stream_fields(s) for name, s in info.streams.items()},
         "replication": {"state": PARTIAL},
     }
+
+
+def about_fields(info: SessionInfo, outcome: dict | None) -> dict:
+    """The metadata of a session's ``about`` child: what ``hil show`` and an analysis need beyond
+    :func:`session_fields` (the config snapshot alone is 2-4 kB)."""
+    return {"layout": LAYOUT_VERSION, "config": info.config, "devices": info.devices, "plan_outcome": outcome,
+            "stats": info.stats, "writer_host": info.writer_host, "writer_pid": info.writer_pid}
 
 
 def session_info(meta: dict) -> SessionInfo:

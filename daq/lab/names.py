@@ -3,10 +3,10 @@ any request is made, so odd input is one line and leaves nothing behind in the c
 
 A session id is what the store makes (``daq.store.writer``: ``uuid4().hex[:12]``, twelve lowercase hex
 digits); a stream name is what the rigs record (``press.force``, ``machine-tool.run``: letters, digits,
-``_ . -``, not starting with a dot) and not the name of the session's ``events`` table. Anything else
-(``..``, ``a/b``, ``x?y``, ``%2f``) would be a path, a query or another node to Tiled's client, which puts
-keys into URLs as they are. A lab URL is a scheme, a host and maybe a path: no query, fragment or
-user:password (tokens never travel in URLs: the key goes in the ``Authorization`` header).
+``_ . -``, not starting with a dot) and not the name of the session's ``events`` table or ``about`` node.
+Anything else (``..``, ``a/b``, ``x?y``, ``%2f``) would be a path, a query or another node to Tiled's
+client, which puts keys into URLs as they are. A lab URL is a scheme, a host and maybe a path: no query,
+fragment or user:password (tokens never travel in URLs: the key goes in the ``Authorization`` header).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ SESSION_PREFIX = re.compile(r"[0-9a-f]{1,12}")
 #: Stream names as the rigs make them (``<kind>.<name>``).
 STREAM_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 #: Node keys of a session that are not streams.
-RESERVED = frozenset({layout.EVENTS})
+RESERVED = frozenset({layout.EVENTS, layout.ABOUT})
 
 
 class Refused(LabError):

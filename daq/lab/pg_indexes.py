@@ -1,14 +1,21 @@
 """B-tree expression indexes that let a PostgreSQL catalogue answer the session filters (rig, kind, status,
 who, verdict, ``--since``/``--until`` on ``started``, ``--param NAME=LO:HI`` on ``analysis.estimates.NAME``)
-from an index instead of reading every session's whole metadata (6-10 kB, compressed out of line) for each
-search.
+from an index instead of reading every session's metadata for each search.
 
 Tiled turns a ``Comparison`` on ``a.b.c`` into ``metadata #> '{a,b,c}' >= value``; an index on exactly that
 expression is what PostgreSQL's planner matches, so :func:`daq.lab.search.session_query` sends an equality
-as ``>=`` and ``<=`` the value (Tiled's ``Eq`` is ``metadata @> {...}``, for which the planner reads every
-row rather than use Tiled's GIN index when the metadata is large). An index per estimate name
-that the catalogue's sessions carry is made when ``hil lab serve`` starts (``IF NOT EXISTS``: a restart
-after new kinds of analyses adds theirs)."""
+as ``>=`` and ``<=`` the value - the replication state's too: Tiled's ``Eq`` is ``metadata @> {...}``,
+answered by Tiled's GIN index, whose every hit (all sessions, for the state) the planner must then re-check
+on the row and ANDs with the other conditions' indexes less often; as ranges, the selective conditions'
+B-tree bitmaps are ANDed and only their few rows are read.
+
+The session containers' metadata is small (layout 3: ~2 kB, see :mod:`daq.lab.about`), so it is kept in
+the row, not out of line; PostgreSQL compresses a value over ~2 kB, and every condition evaluated on a row
+decompresses it again, so the column is switched to lz4 (several times faster to decompress than the
+default pglz; PostgreSQL 14+, built with lz4 - else left as it is). Values written afterwards are lz4.
+
+An index per estimate name that the catalogue's sessions carry is made when ``hil lab serve`` starts (``IF
+NOT EXISTS``: a restart after new kinds of analyses adds theirs)."""
 
 from __future__ import annotations
 
@@ -37,6 +44,10 @@ async def _ensure(dsn: str) -> list[str]:
         paths = [*ALWAYS, *(("analysis", "estimates", n) for n in names)]
         for path in paths:
             await db.execute(index_sql(path))
+        try:
+            await db.execute("ALTER TABLE nodes ALTER COLUMN metadata SET COMPRESSION lz4")
+        except asyncpg.PostgresError:  # before PostgreSQL 14, or built without lz4: pglz stays
+            pass
         await db.execute("ANALYZE nodes")
         return [".".join(p) for p in paths]
     finally:

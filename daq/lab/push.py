@@ -24,6 +24,7 @@ import numpy as np
 
 from daq.bus.frames import SUPPORTED_DTYPES
 from daq.lab import layout
+from daq.lab.about import REPORT, lab_analysis, split_analysis, write_about, write_analysis
 from daq.lab.arrow_columns import from_arrow, to_arrow
 from daq.lab.checks import (
     SessionCheck,
@@ -38,7 +39,7 @@ from daq.lab.connect import from_client_error
 from daq.lab.digests import ETAG_KEY, SHA_KEY
 from daq.lab.local_analyses import local_analysis, newer
 from daq.lab.marks import Marks
-from daq.lab.names import check_session_id, check_stream_name
+from daq.lab.names import Refused, check_session_id, check_stream_name
 from daq.lab.push_lock import pushing
 from daq.lab.settings import LabError
 from daq.lab.verify import Problem, local_problems
@@ -47,6 +48,9 @@ from daq.store.records import FINAL_STATUSES, SessionInfo, StreamInfo
 
 #: Blocks in flight at once per push (each at most layout.BLOCK_BYTES; with its upload copy, 32 MB).
 WORKERS = 2
+#: s after which a half-pushed session's writer (another store's push) is taken as gone; a push renews its
+#: claim every CLAIM_RENEW s while it writes.
+CLAIM_STALE, CLAIM_RENEW = 600.0, 120.0
 
 
 @dataclass
@@ -109,6 +113,7 @@ class Pusher:
         self.workers = workers
         self.on_block = on_block  # called after each block is in (tests kill the push there)
         self.sent = 0
+        self.claim: dict = {}  # this push's claim on the session it writes: host, store, when
 
     def push(self, session: str) -> PushResult:
         info = self.store.get_session(session)
@@ -124,15 +129,21 @@ class Pusher:
             except (LabError, KeyboardInterrupt):
                 raise
             except Exception as exc:  # noqa: BLE001 - the client's HTTP and server errors, one line
+                if status_of(exc) == 409:  # a node made meanwhile: another store's push of this session
+                    raise Refused(f"another push of {info.id} is writing it to the lab; this one leaves it "
+                                  "to that one") from None
                 raise from_client_error(self.lab, exc) from None
 
     def _push(self, info: SessionInfo, check: SessionCheck) -> PushResult:
         checks = check.as_dict()
         meta = session_metadata(self.store, info)
+        self.claim = {"host": socket.gethostname(), "store": str(self.store.path), "at": time.time()}
+        meta["replication"] = {**meta["replication"], "writer": self.claim}  # who writes it, while partial
         node, fresh = self._create(self.root, info.id, meta, layout.SESSION_SPEC)
         note = ""
         if not fresh:
             there = layout.plain(node.metadata.get("replication", {}))
+            _stand_aside(info.id, there, self.claim)
             if there.get("state") == layout.VERIFIED and there.get("checks") == checks:
                 differing = self._recheck(node, info, check)  # the marker alone is not the copy
                 if not differing:
@@ -140,17 +151,22 @@ class Pusher:
                     self.marks.mark(info.id, self.lab, checks)
                     return PushResult(info.id, "already", note=note)
                 note = f"the lab's copy differed: {differing}; repaired"
+        if not fresh:  # taken over (a partial copy of this store's, or one whose writer is gone): ours now
+            node.update_metadata({"replication": {"writer": self.claim}}, drop_revision=True)
         self.sent = 0
-        arrays = {name: self._push_stream(node, info, info.streams[name], sc)
+        arrays = {name: self._push_stream(self._renew(node), info, info.streams[name], sc)
                   for name, sc in check.streams.items()}
         events = event_columns(event_rows(self.store.path, info.id))
         self._push_table(node, fresh, info.id, layout.EVENTS, events, check.events, check.events_sha256)
         self._verify(arrays, info, check)
-        analysis = newer(local_analysis(self.store.path, info.id), _lab_analysis(node))
+        analysis = newer(local_analysis(self.store.path, info.id), lab_analysis(node))
+        summary, report = split_analysis(analysis) if analysis is not None else (None, None)
+        about = layout.about_fields(info, run_event(self.store, info, f"{info.kind}.plan", "plan_outcome"))
+        write_about(node, {**about, **({REPORT: report} if report is not None else {})})
         meta["replication"] = {"state": layout.VERIFIED, "checks": checks, "pushed_at": time.time(),
                                "from_host": socket.gethostname()}
-        if analysis is not None:
-            meta["analysis"] = analysis
+        if summary is not None:
+            meta["analysis"] = summary
         for kept in ("analysed_by",):  # who analysed it, recorded with the analysis
             if node.metadata.get(kept) is not None:
                 meta[kept] = layout.plain(node.metadata[kept])
@@ -189,13 +205,20 @@ class Pusher:
             self.marks.block_done(info.id, self.lab, layout.EVENTS, 0)
         return ", ".join(p.text() for p in problems)
 
+    def _renew(self, node):
+        """``node``, with this push's claim on it renewed when it is getting old."""
+        if time.time() - self.claim["at"] > CLAIM_RENEW:
+            self.claim = {**self.claim, "at": time.time()}
+            node.update_metadata({"replication": {"writer": self.claim}}, drop_revision=True)
+        return node
+
     def _hand_over_analysis(self, node, sid: str) -> str:
         """Put the rig's analysis of a session the lab already holds into its metadata, when it is newer
         than the lab's (:mod:`daq.lab.local_analyses`); a note for the push's line."""
-        mine = local_analysis(self.store.path, sid)
-        if mine is None or newer(mine, _lab_analysis(node)) is not mine or mine == _lab_analysis(node):
+        mine, theirs = local_analysis(self.store.path, sid), lab_analysis(node)
+        if mine is None or newer(mine, theirs) is not mine or mine == theirs:
             return ""
-        node.update_metadata({"analysis": mine}, drop_revision=True)
+        write_analysis(node, mine)
         return "analysis added"
 
     # ------------------------------------------------------------------ nodes
@@ -341,9 +364,16 @@ def record_digests(arr, digests: dict) -> None:
         arr.update_metadata(metadata=digests, drop_revision=True)
 
 
-def _lab_analysis(node) -> dict | None:
-    found = node.metadata.get("analysis")
-    return layout.plain(found) if found else None
+def _stand_aside(sid: str, there: dict, mine: dict) -> None:
+    """Refused when another store's push is writing this half-pushed session now (its claim is fresh)."""
+    writer = there.get("writer")
+    if there.get("state") == layout.VERIFIED or not isinstance(writer, dict):
+        return
+    if (writer.get("host"), writer.get("store")) == (mine["host"], mine["store"]):
+        return  # this store's own earlier push, killed: resumed
+    if time.time() - float(writer.get("at") or 0.0) < CLAIM_STALE:
+        raise Refused(f"another push of {sid} is writing it to the lab (from {writer.get('host')}); this "
+                      "one leaves it to that one")
 
 
 def table_digest(table, names: list[str]) -> tuple[int, str]:

@@ -15,6 +15,7 @@ import numpy as np
 from daq import json_codec
 from daq.bus.frames import SUPPORTED_DTYPES, Event, Frame
 from daq.lab import layout
+from daq.lab.about import about_metadata, merged, write_analysis
 from daq.lab.checks import event_columns, table_sha256
 from daq.lab.connect import from_client_error, open_lab
 from daq.lab.digests import CopyChecker, differs, unreadable
@@ -63,6 +64,10 @@ def search_edge(read: Callable[[int, int], np.ndarray], n: int, t: float, t_firs
         k += 1
 
 
+class NotStored(LabError):
+    """An analysis read from the lab with a key that may not write it there (a viewer's)."""
+
+
 class LabReader:
     """Read the sessions the lab at ``url`` holds verified (``key``: its API key)."""
 
@@ -96,7 +101,8 @@ class LabReader:
 
     def session_metadata(self, session: str) -> dict:
         """The session container's whole metadata (who, safe outcome, replication, analysis...)."""
-        return layout.plain(self._node(session).metadata)
+        node = self._node(session)
+        return merged(layout.plain(node.metadata), about_metadata(node))
 
     def get_session(self, session_id_or_unique_prefix: str) -> SessionInfo:
         return layout.session_info(self.session_metadata(session_id_or_unique_prefix))
@@ -376,11 +382,17 @@ class LabReader:
     # ------------------------------------------------------------------ analysis results
 
     def record_analysis(self, session_id: str, analysis: dict) -> None:
-        """Put an analysis summary into the session's metadata (searchable by ``hil sessions``)."""
+        """Put an analysis summary into the session's metadata (searchable by ``hil sessions``); a viewer's
+        key writes nothing (:class:`NotStored`)."""
         node = self._node(session_id)
         try:
-            node.update_metadata({"analysis": analysis, "analysed_by": whoami(self.path, self._key)},
-                                 drop_revision=True)
+            who = whoami(self.path, self._key)
+            if who is not None and who.get("role") == "viewer":
+                raise NotStored(f"the analysis was not stored in the lab {self.path}: {who['name']}'s key is "
+                                "a viewer's (reads only); an operator's key stores it")
+            write_analysis(node, analysis, {"analysed_by": who})
+        except NotStored:
+            raise
         except Exception as exc:  # noqa: BLE001 - the client's errors as one line
             raise _lab_error(self.path, exc) from None
 

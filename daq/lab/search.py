@@ -22,11 +22,12 @@ class Filters:
 
 def session_query(filters: Filters) -> list:
     """Tiled queries whose conjunction selects the verified sessions matching ``filters``."""
-    from tiled.queries import Comparison, Eq  # lazy: tiled's client side
+    from tiled.queries import Comparison  # lazy: tiled's client side
 
-    qs = [Eq("replication.state", layout.VERIFIED)]
-    for key, value in (("rig.name", filters.rig), ("kind", filters.kind), ("status", filters.status),
-                       ("by", filters.by), ("analysis.verdict", filters.verdict)):
+    qs: list = []
+    for key, value in (("replication.state", layout.VERIFIED), ("rig.name", filters.rig),
+                       ("kind", filters.kind), ("status", filters.status), ("by", filters.by),
+                       ("analysis.verdict", filters.verdict)):
         if value is not None:  # equal as "at least and at most": a B-tree index answers it (pg_indexes.py)
             qs += [Comparison("ge", key, value), Comparison("le", key, value)]
     if filters.since is not None:
