@@ -55,7 +55,6 @@ from drivers.errors import (
     DeviceTimeout,
     DeviceUnreachable,
 )
-from drivers.outputs import held
 from drivers.registers import RegisterSpec
 from drivers.serial_urls import install as install_serial_urls
 from drivers.settings import Baud, InvalidSetting, NonEmpty, Port, Settings, Timeout, UnitId, settings_from
@@ -536,15 +535,9 @@ class ModbusTransport:
         return value
 
     async def write(self, spec: RegisterSpec, value: float, limits: Sequence[str] = ()) -> None:
-        """Write one mapped value (SI units) to a holding register; in a dry run (:mod:`drivers.outputs`) the
-        write is logged with ``limits`` (the checks it passed) instead of sent."""
-        if spec.table != "holding":
-            raise ValueError(f"{self.name}: {spec.name} is in the {spec.table} table and cannot be written")
-        regs = spec.encode(value)
-        hold = held()
-        if hold is not None:
-            await hold.hold(self.name, self.address, spec.name, value, limits)
-            return
+        """Write one mapped value (SI units) to a holding register. ``limits`` names the checks the driver
+        made before it (a recording backend keeps them; the wire has no use for them)."""
+        regs = words_to_write(self.name, spec, value)
         what = f"write {spec.name}={value!r} @ holding[{spec.address}]"
         fc = 6 if len(regs) == 1 else 16
         device_id = self.device_id
@@ -565,6 +558,15 @@ class ModbusTransport:
             return None
 
         await self._execute(what, fc, call, check)
+
+
+def words_to_write(device: str, spec: RegisterSpec, value: float) -> list[int]:
+    """The registers a write of ``value`` (SI) to ``spec`` sends: scale, type and word order applied by the
+    register's own codec. ValueError for a register that cannot be written or a value it cannot hold - the
+    same for every backend, so a dry run refuses what the wire would."""
+    if spec.table != "holding":
+        raise ValueError(f"{device}: {spec.name} is in the {spec.table} table and cannot be written")
+    return spec.encode(value)
 
 
 def _count_check(count: int) -> Callable[[Any], str | None]:

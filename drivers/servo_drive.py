@@ -28,8 +28,8 @@ from asyncua.crypto.truststore import TrustStore
 from asyncua.crypto.validator import CertificateValidator, CertificateValidatorOptions
 
 from drivers import errors
+from drivers.backends import REAL, Backends
 from drivers.cancellation import checked
-from drivers.outputs import held
 from drivers.safe_state import SafeAction, SafeStep
 from drivers.servo_settings import IDENTITY_KEYS, NODE_DEFAULTS, DriveSecurity, ServoDriveConfig
 from drivers.settings import settings_from
@@ -94,9 +94,6 @@ class DriveSafeStateError(DriveError, errors.SafeStateError):
         super().__init__(device, url, message)
         self.failures = tuple(failures)
 
-
-#: drive methods that only read (never held in a dry run)
-READ_METHODS = frozenset({"read_trace"})
 
 SESSION_TIMEOUT_MS = 600_000  # requested OPC UA session lifetime, kept alive by the client
 DROP_TIMEOUT = 2.0  # s at most for closing a session politely before its socket is simply closed
@@ -165,10 +162,13 @@ class LiveSubscription:
 class ServoDrive:
     """Async driver for one servo axis; use ``async with ServoDrive(cfg) as drive``."""
 
-    def __init__(self, config: ServoDriveConfig | Mapping[str, Any], url: str | None = None):
+    def __init__(self, config: ServoDriveConfig | Mapping[str, Any], url: str | None = None,
+                 backends: Backends | None = None):
         self.cfg = settings_from(config, ServoDriveConfig)
         if url is not None:
             self.cfg = msgspec.structs.replace(self.cfg, url=url)
+        # where the drive's writes (method calls, heartbeat) go: its OPC UA session unless told otherwise
+        self.calls = (backends or REAL).drive(self.cfg.name, self.cfg.url, self)
         self.nodes = {**NODE_DEFAULTS, **self.cfg.nodes}
         self._client: Client | None = None
         self._ns: int | None = None
@@ -336,16 +336,10 @@ class ServoDrive:
         await self.close()
 
     async def _heartbeat(self) -> None:
-        assert self._client is not None  # started by _connect_once after the client is set
-        node = self._client.get_node(self._node("heartbeat"))
         while True:
             self._hb_count = (self._hb_count + 1) % 2**32
-            hold = held()
             try:
-                if hold is not None:  # a dry run: the beat is counted, not written
-                    await hold.hold(self.name, self.url, "heartbeat", self._hb_count)
-                else:
-                    await checked(node.write_value(ua.Variant(self._hb_count, ua.VariantType.UInt32)))
+                await self.calls.beat(self._hb_count)
             except Exception as exc:  # noqa: BLE001 - a failed heartbeat marks the link lost
                 log.warning("%s: heartbeat failed: %r", self.name, exc)
                 self._connected = False
@@ -391,12 +385,20 @@ class ServoDrive:
 
     async def _method(self, key: str, *args: ua.Variant, retry: bool = False, value: Any = None,
                       limits: tuple[str, ...] = ()) -> list:
-        """Call a method of the drive; in a dry run (:mod:`drivers.outputs`) every method but a read is
-        logged with ``value`` and ``limits`` (the checks it passed) instead of called."""
-        hold = held()
-        if hold is not None and key not in READ_METHODS:
-            await hold.hold(self.name, self.url, key, value, limits)
-            return [0, "held (dry run)"]
+        """Call a method of the drive through its backend; ``value`` and ``limits`` (the checks it passed)
+        are what a recording backend keeps of it."""
+        return await self.calls.call(key, args, retry, value, limits)
+
+    async def write_heartbeat(self, count: int) -> None:
+        """Write the heartbeat counter on the session (the real backend's beat)."""
+        client = self._client
+        if client is None:
+            raise self._err(DriveConnectionError, "not connected")
+        node = client.get_node(self._node("heartbeat"))
+        await checked(node.write_value(ua.Variant(count, ua.VariantType.UInt32)))
+
+    async def call_method(self, key: str, args: tuple[Any, ...], retry: bool = False) -> list:
+        """One OPC UA method call (the real backend's call); DriveRefused for a non-zero result code."""
         obj, meth = self._node("object"), self._node(key)
         out = await self._request(lambda c: c.get_node(obj).call_method(meth, *args), retry=retry)
         out = out if isinstance(out, list) else [out]
