@@ -520,19 +520,7 @@ class ModbusTransport:
         return plan
 
     def _implausible(self, spec: RegisterSpec, value: float, finite: bool) -> float:
-        """The slow half of the plausibility check: raise BadResponse for a value the fast comparison
-        refused, or return it when it may pass after all (non-finite with ``finite=False``)."""
-        if not math.isfinite(value):
-            if finite:
-                raise BadResponse(self.name, self.address,
-                                  f"implausible {spec.name} @ {spec.table}[{spec.address}] = {value}")
-            return value
-        if not spec.plausible(value):
-            lo, hi = spec.range or (-math.inf, math.inf)
-            raise BadResponse(self.name, self.address,
-                              f"implausible {spec.name} @ {spec.table}[{spec.address}] = {value:.6g} "
-                              f"{spec.unit} (plausible {lo:g}..{hi:g} {spec.unit})")
-        return value
+        return checked_value(self.name, self.address, spec, value, finite)
 
     async def write(self, spec: RegisterSpec, value: float, limits: Sequence[str] = ()) -> None:
         """Write one mapped value (SI units) to a holding register. ``limits`` names the checks the driver
@@ -558,6 +546,22 @@ class ModbusTransport:
             return None
 
         await self._execute(what, fc, call, check)
+
+
+def checked_value(device: str, address: str, spec: RegisterSpec, value: float, finite: bool = True) -> float:
+    """A read value decoded from ``spec``'s registers, checked: BadResponse for NaN/inf (when ``finite``) and
+    for a value outside the register's plausibility ``range``; the same for every backend."""
+    if not math.isfinite(value):
+        if finite:
+            raise BadResponse(device, address,
+                              f"implausible {spec.name} @ {spec.table}[{spec.address}] = {value}")
+        return value
+    if not spec.plausible(value):
+        lo, hi = spec.range or (-math.inf, math.inf)
+        raise BadResponse(device, address,
+                          f"implausible {spec.name} @ {spec.table}[{spec.address}] = {value:.6g} "
+                          f"{spec.unit} (plausible {lo:g}..{hi:g} {spec.unit})")
+    return value
 
 
 def words_to_write(device: str, spec: RegisterSpec, value: float) -> list[int]:
