@@ -23,13 +23,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from drivers.modbus_transport import ModbusSettings, ModbusTransport
-from drivers.registers import RegisterSpec
 from drivers.scpi_link import ScpiLink
-from drivers.serial_transport import SerialLine, SerialSettings
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: the protocol stacks load with the transports that use them
     import numpy as np
+
+    from drivers.modbus_transport import ModbusSettings
+    from drivers.registers import RegisterSpec
+    from drivers.serial_transport import SerialSettings
 
 
 class ModbusLink(Protocol):
@@ -37,9 +38,11 @@ class ModbusLink(Protocol):
 
     name: str
     address: str
-    protocol: str
     n_late: int
     n_mismatched: int
+
+    @property
+    def protocol(self) -> str: ...
 
     @property
     def connected(self) -> bool: ...
@@ -138,9 +141,13 @@ class Backends:
     kind = "protocol"
 
     def modbus(self, name: str, settings: ModbusSettings) -> ModbusLink:
+        from drivers.modbus_transport import ModbusTransport  # lazy: pymodbus, for a Modbus device only
+
         return ModbusTransport(name, settings)
 
     def serial(self, name: str, settings: SerialSettings) -> SerialLink:
+        from drivers.serial_transport import SerialLine  # lazy: pyserial, for a serial line only
+
         return SerialLine(name, settings)
 
     def scpi(self, name: str, host: str, port: int, timeout: float) -> Scpi:

@@ -81,13 +81,13 @@ class RecordingBackends(Backends):
         self.hold, self.inner = hold, inner
 
     def modbus(self, name: str, settings: ModbusSettings) -> ModbusLink:
-        return RecordingModbus(self.inner.modbus(name, settings), self.hold)  # type: ignore[return-value]
+        return RecordingModbus(self.inner.modbus(name, settings), self.hold)
 
     def serial(self, name: str, settings: SerialSettings) -> SerialLink:
         return self.inner.serial(name, settings)  # a line sensor is only queried: nothing to hold
 
     def scpi(self, name: str, host: str, port: int, timeout: float) -> Scpi:
-        return RecordingScpi(self.inner.scpi(name, host, port, timeout), self.hold)  # type: ignore[return-value]
+        return RecordingScpi(self.inner.scpi(name, host, port, timeout), self.hold)
 
     def drive(self, name: str, url: str, drive: OpcUaDrive) -> DriveCalls:
         return RecordingDriveCalls(self.inner.drive(name, url, drive), self.hold, name, url)

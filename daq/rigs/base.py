@@ -68,7 +68,6 @@ import msgspec
 from daq.config.load import ConfigError, parse
 from daq.config.schema import RigConfig
 from daq.store.errors import StoreError
-from drivers.backends import Backends  # the device backend seam: where a driver's requests go
 from drivers.safe_state import SafeAction  # the typed contract of a safe action (steps with budgets)
 
 if TYPE_CHECKING:  # annotations only: the registry imports this module and stays light (no zmq, sqlite)
@@ -77,6 +76,7 @@ if TYPE_CHECKING:  # annotations only: the registry imports this module and stay
     from daq.bus.frames import Frame
     from daq.bus.pubsub import BusPublisher, BusSubscriber
     from daq.store.reads import SessionReads
+    from drivers.backends import Backends  # the device backend seam: where a driver's requests go
 
 RawConfig = dict[str, Any]            #: a config as read from TOML, before the schema check
 DeviceTables = Any                    #: the typed ``[devices]`` table a run connects to
