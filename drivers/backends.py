@@ -100,10 +100,17 @@ class Scpi(Protocol):
 
 
 class DriveCalls(Protocol):
-    """What a servo drive writes: its methods (trajectory upload, enable, start, stop, ...) and its heartbeat.
-    ``value``/``limits``: the call's argument in SI and the checks it passed (for a recording backend)."""
+    """A servo drive's session: open and drop it, read nodes (by the driver's keys: "state", ...), call
+    methods (trajectory upload, enable, start, stop, ...) and write the heartbeat. ``value``/``limits``: a
+    call's argument in SI and the checks it passed (for a recording backend)."""
 
     holds_writes: bool  # True: the calls are held, not made (the drive does not act on them)
+
+    async def open(self) -> None: ...
+
+    async def drop(self) -> None: ...
+
+    async def read(self, keys: tuple[str, ...], retry: bool = True) -> list: ...
 
     async def call(self, key: str, args: tuple[Any, ...], retry: bool = False, value: Any = None,
                    limits: tuple[str, ...] = ()) -> list: ...
@@ -112,7 +119,16 @@ class DriveCalls(Protocol):
 
 
 class OpcUaDrive(Protocol):
-    """The part of :class:`drivers.servo_drive.ServoDrive` its real OPC UA backend calls."""
+    """The part of :class:`drivers.servo_drive.ServoDrive` its backends use: its node names, and the OPC UA
+    session its real backend works on."""
+
+    nodes: dict[str, str]
+
+    async def open_session(self) -> None: ...
+
+    async def drop_session(self) -> None: ...
+
+    async def read_nodes(self, keys: tuple[str, ...], retry: bool = True) -> list: ...
 
     async def call_method(self, key: str, args: tuple[Any, ...], retry: bool) -> list: ...
 
@@ -126,6 +142,15 @@ class OpcUaCalls:
 
     def __init__(self, drive: OpcUaDrive) -> None:
         self.drive = drive
+
+    async def open(self) -> None:
+        await self.drive.open_session()
+
+    async def drop(self) -> None:
+        await self.drive.drop_session()
+
+    async def read(self, keys: tuple[str, ...], retry: bool = True) -> list:
+        return await self.drive.read_nodes(keys, retry)
 
     async def call(self, key: str, args: tuple[Any, ...], retry: bool = False, value: Any = None,
                    limits: tuple[str, ...] = ()) -> list:

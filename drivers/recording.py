@@ -52,13 +52,15 @@ class RecordingScpi(_Passing):
                              else _value(arg.strip()))
 
 
-class RecordingDriveCalls:
-    """A servo drive's method calls held (but its read-only ones), its heartbeat counted."""
+class RecordingDriveCalls(_Passing):
+    """A servo drive's method calls held (but its read-only ones), its heartbeat counted; its session
+    opened and read as ever."""
 
     holds_writes = True
 
     def __init__(self, inner: DriveCalls, hold: OutputHold, name: str, url: str) -> None:
-        self.inner, self.hold, self.name, self.url = inner, hold, name, url
+        super().__init__(inner, hold)
+        self.name, self.url = name, url
 
     async def call(self, key: str, args: tuple[Any, ...], retry: bool = False, value: Any = None,
                    limits: tuple[str, ...] = ()) -> list:

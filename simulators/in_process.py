@@ -10,8 +10,7 @@ actions - so a plan or a run lifecycle tested on these backends goes through the
 the wire; only the protocol round trip is left out. The end-to-end tests over the real protocols on
 loopback stay for the protocols themselves (stale RTU replies, swapped registers, stalls, reconnects).
 
-A device the simulator has no in-process face for (the servo drive behind OPC UA) gets the real transport
-of ``fallback``.
+A device the simulator has no in-process face for gets the real transport of ``fallback``.
 """
 
 from __future__ import annotations
@@ -189,6 +188,49 @@ class InProcessScpi:
         return data
 
 
+#: the simulated drive's methods by their node name (what :class:`simulators.crane_drive.CraneDrive` serves)
+DRIVE_METHODS = {"LoadTrajectory": "_m_load", "Start": "_m_start", "Stop": "_m_stop", "Enable": "_m_enable",
+                 "Disable": "_m_disable", "ClearFault": "_m_clear", "ReadTrace": "_m_trace"}
+
+
+class InProcessDrive:
+    """The simulated servo drive's state and methods, reached without an OPC UA session: reads of its
+    variables, calls of its methods (counted and hung by its fault injection as on the wire), the
+    heartbeat written into its variable (its watchdog reads it there)."""
+
+    holds_writes = False
+
+    def __init__(self, name: str, rig: Any, nodes: Mapping[str, str]) -> None:
+        self.name, self.rig, self.nodes = name, rig, nodes
+        self.drive = rig.drive
+        self.address = f"in-process:{name}"
+
+    def _var(self, key: str) -> str:
+        """The simulated drive's name of node ``key`` ("Axis1.State" -> "State")."""
+        return self.nodes[key].split(".", 1)[-1]
+
+    async def open(self) -> None:
+        if not self.rig.endpoints:  # not started, or stopped
+            raise DeviceUnreachable(self.name, self.address, "the simulated drive is not running")
+
+    async def drop(self) -> None:
+        return None
+
+    async def read(self, keys: tuple[str, ...], retry: bool = True) -> list:
+        await asyncio.sleep(0)  # a read is a suspension point on the wire too
+        return [self.drive._values[self._var(k)] for k in keys]
+
+    async def call(self, key: str, args: tuple[Any, ...], retry: bool = False, value: Any = None,
+                   limits: tuple[str, ...] = ()) -> list:
+        method = self._var(key)
+        func = self.drive.faults.wrap(method, getattr(self.drive, DRIVE_METHODS[method]))
+        out = await func(None, *args)
+        return [v.Value if hasattr(v, "Value") else v for v in out]  # the result code first, as on the wire
+
+    async def beat(self, count: int) -> None:
+        await self.drive._set(Heartbeat=count)
+
+
 class InProcessBackends(Backends):
     """The backends of a started simulated rig's devices (``devices``: driver name -> simulated device,
     :func:`devices_of` finds them); a device it does not hold goes to ``fallback``'s transport."""
@@ -217,7 +259,10 @@ class InProcessBackends(Backends):
         return InProcessScpi(name, device, timeout)
 
     def drive(self, name: str, url: str, drive: OpcUaDrive) -> DriveCalls:
-        return self.fallback.drive(name, url, drive)  # the drive is served over OPC UA only
+        rig = self.devices.get("drive")
+        if rig is None:
+            return self.fallback.drive(name, url, drive)
+        return InProcessDrive(name, rig, drive.nodes)
 
 
 def devices_of(sim: Any) -> dict[str, Any]:
@@ -227,6 +272,8 @@ def devices_of(sim: Any) -> dict[str, Any]:
         return dict(sim.devices)
     if hasattr(sim, "answer"):        # simulators.machine_tool_sim.MachineToolFrontEndSim
         return {"frontend": sim}
+    if hasattr(sim, "drive"):         # simulators.crane_rig.CraneRig (crane, oscillator, pendulum)
+        return {"drive": sim}
     return {}
 
 

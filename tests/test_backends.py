@@ -27,7 +27,7 @@ from drivers.recording import RecordingBackends
 from drivers.scpi_link import ScpiLink
 from drivers.serial_transport import SerialLine
 from drivers.servo_drive import ServoDrive
-from simulators.in_process import InProcessModbus, InProcessScpi, InProcessSerial, in_process
+from simulators.in_process import InProcessDrive, InProcessModbus, InProcessScpi, InProcessSerial, in_process
 from simulators.physics.press import SENSOR_NAMES
 from tests.polling import wait_until
 
@@ -215,5 +215,29 @@ async def test_the_machine_tool_plan_runs_to_its_safe_end_in_process(tmp_path):
         assert isinstance(seen["ctx"].devices.frontend.link, InProcessScpi)
         assert sim.n_writes > 0 and sim.dev.output is False  # it measured, then the output went off
         assert not sim._clients  # no connection was ever opened to the TCP server
+    finally:
+        await sim.stop()
+
+
+async def test_a_drive_plan_runs_to_its_safe_end_in_process(tmp_path):
+    """The oscillator's plan through the servo-drive driver on the simulated drive's own methods and
+    variables: trajectory uploaded and run, the trace read back, the drive disabled at the end."""
+    def short(raw: dict) -> None:
+        raw["plan"].update(design="sine")
+        raw["simulator"]["drive"].update(time_scale=10.0)
+
+    rig, cfg = _config("oscillator-sim", short)
+    sim = rig.simulator(cfg)
+    await sim.start()
+    try:
+        seen = {}
+        result = await run(cfg, tmp_path / "s.sqlite", simulated_rig=sim, show_progress=False,
+                           handle_sigint=False, backends=in_process(sim),
+                           on_context=lambda ctx: seen.setdefault("ctx", ctx))
+        assert result.status == "complete" and result.safe, result.reason
+        assert isinstance(seen["ctx"].devices.drive.calls, InProcessDrive)
+        calls = sim.drive.faults.calls
+        assert calls["LoadTrajectory"] >= 1 and calls["Start"] >= 1 and calls["ReadTrace"] >= 1
+        assert sim.drive.enabled is False and sim.drive.state in ("Done", "Stopped")
     finally:
         await sim.stop()
