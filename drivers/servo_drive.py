@@ -168,7 +168,7 @@ class ServoDrive:
         if url is not None:
             self.cfg = msgspec.structs.replace(self.cfg, url=url)
         self.nodes = {**NODE_DEFAULTS, **self.cfg.nodes}
-        # where the drive's requests go (session, reads, method calls, heartbeat): OPC UA unless told otherwise
+        # where the drive's requests go (session, reads, method calls, heartbeat): OPC UA by default
         self.calls = (backends or REAL).drive(self.cfg.name, self.cfg.url, self)
         self._client: Client | None = None
         self._ns: int | None = None
