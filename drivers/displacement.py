@@ -1,7 +1,8 @@
 """Displacement sensor drivers with one interface: ``read() -> float`` (m) and ``read_many(n)``.
 
-Two back ends: a Modbus register (RTU via a serial gateway, or TCP) and an ASCII query/response serial
-line. ``open_sensor(name, cfg)`` picks the back end from ``cfg["protocol"]``.
+Two kinds: a Modbus register (RTU via a serial gateway, or TCP) and an ASCII query/response serial line.
+``open_sensor(name, cfg)`` picks the kind from ``cfg["protocol"]``; the requests go to the backend of that
+kind (:mod:`drivers.backends`: the protocol by default).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import msgspec
 import numpy as np
 from msgspec import Meta
 
+from drivers.backends import REAL, Backends
 from drivers.errors import BadResponse, DeviceRefused
 from drivers.modbus_identity import check_identity
-from drivers.modbus_transport import ModbusSettings, ModbusTransport
+from drivers.modbus_transport import ModbusSettings
 from drivers.registers import Register, RegisterMap, overlapping
-from drivers.serial_transport import SerialLine, SerialSettings
+from drivers.serial_transport import SerialSettings
 from drivers.settings import InvalidSetting, NonEmpty, settings_from
 
 # Units a serial sensor may answer in, to metres.
@@ -138,10 +140,11 @@ class DisplacementSensor:
 class ModbusDisplacementSensor(DisplacementSensor):
     """A displacement value in one mapped register (``registers.displacement``)."""
 
-    def __init__(self, name: str, settings: SensorSettings | Mapping[str, Any]) -> None:
+    def __init__(self, name: str, settings: SensorSettings | Mapping[str, Any],
+                 backends: Backends | None = None) -> None:
         super().__init__(name, settings)
         self.regs = RegisterMap.from_config(self.settings.registers or {}, ("displacement",))
-        self.transport = ModbusTransport(name, self.settings)
+        self.transport = (backends or REAL).modbus(name, self.settings)
         self.protocol = self.transport.protocol
         self._spec = self.regs["displacement"]
         self._lo, self._hi = self.range
@@ -175,9 +178,10 @@ class SerialDisplacementSensor(DisplacementSensor):
 
     protocol = "serial"
 
-    def __init__(self, name: str, settings: SensorSettings | Mapping[str, Any]) -> None:
+    def __init__(self, name: str, settings: SensorSettings | Mapping[str, Any],
+                 backends: Backends | None = None) -> None:
         super().__init__(name, settings)
-        self.line = SerialLine(name, self.settings.serial())
+        self.line = (backends or REAL).serial(name, self.settings.serial())
         self.query_cmd = self.settings.query
         self.id_cmd = self.settings.id_query
 
@@ -211,9 +215,11 @@ class SerialDisplacementSensor(DisplacementSensor):
         return float(m.group(1)) * UNIT_TO_M[m.group(2)]
 
 
-def open_sensor(name: str, settings: SensorSettings | Mapping[str, Any]) -> DisplacementSensor:
-    """Sensor driver for a ``[devices.sensors.<name>]`` table (not yet connected)."""
+def open_sensor(name: str, settings: SensorSettings | Mapping[str, Any],
+                backends: Backends | None = None) -> DisplacementSensor:
+    """Sensor driver for a ``[devices.sensors.<name>]`` table (not yet connected); ``backends``: where its
+    requests go (:mod:`drivers.backends`; default its protocol)."""
     cfg = settings_from(settings, SensorSettings)
     if cfg.protocol == "serial":
-        return SerialDisplacementSensor(name, cfg)
-    return ModbusDisplacementSensor(name, cfg)
+        return SerialDisplacementSensor(name, cfg, backends)
+    return ModbusDisplacementSensor(name, cfg, backends)

@@ -17,9 +17,10 @@ from typing import Annotated, Any
 
 from msgspec import Meta
 
+from drivers.backends import REAL, Backends
 from drivers.errors import DeviceFault, LimitError
 from drivers.modbus_identity import check_identity
-from drivers.modbus_transport import ModbusSettings, ModbusTransport
+from drivers.modbus_transport import ModbusSettings
 from drivers.registers import Register, RegisterMap, overlapping
 from drivers.safe_state import SafeAction, SafeStep
 from drivers.settings import Interval, InvalidSetting, settings_from
@@ -96,12 +97,14 @@ class ForceSourceStatus:
 class ForceSource:
     """Pneumatic force source on Modbus TCP (or RTU).
 
-    Settings: :class:`ForceSourceSettings` (a plain mapping is converted and checked by it). Read registers
+    Settings: :class:`ForceSourceSettings` (a plain mapping is converted and checked by it); ``backends``:
+    where the requests go (:mod:`drivers.backends`; default the Modbus protocol). Read registers
     without a ``range`` get a default:
     force [-0.5, 1.5] x f_max, pressure [0, 1e7] Pa, setpoint read-back [min(0, f_min), f_max].
     """
 
-    def __init__(self, settings: ForceSourceSettings | Mapping[str, Any], name: str = "force_source") -> None:
+    def __init__(self, settings: ForceSourceSettings | Mapping[str, Any], name: str = "force_source",
+                 backends: Backends | None = None) -> None:
         self.name = name
         self.settings = cfg = settings_from(settings, ForceSourceSettings)
         self.regs = RegisterMap.from_config(cfg.registers, REQUIRED_REGISTERS)
@@ -112,7 +115,7 @@ class ForceSource:
             if self.regs[reg].range is None:
                 self.regs[reg] = dataclasses.replace(self.regs[reg], range=span)
         self.model = cfg.model
-        self.transport = ModbusTransport(name, cfg)
+        self.transport = (backends or REAL).modbus(name, cfg)  # the Modbus backend (drivers/backends.py)
         self._beat = 0
 
     @property

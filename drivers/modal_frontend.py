@@ -1,22 +1,20 @@
-"""Driver of a modal-test front end over SCPI on raw TCP (the machine-tool rig's one device).
+"""Driver of a modal-test front end over SCPI (the machine-tool rig's one device).
 
-Text commands one per line, queries answered with one line or an IEEE 488.2 definite-length block
-(``#<n><length><float64 little-endian bytes>``). Every setting is read back from the error queue
-(``SYST:ERR?``) so a refused command is an error here, not a silent no-op. Values are SI.
+The instrument's functions in SI units; the requests go to a SCPI backend (:mod:`drivers.backends`): by
+default SCPI on raw TCP (:mod:`drivers.scpi_link`: every setting confirmed through the error queue, so a
+refused command is an error here, not a silent no-op).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import numpy as np
 from msgspec import Meta
 
-from drivers.errors import BadResponse, DeviceConnectionError, DeviceRefused, DeviceTimeout, DeviceUnreachable
-from drivers.outputs import held
+from drivers.backends import REAL, Backends
+from drivers.errors import BadResponse
 from drivers.safe_state import SafeAction, SafeStep
 from drivers.settings import NonEmpty, Port, Settings, Timeout, settings_from
 
@@ -31,139 +29,46 @@ class FrontEndSettings(Settings, kw_only=True):
     measure_timeout: Timeout = 120.0                       # s one measurement may take
 
 
-def _value(arg: str) -> float | str | None:
-    """A command's argument as it is logged: a number where it is one (SI), else the word."""
-    try:
-        return float(arg)
-    except ValueError:
-        return arg or None
-
-
 class ModalFrontEnd:
-    def __init__(self, settings: FrontEndSettings | Mapping[str, Any], name: str = "frontend"):
+    """The front end's functions in SI (axis moves, source and acquisition settings, measurements, the safe
+    action) over a SCPI backend (:mod:`drivers.backends`; the real one is SCPI over TCP)."""
+
+    def __init__(self, settings: FrontEndSettings | Mapping[str, Any], name: str = "frontend",
+                 backends: Backends | None = None):
         self.name = name
         self.settings = cfg = settings_from(settings, FrontEndSettings)
         self.host, self.port = cfg.host, cfg.port
         self.timeout, self.measure_timeout = cfg.timeout, cfg.measure_timeout
-        self.address = f"{self.host}:{self.port}"
-        self._r: asyncio.StreamReader | None = None
-        self._w: asyncio.StreamWriter | None = None
-        self._lock = asyncio.Lock()
-        self._opened = False  # connect() succeeded and close() was not called since
+        self.link = (backends or REAL).scpi(name, cfg.host, cfg.port, cfg.timeout)
+        self.address = self.link.address
 
     async def connect(self) -> None:
-        try:
-            self._r, self._w = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.timeout
-            )
-        except (OSError, TimeoutError) as exc:
-            raise DeviceUnreachable(self.name, self.address, f"cannot connect: {exc}") from None
-        self._opened = True
+        await self.link.connect()
         self.idn = await self.query("*IDN?")
 
     async def close(self) -> None:
-        self._opened = False
-        self._drop()
-
-    def _drop(self) -> None:
-        """Close the stream (the next request connects again if :meth:`connect` had opened it)."""
-        if self._w is not None:
-            self._w.close()
-            self._w = None
+        await self.link.close()
 
     @property
     def connected(self) -> bool:
-        return self._w is not None
-
-    async def _send(self, text: str) -> None:
-        if self._w is None and self._opened:  # dropped after a request without an answer: a fresh stream
-            try:
-                self._r, self._w = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), self.timeout)
-            except (OSError, TimeoutError) as exc:
-                raise DeviceUnreachable(self.name, self.address, f"cannot reconnect: {exc}") from None
-        if self._w is None:
-            raise DeviceConnectionError(self.name, self.address, "not connected")
-        try:
-            self._w.write((text + "\n").encode("ascii"))
-            await self._w.drain()
-        except (ConnectionError, OSError) as exc:
-            raise DeviceConnectionError(self.name, self.address, f"connection lost: {exc}") from None
-
-    async def _line(self, timeout: float) -> bytes:
-        assert self._r is not None  # set with _w, which _send found connected
-        try:
-            line = await asyncio.wait_for(self._r.readline(), timeout)
-        except TimeoutError:
-            raise DeviceTimeout(self.name, self.address, f"no answer within {timeout:g} s") from None
-        if not line:
-            raise DeviceConnectionError(self.name, self.address, "connection closed by the device")
-        if line.startswith(b"ERR "):
-            raise DeviceRefused(self.name, self.address, line[4:].decode(errors="replace").strip())
-        return line
-
-    @contextlib.asynccontextmanager
-    async def _exchange(self) -> AsyncIterator[None]:
-        """One request and its answer, alone on the stream. A request that ends without its answer (a timeout,
-        or cut by a caller) drops the stream: a late answer must never be taken as the next request's."""
-        async with self._lock:
-            try:
-                yield
-            except (DeviceTimeout, asyncio.CancelledError):
-                self._drop()
-                raise
+        return self.link.connected
 
     async def query(self, text: str, timeout: float | None = None) -> str:
-        async with self._exchange():
-            await self._send(text)
-            return (await self._line(timeout or self.timeout)).decode("ascii", "replace").strip()
+        return await self.link.query(text, timeout)
 
-    async def write(self, text: str, timeout: float | None = None) -> None:
-        """A command, confirmed through the error queue; in a dry run (:mod:`drivers.outputs`) logged instead
-        of sent."""
-        hold = held()
-        if hold is not None:
-            head, _, arg = text.partition(" ")
-            await hold.hold(self.name, self.address, head, _value(arg.strip()))
-            return
-        async with self._exchange():
-            await self._send(text)
-            await self._send("SYST:ERR?")
-            answer = (await self._line(timeout or self.timeout)).decode("ascii", "replace").strip()
-        if not answer.startswith("0,"):
-            raise DeviceRefused(self.name, self.address, f"{text!r} refused: {answer}")
+    async def write(self, text: str, timeout: float | None = None, value: object = None) -> None:
+        """A command, confirmed through the error queue (``value``: its argument in SI, as a recording
+        backend logs it)."""
+        await self.link.command(text, value, timeout)
 
     async def query_block(self, text: str) -> np.ndarray:
-        async with self._exchange():
-            await self._send(text)
-            assert self._r is not None  # set with _w, which _send found connected
-            try:
-                head = await asyncio.wait_for(self._r.readexactly(2), self.timeout)
-                if head == b"ER":
-                    rest = await self._r.readline()
-                    raise DeviceRefused(
-                        self.name, self.address, (head + rest).decode(errors="replace")[4:].strip()
-                    )
-                if head[:1] != b"#" or not head[1:].isdigit():
-                    raise BadResponse(self.name, self.address, f"not a definite-length block: {head!r}")
-                n = int(await self._r.readexactly(int(head[1:])))
-                payload = await asyncio.wait_for(self._r.readexactly(n + 1), self.timeout)
-            except asyncio.IncompleteReadError:
-                raise DeviceConnectionError(self.name, self.address, "connection closed mid-block") from None
-            except TimeoutError:
-                raise DeviceTimeout(
-                    self.name, self.address, f"block not complete within {self.timeout:g} s"
-                ) from None
-        data = np.frombuffer(payload[:-1], dtype="<f8")
-        if not np.all(np.isfinite(data)):
-            raise BadResponse(self.name, self.address, f"{text}: non-finite samples")
-        return data
+        return await self.link.query_block(text)
 
     # -- the instrument's functions, in SI ----------------------------------------------------------------
     async def move_to(self, position: float) -> float:
-        await self.write(f"AXIS:POS {position:.9g}", timeout=self.measure_timeout)
+        await self.write(f"AXIS:POS {position:.9g}", timeout=self.measure_timeout, value=position)
         actual = float(await self.query("AXIS:POS?"))
-        if abs(actual - position) > 1e-6 and held() is None:  # a dry run: the axis stays where it is
+        if abs(actual - position) > 1e-6 and not self.link.holds_writes:  # held: the axis stays where it is
             raise BadResponse(self.name, self.address, f"axis at {actual} m, commanded {position} m")
         return actual
 
@@ -209,7 +114,7 @@ class ModalFrontEnd:
         finally:
             await self.write("OUTP OFF")
         labels = (await self.query("SENS:CHAN?")).split(",")
-        if held() is not None:  # a dry run: no measurement was started, so there is none to fetch
+        if self.link.holds_writes:  # held: no measurement was started, so there is none to fetch
             return np.zeros(0), np.zeros((0, len(labels))), labels
         force = await self.query_block("FETC:FORC?")
         accel = await self.query_block("FETC:ACC?")
@@ -230,7 +135,7 @@ class ModalFrontEnd:
             SafeStep("output off", budget, lambda: self.write("OUTP OFF")),
             SafeStep("read-back", budget, lambda: self.query("OUTP?"), check=_output_still_on,
                      needs_link=True),
-        ), linked=lambda: self._opened)  # a dropped stream is opened again by the next request
+        ), linked=lambda: self.link.opened)  # a dropped stream is opened again by the next request
 
     async def safe_state(self) -> None:
         """Run :meth:`safe_action`: every step is tried; SafeStateError names each step that failed."""

@@ -8,9 +8,13 @@ error by itself - only a config that expects an identity from it refuses the dev
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from drivers.errors import DeviceRefused, DeviceTimeout
-from drivers.modbus_transport import IDENTITY_OBJECTS, ModbusTransport
+from drivers.modbus_transport import IDENTITY_OBJECTS
+
+if TYPE_CHECKING:  # annotations only
+    from drivers.backends import ModbusLink
 
 EXTENDED = 0x03  # stream access to every object from the one asked for (basic, regular and private)
 NO_IDENTITY = "no identity (device does not answer FC43)"
@@ -26,7 +30,7 @@ def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-async def read_identity(transport: ModbusTransport) -> dict[str, str] | None:
+async def read_identity(transport: ModbusLink) -> dict[str, str] | None:
     """Every identification object the device gives, by name (``vendor_name``, ``product_code``,
     ``revision``, ..., ``serial_number``); None when the device does not offer the function."""
     out: dict[str, str] = {}
@@ -58,7 +62,7 @@ def identity_mismatch(expect: Mapping[str, str], identity: Mapping[str, str] | N
             + " (wrong address or unit id, or [expect] not updated after a device swap)")
 
 
-async def check_identity(transport: ModbusTransport, expect: Mapping[str, str]) -> None:
+async def check_identity(transport: ModbusLink, expect: Mapping[str, str]) -> None:
     """Refuse (DeviceRefused) a device whose identification is not the expected one; nothing if no
     ``expect``."""
     if not expect:

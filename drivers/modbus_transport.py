@@ -55,7 +55,6 @@ from drivers.errors import (
     DeviceTimeout,
     DeviceUnreachable,
 )
-from drivers.outputs import held
 from drivers.registers import RegisterSpec
 from drivers.serial_urls import install as install_serial_urls
 from drivers.settings import Baud, InvalidSetting, NonEmpty, Port, Settings, Timeout, UnitId, settings_from
@@ -521,30 +520,12 @@ class ModbusTransport:
         return plan
 
     def _implausible(self, spec: RegisterSpec, value: float, finite: bool) -> float:
-        """The slow half of the plausibility check: raise BadResponse for a value the fast comparison
-        refused, or return it when it may pass after all (non-finite with ``finite=False``)."""
-        if not math.isfinite(value):
-            if finite:
-                raise BadResponse(self.name, self.address,
-                                  f"implausible {spec.name} @ {spec.table}[{spec.address}] = {value}")
-            return value
-        if not spec.plausible(value):
-            lo, hi = spec.range or (-math.inf, math.inf)
-            raise BadResponse(self.name, self.address,
-                              f"implausible {spec.name} @ {spec.table}[{spec.address}] = {value:.6g} "
-                              f"{spec.unit} (plausible {lo:g}..{hi:g} {spec.unit})")
-        return value
+        return checked_value(self.name, self.address, spec, value, finite)
 
     async def write(self, spec: RegisterSpec, value: float, limits: Sequence[str] = ()) -> None:
-        """Write one mapped value (SI units) to a holding register; in a dry run (:mod:`drivers.outputs`) the
-        write is logged with ``limits`` (the checks it passed) instead of sent."""
-        if spec.table != "holding":
-            raise ValueError(f"{self.name}: {spec.name} is in the {spec.table} table and cannot be written")
-        regs = spec.encode(value)
-        hold = held()
-        if hold is not None:
-            await hold.hold(self.name, self.address, spec.name, value, limits)
-            return
+        """Write one mapped value (SI units) to a holding register. ``limits`` names the checks the driver
+        made before it (a recording backend keeps them; the wire has no use for them)."""
+        regs = words_to_write(self.name, spec, value)
         what = f"write {spec.name}={value!r} @ holding[{spec.address}]"
         fc = 6 if len(regs) == 1 else 16
         device_id = self.device_id
@@ -565,6 +546,31 @@ class ModbusTransport:
             return None
 
         await self._execute(what, fc, call, check)
+
+
+def checked_value(device: str, address: str, spec: RegisterSpec, value: float, finite: bool = True) -> float:
+    """A read value decoded from ``spec``'s registers, checked: BadResponse for NaN/inf (when ``finite``) and
+    for a value outside the register's plausibility ``range``; the same for every backend."""
+    if not math.isfinite(value):
+        if finite:
+            raise BadResponse(device, address,
+                              f"implausible {spec.name} @ {spec.table}[{spec.address}] = {value}")
+        return value
+    if not spec.plausible(value):
+        lo, hi = spec.range or (-math.inf, math.inf)
+        raise BadResponse(device, address,
+                          f"implausible {spec.name} @ {spec.table}[{spec.address}] = {value:.6g} "
+                          f"{spec.unit} (plausible {lo:g}..{hi:g} {spec.unit})")
+    return value
+
+
+def words_to_write(device: str, spec: RegisterSpec, value: float) -> list[int]:
+    """The registers a write of ``value`` (SI) to ``spec`` sends: scale, type and word order applied by the
+    register's own codec. ValueError for a register that cannot be written or a value it cannot hold - the
+    same for every backend, so a dry run refuses what the wire would."""
+    if spec.table != "holding":
+        raise ValueError(f"{device}: {spec.name} is in the {spec.table} table and cannot be written")
+    return spec.encode(value)
 
 
 def _count_check(count: int) -> Callable[[Any], str | None]:

@@ -1,20 +1,15 @@
 """Held outputs: in a dry run (`hil run --dry-run`) every command a driver would send is logged here instead.
 
-Each driver has one place where a command leaves the process (``ModbusTransport.write``,
-``ServoDrive._method`` and its heartbeat, ``ModalFrontEnd.write``); that place asks :func:`held` and, while a
-hold is active, hands the command to it - after the driver's own limit checks, so a command that violates a
-limit is refused exactly as in a real run. Reads are never held: the devices are connected and read.
-
-The hold is a context variable: the run lifecycle sets it once around a dry run, and every task the run
-starts (plan, companions, heartbeats, the safe state) inherits it; nothing else in the process sees it.
+The drivers know nothing of a dry run: the run gives them recording backends (:mod:`drivers.recording`),
+which hand every write to one :class:`OutputHold` - after the driver's own limit checks, which sit above
+the backend, so a command that violates a limit is refused exactly as in a real run. Reads go through to
+the real transport: the devices are connected and read.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,21 +75,3 @@ class OutputHold:
             by_device[c.device] = by_device.get(c.device, 0) + 1
         return {"commands_held": len(self.commands), "by_device": by_device,
                 "keepalives_held": self.keepalives}
-
-
-_HOLD: ContextVar[OutputHold | None] = ContextVar("hil_output_hold", default=None)
-
-
-def held() -> OutputHold | None:
-    """The active hold (a dry run), or None: commands go out."""
-    return _HOLD.get()
-
-
-@contextlib.contextmanager
-def holding(hold: OutputHold | None) -> Iterator[OutputHold | None]:
-    """While inside (and in every task started inside), the drivers hold their commands in ``hold``."""
-    token = _HOLD.set(hold)
-    try:
-        yield hold
-    finally:
-        _HOLD.reset(token)

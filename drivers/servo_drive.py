@@ -28,8 +28,8 @@ from asyncua.crypto.truststore import TrustStore
 from asyncua.crypto.validator import CertificateValidator, CertificateValidatorOptions
 
 from drivers import errors
+from drivers.backends import REAL, Backends
 from drivers.cancellation import checked
-from drivers.outputs import held
 from drivers.safe_state import SafeAction, SafeStep
 from drivers.servo_settings import IDENTITY_KEYS, NODE_DEFAULTS, DriveSecurity, ServoDriveConfig
 from drivers.settings import settings_from
@@ -94,9 +94,6 @@ class DriveSafeStateError(DriveError, errors.SafeStateError):
         super().__init__(device, url, message)
         self.failures = tuple(failures)
 
-
-#: drive methods that only read (never held in a dry run)
-READ_METHODS = frozenset({"read_trace"})
 
 SESSION_TIMEOUT_MS = 600_000  # requested OPC UA session lifetime, kept alive by the client
 DROP_TIMEOUT = 2.0  # s at most for closing a session politely before its socket is simply closed
@@ -165,11 +162,14 @@ class LiveSubscription:
 class ServoDrive:
     """Async driver for one servo axis; use ``async with ServoDrive(cfg) as drive``."""
 
-    def __init__(self, config: ServoDriveConfig | Mapping[str, Any], url: str | None = None):
+    def __init__(self, config: ServoDriveConfig | Mapping[str, Any], url: str | None = None,
+                 backends: Backends | None = None):
         self.cfg = settings_from(config, ServoDriveConfig)
         if url is not None:
             self.cfg = msgspec.structs.replace(self.cfg, url=url)
         self.nodes = {**NODE_DEFAULTS, **self.cfg.nodes}
+        # where the drive's requests go (session, reads, method calls, heartbeat): OPC UA by default
+        self.calls = (backends or REAL).drive(self.cfg.name, self.cfg.url, self)
         self._client: Client | None = None
         self._ns: int | None = None
         self._hb_task: asyncio.Task | None = None
@@ -229,6 +229,16 @@ class ServoDrive:
                 raise self._err(DriveConnectionError, f"cannot connect: {exc!r}") from exc
 
     async def _connect_once(self) -> None:
+        await self.calls.open()
+        self._connected = True
+        tl = await self._read("torque_limit")
+        sl = await self._read("speed_limit")
+        self.drive_limits = {"torque_limit": float(tl), "speed_limit": float(sl)}
+        if self._beats:
+            self._hb_task = asyncio.create_task(self._heartbeat(), name=f"{self.name}-heartbeat")
+
+    async def open_session(self) -> None:
+        """Open the OPC UA session (the real backend's open): client, security, namespace."""
         client = Client(self.cfg.url, timeout=self.cfg.timeout)
         # ask for what servers commonly grant (10 min; asyncua asks for 1 h and warns when cut down)
         client.session_timeout = SESSION_TIMEOUT_MS
@@ -238,12 +248,6 @@ class ServoDrive:
             await self._secure(client, sec)
         await checked(client.connect())
         self._ns = await checked(client.get_namespace_index(self.cfg.namespace))
-        self._connected = True
-        tl = await self._read("torque_limit")
-        sl = await self._read("speed_limit")
-        self.drive_limits = {"torque_limit": float(tl), "speed_limit": float(sl)}
-        if self._beats:
-            self._hb_task = asyncio.create_task(self._heartbeat(), name=f"{self.name}-heartbeat")
 
     async def _secure(self, client: Client, sec: DriveSecurity) -> None:
         """Basic256Sha256 SignAndEncrypt with our certificate; the server's certificate pinned or trusted."""
@@ -309,6 +313,10 @@ class ServoDrive:
             self._hb_task.cancel()
             await asyncio.gather(self._hb_task, return_exceptions=True)
             self._hb_task = None
+        await self.calls.drop()
+
+    async def drop_session(self) -> None:
+        """Close the OPC UA session (the real backend's drop), politely if it answers in time."""
         client, self._client = self._client, None
         if client is not None:
             try:  # a session stuck behind a hung request answers no close either: do not wait long for it
@@ -336,16 +344,10 @@ class ServoDrive:
         await self.close()
 
     async def _heartbeat(self) -> None:
-        assert self._client is not None  # started by _connect_once after the client is set
-        node = self._client.get_node(self._node("heartbeat"))
         while True:
             self._hb_count = (self._hb_count + 1) % 2**32
-            hold = held()
             try:
-                if hold is not None:  # a dry run: the beat is counted, not written
-                    await hold.hold(self.name, self.url, "heartbeat", self._hb_count)
-                else:
-                    await checked(node.write_value(ua.Variant(self._hb_count, ua.VariantType.UInt32)))
+                await self.calls.beat(self._hb_count)
             except Exception as exc:  # noqa: BLE001 - a failed heartbeat marks the link lost
                 log.warning("%s: heartbeat failed: %r", self.name, exc)
                 self._connected = False
@@ -387,24 +389,44 @@ class ServoDrive:
         raise AssertionError("unreachable")
 
     async def _read(self, key: str, retry: bool = True) -> Any:
-        return await self._request(lambda c: c.get_node(self._node(key)).read_value(), retry=retry)
+        return (await self.calls.read((key,), retry))[0]
+
+    async def read_nodes(self, keys: tuple[str, ...], retry: bool = True) -> list:
+        """The values of the nodes ``keys`` on the session (the real backend's read)."""
+        if len(keys) == 1:
+            node = self._node(keys[0])
+            return [await self._request(lambda c: c.get_node(node).read_value(), retry=retry)]
+        ids = [self._node(k) for k in keys]
+
+        async def read(c: Client):
+            return await c.read_values([c.get_node(i) for i in ids])
+
+        return list(await self._request(read, retry=retry))
 
     async def _method(self, key: str, *args: ua.Variant, retry: bool = False, value: Any = None,
                       limits: tuple[str, ...] = ()) -> list:
-        """Call a method of the drive; in a dry run (:mod:`drivers.outputs`) every method but a read is
-        logged with ``value`` and ``limits`` (the checks it passed) instead of called."""
-        hold = held()
-        if hold is not None and key not in READ_METHODS:
-            await hold.hold(self.name, self.url, key, value, limits)
-            return [0, "held (dry run)"]
-        obj, meth = self._node("object"), self._node(key)
-        out = await self._request(lambda c: c.get_node(obj).call_method(meth, *args), retry=retry)
-        out = out if isinstance(out, list) else [out]
+        """Call a method of the drive through its backend; ``value`` and ``limits`` (the checks it passed)
+        are what a recording backend keeps of it. DriveRefused for a non-zero result code."""
+        out = await self.calls.call(key, args, retry, value, limits)
         code, message = int(out[0]), str(out[1])
         if code != 0:
             raise DriveRefused(self.name, self.url, f"{self.nodes[key]} refused: {message} (code {code})",
                                code)
         return out
+
+    async def write_heartbeat(self, count: int) -> None:
+        """Write the heartbeat counter on the session (the real backend's beat)."""
+        client = self._client
+        if client is None:
+            raise self._err(DriveConnectionError, "not connected")
+        node = client.get_node(self._node("heartbeat"))
+        await checked(node.write_value(ua.Variant(count, ua.VariantType.UInt32)))
+
+    async def call_method(self, key: str, args: tuple[Any, ...], retry: bool = False) -> list:
+        """One OPC UA method call (the real backend's call): its output arguments, the result code first."""
+        obj, meth = self._node("object"), self._node(key)
+        out = await self._request(lambda c: c.get_node(obj).call_method(meth, *args), retry=retry)
+        return out if isinstance(out, list) else [out]
 
     # ------------------------------------------------------------------ drive API
     def check_trajectory(self, dt: float, torque: np.ndarray) -> np.ndarray:
@@ -455,12 +477,7 @@ class ServoDrive:
     async def status(self) -> dict:
         """State, enabled flag, fault code, status text and live values."""
         keys = ("state", "enabled", "fault_code", "status", "actual_speed", "actual_torque")
-        ids = [self._node(k) for k in keys]
-
-        async def read(c: Client):
-            return await c.read_values([c.get_node(i) for i in ids])
-
-        values = await self._request(read, retry=True)
+        values = await self.calls.read(keys, True)
         return dict(zip(keys, values, strict=True))
 
     async def wait_done(self, timeout: float | None = None, poll: float = 0.05) -> dict:

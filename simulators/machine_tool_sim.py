@@ -197,11 +197,7 @@ class MachineToolFrontEndSim:
                 text = line.decode("ascii", "replace").strip()
                 if not text:
                     continue
-                try:
-                    reply = await self._command(text)
-                except ScpiError as exc:
-                    self.dev.errors.append((exc.code, str(exc)))
-                    reply = f'ERR {exc.code},"{exc}"\n'.encode() if text.endswith("?") else None
+                reply = await self.answer(text)
                 if reply is not None:
                     writer.write(reply)
                     await writer.drain()
@@ -211,6 +207,16 @@ class MachineToolFrontEndSim:
             self._clients.discard(writer)
             self._handlers.discard(task)
             writer.close()
+
+    async def answer(self, text: str) -> bytes | None:
+        """The bytes the front end sends back for one line (None: a command, answered by nothing); a refused
+        command goes to the error queue, a refused query is answered ``ERR code,"text"``. The TCP server
+        and the in-process backend (:mod:`simulators.in_process`) both answer through here."""
+        try:
+            return await self._command(text)
+        except ScpiError as exc:
+            self.dev.errors.append((exc.code, str(exc)))
+            return f'ERR {exc.code},"{exc}"\n'.encode() if text.endswith("?") else None
 
     async def _command(self, text: str) -> bytes | None:
         d = self.dev

@@ -138,6 +138,15 @@ def _block(regs: list[SimRegister]) -> list[SimData]:
     return [SimData(lo, count=hi - lo, values=0, datatype=DataType.REGISTERS)]
 
 
+def _image(regs) -> tuple[int, list[int]]:
+    """A zeroed register image covering ``regs``: (first address, words)."""
+    regs = list(regs)
+    if not regs:
+        return 0, [0]
+    lo = min(r.address for r in regs)
+    return lo, [0] * (max(r.address + r.count for r in regs) - lo)
+
+
 def put(regs: list[int], start: int, reg: SimRegister, value: float) -> None:
     """Write ``value`` into a pymodbus register list that starts at address ``start``."""
     i = reg.address - start
@@ -209,6 +218,9 @@ class ModbusSimServer:
         self.n_foreign = 0  # requests for other unit ids (not answered / refused)
         self.n_writes = 0  # write requests received, for any unit id (commissioning writes none)
         self.identity: Mapping[str, str] | None = None  # answered to FC43; None: the function is not offered
+        # the register image the in-process backend reads and writes (table -> (first address, words))
+        self._image = {table: _image(r for r in self.rmap.values() if r.table == table)
+                       for table in ("holding", "input")}
 
     @property
     def stall(self) -> float:
@@ -253,6 +265,35 @@ class ModbusSimServer:
         except Exception:  # the device must keep serving
             log.exception("%s: simulation error at address %d", self.name, address)
             return ExcCodes.DEVICE_FAILURE
+
+    async def access(self, table: str, address: int, count: int, values: list[int] | None = None
+                     ) -> list[int] | ExcCodes:
+        """One request without a socket (the in-process backend): read ``count`` words of ``table`` from
+        ``address``, or write ``values`` there, through the device's own action - its physics, checks,
+        counters and injected faults (a stall included) - on the register image of this server.
+        Returns the words read (the words written, for a write) or the Modbus exception code."""
+        start, image = self._image[table]
+        lo, hi = address - start, address - start + (count if values is None else len(values))
+        if lo < 0 or hi > len(image):
+            return ExcCodes.ILLEGAL_ADDRESS
+        fc = (4 if table == "input" else 3) if values is None else (6 if len(values) == 1 else 16)
+        regs = list(image)
+        code = await self._guarded_action(fc, start, address, count, regs, values)
+        if code is not None:
+            return code
+        if values is None:
+            image[:] = regs
+            return regs[lo:hi]
+        image[lo:hi] = [int(v) for v in values]
+        return list(values)
+
+    def identity_objects(self, read_code: int, object_id: int) -> dict[int, str] | None:
+        """What an FC43 request (``read_code``, from ``object_id``) is answered with; None: not offered."""
+        if self.identity is None:
+            return None
+        asked = {object_id}
+        return {oid: text for oid, text in identity_objects(self.identity).items()
+                if oid >= object_id and _answers(read_code, oid, asked)}
 
     def _identify(self, sending: bool, pdu: ModbusPDU) -> ModbusPDU:
         """Answer Read Device Identification with this device's own identity. pymodbus answers it from one

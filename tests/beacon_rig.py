@@ -59,7 +59,7 @@ class BeaconRig(Rig):
         self.lamp = Lamp()
         self.samples, self.channels, self.period = samples, channels, period
 
-    async def open_devices(self, cfg, tables):
+    async def open_devices(self, cfg, tables, backends=None):
         return self.lamp
 
     def progress_total(self, cfg) -> int:

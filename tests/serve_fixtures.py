@@ -62,7 +62,7 @@ class ServedBeacon(BeaconRig):
     def simulator(self, raw):
         return _NoDevices()
 
-    async def open_devices(self, cfg, tables):
+    async def open_devices(self, cfg, tables, backends=None):
         if cfg.plan.get("unreachable"):
             raise ConnectionRefusedError("lamp at 127.0.0.1:9 refused the connection")
         return self.lamp

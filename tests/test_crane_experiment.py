@@ -14,15 +14,19 @@ from daq.rigs.crane.rig import crane_arrays
 from daq.run.lifecycle import run
 from daq.store.read_write import SessionStore
 from simulators.crane_rig import CraneRig
+from simulators.in_process import in_process
 from tests.polling import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 async def run_crane(config, store_path, *, rig=None, on_session=None) -> str:
-    """One recorded crane run through the rig lifecycle; returns the session id."""
+    """One recorded crane run through the rig lifecycle; returns the session id. On the module's ``rig`` the
+    drive is reached in-process (plan and lifecycle tests); without one the run starts its own simulator and
+    talks OPC UA to it (the end-to-end run over the protocol)."""
+    backends = {"backends": in_process(rig)} if rig is not None else {}
     result = await run(config, store_path, simulated_rig=rig, show_progress=False, handle_sigint=False,
-                       on_session=on_session)
+                       on_session=on_session, **backends)
     return result.session_id
 
 

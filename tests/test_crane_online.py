@@ -19,11 +19,11 @@ from daq.config.load import ConfigError, parse
 from daq.rigs.config import load_config
 from daq.rigs.crane.online import ONLINE_STREAM, TOPICS, CraneOnlineIdentifier, settings_from_config
 from daq.rigs.crane.rig import CraneConfig, crane_arrays
-from daq.run.lifecycle import run
 from daq.run.replay import replay_session
 from daq.store.read_write import SessionStore
 from identification.analyses.crane_analysis import fit_runs
 from tests.fit_starts import CRANE_BOUNDS
+from tests.in_process_runs import run_in_process
 
 MODEL = "3m+visc+coul+dt"
 CONTRACT = ("model", "parameters", "values", "std", "rel_std", "covariance", "ellipse_semi_axes", "used",
@@ -47,7 +47,8 @@ def online_config() -> dict:
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
     store_path = tmp_path_factory.mktemp("crane-online") / "s.sqlite"
-    result = asyncio.run(run(online_config(), str(store_path), show_progress=False, handle_sigint=False))
+    result = asyncio.run(run_in_process(online_config(), str(store_path), show_progress=False,
+                                        handle_sigint=False))
     with SessionStore(store_path) as store:
         ests = [e.body for e in store.events(result.session_id) if e.stream == ONLINE_STREAM]
         runs = crane_arrays(store, result.session_id)

@@ -22,9 +22,12 @@ from daq.rigs import parse_config
 from daq.rigs.config import load_config
 from daq.run.lifecycle import run
 from daq.store.read_write import SessionStore
+from drivers.backends import OpcUaCalls
 from drivers.errors import HilError, LimitError
 from drivers.force_source import ForceSource
-from drivers.outputs import OutputHold, held, holding
+from drivers.modbus_transport import ModbusTransport
+from drivers.outputs import OutputHold
+from drivers.recording import RecordingBackends
 from drivers.servo_drive import ServoDrive
 from tests.held_devices import SENSORS, HeldDevices, press_template_on
 
@@ -165,18 +168,21 @@ async def test_a_signal_beyond_the_drive_limit_is_refused_in_a_dry_run_as_in_a_r
 async def test_the_drivers_check_limits_before_they_hold_a_command():
     """No device needed: a held command never reaches the transport, a refused one never reaches the hold."""
     press = load_config(CONFIGS / "press-sim.toml")["devices"]["force_source"]
-    source = ForceSource(press)
-    drive = ServoDrive(load_config(CONFIGS / "oscillator-sim.toml")["devices"]["drive"])
     hold = OutputHold()
-    with holding(hold):
-        await source.set_force(1000.0)
-        with pytest.raises(LimitError, match="outside"):
-            await source.set_force(source.f_max * 1.01)
-        await drive.load_trajectory(0.01, np.full(10, 0.5 * drive.cfg.torque_limit))
-        with pytest.raises(LimitError, match="exceeds the limit"):
-            await drive.load_trajectory(0.01, np.full(10, 1.01 * drive.cfg.torque_limit))
-        await source.heartbeat()
-    assert held() is None
+    recording = RecordingBackends(hold)  # over the real transports, which are never reached here
+    source = ForceSource(press, backends=recording)
+    drive_table = load_config(CONFIGS / "oscillator-sim.toml")["devices"]["drive"]
+    drive = ServoDrive(drive_table, backends=recording)
+    await source.set_force(1000.0)
+    with pytest.raises(LimitError, match="outside"):
+        await source.set_force(source.f_max * 1.01)
+    await drive.load_trajectory(0.01, np.full(10, 0.5 * drive.cfg.torque_limit))
+    with pytest.raises(LimitError, match="exceeds the limit"):
+        await drive.load_trajectory(0.01, np.full(10, 1.01 * drive.cfg.torque_limit))
+    await source.heartbeat()
+    # the hold is these drivers' alone: drivers built without backends talk their protocols
+    assert isinstance(ForceSource(press).transport, ModbusTransport)
+    assert isinstance(ServoDrive(drive_table).calls, OpcUaCalls)
     assert [(c.command, c.value) for c in hold.commands][0] == ("setpoint", 1000.0)
     assert hold.commands[0].limits == (f"force setpoint within [0, {source.f_max:g}] N",)
     assert hold.commands[1].command == "load_trajectory" and hold.commands[1].value["n"] == 10

@@ -1,4 +1,6 @@
-"""Faults injected into running press sessions (real Modbus/serial servers on loopback), one per test.
+"""Faults injected into running press sessions, one per test: the devices' faults (a frozen source, a killed
+sensor, an implausible reading) over the real Modbus/serial servers on loopback, the run's own (an operator
+stop, a stuck tap subscriber, a full store) with the devices reached in-process (tests/in_process_runs.py).
 
 For each: how the run ended (complete / aborted with a reason naming the cause), the recorded ``safe``
 flag against the devices' real end state read back from the simulator, and no committed frame lost
@@ -23,6 +25,7 @@ from daq.run.commands import CommandClient
 from daq.run.lifecycle import RunContext, run
 from daq.store.read_write import SessionStore
 from simulators.press_rig import PressRig
+from tests.in_process_runs import run_in_process
 from tests.polling import finished, wait_until
 
 BASE = load_config("configs/press-sim.toml")
@@ -67,10 +70,13 @@ def _check_store(store_path, result) -> dict:
     return {"status": info.status, "frames": len(seqs)}
 
 
-async def _run_with(rig_cfg, store_path, during, on_context=None):
+async def _run_with(rig_cfg, store_path, during, on_context=None, in_process: bool = False):
+    """A press run with ``during(rig)`` done once it measures; ``in_process``: the devices reached through the
+    in-process backends (a fault of the run lifecycle, not of a protocol)."""
     async with PressRig(rig_cfg) as rig:
-        task = asyncio.ensure_future(run(rig_cfg, store_path, show_progress=False, handle_sigint=False,
-                                         simulated_rig=rig, on_context=on_context))
+        runner = run_in_process if in_process else run
+        task = asyncio.ensure_future(runner(rig_cfg, store_path, show_progress=False, handle_sigint=False,
+                                            simulated_rig=rig, on_context=on_context))
         await _wait_measurements(store_path, 3)
         await during(rig)
         result = await finished(task, 120.0)
@@ -157,7 +163,7 @@ async def test_operator_stop_over_the_command_channel(tmp_path):
         finally:
             client.close()
 
-    result, enabled, setpoint = await _run_with(cfg, store_path, stop)
+    result, enabled, setpoint = await _run_with(cfg, store_path, stop, in_process=True)
     assert replies[0]["state"] == "running" and replies[1]["state"] == "stopping"
     assert result.status == "aborted" and "operator" in result.reason
     assert result.safe and not enabled and setpoint == 0.0
@@ -186,7 +192,8 @@ async def test_stuck_tap_subscriber_does_not_slow_the_recording(tmp_path):
         stuck.subscribe(b"")  # and never read a single message
 
     try:
-        result, enabled, setpoint = await _run_with(cfg, store_path, attach, on_context=seen.append)
+        result, enabled, setpoint = await _run_with(cfg, store_path, attach, on_context=seen.append,
+                                                    in_process=True)
     finally:
         stuck.close(linger=0)
     assert result.status == "complete", result.reason
@@ -221,7 +228,8 @@ async def test_store_full_mid_run_aborts_the_plan_safely_and_keeps_what_was_comm
         pages = db.execute("PRAGMA page_count").fetchone()[0]
         db.execute(f"PRAGMA max_page_count = {pages + 2}")
 
-    result, enabled, setpoint = await _run_with(cfg, store_path, fill_the_disk, on_context=seen.append)
+    result, enabled, setpoint = await _run_with(cfg, store_path, fill_the_disk, on_context=seen.append,
+                                                in_process=True)
     assert result.status == "aborted" and result.reason.startswith("disk full")
     assert result.safe and not enabled and setpoint == 0.0
     with SessionStore(store_path) as store:

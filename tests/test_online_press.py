@@ -18,10 +18,10 @@ from daq.bus.pubsub import BusPublisher, BusSubscriber
 from daq.rigs.config import load_config
 from daq.rigs.press.online import ONLINE_STREAM, PLAN_TOPIC, OnlineIdentifier, StopRule, verdict_options
 from daq.rigs.press.session import press_arrays
-from daq.run.lifecycle import run
 from daq.run.replay import replay_session
 from daq.store.read_write import SessionStore
 from identification.analyses.online_press import estimate_stiffness, model_verdict, verdict_settled
+from tests.in_process_runs import run_in_process
 
 N_SERIES = 5
 MIN_SERIES = 3
@@ -41,7 +41,8 @@ def online_config() -> dict:
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
     store_path = tmp_path_factory.mktemp("online") / "s.sqlite"
-    result = asyncio.run(run(online_config(), str(store_path), show_progress=False, handle_sigint=False))
+    result = asyncio.run(run_in_process(online_config(), str(store_path), show_progress=False,
+                                        handle_sigint=False))
     return result, store_path
 
 
@@ -247,7 +248,7 @@ def test_verdict_rule_stops_the_plan_and_is_recorded(tmp_path):
     cfg["online"].update(stop_rule="verdict", target_rel_std=1e-9, min_series=2, settle_series=1,
                          settle_needs_kept=False)
     store_path = tmp_path / "v.sqlite"
-    result = asyncio.run(run(cfg, str(store_path), show_progress=False, handle_sigint=False))
+    result = asyncio.run(run_in_process(cfg, str(store_path), show_progress=False, handle_sigint=False))
     assert result.status == "complete", result.reason
     assert result.summary["series"] == 2 and result.summary["setpoints"] == 2 * 7
     reason = result.summary["stop_reason"]

@@ -18,6 +18,7 @@ from daq.run.lifecycle import run
 from daq.store.read_write import SessionStore
 from drivers.force_source import ForceSource
 from simulators.press_rig import PressRig
+from tests.in_process_runs import run_in_process
 from tests.polling import finished, wait_until
 
 BASE = load_config("configs/press-sim.toml")
@@ -71,7 +72,7 @@ async def test_correction_reaches_tolerance_on_a_source_with_gain_error():
 async def test_short_plan_records_a_complete_session(tmp_path):
     cfg = short_config(n_series=3, n_steps_up=2)  # 3 series: the fewest the press analysis accepts
     store_path = tmp_path / "s.sqlite"
-    result = await run(cfg, str(store_path), show_progress=False, handle_sigint=False)
+    result = await run_in_process(cfg, str(store_path), show_progress=False, handle_sigint=False)
     assert result.status == "complete", result.reason
     assert result.summary["setpoints"] == 3 * 5
     with SessionStore(store_path) as store:
@@ -168,8 +169,8 @@ async def test_ctrl_c_once_finishes_the_step_twice_stops_now(tmp_path, presses):
     cfg = short_config(n_series=3, n_steps_up=3)
     store_path = tmp_path / "s.sqlite"
     async with PressRig(cfg) as rig:
-        task = asyncio.ensure_future(run(cfg, str(store_path), show_progress=False, handle_sigint=True,
-                                        simulated_rig=rig))
+        task = asyncio.ensure_future(run_in_process(cfg, str(store_path), show_progress=False,
+                                                   handle_sigint=True, simulated_rig=rig))
         await _wait_for_measurements(store_path, 3)
         # back to back, without yielding to the loop: the signals go to this (main) thread, so both are on the
         # loop's signal pipe before it runs again and are handled in one turn - the second finds the step

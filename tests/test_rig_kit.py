@@ -87,7 +87,7 @@ class ToyRig(Rig[ToyConfig, ToyDevices, np.ndarray, dict]):
     def simulator(self, raw: dict) -> ToySim:
         return ToySim(raw)
 
-    async def open_devices(self, cfg: ToyConfig, tables: dict) -> ToyDevices:
+    async def open_devices(self, cfg: ToyConfig, tables: dict, backends=None) -> ToyDevices:
         from drivers.force_source import ForceSource
 
         source = ForceSource(tables["source"], name="source")
@@ -202,7 +202,7 @@ def test_a_kind_says_what_it_offers():
     class Bare(Rig[ToyConfig, ToyDevices, None, None]):
         kind, summary, schema = "bare", "nothing but a plan", ToyConfig
 
-        async def open_devices(self, cfg, tables):
+        async def open_devices(self, cfg, tables, backends=None):
             raise AssertionError("never opened")
 
         async def plan(self, ctx) -> None:

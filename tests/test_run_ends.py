@@ -27,10 +27,11 @@ from daq.cli.main import main
 from daq.rigs.config import load_config
 from daq.run.announce import live_runs, runs_dir
 from daq.run.commands import CommandServer
-from daq.run.lifecycle import RunContext, run
+from daq.run.lifecycle import RunContext
 from daq.run.safety import OperatorStop
 from daq.store.read_write import SessionStore
 from simulators.press_rig import PressRig
+from tests.in_process_runs import run_in_process
 from tests.polling import finished, wait_until
 
 PRESS_SIM = Path("configs/press-sim.toml").read_text()
@@ -193,8 +194,9 @@ async def test_a_bus_stalled_abort_records_its_plan_outcome(tmp_path):
 
     try:
         async with PressRig(cfg) as rig:
-            task = asyncio.ensure_future(run(cfg, store_path, show_progress=False, handle_sigint=False,
-                                             simulated_rig=rig, on_context=seen.append))
+            task = asyncio.ensure_future(run_in_process(cfg, store_path, show_progress=False,
+                                                        handle_sigint=False, simulated_rig=rig,
+                                                        on_context=seen.append))
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 60
             while _measurements(store_path) < 1:

@@ -185,7 +185,7 @@ async def test_the_run_records_which_step_failed(tmp_path):
             await self.source.close()
 
     class SourceBeacon(BeaconRig):
-        async def open_devices(self, cfg, tables):
+        async def open_devices(self, cfg, tables, backends=None):
             source = ForceSource(fs_cfg(sim.port))
             await source.connect()
             await source.set_force(3000.0)

@@ -22,12 +22,12 @@ from daq.rigs import parse_config
 from daq.rigs.adjoint.design import lagged_mean
 from daq.rigs.adjoint.online import from_snapshot, topics
 from daq.rigs.config import load_config
-from daq.run.lifecycle import run
 from daq.run.replay import replay_session
 from daq.store.read_write import SessionStore
 from identification.analyses.adjoint_plants import design_problem, reference_inputs
 from identification.design.adjoint_design import simulate_output
 from identification.design.sequential_design import Record, fit_runs, stop_reason
+from tests.in_process_runs import run_in_process
 
 KIND = "oscillator"
 TARGET = 2.5e-5
@@ -49,7 +49,9 @@ def sequential_config(tmp_path, **sequential) -> dict:
 
 
 def _run(cfg: dict, store_path):
-    return asyncio.run(run(cfg, str(store_path), show_progress=False, handle_sigint=False))
+    """A run of ``cfg`` with the simulated drive reached in-process (a plan test: the drive's OPC UA
+    end-to-end runs are tests/test_crane_drive.py's and tests/test_dry_run.py's)."""
+    return asyncio.run(run_in_process(cfg, str(store_path), show_progress=False, handle_sigint=False))
 
 
 @pytest.fixture(scope="module")

@@ -16,18 +16,19 @@ from daq.cli.main import main
 from daq.rigs.analysis import analyze_session
 from daq.rigs.machine_tool.rig import mt_arrays
 from daq.rigs.machine_tool.uff import Mapping, UffError, load_mapping, model_labels, read_file
-from daq.run.lifecycle import run
 from daq.store.read_write import SessionStore
+from tests.in_process_runs import run_in_process
 from tests.test_machine_tool_rig import small_config
 from tests.test_rig_kit import _to_toml
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    """A small simulated modal test (2 positions x 2 inputs) and its config file."""
+    """A small simulated modal test (2 positions x 2 inputs; the front end reached in-process: the SCPI
+    end-to-end run is tests/test_machine_tool_rig.py's) and its config file."""
     folder = tmp_path_factory.mktemp("uff")
     store = folder / "s.sqlite"
-    result = asyncio.run(run(small_config(), store, show_progress=False, handle_sigint=False))
+    result = asyncio.run(run_in_process(small_config(), store, show_progress=False, handle_sigint=False))
     assert result.status == "complete", result.reason
     cfg = folder / "mt.toml"
     cfg.write_text(_to_toml(small_config()))

@@ -24,6 +24,7 @@ import numpy as np
 
 from daq.commission.causes import likely_cause, looks_like_http, slow_reads
 from daq.commission.plausible import decode_all, inside, likely_mistake, scatter_note
+from drivers.backends import Backends
 from drivers.displacement import SensorSettings, open_sensor
 from drivers.errors import BadResponse, HilError
 from drivers.force_source import ForceSource, ForceSourceSettings
@@ -91,8 +92,10 @@ async def _timed(n: int, read: Callable[[], Awaitable[Any]]) -> tuple[list[Any],
     return out, lat
 
 
-async def _force_source(name: str, s: ForceSourceSettings, reads: int, rep: DeviceReport) -> None:
-    dev = ForceSource(s, name=name)  # built for its register map with the driver's default ranges
+async def _force_source(name: str, s: ForceSourceSettings, reads: int, rep: DeviceReport,
+                        backends: Backends | None = None) -> None:
+    # built for its register map with the driver's default ranges
+    dev = ForceSource(s, name=name, backends=backends)
     rep.address = dev.address
     await dev.transport.connect()
     try:
@@ -113,8 +116,9 @@ async def _force_source(name: str, s: ForceSourceSettings, reads: int, rep: Devi
         dev.transport.close()
 
 
-async def _sensor(name: str, s: SensorSettings, reads: int, rep: DeviceReport) -> None:
-    dev = open_sensor(name, s)
+async def _sensor(name: str, s: SensorSettings, reads: int, rep: DeviceReport,
+                        backends: Backends | None = None) -> None:
+    dev = open_sensor(name, s, backends)
     rep.address = dev.address
     if s.protocol == "serial":
         await dev.connect()
@@ -157,8 +161,9 @@ async def _modbus_identity(transport: Any, expect: dict[str, str], rep: DeviceRe
     rep.error = identity_mismatch(expect, identity)
 
 
-async def _drive(name: str, s: ServoDriveConfig, reads: int, rep: DeviceReport) -> None:
-    drive = ServoDrive(s)
+async def _drive(name: str, s: ServoDriveConfig, reads: int, rep: DeviceReport,
+                        backends: Backends | None = None) -> None:
+    drive = ServoDrive(s, backends=backends)
     rep.address = drive.url
     await drive.connect(heartbeat=False)  # a look, not a session: nothing written, not even the heartbeat
     try:
@@ -180,8 +185,9 @@ async def _drive(name: str, s: ServoDriveConfig, reads: int, rep: DeviceReport) 
         await drive.close()
 
 
-async def _frontend(name: str, s: FrontEndSettings, reads: int, rep: DeviceReport) -> None:
-    fe = ModalFrontEnd(s, name=name)
+async def _frontend(name: str, s: FrontEndSettings, reads: int, rep: DeviceReport,
+                        backends: Backends | None = None) -> None:
+    fe = ModalFrontEnd(s, name=name, backends=backends)
     rep.address = fe.address
     await fe.connect()
     try:
@@ -192,7 +198,7 @@ async def _frontend(name: str, s: FrontEndSettings, reads: int, rep: DeviceRepor
         await fe.close()
 
 
-PROBES: dict[type, Callable[[str, Any, int, DeviceReport], Awaitable[None]]] = {
+PROBES: dict[type, Callable[[str, Any, int, DeviceReport, Backends | None], Awaitable[None]]] = {
     ForceSourceSettings: _force_source, SensorSettings: _sensor, ServoDriveConfig: _drive,
     FrontEndSettings: _frontend,
 }
@@ -213,14 +219,14 @@ def device_tables(devices: Any) -> list[tuple[str, Any]]:
     return out
 
 
-async def _one(name: str, settings: Any, reads: int) -> DeviceReport:
+async def _one(name: str, settings: Any, reads: int, backends: Backends | None = None) -> DeviceReport:
     rep = DeviceReport(name, str(getattr(settings, "address", "") or getattr(settings, "url", "") or "?"))
     probe = next((p for t, p in PROBES.items() if isinstance(settings, t)), None)
     if probe is None:
         rep.error = f"no read-only probe for a {type(settings).__name__} table"
         return rep
     try:
-        await probe(name, settings, reads, rep)
+        await probe(name, settings, reads, rep, backends)
     except HilError as exc:
         rep.error = str(exc) if str(exc).startswith(name) else f"{name} ({rep.address}): {exc}"
         cause = likely_cause(exc, settings, rep.late)
@@ -231,10 +237,12 @@ async def _one(name: str, settings: Any, reads: int) -> DeviceReport:
     return rep
 
 
-async def probe_devices(devices: Any, reads: int = 10) -> list[DeviceReport]:
-    """Probe every device of a typed ``[devices]`` table at once; one report per device, in config order."""
+async def probe_devices(devices: Any, reads: int = 10,
+                        backends: Backends | None = None) -> list[DeviceReport]:
+    """Probe every device of a typed ``[devices]`` table at once; one report per device, in config order.
+    ``backends``: where the drivers' requests go (:mod:`drivers.backends`; default their protocols)."""
     tables = device_tables(devices)
-    return list(await asyncio.gather(*(_one(n, s, reads) for n, s in tables)))
+    return list(await asyncio.gather(*(_one(n, s, reads, backends) for n, s in tables)))
 
 
 async def probe_config(rig: Any, cfg: Any, reads: int = 10) -> list[DeviceReport]:

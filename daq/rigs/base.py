@@ -34,8 +34,9 @@ its connected devices, ``A`` what it reads back from a session, ``R`` its analys
                                     Default: ``sim.device_config()`` parsed by the schema's ``devices``
 ``describe_simulator(sim)``         the device table `hil sim` prints. Default None: the CLI lists the
                                     tables of ``simulated_devices``
-``open_devices(cfg, tables)``       abstract, async -> ``D``: connect the typed ``[devices]`` table (the
-                                    drivers' own settings structs, handed over as they are); ``D`` is
+``open_devices(cfg, tables,         abstract, async -> ``D``: connect the typed ``[devices]`` table (the
+backends)``                         drivers' own settings structs, handed over as they are) through
+                                    ``backends`` (given to every driver); ``D`` is
                                     :class:`Devices`
                                     (identities, safe-state actions - ``(label, SafeAction)``, see
                                     :mod:`drivers.safe_state` - run in order on every exit, close)
@@ -75,6 +76,7 @@ if TYPE_CHECKING:  # annotations only: the registry imports this module and stay
     from daq.bus.frames import Frame
     from daq.bus.pubsub import BusPublisher, BusSubscriber
     from daq.store.reads import SessionReads
+    from drivers.backends import Backends  # the device backend seam: where a driver's requests go
 
 RawConfig = dict[str, Any]            #: a config as read from TOML, before the schema check
 DeviceTables = Any                    #: the typed ``[devices]`` table a run connects to
@@ -169,8 +171,10 @@ class Rig(ABC, Generic[C, D, A, R]):
         return None
 
     @abstractmethod
-    async def open_devices(self, cfg: C, tables: DeviceTables) -> D:
-        """Connect the devices of ``tables`` (the ``[devices]`` a run reaches); closed again on failure."""
+    async def open_devices(self, cfg: C, tables: DeviceTables, backends: Backends | None = None) -> D:
+        """Connect the devices of ``tables`` (the ``[devices]`` a run reaches); closed again on failure.
+        ``backends``: where the drivers' requests go (:mod:`drivers.backends`: the protocols when None, the
+        recording backend in a dry run, the simulator in-process in tests); hand it to every driver."""
 
     # -- the run --------------------------------------------------------------------------------------
     async def prepare(self, ctx: RunContext[C, D]) -> None:

@@ -33,8 +33,8 @@ from daq.bus.frames import Event, Frame
 from daq.config.load import Invalid, parse, to_dict
 from daq.config.schema import PathStr, Port, Seed, Table
 from daq.rigs.base import A, C, R, Rig, RunContext
+from drivers.backends import Backends
 from drivers.errors import HilError
-from drivers.outputs import held
 from drivers.servo_drive import DriveTrace, ServoDrive, ServoDriveConfig
 
 if TYPE_CHECKING:  # annotations only
@@ -167,9 +167,10 @@ class DriveRigDevices:
             await self.drive.close()
 
 
-async def open_devices(cfg: object, devices: DriveDevicesTable) -> DriveRigDevices:
+async def open_devices(cfg: object, devices: DriveDevicesTable,
+                       backends: Backends | None = None) -> DriveRigDevices:
     """Connect the drive of ``[devices.drive]``; closed again when the connection fails."""
-    drive = ServoDrive(devices.drive)
+    drive = ServoDrive(devices.drive, backends=backends)
     # stop, disable and read `enabled` back, each step within its own budget (drivers/safe_state.py)
     rig_devices = DriveRigDevices(drive, [("stop and disable drive", drive.safe_action())])
     try:
@@ -201,8 +202,9 @@ class DriveRig(Rig[C, DriveRigDevices, A, R]):
     """A rig kind behind the one servo drive: devices, simulator and simulated tables as above; a kind
     adds its plan, analysis and report (and its ``describe_simulator`` note)."""
 
-    async def open_devices(self, cfg: C, tables: DriveDevicesTable) -> DriveRigDevices:
-        return await open_devices(cfg, tables)
+    async def open_devices(self, cfg: C, tables: DriveDevicesTable,
+                           backends: Backends | None = None) -> DriveRigDevices:
+        return await open_devices(cfg, tables, backends)
 
     def simulator(self, cfg: C):
         return simulator(cfg)
@@ -259,7 +261,7 @@ async def hold_trajectory(drive: ServoDrive, dt: float, samples: np.ndarray, *,
     """:func:`run_trajectory` in a dry run: the same commands (checked against the limits, then held by the
     driver), but the drive never starts, so there is nothing to wait for and no trace; the drive's status
     is read once instead. Returns (t0, status)."""
-    if held() is None:  # never move the drive from here
+    if not drive.calls.holds_writes:  # never move the drive from here
         raise RuntimeError("hold_trajectory outside a dry run: the drive's commands are not held")
     await drive.load_trajectory(dt, samples)
     await drive.enable()

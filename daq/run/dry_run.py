@@ -1,10 +1,11 @@
 """The run lifecycle's side of a dry run (`hil run --dry-run`, or ``[rig].dry_run = true``).
 
-The drivers hold their commands (:mod:`drivers.outputs`); this module gives the hold to a run and records
-what it held: every command as a ``command_held`` event on ``<kind>.dry_run`` (in order, with the value,
-the limit checks it passed and the phase: set-up, plan or the safe-state action), one ``safe_state`` event
-after the safe state, and the counts in the session's summary (``summary["dry_run"]``). The session's
-config snapshot carries ``[rig].dry_run = true``, which `hil sessions` and `hil show` display.
+The run's drivers get recording backends (:mod:`drivers.recording`) that hold every command in this run's
+:class:`~drivers.outputs.OutputHold`; this module owns the hold and records what it held: every command
+as a ``command_held`` event on ``<kind>.dry_run`` (in order, with the value, the limit checks it passed and
+the phase: set-up, plan or the safe-state action), one ``safe_state`` event after the safe state, and the
+counts in the session's summary (``summary["dry_run"]``). The session's config snapshot carries
+``[rig].dry_run = true``, which `hil sessions` and `hil show` display.
 """
 
 from __future__ import annotations

@@ -44,7 +44,8 @@ from daq.run.recorder import Recorder
 from daq.run.safety import OperatorStop, PlanAborted, SafeStateGuard
 from daq.store.read_write import SessionStore
 from daq.store.reserve import DiskReserve
-from drivers.outputs import holding
+from drivers.backends import Backends
+from drivers.recording import RecordingBackends
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +223,8 @@ async def run(config: RigConfig | dict, store_path: str | Path | None = None, *,
               handle_sigint: bool = True,
               handle_term: bool | None = None, on_session: Callable[[str], None] | None = None,
               on_context: Callable[[RunContext], None] | None = None,
-              started_by: str | None = None, dry_run: bool = False) -> RunResult:
+              started_by: str | None = None, dry_run: bool = False,
+              backends: Backends | None = None) -> RunResult:
     """Run the plan of ``config``'s rig once and record one session; see the module docstring.
 
     ``config``: the rig kind's typed config as the edge parsed it (``daq.rigs.config.load``), or TOML data
@@ -240,7 +242,11 @@ async def run(config: RigConfig | dict, store_path: str | Path | None = None, *,
     ``started_by``: who asked for the run (`hil run`: :func:`operator_name`; `hil serve`: the token's name);
     recorded as the session's first event, ``started`` on stream ``<kind>.run`` with body ``{"by": ...}``.
     ``dry_run`` (or ``[rig].dry_run`` in the config): the devices are connected and read, every command is
-    held and recorded instead of sent (:mod:`daq.run.dry_run`, docs/dry-run.md).
+    held and recorded instead of sent (:mod:`daq.run.dry_run`, docs/dry-run.md): the drivers get recording
+    backends (:mod:`drivers.recording`) over ``backends``.
+    ``backends``: where the drivers' requests go (:mod:`drivers.backends`); None: their real protocols.
+    Tests of plans and of the lifecycle give a simulator's in-process backends
+    (``simulators.in_process.InProcessBackends``) with ``simulated_rig``.
     """
     if isinstance(config, dict):
         rig, cfg = parse_config(config, file)  # checked whole: nothing is opened for a broken config
@@ -262,12 +268,14 @@ async def run(config: RigConfig | dict, store_path: str | Path | None = None, *,
     try:
         device_cfg = (rig.simulated_devices(simulated_rig, cfg) if simulated_rig is not None
                       else cfg.devices)
-        await check_devices(device_cfg)  # nothing written yet: refused here, there is nothing to make safe
+        # nothing written yet: refused here, there is nothing to make safe
+        await check_devices(device_cfg, backends=backends)
         handle_term = handle_sigint if handle_term is None else handle_term
         dry = DryRun(rig.kind) if cfg.rig.dry_run else None
-        with holding(dry.hold if dry else None):  # every task of the run inherits the hold
-            return await _run_session(rig, cfg, device_cfg, store_path, show_progress, handle_sigint,
-                                      handle_term, on_session, on_context, started_by, dry)
+        if dry is not None:  # every driver of the run writes into the hold (drivers/recording.py)
+            backends = RecordingBackends(dry.hold, backends) if backends else RecordingBackends(dry.hold)
+        return await _run_session(rig, cfg, device_cfg, store_path, show_progress, handle_sigint,
+                                  handle_term, on_session, on_context, started_by, dry, backends)
     finally:
         if own_sim is not None:
             await own_sim.stop()
@@ -275,9 +283,10 @@ async def run(config: RigConfig | dict, store_path: str | Path | None = None, *,
 
 async def _run_session(rig: Rig, cfg: Any, device_cfg: Any, store_path: Path, show_progress: bool,
                        handle_sigint: bool, handle_term: bool, on_session, on_context,
-                       started_by: str | None = None, dry: DryRun | None = None) -> RunResult:
+                       started_by: str | None = None, dry: DryRun | None = None,
+                       backends: Backends | None = None) -> RunResult:
     session = _Session(rig, cfg, store_path, show_progress, on_context)
-    session.dry = dry
+    session.dry, session.backends = dry, backends
     if handle_sigint or handle_term:
         session.stopper.install(sigint=handle_sigint, terminate=handle_term)  # ours until clean-up is done
     try:
@@ -326,6 +335,7 @@ class _Session:
         self.status, self.reason = "aborted", None
         self.failure: BaseException | None = None
         self.dry: DryRun | None = None       # a dry run's hold and record (daq/run/dry_run.py)
+        self.backends: Backends | None = None  # where the drivers' requests go (None: their protocols)
         self.outcome: Event | None = None    # a plan_outcome the bus could not carry
         self.published: Event | None = None  # the plan_outcome handed to the bus (the recorder stores it)
 
@@ -334,7 +344,7 @@ class _Session:
         rig, ctx = self.rig, self.ctx
         self.reserve.hold()  # room for the outcome and the session's end should the disk fill
         await self.publisher.wait_for_subscribers(1)
-        self.devices = ctx.devices = await rig.open_devices(self.cfg, device_cfg)
+        self.devices = ctx.devices = await rig.open_devices(self.cfg, device_cfg, self.backends)
         await rig.prepare(ctx)
         # the parsed config, with the store it went to and the devices as they were reached (simulated ports)
         snapshot = dict(config_snapshot(self.cfg), store={"path": str(self.store_path)})

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from daq.commission.probe import DeviceReport, probe_devices
+from drivers.backends import Backends
 from drivers.errors import DeviceError
 
 READS = 5  # reads of every channel: enough for a median latency and a scatter (scale) check, and quick
@@ -36,10 +37,12 @@ def refusal(reports: list[DeviceReport]) -> DevicesNotReady | None:
                            f"{first.problem()} - run refused before anything was written{also}")
 
 
-async def check_devices(devices: Any, reads: int = READS) -> list[DeviceReport]:
-    """Probe every device of the typed ``[devices]`` table ``devices``; raise :class:`DevicesNotReady` unless
-    each answered plausibly. Returns the reports (the devices' identities and readings)."""
-    reports = await probe_devices(devices, reads)
+async def check_devices(devices: Any, reads: int = READS, backends: Backends | None = None
+                        ) -> list[DeviceReport]:
+    """Probe every device of the typed ``[devices]`` table ``devices`` (through ``backends``, the run's);
+    raise :class:`DevicesNotReady` unless each answered plausibly. Returns the reports (the devices'
+    identities and readings)."""
+    reports = await probe_devices(devices, reads, backends)
     refused = refusal(reports)
     if refused is not None:
         raise refused

@@ -32,6 +32,7 @@ from daq.rigs.config import session_config
 from daq.rigs.machine_tool import distortion
 from daq.rigs.machine_tool.config import MachineToolConfig, MTDevices, MTSimulator, check_rig
 from daq.rigs.machine_tool.plots import write_plots
+from drivers.backends import Backends
 from drivers.modal_frontend import FrontEndSettings, ModalFrontEnd
 from identification.frequency.frf_estimation import h1_estimate, lpm_periodic
 from identification.frequency.modal_extraction import extract_modes
@@ -383,8 +384,9 @@ class MachineToolRig(Rig[MachineToolConfig, MTDevicesOpen, MTArrays, MTAnalysisR
     def check(self, cfg: MachineToolConfig, config_dir: Path) -> None:
         check_rig(cfg, config_dir)  # the simulated front end and the driver, built before anything opens
 
-    async def open_devices(self, cfg: MachineToolConfig, tables: MTDevices) -> MTDevicesOpen:
-        fe = ModalFrontEnd(tables.frontend)
+    async def open_devices(self, cfg: MachineToolConfig, tables: MTDevices,
+                           backends: Backends | None = None) -> MTDevicesOpen:
+        fe = ModalFrontEnd(tables.frontend, backends=backends)
 
         await fe.connect()
         return MTDevicesOpen(fe, [("shaker output off", fe.safe_action())])

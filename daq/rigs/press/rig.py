@@ -28,6 +28,7 @@ from daq.rigs.press.config import OnlineTable, PressConfig, PressDevices, check_
 from daq.rigs.press.online import ONLINE_STREAM, PLAN_TOPIC, OnlineIdentifier
 from daq.rigs.press.session import PressArrays, press_arrays
 from daq.rigs.press.setpoint_correction import CorrectionResult, CorrectionSettings, SetpointCorrector
+from drivers.backends import Backends
 from drivers.displacement import open_sensor
 from drivers.force_source import ForceSource
 from identification.analyses.press_analysis import PressAnalysisResult, analyze_press
@@ -162,10 +163,11 @@ class PressRig(Rig[PressConfig, PressRigDevices, PressArrays, PressAnalysisResul
     def check(self, cfg: PressConfig, config_dir: Path) -> None:
         check_rig(cfg, config_dir)  # the simulated plant and the drivers, built before anything opens
 
-    async def open_devices(self, cfg: PressConfig, tables: PressDevices) -> PressRigDevices:
+    async def open_devices(self, cfg: PressConfig, tables: PressDevices,
+                           backends: Backends | None = None) -> PressRigDevices:
         """The force source and every displacement sensor, connected; all closed again on a failure."""
-        source = ForceSource(tables.force_source, name="force_source")
-        sensors = {name: open_sensor(name, c) for name, c in tables.sensors.items()}
+        source = ForceSource(tables.force_source, name="force_source", backends=backends)
+        sensors = {name: open_sensor(name, c, backends) for name, c in tables.sensors.items()}
         devices = PressRigDevices(source, sensors, [("force to zero and disable", source.safe_action())])
         try:
             await source.connect()
