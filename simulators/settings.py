@@ -35,8 +35,9 @@ class SimulatorTable(Settings, kw_only=True):
     """What every ``[simulator]`` has: the clock's speed and how far behind its physics may fall."""
 
     speed: Speed = 1.0          # > 1: the plan and every simulated device run this many times faster
-    # s of simulated time a physics tick may run late before the run stops as too fast for this machine
-    max_lag: Annotated[float, Meta(gt=0, le=60.0)] = 0.25
+    # s of simulated time the simulation's ticks (and the press's force polls) may run late on average,
+    # tick after tick, before the run stops as too fast for this machine (one stall does not count)
+    max_lag: Annotated[float, Meta(gt=0, le=60.0)] = 1.0
 
     def clock(self) -> Clock:
         """A fresh clock at this table's speed."""
@@ -144,7 +145,7 @@ class DriveSimulator(SimulatorTable, kw_only=True):
     def check(self) -> None:
         import re
 
-        from simulators.crane_drive import get_plant  # lazy: scipy and the simulator's plants
+        from simulators.plants import get_plant  # lazy: scipy and the simulator's plants
 
         try:
             plant = get_plant(self.plant)

@@ -83,8 +83,9 @@ def refuse_sim_speed(simulated: bool, speed: float, file: str | Path | None = No
     """ConfigError (one line) for a sim speed asked of a rig that is not ``simulated`` (real hardware runs on
     the wall clock only) or a speed out of range."""
     if not simulated:
-        raise ConfigError(f"sim speed {speed:g} refused: not a simulated rig ([rig].simulated = true, with its "
-                          "[simulator]); real hardware runs on the wall clock only", file, "[simulator].speed")
+        raise ConfigError(f"sim speed {speed:g} refused: not a simulated rig ([rig].simulated = true, with "
+                          "its [simulator]); real hardware runs on the wall clock only", file,
+                          "[simulator].speed")
     if not (isinstance(speed, int | float) and math.isfinite(speed) and 0 < speed <= MAX_SPEED):
         raise ConfigError(f"sim speed {speed!r} is out of range: must be > 0 and <= {MAX_SPEED:g}", file,
                           "[simulator].speed")
