@@ -1,11 +1,14 @@
 """The one clock of a run: what its plan waits on, what its recorded times are, what simulated physics
 runs on.
 
-On real hardware it is the wall clock, always (``Clock()``, :data:`WALL`). On a simulated rig it may run
-``speed`` times faster than real time: :meth:`Clock.time` then counts simulated seconds from the moment the
-clock was made, :meth:`Clock.sleep` waits ``seconds / speed`` real seconds, and the simulated devices tick
-their physics on it. Protocol timeouts (a request's deadline, a reconnect budget, a device watchdog) are not
-the clock's: they guard the link, which is as slow as ever, and stay real seconds.
+On real hardware it is the wall clock, always (``Clock()``, :data:`WALL`). On a simulated rig it runs
+``speed`` times faster than real time while the plan waits on it (:meth:`Clock.sleep`, :meth:`Clock.waiting`:
+settle times, sample periods, measuring windows, a trajectory played, an axis moving), and at the real pace
+while the plan talks to its devices: the protocols cannot go faster, and a block of readings then spans the
+same simulated time at any speed, so the simulated plant does not drift further during it and a run gives the
+same answers at any speed. :meth:`Clock.time` counts simulated seconds (what a session records) and the
+simulated devices run their physics on it. Protocol timeouts (a request's deadline, a reconnect budget, a
+device watchdog) are not the clock's: they guard the link and stay real seconds.
 
 A simulator whose physics falls behind the clock by more than it can bear calls :meth:`Clock.behind`; the
 run lifecycle watches :meth:`Clock.overrun` and stops the plan safe with that one line, rather than record
@@ -16,8 +19,10 @@ simulators and the service all see the same clock.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
+from collections.abc import Iterator
 
 MAX_SPEED = 1000.0  #: the fastest a simulated rig may be asked to run
 LAG_WEIGHT = 0.05   #: weight of the newest lag in a task's running mean (about the last 20 ticks)
@@ -25,14 +30,17 @@ LAG_CAP = 4.0       #: a lag counts in that mean with at most this many bounds (
 
 
 class Clock:
-    """Wall time (``speed`` 1) or simulated time running ``speed`` times faster than real time."""
+    """Wall time (``speed`` 1) or simulated time that runs ``speed`` times faster than real time while the
+    plan waits on it, and at the real pace while the plan talks to its devices (see the module docstring)."""
 
     def __init__(self, speed: float = 1.0) -> None:
         if not (math.isfinite(speed) and 0 < speed <= MAX_SPEED):
             raise ValueError(f"clock speed must be > 0 and <= {MAX_SPEED:g}, got {speed!r}")
         self.speed = float(speed)
         self._wall0 = time.time()
-        self._mono0 = time.monotonic()
+        self._anchor_real = time.monotonic()  # real and clock time of the last change of pace
+        self._anchor = 0.0
+        self._waits = 0                       # plan waits in progress: the clock runs fast while any is
         self._overrun: str | None = None
         self._overrun_seen: asyncio.Event | None = None
         self._armed_at: float | None = None  # clock time the recording began (None: not recording)
@@ -44,28 +52,50 @@ class Clock:
         """Whether this clock runs at another speed than the wall clock."""
         return self.speed != 1.0
 
+    @property
+    def pace(self) -> float:
+        """Clock seconds per real second now: ``speed`` while the plan waits, else 1."""
+        return self.speed if self._waits else 1.0
+
     def time(self) -> float:
         """Seconds since the epoch on this clock: the wall clock at speed 1, else the wall time the clock was
-        made plus the simulated seconds since."""
+        made plus the clock seconds since."""
         if self.speed == 1.0:
             return time.time()
-        return self._wall0 + (time.monotonic() - self._mono0) * self.speed
+        return self._wall0 + self.monotonic()
 
     def monotonic(self) -> float:
         """Clock seconds from an arbitrary origin, never going back (for spans and schedules)."""
-        return (time.monotonic() - self._mono0) * self.speed
+        return self._anchor + (time.monotonic() - self._anchor_real) * self.pace
 
-    def real(self, seconds: float) -> float:
-        """The real seconds a span of ``seconds`` on this clock takes."""
-        return seconds / self.speed
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """A wait of the plan (a settle time, a sample period, a measuring window, a trajectory or an axis
+        move played by a simulated device): the clock runs ``speed`` times faster while it lasts."""
+        self._repace(+1)
+        try:
+            yield
+        finally:
+            self._repace(-1)
+
+    def _repace(self, step: int) -> None:
+        now = time.monotonic()
+        self._anchor, self._anchor_real = self._anchor + (now - self._anchor_real) * self.pace, now
+        self._waits += step
 
     async def sleep(self, seconds: float) -> None:
-        """Wait ``seconds`` on this clock (``seconds / speed`` real seconds)."""
-        await asyncio.sleep(max(0.0, seconds) / self.speed)
+        """A wait of the plan of ``seconds`` on this clock (``seconds / speed`` real seconds)."""
+        with self.waiting():
+            await asyncio.sleep(max(0.0, seconds) / self.speed)
+
+    async def tick(self, seconds: float) -> None:
+        """Sleep about ``seconds`` of clock time at the present pace, without making the clock run fast (a
+        simulator's physics task, a poll of its own): it may wake early or late if the pace changes."""
+        await asyncio.sleep(max(0.0, seconds) / self.pace)
 
     def timeout(self, seconds: float | None) -> asyncio.Timeout:
-        """``asyncio.timeout`` of ``seconds`` on this clock (None: none)."""
-        return asyncio.timeout(None if seconds is None else max(0.0, seconds) / self.speed)
+        """``asyncio.timeout`` of about ``seconds`` on this clock at the present pace (None: none)."""
+        return asyncio.timeout(None if seconds is None else max(0.0, seconds) / self.pace)
 
     # -- too fast for this machine ----------------------------------------------------------------------
     @property
@@ -135,7 +165,7 @@ class Schedule:
 
     async def wait(self) -> float:
         """Sleep until the next tick; the lag (>= 0) at which this tick runs."""
-        await self.clock.sleep(self._next - self.clock.monotonic())
+        await self.clock.tick(self._next - self.clock.monotonic())
         now = self.clock.monotonic()
         lag = max(0.0, now - self._next)
         self._next = now + self.period if lag > 0 else self._next + self.period

@@ -390,14 +390,15 @@ class CraneDrive:
             limit_speed = np.asarray(sim[self.plant.limit_key])
             over = np.flatnonzero(np.abs(limit_speed) > s.speed_limit)
             n_end = int(over[0]) + 1 if over.size else cmd.size
-            t0 = self.clock.monotonic()
-            while True:
-                k = min(int((self.clock.monotonic() - t0) / s.cycle_time), n_end)
-                if k >= n_end:
-                    break
-                await self._set(TorqueSetpoint=float(cmd[k]), ActualTorque=float(trace["torque"][k]),
-                                ActualSpeed=float(trace["speed"][k]), Progress=k / cmd.size)
-                await asyncio.sleep(1.0 / s.live_rate)
+            with self.clock.waiting():  # the trajectory plays out on the run's clock, at its speed
+                t0 = self.clock.monotonic()
+                while True:
+                    k = min(int((self.clock.monotonic() - t0) / s.cycle_time), n_end)
+                    if k >= n_end:
+                        break
+                    await self._set(TorqueSetpoint=float(cmd[k]), ActualTorque=float(trace["torque"][k]),
+                                    ActualSpeed=float(trace["speed"][k]), Progress=k / cmd.size)
+                    await asyncio.sleep(1.0 / s.live_rate)
             k = n_end
             self._keep_trace(trace, k)
             last = float(trace["speed"][k - 1])

@@ -237,7 +237,7 @@ async def test_variables_carry_engineering_units(rig):
 
 @pytest.mark.slow(reason="waits for the driver's reconnect back-off")
 async def test_driver_reconnects_after_server_restart(tmp_path):
-    cfg = {"simulator": {"speed": 10.0, "truth": TRUTH}}
+    cfg = {"simulator": {"speed": 10.0, "truth": TRUTH, "drive": {}}}
     first = CraneRig(cfg)
     await first.start()
     port = int(first.url.rsplit(":", 1)[1].split("/")[0])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import socket
+import time
 
 import msgspec
 import pytest
@@ -37,15 +38,21 @@ def _snapshot(store_path, session_id: str) -> dict:
 # ----------------------------------------------------------------------------------------- the clock
 
 
-async def test_a_clock_counts_its_own_seconds_and_a_schedule_reports_lateness():
+async def test_a_clock_runs_fast_while_the_plan_waits_and_at_the_real_pace_otherwise():
     clock = Clock(50.0)
     t0, m0 = clock.time(), clock.monotonic()
-    await clock.sleep(0.5)  # half a clock second
+    await clock.sleep(0.5)  # a wait of the plan: half a clock second
     assert clock.monotonic() - m0 >= 0.5 and clock.time() - t0 >= 0.5
-    ticks = Schedule(clock, 0.1)
-    assert await ticks.wait() >= 0.0
-    await asyncio.sleep(0.01)  # a stall of 10 ms is half a clock second at speed 50: that tick is late
-    assert await ticks.wait() >= 0.3
+    assert clock.pace == 1.0  # no wait in progress: the clock goes at the real pace
+    m1, real1 = clock.monotonic(), time.monotonic()
+    await asyncio.sleep(0.02)  # talking to a device: real time, one clock second per real second
+    assert clock.monotonic() - m1 <= (time.monotonic() - real1) * 1.0 + 1e-9
+    with clock.waiting():
+        assert clock.pace == 50.0
+        ticks = Schedule(clock, 0.1)
+        assert await ticks.wait() >= 0.0
+        await asyncio.sleep(0.01)  # a stall of 10 ms is half a clock second while the plan waits
+        assert await ticks.wait() >= 0.3
     with pytest.raises(ValueError, match="clock speed"):
         Clock(0.0)
 
@@ -53,7 +60,7 @@ async def test_a_clock_counts_its_own_seconds_and_a_schedule_reports_lateness():
 async def test_one_stall_does_not_overrun_but_lateness_tick_after_tick_does():
     clock = Clock(10.0)
     clock.armed = True
-    await asyncio.sleep(0.05)  # the recording has run for half a clock second
+    await clock.sleep(0.5)  # the recording has run for half a clock second
     clock.note_lag("physics", 100.0, bound=0.1)  # one huge stall counts as 4 bounds at most
     assert clock.overrun_reason is None
     for _ in range(40):

@@ -116,6 +116,10 @@ class SetpointCorrector:
         line, a device that stalls for a moment) delays the measurement instead of failing it; only a
         stream silent for longer than ``max_stall`` raises :class:`ForceStreamStalled`.
         """
+        with self.clock.waiting():  # a measuring window is a wait of the plan: the run's clock runs fast
+            return await self._measure(duration, since)
+
+    async def _measure(self, duration: float, since: float) -> float:
         values: list[np.ndarray] = []
         first: float | None = None
         last_arrival = time.monotonic()
