@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from daq.cli.main import main
 from daq.config.load import ConfigError
+from daq.rigs.analysis import analyze_session
 from daq.rigs.config import load, load_config, with_sim_speed
 from daq.run.lifecycle import run
 from daq.store.read_write import SessionStore
@@ -203,3 +204,33 @@ def with_speed(cfg: dict, speed: float) -> dict:
     out = copy.deepcopy(cfg)
     out["simulator"]["speed"] = speed
     return out
+
+
+# ----------------------------------------------------------------------------------------- the same answers
+
+
+#: another press: other bar stiffnesses, more and softer friction, noisier sensors (the config's nominal
+#: sigmas say so too: a lab knows its sensors' noise, never the plant's truth)
+OTHER_PRESS = {"k5": 2.6e8, "k7": 1.2e8, "friction_max": 1300.0, "friction_scale": 1200.0,
+               "friction_spread": 0.8, "friction_load_slope": 0.015}
+NOISE = 1.2
+
+
+@pytest.mark.slow(reason="the whole press plan (10 series) at speed 10 and its analysis")
+async def test_another_press_at_speed_10_gives_the_papers_verdicts_with_m3_at_its_truth(tmp_path):
+    cfg = copy.deepcopy(load_config("configs/press-sim.toml"))
+    cfg["simulator"]["truth"].update(OTHER_PRESS)
+    cfg["simulator"]["seed"] = 7
+    for name, noise in cfg["simulator"]["sensors"].items():
+        noise["sigma"] *= NOISE
+        cfg["devices"]["sensors"][name]["sigma"] *= NOISE
+    store_path = tmp_path / "s.sqlite"
+    result = await run(cfg, store_path, show_progress=False, handle_sigint=False, sim_speed=10.0)
+    assert result.status == "complete", result.reason
+    with SessionStore(store_path) as store:
+        _, analysis, rig, _ = await asyncio.to_thread(analyze_session, store, result.session_id)
+    report = rig.report_dict(analysis)
+    assert report["verdicts"] == {"M1": "reject", "M2": "reject", "M3": "keep"}
+    m3 = report["models"]["M3"]
+    for name, value, se in zip(report["parameters"], m3["p"], m3["std_errors"], strict=True):
+        assert abs(value - OTHER_PRESS[name]) <= 3 * se, (name, value, se)
