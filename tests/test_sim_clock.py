@@ -21,7 +21,7 @@ from daq.run.lifecycle import run
 from daq.store.read_write import SessionStore
 from drivers.clock import Clock, Schedule
 from simulators.press_rig import PressRig
-from tests.site_values import crane_site_values, filled_template, press_site_values
+from tests.site_values import crane_site_values, filled_template, press_site_values, toml_value
 from tests.test_machine_tool_rig import small_config as small_machine_tool
 from tests.test_press_experiment import short_config as short_press
 
@@ -234,3 +234,47 @@ async def test_another_press_at_speed_10_gives_the_papers_verdicts_with_m3_at_it
     m3 = report["models"]["M3"]
     for name, value, se in zip(report["parameters"], m3["p"], m3["std_errors"], strict=True):
         assert abs(value - OTHER_PRESS[name]) <= 3 * se, (name, value, se)
+
+
+# ----------------------------------------------------------------------------------------- hil serve
+
+
+@pytest.mark.slow(reason="hil serve runs a short simulated press")
+def test_serve_takes_a_sim_speed_for_a_simulated_rig_and_refuses_it_for_a_real_one(tmp_path):
+    import httpx
+
+    from tests.polling import poll_until
+    from tests.serve_fixtures import ServerThread
+
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "short-press.toml").write_text(_toml(short_press(n_series=3, n_steps_up=2)))
+    filled_template("press.toml", press_site_values(9), configs)  # a real press: nothing listens on port 9
+    srv = ServerThread(configs, tmp_path / "store" / "s.sqlite", tmp_path / "tokens").start()
+    try:
+        auth = {"Authorization": f"Bearer {srv.token}"}
+        with httpx.Client(base_url=srv.url, headers=auth, timeout=30) as http:
+            refused = http.post("/api/runs", json={"config": "press.toml", "sim_speed": 10})
+            assert refused.status_code == 422
+            assert "not a simulated rig" in refused.json()["error"]
+            assert http.get("/api/runs").json()["queued"] == []  # nothing queued
+            run_id = http.post("/api/runs", json={"config": "short-press.toml", "sim_speed": 10}).json()["id"]
+
+            def done() -> dict | None:
+                entry = http.get(f"/api/runs/{run_id}").json()
+                return entry if entry["status"] not in ("queued", "running") else None
+
+            poll_until(lambda: done() is not None, timeout=240)
+            entry = done()
+    finally:
+        srv.stop()
+    assert entry is not None and entry["status"] == "complete", entry
+    assert entry["sim_speed"] == 10 and entry["result"]["summary"]["sim_speed"] == 10.0
+
+
+def _toml(table: dict, path: tuple[str, ...] = ()) -> str:
+    """A config as TOML text: its values, then its tables (every table written as a [section])."""
+    values = [f"{k} = {toml_value(v)}" for k, v in table.items() if not isinstance(v, dict)]
+    head = [f"[{'.'.join(path)}]"] if path and values else []
+    tables = [_toml(v, (*path, k)) for k, v in table.items() if isinstance(v, dict)]
+    return "\n".join([*head, *values, "", *tables])
