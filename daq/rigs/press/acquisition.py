@@ -74,7 +74,9 @@ class ForceAcquisition:
     async def _loop(self, rows, stamps, next_t, failures) -> None:
         while not self._finish.is_set():
             try:
+                asked = self.clock.time()
                 force = await self.source.read_force()
+                answered = self.clock.time()
                 pressure = await self.source.read_pressure()
                 failures = 0
             except Exception as exc:  # repeated failures of the source end the plan
@@ -84,7 +86,9 @@ class ForceAcquisition:
                 log.warning("force source poll failed (%d/%d): %s", failures, self.max_failures, exc)
                 next_t = self.clock.monotonic() + self.period
                 continue
-            now = self.clock.time()
+            # the force was sampled while its request was out: stamped half way (on a fast clock a poll's
+            # round trip is many clock milliseconds; stamped at its end, the force would look younger)
+            now = asked + 0.5 * (answered - asked)
             self._check_gap(now)
             stamps.append(now)
             rows.append((self.command, force, pressure))
