@@ -192,9 +192,9 @@ class MachineToolSimulator(SimulatorTable, kw_only=True):
             raise InvalidSetting("truth", str(exc), table=True) from None
 
 
-def simulator_table(config: Mapping[str, Any], cls: type[SimulatorTable]) -> Any:
+def simulator_table(config: Mapping[str, Any] | SimulatorTable, cls: type[SimulatorTable]) -> Any:
     """The ``[simulator]`` of a whole rig config (or the table itself) as ``cls``, checked."""
-    if isinstance(config, cls):
+    if isinstance(config, SimulatorTable):
         return config
     if "simulator" in config:
         sim = config["simulator"]
