@@ -262,7 +262,7 @@ def latency(plant: str, n_runs: int) -> dict:
 
     cfg = load_config(ROOT / "configs" / f"{plant}-sim.toml")
     cfg.pop("store", None)
-    cfg["simulator"]["drive"].update(time_scale=20.0)
+    cfg["simulator"]["speed"] = 20.0
     with tempfile.TemporaryDirectory() as tmp:
         cfg["plan"].update(trajectory=f"{tmp}/missing.csv", design_if_missing=True)
         cfg["sequential"] = {"enabled": True, "target_rel_std": 1e-12, "max_runs": n_runs, "redesign": False}

@@ -31,7 +31,8 @@ output, ReadTrace's ``speed`` array the output); their ``EngineeringUnits`` foll
 oscillator and the pendulum, SpeedLimit (m/s) watches the speed of the driven body (m1, the cart).
 
 Running: the physics is simulated at the drive cycle (``cycle_time``) in an executor, then
-played out in real time divided by ``time_scale``; live values update at ``live_rate``.
+played out on the run's clock (:class:`drivers.clock.Clock`: ``[simulator] speed`` times faster than real
+time); live values update at ``live_rate`` (real Hz: what a client polls).
 Safety: limits are checked on upload; speed above ``speed_limit`` faults and disables; while
 enabled, a client must keep changing ``Heartbeat`` - no change for ``watchdog_timeout`` s
 (client crashed, network or session lost) faults and disables the drive. A heartbeat is used
@@ -44,9 +45,6 @@ import asyncio
 import enum
 import logging
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol, Self
 
 import numpy as np
 from asyncua import Server, ua
@@ -55,10 +53,13 @@ from asyncua.crypto.truststore import TrustStore
 from asyncua.crypto.validator import CertificateValidator, CertificateValidatorOptions
 from asyncua.server.user_managers import UserManager
 
+from drivers.clock import WALL, Clock
 from simulators.certs import SERVER_URI, Pki
 from simulators.drive_faults import MethodHangs
-from simulators.physics import oscillator, pendulum
-from simulators.physics.crane import CraneTruth, simulate_axis
+from simulators.plants import PLANTS, Plant, get_plant
+from simulators.settings import DriveSettings
+
+__all__ = ["PLANTS", "CraneDrive", "Plant", "build_server", "get_plant", "server_url"]
 
 log = logging.getLogger(__name__)
 
@@ -84,100 +85,6 @@ class Fault(enum.IntEnum):
     SPEED_LIMIT = 1
     WATCHDOG = 2
     SIMULATION = 3
-
-
-@dataclass
-class DriveSettings:
-    """The ``[simulator.drive]`` table."""
-
-    name: str = "crane-drive-sim"
-    host: str = "127.0.0.1"
-    port: int = 0
-    secure_port: int = 0
-    security: str = "none"  # none | secure | both
-    pki_dir: str = "sessions/pki/crane"
-    users: dict[str, str] = field(default_factory=lambda: {"operator": "crane-sim"})
-    namespace: str = NAMESPACE
-    axis: str = "Axis1"
-    cycle_time: float = 1e-4
-    max_samples: int = 100_000
-    max_sample_time: float = 0.01
-    torque_limit: float = 20.0
-    speed_limit: float = 150.0
-    time_scale: float = 1.0
-    live_rate: float = 25.0
-    watchdog_timeout: float = 1.0
-    seed: int = 4
-
-    @classmethod
-    def from_config(cls, d: dict | None) -> DriveSettings:
-        d = dict(d or {})
-        names = {f for f in cls.__dataclass_fields__}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"[simulator.drive]: unknown key(s) {unknown}")
-        s = cls(**d)
-        if s.security not in ("none", "secure", "both"):
-            raise ValueError("[simulator.drive] security must be 'none', 'secure' or 'both'")
-        for key in ("cycle_time", "max_sample_time", "torque_limit", "speed_limit", "time_scale",
-                    "live_rate", "watchdog_timeout"):
-            if not float(getattr(s, key)) > 0:
-                raise ValueError(f"[simulator.drive] {key} must be > 0")
-        if int(s.max_samples) < 1:
-            raise ValueError("[simulator.drive] max_samples must be >= 1")
-        return s
-
-
-class Truth(Protocol):
-    """A plant's truth (CraneTruth, OscillatorTruth, ...): built from its ``[simulator.truth]`` table."""
-
-    @classmethod
-    def from_config(cls, d: dict | None) -> Self: ...
-
-    def to_dict(self) -> dict: ...
-
-
-@dataclass(frozen=True)
-class Plant:
-    """What the drive moves: truth type, simulate(truth, input, dt, rng), trace keys and units."""
-
-    truth: type[Truth]
-    simulate: Callable[[Any, np.ndarray, float, np.random.Generator], dict]  # Any: the plant's truth type
-    input_unit: tuple[str, str, str]    # UNECE code, symbol, description
-    output_unit: tuple[str, str, str]
-    speed_unit: tuple[str, str, str]
-    output: str                         # measured output key of simulate's result
-    limit_key: str                      # true speed compared with speed_limit
-    mode: str
-
-    def trace(self, sim: dict, k: int) -> dict[str, np.ndarray]:
-        """The first ``k`` samples as the drive's trace arrays (crane names: torque_cmd, torque, speed)."""
-        if self.output == "speed":
-            keys = {"torque_cmd": "torque_cmd", "torque": "torque", "speed": "speed"}
-        else:
-            keys = {"torque_cmd": "force_cmd", "torque": "force", "speed": self.output}
-        return {name: np.asarray(sim[key][:k]) for name, key in keys.items()}
-
-
-_NM = ("NU", "N*m", "newton metre")
-_N = ("NEW", "N", "newton")
-_RADS = ("2A", "rad/s", "radian per second")
-_MS = ("MTS", "m/s", "metre per second")
-PLANTS: dict[str, Plant] = {
-    "crane": Plant(CraneTruth, simulate_axis, _NM, _RADS, _RADS, "speed", "speed_true", "torque_trajectory"),
-    "oscillator": Plant(oscillator.OscillatorTruth, oscillator.simulate, _N, ("MTR", "m", "metre"), _MS,
-                        oscillator.OUTPUT, "v1", "force_trajectory"),
-    "pendulum": Plant(pendulum.PendulumTruth, pendulum.simulate, _N, ("C81", "rad", "radian"), _MS,
-                      pendulum.OUTPUT, "cart_speed", "force_trajectory"),
-}
-
-
-def get_plant(name: str | None) -> Plant:
-    """The plant of ``[simulator] plant`` (default crane); ValueError naming the known ones."""
-    name = "crane" if name is None else name
-    if name not in PLANTS:
-        raise ValueError(f"[simulator] plant must be one of {sorted(PLANTS)}, got {name!r}")
-    return PLANTS[name]
 
 
 _VARS: dict[str, tuple[object, ua.VariantType]] = {
@@ -251,9 +158,10 @@ def _doubles(x: np.ndarray) -> ua.Variant:
 class CraneDrive:
     """Drive state machine over a plant's physics (default the crane axis); exposed by OPC UA servers."""
 
-    def __init__(self, truth, settings: DriveSettings, plant: str = "crane"):
+    def __init__(self, truth, settings: DriveSettings, plant: str = "crane", clock: Clock = WALL):
         self.truth = truth
         self.s = settings
+        self.clock = clock  # the run's clock: a trajectory plays out in its seconds
         self.plant = get_plant(plant)
         if not isinstance(truth, self.plant.truth):
             raise TypeError(f"{plant} drive needs a {self.plant.truth.__name__}, got {type(truth).__name__}")
@@ -482,14 +390,15 @@ class CraneDrive:
             limit_speed = np.asarray(sim[self.plant.limit_key])
             over = np.flatnonzero(np.abs(limit_speed) > s.speed_limit)
             n_end = int(over[0]) + 1 if over.size else cmd.size
-            t0 = loop.time()
-            while True:
-                k = min(int((loop.time() - t0) * s.time_scale / s.cycle_time), n_end)
-                if k >= n_end:
-                    break
-                await self._set(TorqueSetpoint=float(cmd[k]), ActualTorque=float(trace["torque"][k]),
-                                ActualSpeed=float(trace["speed"][k]), Progress=k / cmd.size)
-                await asyncio.sleep(1.0 / s.live_rate)
+            with self.clock.waiting():  # the trajectory plays out on the run's clock, at its speed
+                t0 = self.clock.monotonic()
+                while True:
+                    k = min(int((self.clock.monotonic() - t0) / s.cycle_time), n_end)
+                    if k >= n_end:
+                        break
+                    await self._set(TorqueSetpoint=float(cmd[k]), ActualTorque=float(trace["torque"][k]),
+                                    ActualSpeed=float(trace["speed"][k]), Progress=k / cmd.size)
+                    await asyncio.sleep(1.0 / s.live_rate)
             k = n_end
             self._keep_trace(trace, k)
             last = float(trace["speed"][k - 1])

@@ -20,20 +20,24 @@ from typing import Any
 
 from asyncua import Server
 
+from drivers.clock import Clock
 from simulators.certs import Pki, ensure_pki
-from simulators.crane_drive import CraneDrive, DriveSettings, build_server, get_plant, server_url
+from simulators.crane_drive import CraneDrive, build_server, get_plant, server_url
+from simulators.settings import DriveSimulator, simulator_table
 
 
 class CraneRig:
     """The simulated drive(s) of a crane config; ``await start()`` / ``await stop()``."""
 
-    def __init__(self, config: dict, pki_dir: str | Path | None = None):
-        sim = config.get("simulator", config)
-        self.plant = sim.get("plant", "crane")
-        self.truth = get_plant(self.plant).truth.from_config(sim.get("truth"))
-        self.settings = DriveSettings.from_config(sim.get("drive"))
+    def __init__(self, config: Mapping[str, Any] | DriveSimulator, pki_dir: str | Path | None = None,
+                 clock: Clock | None = None):
+        table = simulator_table(config, DriveSimulator)
+        self.plant = table.plant or "crane"
+        self.truth = get_plant(self.plant).truth.from_config(dict(table.truth))
+        self.settings = table.drive
+        self.clock = clock if clock is not None else table.clock()  # the run's one clock
         self.pki_dir = Path(pki_dir if pki_dir is not None else self.settings.pki_dir)
-        self.drive = CraneDrive(self.truth, self.settings, self.plant)
+        self.drive = CraneDrive(self.truth, self.settings, self.plant, self.clock)
         self.pki: Pki | None = None
         self._servers: list[Server] = []
         self.endpoints: dict[str, str] = {}

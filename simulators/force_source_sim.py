@@ -1,6 +1,8 @@
 """Simulated pneumatic force source served over Modbus TCP.
 
-Physics (ticked in an asyncio task with the loop clock, dt-exact): the force follows
+Physics (ticked in an asyncio task on the run's clock, dt-exact: ``speed`` times faster than real time on a
+fast simulated rig; a tick running more than ``max_lag`` clock seconds late tells the clock, which stops the
+run as too fast for this machine): the force follows
 ``target = max(0, gain * setpoint + offset) * p / p_nominal`` through a first-order lag ``tau``; the supply
 pressure ``p`` wanders (Ornstein-Uhlenbeck, relative std ``pressure_rel_sigma``), so the force never sits
 exactly on the setpoint. The load cell reads the force plus Gaussian noise. Disabled or faulted: target 0.
@@ -25,36 +27,24 @@ from typing import Any
 import numpy as np
 from pymodbus.constants import ExcCodes
 
+from drivers.clock import WALL, Clock, Schedule
 from simulators.press_devices import ModbusSimServer, SimValueError, parse_map, put, written
+from simulators.settings import ForceSourceParams, settings_from
 
+MIN_REAL_TICK = 0.002  #: s, the shortest real period of the physics task on a fast clock
 STATUS_ENABLED, STATUS_FAULT, STATUS_SETTLED = 0x1, 0x2, 0x4
 FAULT_NONE, FAULT_WATCHDOG = 0, 1
-
-DEFAULT_SIM: dict[str, float] = {
-    "f_max": 25000.0,            # N, rated range; setpoints beyond are refused
-    "tau": 0.05,                 # s, lag time constant
-    "gain": 0.97,                # static gain error
-    "offset": -15.0,             # N, static offset (negative: seal breakaway; output clipped at 0)
-    "pressure_nominal": 6.0e5,   # Pa
-    "pressure_rel_sigma": 0.003,  # relative std of the supply pressure variation
-    "pressure_corr_time": 0.5,   # s, correlation time of the pressure variation
-    "loadcell_sigma": 2.0,       # N, load-cell noise std
-    "pressure_sensor_sigma": 50.0,  # Pa
-    "watchdog_timeout": 1.0,     # s without a write while enabled -> fault
-    "tick": 0.002,               # s, physics period
-    "settled_band": 0.002,       # settled when |force - target| < band * f_max
-}
-
 
 class ForceSourceSim:
     """The device: a physics task plus a Modbus server answering from its state."""
 
-    def __init__(self, device_cfg: Mapping[str, Any], sim_cfg: Mapping[str, Any] | None = None,
+    def __init__(self, device_cfg: Mapping[str, Any],
+                 sim_cfg: ForceSourceParams | Mapping[str, Any] | None = None,
                  rng: np.random.Generator | None = None, name: str = "force_source",
-                 registers: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-        p = dict(DEFAULT_SIM)
-        p.update({k: float(v) for k, v in (sim_cfg or {}).items()})
-        self.p = p
+                 registers: Mapping[str, Mapping[str, Any]] | None = None, clock: Clock = WALL,
+                 max_lag: float = math.inf) -> None:
+        self.p = settings_from(sim_cfg or {}, ForceSourceParams)
+        self.clock, self.max_lag = clock, max_lag
         self.name = name
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self.rmap = parse_map(registers if registers is not None else device_cfg["registers"])
@@ -78,44 +68,50 @@ class ForceSourceSim:
         self.pressure_dev = 0.0  # relative deviation of the supply pressure
         self.last_write = -math.inf
         self.n_refused = 0
+        self._t_prev = self.clock.monotonic()  # clock time the state was last advanced to
 
     # -- physics -----------------------------------------------------------------------------------
     @property
     def pressure(self) -> float:
-        return self.p["pressure_nominal"] * (1.0 + self.pressure_dev)
+        return self.p.pressure_nominal * (1.0 + self.pressure_dev)
 
     @property
     def target(self) -> float:
         """Force the cylinder is heading to (N)."""
         if not self.enabled or self.fault_code:
             return 0.0
-        return max(0.0, self.p["gain"] * self.setpoint + self.p["offset"]) * (1.0 + self.pressure_dev)
+        return max(0.0, self.p.gain * self.setpoint + self.p.offset) * (1.0 + self.pressure_dev)
 
     @property
     def settled(self) -> bool:
-        return abs(self.force - self.target) < self.p["settled_band"] * self.p["f_max"]
+        return abs(self.force - self.target) < self.p.settled_band * self.p.f_max
 
     def step(self, dt: float, now: float) -> None:
         """Advance the state by ``dt`` seconds (exact for inputs held over dt)."""
         if dt <= 0:
             return
-        tc = self.p["pressure_corr_time"]
+        tc = self.p.pressure_corr_time
         a = math.exp(-dt / tc)
-        kick = self.p["pressure_rel_sigma"] * math.sqrt(1 - a * a) * float(self.rng.standard_normal())
+        kick = self.p.pressure_rel_sigma * math.sqrt(1 - a * a) * float(self.rng.standard_normal())
         self.pressure_dev = a * self.pressure_dev + kick
-        if self.enabled and now - self.last_write > self.p["watchdog_timeout"]:
+        if self.enabled and now - self.last_write > self.p.watchdog_timeout:
             self.enabled = False
             self.fault_code = FAULT_WATCHDOG
-        self.force += (self.target - self.force) * (1.0 - math.exp(-dt / self.p["tau"]))
+        self.force += (self.target - self.force) * (1.0 - math.exp(-dt / self.p.tau))
+
+    def advance(self) -> None:
+        """Bring the state up to the clock's now (the ticks do it, and so does every request before it is
+        answered or applied: a reply never shows a state older than the request)."""
+        now = self.clock.monotonic()
+        self.step(now - self._t_prev, asyncio.get_running_loop().time())
+        self._t_prev = now
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        t_prev = loop.time()
+        ticks = Schedule(self.clock, self.p.tick, min_real=MIN_REAL_TICK)  # exact for any step: see advance()
+        self._t_prev = self.clock.monotonic()
         while True:
-            await asyncio.sleep(self.p["tick"])
-            now = loop.time()
-            self.step(now - t_prev, now)
-            t_prev = now
+            self.clock.note_lag(f"the {self.name}'s physics tick", await ticks.wait(), self.max_lag)
+            self.advance()
 
     # -- Modbus ------------------------------------------------------------------------------------
     def status_word(self) -> int:
@@ -123,6 +119,8 @@ class ForceSourceSim:
                 | (STATUS_SETTLED if self.settled else 0))
 
     async def _on_access(self, fc, start, address, count, regs, values):
+        if self._task is not None:  # powered: the physics runs up to now first
+            self.advance()
         if values is None:
             self._fill(fc, start, regs)
             return None
@@ -133,9 +131,9 @@ class ForceSourceSim:
         for name in new:
             self.writes[name] = self.writes.get(name, 0) + 1
         sp = new.get("setpoint")
-        if sp is not None and not (math.isfinite(sp) and 0.0 <= sp <= self.p["f_max"]):
+        if sp is not None and not (math.isfinite(sp) and 0.0 <= sp <= self.p.f_max):
             self.n_refused += 1
-            raise SimValueError(f"setpoint {sp!r} N outside [0, {self.p['f_max']:g}] N")
+            raise SimValueError(f"setpoint {sp!r} N outside [0, {self.p.f_max:g}] N")
         en = new.get("enable")
         if en is not None and en not in (0.0, 1.0):
             raise SimValueError(f"enable must be 0 or 1, got {en!r}")
@@ -156,8 +154,8 @@ class ForceSourceSim:
         if fc not in (3, 4):
             return
         if fc == 4:
-            values = {"force": self.force + self.p["loadcell_sigma"] * float(self.rng.standard_normal()),
-                      "pressure": self.pressure + self.p["pressure_sensor_sigma"] * float(
+            values = {"force": self.force + self.p.loadcell_sigma * float(self.rng.standard_normal()),
+                      "pressure": self.pressure + self.p.pressure_sensor_sigma * float(
                           self.rng.standard_normal()),
                       "status": self.status_word(), "fault_code": self.fault_code}
             table = "input"

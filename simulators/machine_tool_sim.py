@@ -26,49 +26,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
+from drivers.clock import Clock
 from simulators.physics.machine_tool import (
     MachineToolTruth,
     TruthConstants,
     simulate_modal_test,
-    truth_values,
 )
+from simulators.settings import MachineToolSimulator, simulator_table
 
 IDN = "hil-lab,MT-MODAL-FRONTEND-SIM,0,1.0"
 
 
-@dataclass
-class FrontEndSettings:
-    """``[simulator]`` of a machine-tool config."""
-
-    truth: dict[str, float] = field(default_factory=dict)
-    variant: str = "ideal"
-    accel_noise: float = 1e-3  # m/s^2 rms on every accelerometer
-    force_noise: float = 0.05  # N rms
-    seed: int = 0
-    host: str = "127.0.0.1"
-    port: int = 0
-    axis_speed: float = 0.5  # m/s, how fast a move takes (simulated wait)
-
-    @classmethod
-    def from_config(cls, raw: dict | None) -> FrontEndSettings:
-        raw = dict(raw or {})
-        noise = dict(raw.pop("noise", {}) or {})
-        s = cls(**{k: v for k, v in raw.items() if k in cls.__dataclass_fields__})
-        unknown = set(raw) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown key(s) {sorted(unknown)}")
-        s.accel_noise = float(noise.get("accel", s.accel_noise))
-        s.force_noise = float(noise.get("force", s.force_noise))
-        if s.variant not in ("ideal", "disturbed"):
-            raise ValueError(f"variant must be 'ideal' or 'disturbed', got {s.variant!r}")
-        truth_values(s.truth)  # unknown parameter names raise here
-        if any(v <= 0 for v in s.truth.values()):
-            raise ValueError("truth values must be > 0")
-        return s
+#: ``[simulator]`` of a machine-tool config (simulators/settings.py)
+FrontEndSettings = MachineToolSimulator
 
 
 class ScpiError(Exception):
@@ -152,9 +127,9 @@ def _block(arr: np.ndarray) -> bytes:
 class MachineToolFrontEndSim:
     """The front end served on ``host:port`` (port 0: any free one); ``await start()`` / ``stop()``."""
 
-    def __init__(self, config: dict):
-        sim = config.get("simulator", config) if isinstance(config, dict) else {}
-        self.settings = FrontEndSettings.from_config(sim)
+    def __init__(self, config: Mapping[str, Any] | MachineToolSimulator, clock: Clock | None = None):
+        self.settings = simulator_table(config, MachineToolSimulator)
+        self.clock = clock if clock is not None else self.settings.clock()  # axis moves take its seconds
         self.dev = ModalFrontEnd(self.settings)
         self.server: asyncio.base_events.Server | None = None
         self.port = 0
@@ -259,7 +234,7 @@ class MachineToolFrontEndSim:
             raise ScpiError(-213, "init ignored: measurement in progress")
         if head == "AXIS:POS":
             target = num(0.0, self.dev.truth.c.travel)
-            await asyncio.sleep(abs(target - d.position) / self.settings.axis_speed)
+            await self.clock.sleep(abs(target - d.position) / self.settings.axis_speed)
             d.position = target
             d.force = d.accel = None
             return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import math
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -16,11 +17,13 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from drivers.clock import Clock, Schedule
 from simulators.displacement_sim import ModbusSensorSim
-from simulators.force_source_sim import ForceSourceSim
+from simulators.force_source_sim import MIN_REAL_TICK, ForceSourceSim
 from simulators.physics.press import SENSOR_NAMES, PressLinkage, PressTruth
 from simulators.press_devices import FORCE_SOURCE_MAP, IDENTITIES, SENSOR_MAPS
 from simulators.serial_sensor_sim import SerialSensorSim
+from simulators.settings import PressSimulator, SensorNoise, simulator_table
 
 Device = ForceSourceSim | ModbusSensorSim | SerialSensorSim
 
@@ -37,34 +40,34 @@ class _SensorSource(TypedDict):
 class PressRig:
     """All simulated press devices plus the plant task that couples them."""
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
+    def __init__(self, config: Mapping[str, Any], clock: Clock | None = None) -> None:
         self.config = copy.deepcopy(dict(config))
-        sim = self.config.get("simulator", {})
+        self.settings = sim = simulator_table(self.config, PressSimulator)
+        self.clock = clock if clock is not None else sim.clock()  # the run's one clock (plan and physics)
         devices = self.config["devices"]
-        seq = np.random.SeedSequence(int(sim.get("seed", 0)))
+        seq = np.random.SeedSequence(sim.seed)
         seeds = iter(seq.spawn(2 + len(SENSOR_NAMES)))
-        self.plant_period = float(sim.get("plant_period", 0.005))
-        self.linkage = PressLinkage(PressTruth.from_config(dict(sim.get("truth", {}))))
+        self.plant_period = sim.plant_period
+        self.linkage = PressLinkage(PressTruth.from_config(dict(sim.truth)))
         self.z = np.zeros(len(SENSOR_NAMES))  # current true displacements, m
         # each device answers with its own register map (press_devices.FORCE_SOURCE_MAP, SENSOR_MAPS), not
         # the config's: the config only says where it is plugged in (protocol, port, unit id)
-        self.force_source = ForceSourceSim(devices["force_source"], sim.get("force_source", {}),
-                                           np.random.default_rng(next(seeds)), registers=FORCE_SOURCE_MAP)
+        self.force_source = ForceSourceSim(devices["force_source"], sim.force_source,
+                                           np.random.default_rng(next(seeds)), registers=FORCE_SOURCE_MAP,
+                                           clock=self.clock, max_lag=self._max_lag)
         next(seeds)  # reserved for the plant
         self.force_source.server.identity = IDENTITIES["force_source"]
         self.devices: dict[str, Device] = {"force_source": self.force_source}
-        sensor_sim = sim.get("sensors", {})
         for name, dcfg in devices.get("sensors", {}).items():
             if name not in SENSOR_NAMES:
                 raise ValueError(f"unknown press sensor {name!r}; the plant has {SENSOR_NAMES}")
             idx = SENSOR_NAMES.index(name)
-            noise = sensor_sim.get(name, {})
+            noise = sim.sensors.get(name) or SensorNoise()
 
             def true_z(i: int = idx) -> float:  # a def, not a lambda: mypy cannot type a lambda's default
-                return float(self.z[i])
+                return float(self.fresh_z()[i])
 
-            kw = _SensorSource(source=true_z, sigma=float(noise.get("sigma", 0.0)),
-                               resolution=float(noise.get("resolution", 0.0)),
+            kw = _SensorSource(source=true_z, sigma=noise.sigma, resolution=noise.resolution,
                                rng=np.random.default_rng(next(seeds)))
             proto = dcfg.get("protocol")
             if proto in ("modbus_rtu", "modbus_tcp"):
@@ -77,15 +80,35 @@ class PressRig:
             else:
                 raise ValueError(f"sensor {name}: unknown protocol {proto!r}")
         self._plant_task: asyncio.Task | None = None
+        self._solved_at = -math.inf  # clock time of the last solve of the linkage
 
     def plant_step(self) -> None:
         """Apply the source's actual force to the linkage and refresh the true displacements."""
         self.z = self.linkage.respond(self.force_source.force)
+        self._solved_at = self.clock.monotonic()
+
+    def fresh_z(self) -> np.ndarray:
+        """The true displacements now: re-solved first when the last solve is older than a plant period, so
+        that a reading never shows the plant of a stalled tick (the force source is brought up to now too)."""
+        if self._plant_task is not None and self.clock.monotonic() - self._solved_at >= self.plant_period:
+            if self.force_source.running:
+                self.force_source.advance()
+            self.plant_step()
+        return self.z
+
+    @property
+    def _max_lag(self) -> float:
+        """Clock seconds the physics may run late: ``[simulator].max_lag`` when faster than real time (only
+        then can a speed be too high for the machine; at speed 1 a late tick is the machine's load)."""
+        return self.settings.max_lag if self.clock.speed > 1 else math.inf
 
     async def _plant_loop(self) -> None:
+        # coarser in clock time on a fast clock: the friction is rate-independent (only the force's turning
+        # points matter) and a reading re-solves the plant first (fresh_z)
+        ticks = Schedule(self.clock, self.plant_period, min_real=MIN_REAL_TICK)
         while True:
             self.plant_step()
-            await asyncio.sleep(self.plant_period)
+            self.clock.note_lag("the press linkage's physics tick", await ticks.wait(), self._max_lag)
 
     async def start(self) -> dict[str, str]:
         """Serve every device; returns name -> endpoint ("tcp://host:port" or "socket://host:port")."""

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from daq.rigs import parse_config
+from daq.rigs.config import with_sim_speed
 from daq.run.lifecycle import RunResult, run
 from simulators.in_process import in_process
 
@@ -21,6 +22,7 @@ async def run_in_process(config: dict, store_path: str | Path, **kwargs: Any) ->
     if sim is not None:
         return await run(config, store_path, simulated_rig=sim, backends=in_process(sim), **kwargs)
     rig, cfg = parse_config(copy.deepcopy(config))
+    cfg = with_sim_speed(cfg, kwargs.pop("sim_speed", None))  # the simulator's clock runs at the run's speed
     sim = rig.simulator(cfg)
     await sim.start()
     try:

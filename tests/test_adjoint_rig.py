@@ -35,7 +35,7 @@ def _config(kind: str, tmp_path: Path) -> Path:
     cfg.pop("store", None)
     cfg["adjoint"].update(COARSE[kind])
     cfg["simulator"]["truth"].update(TRUTH[kind])
-    cfg["simulator"]["drive"].update(time_scale=10.0)
+    cfg["simulator"]["speed"] = 10.0
     cfg["plan"].update(trajectory=str(tmp_path / "design" / "trajectory.csv"), design_if_missing=False)
     for name in cfg["adjoint"]["parameters"]:  # the fit starts (and the input is designed) off the truth
         assert abs(cfg["adjoint"]["nominal"][name] / cfg["simulator"]["truth"][name] - 1) >= 0.1
@@ -125,7 +125,7 @@ def test_crane_adjoint_design_run_analyze_mast_parameters(tmp_path):
     cfg = load_config("configs/crane-adjoint-sim.toml")
     cfg.pop("store", None)
     cfg["adjoint"].update(t_f=1.0, dt=0.004, max_iter=30, rounds=2)
-    cfg["simulator"]["drive"].update(time_scale=10.0)
+    cfg["simulator"]["speed"] = 10.0
     cfg["fit"].update(decimate=5)  # k23, d23, J3 start at [adjoint.nominal], 13-25 % off the truth
     cfg["plan"].update(trajectory=str(tmp_path / "design" / "trajectory.csv"), design_if_missing=False)
     path = tmp_path / "crane-adjoint.toml"

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 # linear truth keeps the long watchdog trajectory cheap to simulate
 TRUTH = replace(CraneTruth(), coulomb=0.0, stribeck_torque=0.0).to_dict()
-DRIVE = {"time_scale": 10.0, "watchdog_timeout": 0.4, "security": "none", "torque_limit": 20.0,
+DRIVE = {"watchdog_timeout": 0.4, "security": "none", "torque_limit": 20.0,
          "speed_limit": 150.0, "max_samples": 20_000, "live_rate": 40.0}
 NS = "urn:hil-lab:crane-drive"
 
@@ -37,7 +37,7 @@ def _dev(url: str, **kw) -> dict:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def rig(tmp_path_factory):
     pki = tmp_path_factory.mktemp("pki")
-    r = CraneRig({"simulator": {"truth": TRUTH, "drive": DRIVE}}, pki_dir=pki)
+    r = CraneRig({"simulator": {"speed": 10.0, "truth": TRUTH, "drive": DRIVE}}, pki_dir=pki)
     await r.start()
     yield r
     await r.stop()
@@ -92,7 +92,7 @@ async def test_live_values_by_throttled_subscription(drive):
     t_sub = loop.time()
     sub = await drive.subscribe_live(lambda key, value: seen.setdefault(key, []).append(value), interval=0.05)
     try:
-        # 3 s of drive time = 30000 cycles, played out in 0.3 s (time_scale 10) with live values at 40 Hz
+        # 3 s of drive time = 30000 cycles, played out in 0.3 s (speed 10) with live values at 40 Hz
         await drive.load_trajectory(1e-2, 2.0 * np.sin(2 * np.pi * np.arange(300) * 1e-2))
         await drive.enable()
         await drive.start()
@@ -188,7 +188,7 @@ async def test_speed_limit_faults_and_disables(drive):
 
 
 async def test_drive_disables_itself_when_the_client_is_lost(rig, drive):
-    # a 10 s trajectory (1 s at time_scale 10) that is cut short by the lost client
+    # a 10 s trajectory (1 s at speed 10) that is cut short by the lost client
     await drive.load_trajectory(1e-2, np.full(1000, 1.0))
     await drive.enable()
     await drive.start()
@@ -237,7 +237,7 @@ async def test_variables_carry_engineering_units(rig):
 
 @pytest.mark.slow(reason="waits for the driver's reconnect back-off")
 async def test_driver_reconnects_after_server_restart(tmp_path):
-    cfg = {"simulator": {"truth": TRUTH, "drive": {"time_scale": 10.0}}}
+    cfg = {"simulator": {"speed": 10.0, "truth": TRUTH, "drive": {}}}
     first = CraneRig(cfg)
     await first.start()
     port = int(first.url.rsplit(":", 1)[1].split("/")[0])

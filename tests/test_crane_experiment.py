@@ -33,7 +33,8 @@ async def run_crane(config, store_path, *, rig=None, on_session=None) -> str:
 @pytest.fixture(scope="module")
 def config(tmp_path_factory):
     cfg = load_config("configs/crane-sim.toml")
-    cfg["simulator"]["drive"].update(time_scale=20.0, watchdog_timeout=1.0)
+    cfg["simulator"]["speed"] = 20.0
+    cfg["simulator"]["drive"].update(watchdog_timeout=1.0)
     cfg["excitation"]["max_iter"] = 10
     cfg["excitation"]["export_dir"] = str(tmp_path_factory.mktemp("excitation"))
     cfg["distortion"]["enabled"] = False  # its runs: tests/test_distortion_crane.py

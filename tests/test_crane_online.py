@@ -32,7 +32,7 @@ CONTRACT = ("model", "parameters", "values", "std", "rel_std", "covariance", "el
 
 def online_config() -> dict:
     cfg = copy.deepcopy(load_config("configs/crane-sim.toml"))
-    cfg["simulator"]["drive"].update(time_scale=20.0)
+    cfg["simulator"]["speed"] = 20.0
     cfg["excitation"].update(duration=1.0, n_lines=40, max_iter=10)
     cfg["excitation"].pop("export_dir", None)
     cfg["excitation"]["validation"]["n_lines"] = 30

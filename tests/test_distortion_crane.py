@@ -24,7 +24,7 @@ def _config(tmp: Path, **truth: float) -> Path:
 
     cfg = copy.deepcopy(CONFIG)
     cfg["simulator"]["truth"].update(truth)
-    cfg["simulator"]["drive"].update(time_scale=20.0)
+    cfg["simulator"]["speed"] = 20.0
     cfg["excitation"].update(max_iter=5)
     cfg["excitation"].pop("export_dir", None)
     cfg["model_selection"].update(candidates=["1m+visc"], n_starts=1, max_nfev=5, decimate=20,

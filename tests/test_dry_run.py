@@ -48,14 +48,14 @@ def _short_multisines(cfg: dict) -> None:
 
 
 def _crane(cfg: dict) -> None:
-    cfg["simulator"]["drive"].update(time_scale=20.0)
+    cfg["simulator"]["speed"] = 20.0
     _short_multisines(cfg)
 
 
 def _adjoint(design: str):
     def edit(cfg: dict) -> None:
         cfg["plan"].update(design=design)
-        cfg["simulator"]["drive"].update(time_scale=10.0)
+        cfg["simulator"]["speed"] = 10.0
         if "excitation" in cfg:  # the crane's multisines: as long as [adjoint].t_f, designed quicker
             cfg["excitation"].pop("export_dir", None)
             cfg["excitation"]["max_iter"] = 5

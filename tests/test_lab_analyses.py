@@ -46,7 +46,7 @@ def rig_config(tmp_path: Path, name: str, lab=None) -> Path:
     if "adjoint" in cfg:  # the design is made on the fly into the test's folder
         cfg["plan"].update(trajectory=str(tmp_path / "trajectory.csv"), design_if_missing=True)
     if name == "crane-sim":  # 20x real time, one candidate structure with dead time, a short fit
-        cfg["simulator"]["drive"].update(time_scale=20.0)
+        cfg["simulator"]["speed"] = 20.0
         cfg["excitation"].update(max_iter=5)
         cfg["excitation"].pop("export_dir", None)
         cfg["distortion"]["enabled"] = False

@@ -244,6 +244,7 @@ def test_stop_rule_modes_and_settling():
 def test_verdict_rule_stops_the_plan_and_is_recorded(tmp_path):
     cfg = online_config()
     cfg["plan"]["n_series"] = 4
+    cfg["simulator"]["speed"] = 10.0  # the plan's waits ten times faster: the verdicts do not change with it
     # the target can never be met: only the verdict may stop the plan, as soon as series 2 has one
     cfg["online"].update(stop_rule="verdict", target_rel_std=1e-9, min_series=2, settle_series=1,
                          settle_needs_kept=False)

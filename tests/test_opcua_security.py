@@ -21,21 +21,23 @@ from drivers.errors import DeviceConnectionError
 from drivers.servo_drive import DriveConnectionError, ServoDrive, ServoDriveConfig, _cert_uri
 from drivers.settings import settings_from
 from simulators.certs import CLIENT_URI, SERVER_URI, ensure_pki, make_identity
-from simulators.crane_drive import CraneDrive, DriveSettings, PasswordUsers, build_server, server_url
+from simulators.crane_drive import CraneDrive, PasswordUsers, build_server, server_url
 from simulators.crane_rig import CraneRig
 from simulators.physics.crane import CraneTruth
+from simulators.settings import DriveSettings
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 TRUTH = replace(CraneTruth(), coulomb=0.0, stribeck_torque=0.0).to_dict()
-DRIVE = {"time_scale": 10.0, "watchdog_timeout": 0.4, "security": "both", "max_samples": 20_000}
+DRIVE = {"watchdog_timeout": 0.4, "security": "both", "max_samples": 20_000}
 NS = "urn:hil-lab:crane-drive"
 PASSWORD = "crane-sim"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def rig(tmp_path_factory):
-    r = CraneRig({"simulator": {"truth": TRUTH, "drive": DRIVE}}, pki_dir=tmp_path_factory.mktemp("pki"))
+    r = CraneRig({"simulator": {"speed": 10.0, "truth": TRUTH, "drive": DRIVE}},
+                 pki_dir=tmp_path_factory.mktemp("pki"))
     await r.start()
     yield r
     await r.stop()

@@ -32,15 +32,15 @@ from tests.test_drivers import FS_SIM, fs_cfg
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 TRUTH = replace(CraneTruth(), coulomb=0.0, stribeck_torque=0.0).to_dict()
-LONG_WATCHDOG = 600.0  # s: the device's own watchdog never disables it during a test
-DRIVE = {"time_scale": 10.0, "watchdog_timeout": LONG_WATCHDOG, "security": "none", "torque_limit": 20.0,
+LONG_WATCHDOG = 60.0  # s (the tables' largest): the device's own watchdog never disables it during a test
+DRIVE = {"watchdog_timeout": LONG_WATCHDOG, "security": "none", "torque_limit": 20.0,
          "speed_limit": 150.0, "max_samples": 20_000, "live_rate": 40.0}
 QUIET_SOURCE = {**FS_SIM, "watchdog_timeout": LONG_WATCHDOG}
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def crane():
-    rig = CraneRig({"simulator": {"truth": TRUTH, "drive": DRIVE}})
+    rig = CraneRig({"simulator": {"speed": 10.0, "truth": TRUTH, "drive": DRIVE}})
     await rig.start()
     yield rig
     rig.drive.faults.release()

@@ -40,7 +40,7 @@ CONTRACT = ("model", "parameters", "values", "std", "rel_std", "covariance", "el
 def sequential_config(tmp_path, **sequential) -> dict:
     cfg = copy.deepcopy(load_config(f"configs/{KIND}-sim.toml"))
     cfg.pop("store", None)
-    cfg["simulator"]["drive"].update(time_scale=20.0)
+    cfg["simulator"]["speed"] = 20.0
     cfg["plan"].update(trajectory=str(tmp_path / "missing.csv"), design_if_missing=True)
     cfg["adjoint"]["nominal"]["c2"] = PRIOR
     cfg["adjoint"]["max_iter"] = 300  # the loop is checked, not the optimum (the shipped 1000 converges)

@@ -35,7 +35,7 @@ from daq.lab.reader import LabReader, NotStored
 from daq.lab.replicate import push_after_run
 from daq.rigs import check_rules, get_rig, kinds
 from daq.rigs.analysis import analyze_session
-from daq.rigs.config import load
+from daq.rigs.config import load, refuse_sim_speed_early, with_sim_speed
 from daq.store.read_write import SessionStore
 
 
@@ -53,9 +53,12 @@ def _load(config_path: str):
 @click.option("--dry-run", is_flag=True,
               help="Connect and read every device and walk the whole plan, but hold every command: each is "
                    "checked against its limits and recorded, none is sent (docs/dry-run.md).")
+@click.option("--sim-speed", type=float, default=None, metavar="X",
+              help="A simulated rig only: run the plan and every simulated device X times faster than real "
+                   "time (recorded times are simulated seconds; default: [simulator] speed, else 1).")
 @pass_state
 def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | None, no_progress: bool,
-        as_json: bool, dry_run: bool) -> None:
+        as_json: bool, dry_run: bool, sim_speed: float | None) -> None:
     """Run the experiment of a rig config and record one session.
 
     A config with [rig] simulated = true starts its simulated rig on loopback first. Ctrl-C once
@@ -65,7 +68,9 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
     """
     if plots_dir is not None and not then_analyze:
         raise click.ClickException("--plots needs --analyze (plots come from the analysis)")
+    refuse_sim_speed_early(config_path, sim_speed)  # a real rig's template: one line, nothing built or opened
     rig, cfg = _load(config_path)  # a config refused here has loaded none of the run machinery
+    cfg = with_sim_speed(cfg, sim_speed, config_path)
     from daq.run.control import operator_name  # lazy: the whole run machinery and the rigs
     from daq.run.lifecycle import run as run_rig  # lazy: as above
     if (dry_run or cfg.rig.dry_run) and then_analyze:

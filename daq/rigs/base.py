@@ -77,6 +77,7 @@ if TYPE_CHECKING:  # annotations only: the registry imports this module and stay
     from daq.bus.pubsub import BusPublisher, BusSubscriber
     from daq.store.reads import SessionReads
     from drivers.backends import Backends  # the device backend seam: where a driver's requests go
+    from drivers.clock import Clock
 
 RawConfig = dict[str, Any]            #: a config as read from TOML, before the schema check
 DeviceTables = Any                    #: the typed ``[devices]`` table a run connects to
@@ -116,6 +117,7 @@ class RunContext(Protocol[C, D]):
     prepared: dict[str, Any]    # what ``prepare`` made for the plan
     publisher: BusPublisher     # the run's bus (for acquisition loops that publish on their own)
     dry_run: bool               # outputs held (docs/dry-run.md): waits for the plant must not wait for it
+    clock: Clock                # the run's one clock: the plan's waits and recorded times (drivers/clock.py)
 
     async def event(self, stream: str, kind: str, **body: Any) -> None: ...
 

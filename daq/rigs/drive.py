@@ -16,26 +16,25 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 import numpy as np
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from msgspec import Meta
-from msgspec import field as sfield
 
 from daq.bus.frames import Event, Frame
 from daq.config.load import Invalid, parse, to_dict
-from daq.config.schema import PathStr, Port, Seed, Table
+from daq.config.schema import Table
 from daq.rigs.base import A, C, R, Rig, RunContext
 from drivers.backends import Backends
+from drivers.clock import WALL, Clock
 from drivers.errors import HilError
 from drivers.servo_drive import DriveTrace, ServoDrive, ServoDriveConfig
+from simulators.settings import DriveSettings
 
 if TYPE_CHECKING:  # annotations only
     from daq.store.reads import SessionReads
@@ -52,41 +51,8 @@ TRACE_CHANNELS: Final = ("torque_cmd", "torque", "speed")  #: the drive's trace,
 DriveDevice = ServoDriveConfig
 
 
-class DriveSimTable(Table, kw_only=True):
-    """``[simulator.drive]``: the simulated OPC UA drive (simulators.crane_drive.DriveSettings)."""
-
-    name: str = "crane-drive-sim"
-    host: str = "127.0.0.1"
-    port: Port = 0
-    secure_port: Port = 0
-    security: Literal["none", "secure", "both"] = "none"
-    pki_dir: PathStr = "sessions/pki/crane"   # relative: to the config file's folder
-    users: dict[str, str] = sfield(default_factory=lambda: {"operator": "crane-sim"})
-    namespace: str = "urn:hil-lab:crane-drive"
-    axis: Annotated[str, Meta(min_length=1)] = "Axis1"
-    cycle_time: Annotated[float, Meta(ge=1e-6, le=0.01)] = 1e-4        # s, the drive's cycle
-    max_samples: Annotated[int, Meta(ge=2, le=10**8)] = 100_000
-    max_sample_time: Annotated[float, Meta(gt=0, le=1.0)] = 0.01       # s
-    torque_limit: Annotated[float, Meta(gt=0, le=1e5)] = 20.0
-    speed_limit: Annotated[float, Meta(gt=0, le=1e4)] = 150.0
-    time_scale: Annotated[float, Meta(gt=0, le=1000.0)] = 1.0          # > 1: faster than real time
-    live_rate: Annotated[float, Meta(gt=0, le=1000.0)] = 25.0          # Hz
-    watchdog_timeout: Annotated[float, Meta(gt=0, le=60.0)] = 1.0      # s
-    seed: Seed = 4
-
-    def check(self) -> None:
-        ratio = self.max_sample_time / self.cycle_time
-        if ratio < 1 - 1e-9:
-            raise Invalid("max_sample_time", f"{self.max_sample_time} s is below cycle_time "
-                                             f"({self.cycle_time} s)")
-
-    def accepts(self, dt: float) -> str | None:
-        """Why the simulated drive refuses a trajectory sampled at ``dt`` (None: it accepts it)."""
-        ratio = dt / self.cycle_time
-        if dt > self.max_sample_time * (1 + 1e-9) or abs(ratio - round(ratio)) > 1e-6 * max(1.0, ratio):
-            return (f"the simulated drive plays sample times that are multiples of [simulator.drive]."
-                    f"cycle_time ({self.cycle_time} s) up to max_sample_time ({self.max_sample_time} s)")
-        return None
+#: ``[simulator.drive]`` is the simulated drive's own settings struct (simulators/settings.py)
+DriveSimTable = DriveSettings
 
 
 class DriveDevicesTable(Table, kw_only=True):
@@ -236,15 +202,15 @@ class TraceStreams:
 
 
 async def run_trajectory(drive: ServoDrive, dt: float, samples: np.ndarray, *, not_before: float = 0.0,
-                         label: str = "") -> tuple[float, DriveTrace]:
+                         label: str = "", clock: Clock = WALL) -> tuple[float, DriveTrace]:
     """Upload ``samples`` (held for ``dt`` s each), enable, start, wait, read the trace back, disable.
 
-    Returns (t0, trace): ``t0`` the start's wall-clock time, never before ``not_before``; the trace has
-    ``dt`` and one array per :data:`TRACE_CHANNELS`. RuntimeError (``label`` first) when the trace does
-    not hold the trajectory's length at its own cycle."""
+    Returns (t0, trace): ``t0`` the start's time on the run's ``clock``, never before ``not_before``; the
+    trace has ``dt`` and one array per :data:`TRACE_CHANNELS`. RuntimeError (``label`` first) when the
+    trace does not hold the trajectory's length at its own cycle."""
     await drive.load_trajectory(dt, samples)
     await drive.enable()
-    t0 = max(time.time(), not_before)
+    t0 = max(clock.time(), not_before)
     await drive.start()
     await drive.wait_done()
     trace = await drive.read_trace()
@@ -257,7 +223,7 @@ async def run_trajectory(drive: ServoDrive, dt: float, samples: np.ndarray, *, n
 
 
 async def hold_trajectory(drive: ServoDrive, dt: float, samples: np.ndarray, *,
-                          not_before: float = 0.0) -> tuple[float, dict[str, Any]]:
+                          not_before: float = 0.0, clock: Clock = WALL) -> tuple[float, dict[str, Any]]:
     """:func:`run_trajectory` in a dry run: the same commands (checked against the limits, then held by the
     driver), but the drive never starts, so there is nothing to wait for and no trace; the drive's status
     is read once instead. Returns (t0, status)."""
@@ -265,7 +231,7 @@ async def hold_trajectory(drive: ServoDrive, dt: float, samples: np.ndarray, *,
         raise RuntimeError("hold_trajectory outside a dry run: the drive's commands are not held")
     await drive.load_trajectory(dt, samples)
     await drive.enable()
-    t0 = max(time.time(), not_before)
+    t0 = max(clock.time(), not_before)
     await drive.start()
     status = await drive.status()
     await drive.disable()
@@ -282,13 +248,15 @@ async def record_trajectory(ctx: RunContext[Any, DriveRigDevices], streams: Trac
     Returns the end of the published trace's time base (a next trajectory starts no earlier if asked)."""
     await ctx.checkpoint(before)
     if ctx.dry_run:  # the commands are held, the drive only read (docs/dry-run.md)
-        t0, status = await hold_trajectory(ctx.devices.drive, dt, samples, not_before=not_before)
+        t0, status = await hold_trajectory(ctx.devices.drive, dt, samples, not_before=not_before,
+                                           clock=ctx.clock)
         await ctx.event(streams.plan, "trajectory_held", role=role, dt=dt, n=int(samples.size), t0=t0,
                         status=status, **info)
         ctx.summary["runs"] += 1
         ctx.advance(1, f"{recorded} (dry run: held, {samples.size} samples not sent)")
         return t0
-    t0, trace = await run_trajectory(ctx.devices.drive, dt, samples, not_before=not_before, label=label)
+    t0, trace = await run_trajectory(ctx.devices.drive, dt, samples, not_before=not_before, label=label,
+                                     clock=ctx.clock)
     tdt = trace["dt"]
     n = int(trace["speed"].size)
     await ctx.event(streams.plan, "trajectory_start", role=role, dt=tdt, n=n, t0=t0, **info)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ from daq.config.load import snapshot as config_snapshot
 from daq.config.schema import RigConfig
 from daq.rigs import check_rules, get_rig, parse_config
 from daq.rigs.base import Devices, Rig
+from daq.rigs.config import sim_speed_of, with_sim_speed
 from daq.run.control import ACTIONS, CommandChannel, channel_keys
 from daq.run.dry_run import DryRun, as_dry_run
 from daq.run.preflight import check_devices
@@ -45,6 +45,7 @@ from daq.run.safety import OperatorStop, PlanAborted, SafeStateGuard
 from daq.store.read_write import SessionStore
 from daq.store.reserve import DiskReserve
 from drivers.backends import Backends
+from drivers.clock import WALL, Clock
 from drivers.recording import RecordingBackends
 
 log = logging.getLogger(__name__)
@@ -76,10 +77,11 @@ class RunContext:
     """What a plan may use: devices, config, the bus, companions, checkpoints and progress."""
 
     def __init__(self, rig: Rig, config: Any, publisher: BusPublisher,
-                 progress: Callable[[int, str | None], None] | None = None):
+                 progress: Callable[[int, str | None], None] | None = None, clock: Clock = WALL):
         self.rig = rig
         self.config = config
         self.publisher = publisher
+        self.clock = clock  # the run's one clock: the plan's waits and recorded times (drivers/clock.py)
         self.devices: Any = None
         self.recorder: Recorder | None = None  # for status and for tests that break it on purpose
         self.session_id = ""
@@ -109,7 +111,7 @@ class RunContext:
     # -- bus ------------------------------------------------------------------------------------------
     async def event(self, stream: str, kind: str, **body) -> None:
         await self.publisher.publish(Event(stream=stream, kind=kind, seq=self.publisher.next_seq(stream),
-                                           t=time.time(), body=body, session_id=self.session_id))
+                                           t=self.clock.time(), body=body, session_id=self.session_id))
 
     async def publish(self, frame: Frame) -> None:
         frame.session_id = self.session_id
@@ -224,7 +226,7 @@ async def run(config: RigConfig | dict, store_path: str | Path | None = None, *,
               handle_term: bool | None = None, on_session: Callable[[str], None] | None = None,
               on_context: Callable[[RunContext], None] | None = None,
               started_by: str | None = None, dry_run: bool = False,
-              backends: Backends | None = None) -> RunResult:
+              backends: Backends | None = None, sim_speed: float | None = None) -> RunResult:
     """Run the plan of ``config``'s rig once and record one session; see the module docstring.
 
     ``config``: the rig kind's typed config as the edge parsed it (``daq.rigs.config.load``), or TOML data
@@ -247,12 +249,14 @@ async def run(config: RigConfig | dict, store_path: str | Path | None = None, *,
     ``backends``: where the drivers' requests go (:mod:`drivers.backends`); None: their real protocols.
     Tests of plans and of the lifecycle give a simulator's in-process backends
     (``simulators.in_process.InProcessBackends``) with ``simulated_rig``.
+    ``sim_speed`` (or ``[simulator].speed``): the simulated rig and the plan run on one clock that many times
+    faster than real time (recorded times are its seconds; refused for a rig that is not simulated).
     """
     if isinstance(config, dict):
         rig, cfg = parse_config(config, file)  # checked whole: nothing is opened for a broken config
     else:
         rig, cfg = get_rig(config.rig.kind, file), config
-    cfg = as_dry_run(cfg, dry_run)
+    cfg = with_sim_speed(as_dry_run(cfg, dry_run), sim_speed, file)
     check_rules(rig, cfg, file)            # and the rig's rules beyond the schema (files next to it, ...)
     if cfg.rig.simulated and not rig.has_simulator and simulated_rig is None:
         raise ConfigError(f"rig kind {rig.kind!r} has no simulator", file, "[rig].simulated")
@@ -274,8 +278,9 @@ async def run(config: RigConfig | dict, store_path: str | Path | None = None, *,
         dry = DryRun(rig.kind) if cfg.rig.dry_run else None
         if dry is not None:  # every driver of the run writes into the hold (drivers/recording.py)
             backends = RecordingBackends(dry.hold, backends) if backends else RecordingBackends(dry.hold)
+        clock = getattr(simulated_rig, "clock", None) or WALL  # a simulated rig's physics runs on its clock
         return await _run_session(rig, cfg, device_cfg, store_path, show_progress, handle_sigint,
-                                  handle_term, on_session, on_context, started_by, dry, backends)
+                                  handle_term, on_session, on_context, started_by, dry, backends, clock)
     finally:
         if own_sim is not None:
             await own_sim.stop()
@@ -284,8 +289,8 @@ async def run(config: RigConfig | dict, store_path: str | Path | None = None, *,
 async def _run_session(rig: Rig, cfg: Any, device_cfg: Any, store_path: Path, show_progress: bool,
                        handle_sigint: bool, handle_term: bool, on_session, on_context,
                        started_by: str | None = None, dry: DryRun | None = None,
-                       backends: Backends | None = None) -> RunResult:
-    session = _Session(rig, cfg, store_path, show_progress, on_context)
+                       backends: Backends | None = None, clock: Clock = WALL) -> RunResult:
+    session = _Session(rig, cfg, store_path, show_progress, on_context, clock)
     session.dry, session.backends = dry, backends
     if handle_sigint or handle_term:
         session.stopper.install(sigint=handle_sigint, terminate=handle_term)  # ours until clean-up is done
@@ -311,7 +316,7 @@ class _Session:
     reason: str | None  # why it ended (None: nothing to say)
 
     def __init__(self, rig: Rig, cfg: Any, store_path: Path, show_progress: bool,
-                 on_context: Callable[[RunContext], None] | None):
+                 on_context: Callable[[RunContext], None] | None, clock: Clock = WALL):
         self.rig, self.cfg, self.store_path = rig, cfg, store_path
         self.store = SessionStore(store_path)
         keys = _keys(cfg)
@@ -320,7 +325,10 @@ class _Session:
         self.rec_sub = BusSubscriber(self.publisher.endpoint, keys=keys)
         total = rig.progress_total(cfg)
         self.progress = ProgressBar(rig.kind, total) if show_progress else None
-        self.ctx = RunContext(rig, cfg, self.publisher, self.progress.advance if self.progress else None)
+        self.ctx = RunContext(rig, cfg, self.publisher, self.progress.advance if self.progress else None,
+                              clock)
+        if clock.simulated or sim_speed_of(cfg) != 1.0:  # the session says the speed it ran at
+            self.ctx.summary["sim_speed"] = clock.speed
         self.ctx.keys = keys
         self.ctx.steps_total = total
         if on_context is not None:
@@ -389,7 +397,7 @@ class _Session:
             self.reason = (f"{self.reason + '; ' if self.reason else ''}SAFE STATE NOT CONFIRMED: "
                            f"{'; '.join(guard.errors)}")
         stream = f"{rig.kind}.plan"
-        outcome = Event(stream, "plan_outcome", self.publisher.next_seq(stream), time.time(),
+        outcome = Event(stream, "plan_outcome", self.publisher.next_seq(stream), ctx.clock.time(),
                         body={"status": self.status, "reason": self.reason, "safe": guard.safe,
                               "safe_errors": guard.errors, "safe_failed_steps": guard.failed_steps,
                               "summary": ctx.summary},
@@ -512,18 +520,27 @@ async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: Oper
     stopper.target = plan_task
     ctx._plan_task = plan_task
     rec_task = recorder.failed  # resolves (with the error) only when the recorder stops on a failure
+    # resolves with its one line when the simulation falls behind a faster-than-real-time clock
+    overrun = asyncio.ensure_future(ctx.clock.overrun()) if ctx.clock.simulated else None
+    ctx.clock.armed = overrun is not None  # data are recorded from here: falling behind stops the plan
     try:
         while not plan_task.done():
             ctx._wake.clear()
             watch: set[asyncio.Future] = {plan_task, *ctx._companions}
             if rec_task is not None:
                 watch.add(rec_task)
+            if overrun is not None:
+                watch.add(overrun)
             wake = asyncio.ensure_future(ctx._wake.wait())
             done, _ = await asyncio.wait({*watch, wake}, return_when=asyncio.FIRST_COMPLETED)
             wake.cancel()
             if plan_task in done:
                 break
             ended = [t for t in done if t is not wake]
+            if overrun is not None and overrun in ended:  # too fast: stop safe rather than record wrong data
+                plan_task.cancel()
+                await asyncio.wait({plan_task}, timeout=TASK_STOP_TIMEOUT)
+                raise PlanAborted(overrun.result())
             for t in list(ended):  # a companion that returned normally has finished its job
                 if t is not rec_task and not t.cancelled() and t.exception() is None:
                     assert isinstance(t, asyncio.Task)  # a companion
@@ -544,6 +561,9 @@ async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: Oper
     finally:
         stopper.target = None
         stopper.plan_over = True
+        ctx.clock.armed = False
+        if overrun is not None:
+            overrun.cancel()
         await stop_tasks(plan_task, *ctx._companions)
 
 

@@ -7,11 +7,14 @@ import asyncio
 from starlette.requests import Request
 from starlette.responses import Response
 
+from daq.config.load import ConfigError
+from daq.errors import one_line
+from daq.rigs.config import refuse_sim_speed
 from daq.serve.problems import BadRequest, Conflict, NotFound
 from daq.serve.replies import JSON, read_json
 from daq.serve.runner import ACTIONS
 
-RUN_USAGE = 'the body must be JSON: {"config": "<file name>"}'
+RUN_USAGE = 'the body must be JSON: {"config": "<file name>", "sim_speed": <optional number>}'
 
 
 def _with_kind(service, entry: dict) -> dict:
@@ -60,7 +63,15 @@ async def post_run(service, request: Request, name) -> Response:
         raise NotFound(f"no config {config!r} in {service.configs.folder} (GET /api/configs lists them)")
     if not checked.ok:
         return JSON(checked.refusal(), status_code=422)
-    entry = service.queue.add(config, name or "anonymous")
+    sim_speed = body.get("sim_speed")
+    if sim_speed is not None:  # a simulated rig only, in range: refused here, before it is queued
+        if isinstance(sim_speed, bool) or not isinstance(sim_speed, int | float):
+            raise BadRequest(RUN_USAGE)
+        try:
+            refuse_sim_speed(bool(checked.simulated), float(sim_speed), checked.name)
+        except ConfigError as exc:
+            return JSON({"error": one_line(exc), "config": config}, status_code=422)
+    entry = service.queue.add(config, name or "anonymous", None if sim_speed is None else float(sim_speed))
     service.runner.poke()
     service.relay.broadcast({"type": "queue", **service.queue.snapshot()})
     return JSON({"id": entry.id, "config": config, "by": entry.by, "kind": checked.kind,

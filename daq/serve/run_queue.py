@@ -49,6 +49,7 @@ class RunEntry:
     safe: bool | None = None
     result: dict | None = None        # RunResult.to_dict() of the lifecycle (what `hil run --json` says)
     kind: str | None = None
+    sim_speed: float | None = None    # a simulated rig's clock speed asked for (None: the config's)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -133,9 +134,9 @@ class RunQueue:
 
     # ------------------------------------------------------------------------------- changes
 
-    def add(self, config: str, by: str) -> RunEntry:
+    def add(self, config: str, by: str, sim_speed: float | None = None) -> RunEntry:
         with self._mutex:
-            entry = RunEntry(uuid.uuid4().hex[:12], config, by, time.time())
+            entry = RunEntry(uuid.uuid4().hex[:12], config, by, time.time(), sim_speed=sim_speed)
             self.queued.append(entry)
             self.save()
             return entry

@@ -102,7 +102,7 @@ class Runner:
         def work():
             return asyncio.run(run(cfg, self.store_path, file=path, show_progress=False, handle_sigint=False,
                                    handle_term=False, on_session=on_session, on_context=on_context,
-                                   started_by=entry.by))
+                                   started_by=entry.by, sim_speed=entry.sim_speed))
 
         try:
             result = await asyncio.to_thread(work)

@@ -6,7 +6,6 @@ The rig, the online identifier, the design helpers and the plots import it; it i
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
 from msgspec import Meta
@@ -14,8 +13,9 @@ from msgspec import field as sfield
 
 from daq.config.load import Invalid
 from daq.config.schema import Budget, Finite, PathStr, Positive, RigConfig, Table, Wait
-from daq.rigs.drive import DriveDevicesTable, DriveSimTable
+from daq.rigs.drive import DriveDevicesTable
 from daq.rigs.excitation import ExcitationTable
+from simulators.settings import DriveSimulator
 
 #: plant -> (measured output name, unit)
 OUTPUTS = {"oscillator": ("x2", "m"), "pendulum": ("phi", "rad"), "crane": ("w1", "rad/s")}
@@ -33,23 +33,8 @@ DESIGNS = ("adjoint", "F0", "sine", "multisine")
 # ----------------------------------------------------------------------------------------- config
 
 
-class Simulator(Table, kw_only=True):
-    plant: str | None = None
-    truth: dict[str, Finite] = sfield(default_factory=dict)
-    drive: DriveSimTable = sfield(default_factory=DriveSimTable)
-
-    def check(self) -> None:
-        from simulators.crane_drive import get_plant  # lazy: scipy and the simulator's plants
-
-        try:
-            plant = get_plant(self.plant)
-        except ValueError as exc:
-            raise Invalid("plant", str(exc)) from None
-        try:  # the plant's own rules (names, signs, relations) are the truth's: checked by building it
-            plant.truth.from_config(dict(self.truth))
-        except (TypeError, ValueError) as exc:
-            why = re.sub(r"^(\[[^\]]*\]|\w+ truth):?\s*", "", str(exc))
-            raise Invalid("truth", why, table=True) from None
+#: ``[simulator]``: the simulated drive's own table (plant, truth, drive, speed)
+Simulator = DriveSimulator
 
 
 class AdjointTable(Table, kw_only=True):

@@ -455,14 +455,14 @@ class AdjointRig(drive.DriveRig[AdjointRigConfig, Runs | None, AdjointAnalysis])
             await self._run_once(ctx, dt, force, info)
             return
         ident = await online.start(ctx)
-        t_plan = time.monotonic()
+        t_plan = ctx.clock.monotonic()
         loop = asyncio.get_running_loop()
         ran: list[np.ndarray] = []  # every input run so far: a redesign adds to their information
         while True:
             await self._run_once(ctx, dt, force, dict(info, run=ctx.summary["runs"]))
             ran.append(force)
             n = ctx.summary["runs"]
-            reason, est = await online.decide(ctx, ident, n, time.monotonic() - t_plan)
+            reason, est = await online.decide(ctx, ident, n, ctx.clock.monotonic() - t_plan)
             if reason is not None:
                 return
             if seq.redesign and est is not None:

@@ -6,7 +6,6 @@ Both :mod:`daq.rigs.crane.rig` and :mod:`daq.rigs.crane.online` import it; it im
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
@@ -15,11 +14,12 @@ from msgspec import Meta
 from msgspec import field as sfield
 
 from daq.config.load import Invalid
-from daq.config.schema import Finite, Range, RigConfig, Seed, Table, Wait
+from daq.config.schema import Range, RigConfig, Seed, Table, Wait
 from daq.rigs.crane.distortion_config import DistortionTable
-from daq.rigs.drive import DriveDevicesTable, DriveSimTable, check_drive
+from daq.rigs.drive import DriveDevicesTable, check_drive
 from daq.rigs.excitation import ROLES, ExcitationTable
 from identification.models.drive_models import DEFAULT_BOUNDS, all_structures, parse_name
+from simulators.settings import DriveSimulator
 
 TRACE_STREAM = "crane.trace"
 PLAN_STREAM = "crane.plan"
@@ -31,18 +31,13 @@ UNITS = ["N*m", "N*m", "rad/s"]
 # ----------------------------------------------------------------------------------------- config
 
 
-class CraneSimulator(Table, kw_only=True):
-    truth: dict[str, Finite] = sfield(default_factory=dict)
-    drive: DriveSimTable = sfield(default_factory=DriveSimTable)
+class CraneSimulator(DriveSimulator, kw_only=True):
+    """``[simulator]`` of the crane: the simulated drive's table with the crane as its plant."""
 
     def check(self) -> None:
-        from simulators.physics.crane import CraneTruth  # lazy: scipy
-
-        try:  # the plant's own rules (names, signs, relations) are the truth's: checked by building it
-            CraneTruth.from_config(dict(self.truth))
-        except (TypeError, ValueError) as exc:
-            raise Invalid("truth", re.sub(r"^(\[[^\]]*\]|crane truth):?\s*", "", str(exc)),
-                          table=True) from None
+        if self.plant not in (None, "crane"):
+            raise Invalid("plant", f"the crane rig's simulated drive moves the crane, got {self.plant!r}")
+        super().check()
 
 
 class ModelSelectionTable(Table, kw_only=True):

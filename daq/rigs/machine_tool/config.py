@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from msgspec import Meta
 from msgspec import field as sfield
@@ -15,26 +15,14 @@ from daq.config.load import Invalid, to_dict
 from daq.config.schema import Hz, RigConfig, Seed, Table
 from drivers.modal_frontend import FrontEndSettings, ModalFrontEnd
 from identification.models.machine_tool_model import MachineTool, MachineToolConstants, as_vector
+from simulators.settings import MachineToolSimulator
 
 #: a stiffness (N/m) or damping (N*s/m) of a machine-tool joint: positive, below what steel can have
 Joint = Annotated[float, Meta(gt=0, le=1e12)]
 
 
-class MTSimulator(Table, kw_only=True):
-    truth: dict[str, Joint] = sfield(default_factory=dict)
-    variant: Literal["ideal", "disturbed"] = "ideal"
-    noise: dict[str, Annotated[float, Meta(ge=0, le=1e3)]] = sfield(default_factory=dict)  # accel m/s^2,
-                                                                                             # force N rms
-    seed: Seed = 0
-    axis_speed: Annotated[float, Meta(gt=0, le=10.0)] = 0.5   # m/s
-
-    def check(self) -> None:
-        try:  # the analysis compares the estimate with the truth by the model's parameter names
-            as_vector(dict(self.truth))
-        except ValueError as exc:
-            raise Invalid("truth", str(exc), table=True) from None
-        if set(self.noise) - {"accel", "force"}:
-            raise Invalid("noise", "keys accel and force (>= 0) only")
+#: ``[simulator]`` is the simulated front end's own table (simulators/settings.py)
+MTSimulator = MachineToolSimulator
 
 
 #: ``[devices.frontend]`` is the driver's own settings struct
@@ -130,6 +118,11 @@ class MachineToolConfig(RigConfig, kw_only=True):
     distortion: MTDistortion = sfield(default_factory=MTDistortion)
 
     def check(self) -> None:
+        if self.simulator is not None:
+            try:  # the analysis compares the estimate with the truth by the model's parameter names
+                as_vector(dict(self.simulator.truth))
+            except ValueError as exc:
+                raise Invalid("simulator.truth", str(exc), table=True) from None
         d = self.distortion
         if d.input is not None and d.input not in MachineTool().obs_labels:
             raise Invalid("distortion.input", f"{d.input!r} is not a measured DOF")

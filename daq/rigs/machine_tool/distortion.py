@@ -10,7 +10,6 @@ read from the measured force, not from the front end's seed.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,7 +47,7 @@ async def record(ctx: Any, streams: tuple[str, str, str], unit: str, frame: int,
                            seed=d.seed + m, dt=e.dt, periods=d.n_periods, settle=d.n_settle,
                            detection=d.group)
         force, accel, labels = await fe.measure()
-        n, t0 = int(force.size), max(time.time(), t_end)
+        n, t0 = int(force.size), max(ctx.clock.time(), t_end)
         await ctx.event(plan, START, position=position, input=dof, realisation=m, dt=e.dt, n=n,
                         period=e.period, t0=t0)
         await ctx.publish_blocks(force_stream, force[:, None], t0, e.dt, ["force"], ["N"], frame)

@@ -13,7 +13,6 @@ Sessions imported from UFF 58 files (`hil import uff`) carry the FRFs directly o
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -443,7 +442,7 @@ class MachineToolRig(Rig[MachineToolConfig, MTDevicesOpen, MTArrays, MTAnalysisR
                 )
                 force, accel, labels = await fe.measure()
                 n = int(force.size)
-                t0 = max(time.time(), t_end)
+                t0 = max(ctx.clock.time(), t_end)
                 await ctx.event(
                     PLAN_STREAM,
                     "run_start",

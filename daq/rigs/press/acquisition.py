@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
+import math
 
 import numpy as np
 
 from daq.bus.frames import Frame
 from daq.bus.pubsub import BusPublisher
+from drivers.clock import WALL, Clock
 from drivers.errors import DeviceFault
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ class ForceAcquisition:
     """
 
     def __init__(self, source, publisher: BusPublisher, session_id: str, rate: float = 200.0,
-                 block: int = 10, max_failures: int = 3):
+                 block: int = 10, max_failures: int = 3, clock: Clock = WALL, max_gap: float = math.inf):
         self.source = source
         self.publisher = publisher
         self.session_id = session_id
@@ -44,13 +45,17 @@ class ForceAcquisition:
         self.block = block
         self.command = 0.0
         self.max_failures = max_failures
+        self.clock = clock          # the run's clock: the poll period and the samples' times are its seconds
+        self.max_gap = max_gap      # clock seconds between two polls beyond which the clock is told it is
+                                    # too fast for this machine (inf: never)
+        self._last = math.inf       # clock time of the last poll (none yet)
         self._finish = asyncio.Event()
         self._finished = asyncio.Event()
 
     async def run(self) -> None:
         rows: list[tuple[float, float, float]] = []
         stamps: list[float] = []
-        next_t = time.monotonic()
+        next_t = self.clock.monotonic()
         failures = 0
         try:
             await self._loop(rows, stamps, next_t, failures)
@@ -69,7 +74,9 @@ class ForceAcquisition:
     async def _loop(self, rows, stamps, next_t, failures) -> None:
         while not self._finish.is_set():
             try:
+                asked = self.clock.time()
                 force = await self.source.read_force()
+                answered = self.clock.time()
                 pressure = await self.source.read_pressure()
                 failures = 0
             except Exception as exc:  # repeated failures of the source end the plan
@@ -77,9 +84,13 @@ class ForceAcquisition:
                 if failures >= self.max_failures:
                     raise DeviceFault(*_where(self.source), f"force source lost: {exc}") from exc
                 log.warning("force source poll failed (%d/%d): %s", failures, self.max_failures, exc)
-                next_t = time.monotonic() + self.period
+                next_t = self.clock.monotonic() + self.period
                 continue
-            stamps.append(time.time())
+            # the force was sampled while its request was out: stamped half way (on a fast clock a poll's
+            # round trip is many clock milliseconds; stamped at its end, the force would look younger)
+            now = asked + 0.5 * (answered - asked)
+            self._check_gap(now)
+            stamps.append(now)
             rows.append((self.command, force, pressure))
             if len(rows) >= self.block:
                 await self._publish(rows, stamps)
@@ -87,10 +98,17 @@ class ForceAcquisition:
                 await self._check_status()
             next_t += self.period
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, next_t - time.monotonic())):
+                async with self.clock.timeout(next_t - self.clock.monotonic()):
                     await self._finish.wait()
         if rows:
             await self._publish(rows, stamps)
+
+    def _check_gap(self, now: float) -> None:
+        """Tell the clock when two polls lie further apart than the period plus ``max_gap``: the drivers
+        cannot keep up with the clock's speed, and the force would be sampled too thinly to be measured."""
+        if self._last < now:
+            self.clock.note_lag("the force acquisition's polls", now - self._last - self.period, self.max_gap)
+        self._last = now
 
     async def _check_status(self) -> None:
         try:

@@ -19,7 +19,6 @@ from msgspec import field as sfield
 from daq.config.load import Invalid, to_dict
 from daq.config.schema import (
     Budget,
-    Finite,
     RigConfig,
     Seed,
     Settle,
@@ -29,8 +28,9 @@ from daq.config.schema import (
 from drivers.displacement import SensorSettings, open_sensor
 from drivers.errors import HilError
 from drivers.force_source import ForceSource, ForceSourceSettings, Newton
-from simulators.physics.press import SENSOR_NAMES, PressLinkage, PressTruth
+from simulators.physics.press import SENSOR_NAMES
 from simulators.press_rig import PressRig
+from simulators.settings import PressSimulator  # [simulator]: the simulator's own table
 
 if TYPE_CHECKING:  # annotations only: identification.models loads scipy, which `hil check` does not need
     from identification.models.press_models import PressConstants
@@ -56,46 +56,6 @@ class PressDevices(Table, kw_only=True):
             if sensor.sigma is None:
                 raise Invalid(f"sensors.{name}.sigma", "missing required key (the nominal noise std of one "
                                                        "reading, m: the press analysis weights by it)")
-
-
-class ForceSourceSim(Table, kw_only=True):
-    f_max: Newton = 25000.0
-    tau: Annotated[float, Meta(gt=0, le=60.0)] = 0.05              # s, the source's lag
-    gain: Annotated[float, Meta(gt=0, le=10.0)] = 0.97             # static gain (command -> force)
-    offset: Annotated[float, Meta(ge=-1e6, le=1e6)] = -15.0        # N
-    pressure_nominal: Annotated[float, Meta(gt=0, le=1e8)] = 6.0e5  # Pa
-    pressure_rel_sigma: Annotated[float, Meta(ge=0, le=1.0)] = 0.003
-    pressure_corr_time: Annotated[float, Meta(gt=0, le=3600.0)] = 0.5  # s
-    loadcell_sigma: Annotated[float, Meta(ge=0, le=1e5)] = 2.0     # N
-    pressure_sensor_sigma: Annotated[float, Meta(ge=0, le=1e7)] = 50.0  # Pa
-    watchdog_timeout: Annotated[float, Meta(gt=0, le=60.0)] = 1.0  # s
-    tick: Annotated[float, Meta(gt=0, le=0.1)] = 0.002
-    settled_band: Annotated[float, Meta(gt=0, le=1.0)] = 0.002
-
-
-class SensorNoise(Table, kw_only=True):
-    sigma: Annotated[float, Meta(ge=0, le=0.1)] = 0.0        # m
-    resolution: Annotated[float, Meta(ge=0, le=0.1)] = 0.0   # m
-
-
-class PressSimulator(Table, kw_only=True):
-    seed: Seed = 0
-    plant_period: Annotated[float, Meta(gt=0, le=1.0)] = 0.005
-    truth: dict[str, Finite] = sfield(default_factory=dict)
-    force_source: ForceSourceSim = sfield(default_factory=ForceSourceSim)
-    sensors: dict[str, SensorNoise] = sfield(default_factory=dict)
-
-    def check(self) -> None:
-        try:
-            truth = PressTruth.from_config(dict(self.truth))
-        except (TypeError, ValueError) as exc:
-            raise Invalid("truth", str(exc)) from None
-        try:  # the plant as the simulator builds it (hysteresis elements from the spreads)
-            with np.errstate(all="raise"):
-                PressLinkage(truth)
-        except (ValueError, FloatingPointError, ZeroDivisionError) as exc:
-            raise Invalid("truth", f"the simulated plant cannot be built from these values: {exc}",
-                          table=True) from None
 
 
 class PlanTable(Table, kw_only=True):

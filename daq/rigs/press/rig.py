@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from daq.rigs.press.online import ONLINE_STREAM, PLAN_TOPIC, OnlineIdentifier
 from daq.rigs.press.session import PressArrays, press_arrays
 from daq.rigs.press.setpoint_correction import CorrectionResult, CorrectionSettings, SetpointCorrector
 from drivers.backends import Backends
+from drivers.clock import Clock
 from drivers.displacement import open_sensor
 from drivers.force_source import ForceSource
 from identification.analyses.press_analysis import PressAnalysisResult, analyze_press
@@ -133,9 +135,10 @@ async def _measure(ctx, corrector: SetpointCorrector, i: int, j: int, q: float) 
     sensors = ctx.devices.sensors
     names = list(sensors)
     p = ctx.config.plan
-    t_start = time.time()
-    blocks = await asyncio.gather(*(sensors[n].read_many(p.n_samples, p.sample_interval) for n in names))
-    t_end = time.time()
+    t_start = ctx.clock.time()
+    blocks = await asyncio.gather(*(_read_block(sensors[n], p.n_samples, p.sample_interval, ctx.clock)
+                                    for n in names))
+    t_end = ctx.clock.time()
     z = np.column_stack([np.asarray(b, dtype=np.float64) for b in blocks])
     await ctx.publish(Frame(stream=SENSOR_STREAM, seq=ctx.next_seq(SENSOR_STREAM), t0=t_start, dt=None,
                             channels=names, units=["m"] * len(names), data=z,
@@ -144,6 +147,25 @@ async def _measure(ctx, corrector: SetpointCorrector, i: int, j: int, q: float) 
     await ctx.event(PLAN_STREAM, "measurement", series=i, index=j, q_desired=q, q_actual=q_actual,
                     z=z.mean(axis=0).tolist(), z_std=z.std(axis=0).tolist(), n_samples=int(z.shape[0]),
                     sensors=names, units="m")
+
+
+async def _read_block(sensor, n: int, interval: float, clock: Clock) -> np.ndarray:
+    """``n`` readings of one sensor, ``interval`` seconds of the run's clock apart (0: back to back)."""
+    if interval <= 0:
+        return await sensor.read_many(n)
+    out = np.empty(n)
+    for i in range(n):
+        if i:
+            await clock.sleep(interval)
+        out[i] = await sensor.read()
+    return out
+
+
+def _max_lag(ctx: Context) -> float:
+    """Clock seconds the rig's own loops may fall behind: ``[simulator].max_lag`` on a faster-than-real-time
+    clock (only there can a speed be too high for the machine), else no bound."""
+    sim = ctx.config.simulator
+    return sim.max_lag if ctx.clock.speed > 1 and sim is not None else math.inf
 
 
 # ----------------------------------------------------------------------------------------- the rig
@@ -195,7 +217,8 @@ class PressRig(Rig[PressConfig, PressRigDevices, PressArrays, PressAnalysisResul
         q_d = p.q_desired
         acquisition = ForceAcquisition(devices.source, ctx.publisher, ctx.session_id,
                                        rate=cfg.acquisition.rate, block=cfg.acquisition.block,
-                                       max_failures=cfg.acquisition.max_failures)
+                                       max_failures=cfg.acquisition.max_failures, clock=ctx.clock,
+                                       max_gap=_max_lag(ctx))
         assert cfg.devices is not None  # [devices] is required (PressConfig.check)
         settings = CorrectionSettings.for_config(cfg.correction, cfg.devices.force_source)
         if ctx.dry_run:  # the force cannot follow a held command: one command per setpoint, then measure
@@ -205,7 +228,8 @@ class PressRig(Rig[PressConfig, PressRigDevices, PressArrays, PressAnalysisResul
             await devices.source.set_force(force)
             acquisition.command = force
 
-        corrector = SetpointCorrector(await ctx.subscribe("data/" + FORCE_STREAM), set_command, settings)
+        corrector = SetpointCorrector(await ctx.subscribe("data/" + FORCE_STREAM), set_command, settings,
+                                      clock=ctx.clock)
         ctx.summary.update(setpoints=0, not_reached=0)
         ctx.spawn(acquisition.run(), "force acquisition")
         online = await _start_online(ctx)  # subscribed before plan_start, which it needs
@@ -218,7 +242,7 @@ class PressRig(Rig[PressConfig, PressRigDevices, PressArrays, PressAnalysisResul
                 r = await corrector.reach(q)
                 await ctx.event(PLAN_STREAM, "precondition", q_desired=q, q_actual=r.q_actual,
                                 reached=r.reached)
-        t_plan = time.monotonic()
+        t_plan = ctx.clock.monotonic()
         for i in range(p.n_series):
             for j, q in enumerate(q_d):
                 await ctx.checkpoint(f"before series {i + 1} step {j + 1}")  # 1-based, as the progress bar
@@ -226,10 +250,10 @@ class PressRig(Rig[PressConfig, PressRigDevices, PressArrays, PressAnalysisResul
                 result = await corrector.reach(float(q))
                 await _report_setpoint(ctx, i, j, result)
                 if p.settle_time > 0:
-                    await asyncio.sleep(p.settle_time)
+                    await ctx.clock.sleep(p.settle_time)
                 await _measure(ctx, corrector, i, j, float(q))
                 ctx.summary["setpoints"] += 1
-            if online is not None and await _online_stop(ctx, online, i + 1, time.monotonic() - t_plan):
+            if online is not None and await _online_stop(ctx, online, i + 1, ctx.clock.monotonic() - t_plan):
                 break
         await set_command(0.0)
         await acquisition.finish()

@@ -9,7 +9,6 @@ setpoint starts close and usually needs one or two corrections.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections import deque
@@ -22,6 +21,7 @@ import numpy as np
 from daq.bus.frames import Frame
 from daq.bus.pubsub import BusSubscriber, BusTimeout
 from daq.errors import ProtocolError
+from drivers.clock import WALL, Clock
 
 
 @dataclass
@@ -74,13 +74,14 @@ class SetpointCorrector:
 
     def __init__(self, subscriber: BusSubscriber, set_command: Callable[[float], Awaitable[object]],
                  settings: CorrectionSettings, *, stream: str = "press.force", channel: str = "force",
-                 source: str = "force source"):
+                 source: str = "force source", clock: Clock = WALL):
         self.subscriber = subscriber
         self.set_command = set_command
         self.settings = settings
         self.stream = stream
         self.channel = channel
         self.source = source  # the device behind the stream, named in errors
+        self.clock = clock    # the run's clock: settle times, windows and the stream's times are its seconds
         self.plant_gain = 1.0  # slope of measured force over command, learnt from reached setpoints
         self.plant_offset = 0.0  # N, measured force at zero command (extrapolated)
         self._reached: deque[tuple[float, float]] = deque(maxlen=8)  # (command, measured) when reached
@@ -115,6 +116,10 @@ class SetpointCorrector:
         line, a device that stalls for a moment) delays the measurement instead of failing it; only a
         stream silent for longer than ``max_stall`` raises :class:`ForceStreamStalled`.
         """
+        with self.clock.waiting():  # a measuring window is a wait of the plan: the run's clock runs fast
+            return await self._measure(duration, since)
+
+    async def _measure(self, duration: float, since: float) -> float:
         values: list[np.ndarray] = []
         first: float | None = None
         last_arrival = time.monotonic()
@@ -163,8 +168,8 @@ class SetpointCorrector:
         for iteration in range(1, s.max_iterations + 1):
             await self.set_command(command)
             sent = command
-            await asyncio.sleep(s.settle_time)
-            q = await self.measure(s.window, since=time.time())
+            await self.clock.sleep(s.settle_time)
+            q = await self.measure(s.window, since=self.clock.time())
             error = q_desired - q
             if abs(error) <= s.tolerance:
                 self._learn(command, q)
