@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from daq.rigs import parse_config
@@ -154,7 +155,7 @@ async def test_a_wrong_word_order_reads_wrong_in_process_as_on_the_wire(press):
                            "registers": {"displacement": type(reg)(**{
                                **{f: getattr(reg, f) for f in reg.__struct_fields__}, "word_order": "big"})}})
     sim.force_source.enabled, sim.force_source.force = True, 10000.0  # a steady plant to read
-    sim.force_source.p["tau"] = 1e9
+    sim.force_source.p = msgspec.structs.replace(sim.force_source.p, tau=1e9)
     sim.plant_step()
     truth = float(sim.z[SENSOR_NAMES.index("F_horizontal")])
     assert abs(truth) > 1e-5
@@ -224,7 +225,7 @@ async def test_a_drive_plan_runs_to_its_safe_end_in_process(tmp_path):
     variables: trajectory uploaded and run, the trace read back, the drive disabled at the end."""
     def short(raw: dict) -> None:
         raw["plan"].update(design="sine")
-        raw["simulator"]["drive"].update(time_scale=10.0)
+        raw["simulator"]["speed"] = 10.0
 
     rig, cfg = _config("oscillator-sim", short)
     sim = rig.simulator(cfg)

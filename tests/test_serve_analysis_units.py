@@ -32,7 +32,7 @@ def _oscillator(folder: Path) -> None:
     cfg = load_config("configs/oscillator-sim.toml")
     cfg.pop("store", None)
     cfg["adjoint"].update(max_iter=40, rounds=2)
-    cfg["simulator"]["drive"].update(time_scale=10.0)
+    cfg["simulator"]["speed"] = 10.0
     cfg["plan"].update(trajectory=str(folder / "design" / "trajectory.csv"), design_if_missing=False)
     path = folder / "configs" / "oscillator.toml"
     path.parent.mkdir()
