@@ -1,6 +1,7 @@
-"""Users' CI (issue 43): ``daq.testing`` runs a lab's config on its simulated rig from a test - through the run
-lifecycle of ``hil run``, on loopback port 0, into a temporary store that is removed - and returns the session
-and the analysis; a real rig's config is refused in one line; docs/examples/ runs as a lab would run it."""
+"""Users' CI (issue 43): ``daq.testing`` runs a lab's config on its simulated rig from a test -
+through the run lifecycle of ``hil run``, on loopback port 0, into a temporary store that is removed - and
+returns the session and the analysis; a real rig's config is refused in one line; docs/examples/ runs as a
+lab would run it."""
 
 from __future__ import annotations
 

@@ -82,7 +82,8 @@ class SimSession:
     def describe(self) -> str:
         """One line for an assertion message: ``session ab12 aborted (reason); safe state confirmed``."""
         why = f" ({self.reason})" if self.reason else ""
-        safe = "safe state confirmed" if self.safe else "SAFE STATE NOT CONFIRMED: " + "; ".join(self.safe_errors)
+        safe = ("safe state confirmed" if self.safe
+                else "SAFE STATE NOT CONFIRMED: " + "; ".join(self.safe_errors))
         return f"{self.kind} session {self.id} {self.status}{why}; {safe}"
 
 
@@ -91,7 +92,7 @@ class SimRun:
     """What :func:`run_simulated` hands back once its store is gone."""
 
     session: SimSession
-    analysis: dict | None = None   # the rig's report (as ``hil analyze --json``): estimates, intervals, verdicts
+    analysis: dict | None = None   # the rig's report (``hil analyze --json``): estimates, intervals, verdicts
     report: str | None = None      # the same as text (as ``hil analyze`` prints it)
     data: dict[str, StreamData] = field(default_factory=dict)  # the samples of the streams asked for
 
@@ -195,7 +196,7 @@ def _to_loopback(table: dict, folder: Path) -> None:
 
 
 def _read_back(store_path: Path, result: RunResult, analyze: bool, read: tuple[str, ...]) -> SimRun:
-    """Everything a test asserts on, out of the store before it is removed; the analysis after a complete run."""
+    """Everything a test asserts on, out of the store before it is removed; the analysis of a complete run."""
     with SessionStore(store_path, recover=False) as store:
         info = store.get_session(result.session_id)
         outcomes = store.events(info.id, kind="plan_outcome")
