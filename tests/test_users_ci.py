@@ -169,3 +169,33 @@ def test_the_documented_example_passes_as_a_lab_runs_it():
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert "2 passed" in out, out
+
+
+INNER_CONFTEST = 'pytest_plugins = ["daq.testing.plugin"]\n'
+INNER_TEST = '''
+import pytest
+
+from daq.config.load import ConfigError
+
+
+def test_the_fixture_runs_at_the_speed_the_command_line_gives(hil_sim):
+    assert hil_sim.speed == 20.0
+
+
+def test_the_fixture_refuses_a_real_template_in_one_line(hil_sim):
+    with pytest.raises(ConfigError) as refused:
+        hil_sim(TEMPLATE)
+    text = str(refused.value)
+    assert "\\n" not in text and "sim speed 20 refused: not a simulated rig" in text
+'''
+
+
+def test_a_conftest_line_gives_a_labs_tests_the_fixture_and_its_speed_option(tmp_path):
+    (tmp_path / "conftest.py").write_text(INNER_CONFTEST)
+    template = ROOT / "configs" / "press.toml"
+    (tmp_path / "test_lab.py").write_text(f"TEMPLATE = {str(template)!r}\n" + INNER_TEST)
+    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q",
+                          "--hil-sim-speed", "20", "test_lab.py"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0 and "2 passed" in out, out

@@ -35,14 +35,17 @@ class SimRunner:
     def __call__(self, config: str | Path, *, speed: float | None = None,
                  overrides: Mapping[str, Any] | None = None, analyze: bool = True,
                  read: Iterable[str] = ()) -> SimRun:
-        return run_simulated(config, speed=speed or self.speed, overrides=overrides, analyze=analyze,
+        return run_simulated(config, speed=self._speed(speed), overrides=overrides, analyze=analyze,
                              read=read)
 
     async def run_async(self, config: str | Path, *, speed: float | None = None,
                         overrides: Mapping[str, Any] | None = None, analyze: bool = True,
                         read: Iterable[str] = ()) -> SimRun:
-        return await run_simulated_async(config, speed=speed or self.speed, overrides=overrides,
+        return await run_simulated_async(config, speed=self._speed(speed), overrides=overrides,
                                          analyze=analyze, read=read)
+
+    def _speed(self, speed: float | None) -> float:
+        return self.speed if speed is None else speed
 
 
 @pytest.fixture
