@@ -18,7 +18,7 @@ FLOORS = [
     {"daq.rigs"},
     {"rig kinds"},
     {"daq.run"},
-    {"daq.serve"},
+    {"daq.serve", "daq.testing"},
     {"daq.cli"},
 ]
 RIG_KINDS = sorted(p.parent.name for p in (ROOT / "daq" / "rigs").glob("*/__init__.py"))
