@@ -175,8 +175,10 @@ def drive_steps(Ad: np.ndarray, dAd: np.ndarray, Bd: np.ndarray, Gam: np.ndarray
         raise RuntimeError("numba is not installed: use the 'python' engine")
     c = np.ascontiguousarray
     Ad, dAd = c(Ad, dtype=float), c(dAd, dtype=float)
+    w_in = c(w_in, dtype=float).view()
+    w_in.flags.writeable = False  # one compiled signature: the held input comes read-only or writable
     moving = np.flatnonzero(dAd.reshape(dAd.shape[0], -1).any(axis=1)) if sens else np.zeros(0, dtype=int)
     na = int(moving[-1]) + 1 if moving.size else 0  # dAd[j] = 0 past the last parameter that moves Ad
-    return _kernel(Ad.shape[0])(Ad, dAd, c(Bd, dtype=float), c(Gam, dtype=float), c(w_in, dtype=float),
+    return _kernel(Ad.shape[0])(Ad, dAd, c(Bd, dtype=float), c(Gam, dtype=float), w_in,
                                 c(Gf, dtype=float), int(n_p), na, bool(sens), bool(nonlinear), float(fc),
                                 float(fs), float(inv_vs), float(inv_eps), int(jc), int(js), int(jv))
