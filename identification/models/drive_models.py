@@ -186,7 +186,7 @@ def linear_matrices(s: DriveStructure, p: dict[str, float]
     h = 1e-30
     lin = [j for j, name in enumerate(names) if name not in _NOT_LINEAR]
     if lin:  # every direction in one batched build (issue 44: ~40x fewer small-array operations)
-        pc = {key: np.full(len(lin), complex(v)) for key, v in p.items()}
+        pc = {key: np.full(len(lin), complex(v)) for key, v in p.items() if key not in _NOT_LINEAR}
         scale = np.empty(len(lin))
         for i, j in enumerate(lin):
             name = names[j]
