@@ -14,6 +14,7 @@ from identification.models.drive_models import (
 )
 from identification.models.drive_simulation import ENGINES, get_engine, prepare_input, simulate
 from simulators.physics.crane import CraneTruth, linear_state_space, simulate_axis
+from tests.other_user import as_user, other_user  # noqa: F401 - the fixture of a second OS user
 
 P = dict(J1=0.02, J2=0.06, J3=0.04, k12=2100.0, k23=240.0, d12=0.6, d23=0.1, viscous=0.05, coulomb=0.3,
          stribeck_torque=0.15, stribeck_speed=0.5, dead_time=0.00083, gravity_torque=0.1)
@@ -162,3 +163,39 @@ def test_held_input_keeps_the_last_delay(torque):
     other = inp.held(1e-3)
     assert np.array_equal(other[0], fresh.held(1e-3)[0]) and not np.array_equal(other[0], v)
     assert np.array_equal(inp.held(2.5e-4)[0], v)
+
+
+def test_one_compiled_signature_for_fits_and_validations(torque):
+    """A fit's simulation (sensitivities: a fresh, writable held input) and a validation's (no sensitivities:
+    the read-only held input) run the same compiled code: one signature per state count, so a fresh checkout
+    compiles each loop once (before: twice, ~2.7 CPU-s more in every worker's first run)."""
+    from identification.models import drive_kernels
+
+    inp = prepare_input(torque[:500], 1e-4, 5)
+    for name in ("1m+visc+coul", "3m+visc+dt"):
+        s = parse_name(name)
+        simulate(s, P, inp, sensitivities=True)
+        simulate(s, P, inp, sensitivities=False)
+        kernel = drive_kernels._compiled[s.n_states]
+        assert len(kernel.signatures) == 1, (name, kernel.signatures)
+
+
+def test_compiled_loops_without_a_writable_cache_folder(other_user):  # noqa: F811
+    """A checkout the user cannot write (here: another OS user running this one's copy) and no writable home
+    either (a service account): numba finds no cache folder; the loops are compiled in memory instead of
+    `hil analyze` failing with numba's "cannot cache function ...: no locator available", with the numbers of
+    the cached loops, to the bit."""
+    code = ("import os, sys\n"
+            "os.environ.update(HOME='/nonexistent', XDG_CACHE_HOME='/nonexistent/cache')\n"
+            "import numpy as np\n"
+            "from identification.models.drive_models import parse_name\n"
+            "from identification.models.drive_simulation import prepare_input, simulate\n"
+            f"P = {P!r}\n"
+            "u = 2.0 * np.sin(np.arange(500) * 0.05)\n"
+            "r = simulate(parse_name('1m+visc+coul'), P, prepare_input(u, 1e-4, 5))\n"
+            "print(r.S.tobytes().hex())\n")
+    out = as_user(other_user, "-c", code, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    u = 2.0 * np.sin(np.arange(500) * 0.05)
+    here = simulate(parse_name("1m+visc+coul"), P, prepare_input(u, 1e-4, 5))
+    assert out.stdout.strip() == here.S.tobytes().hex()

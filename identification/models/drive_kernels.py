@@ -16,8 +16,11 @@ Same operations in the same order as the Python loop except the sums of the matr
 (sequential here, BLAS there): results agree to round-off (~1e-13 relative). No BLAS, no threads, no
 fast-math, so a run is bit-for-bit repeatable on any machine. One loop per state count (1, 3, 5: a constant
 of its compiled code, so the loops over the states unroll; issue 44: 1.45-1.5x faster than one loop for all,
-the same numbers to the bit). Compiled once per machine (``cache=True``: ~2-5 s each the first time, then
-loaded from ``__pycache__`` by every process, pool and Dask workers included).
+the same numbers to the bit). Compiled once per checkout (``cache=True``: ~1.2 CPU-s each the first time, then
+loaded from ``__pycache__`` by every process, pool and Dask workers included; ~0.1 CPU-s for the three). A
+checkout the user cannot write caches in the user's cache folder (``~/.cache/numba``, numba's own fallback,
+keyed by the source's path, size and time); with no writable folder at all the loops are compiled in memory
+by each process (slower start, same numbers) instead of failing.
 
 The engine is chosen by :func:`identification.models.drive_simulation.set_engine` or the environment variable
 ``HIL_SIM_ENGINE`` (``compiled`` | ``python``), read when a process first imports this package; without
@@ -152,7 +155,11 @@ def _kernel(n: int):
         # a name of its own per state count: the on-disk cache (index file, symbols of the compiled code) is
         # keyed by it; three closures under one name shared one index and clashed when loaded together
         steps.__name__ = steps.__qualname__ = f"_drive_steps_{n}"
-        kernel = _compiled[n] = numba.njit(cache=True, nogil=True)(steps)
+        try:
+            kernel = numba.njit(cache=True, nogil=True)(steps)
+        except RuntimeError:  # no writable cache folder (a read-only checkout, no writable home): compile in
+            kernel = numba.njit(cache=False, nogil=True)(steps)  # memory, each process once
+        _compiled[n] = kernel
     return kernel
 
 
@@ -175,8 +182,10 @@ def drive_steps(Ad: np.ndarray, dAd: np.ndarray, Bd: np.ndarray, Gam: np.ndarray
         raise RuntimeError("numba is not installed: use the 'python' engine")
     c = np.ascontiguousarray
     Ad, dAd = c(Ad, dtype=float), c(dAd, dtype=float)
+    w_in = c(w_in, dtype=float).view()
+    w_in.flags.writeable = False  # one compiled signature: the held input comes read-only or writable
     moving = np.flatnonzero(dAd.reshape(dAd.shape[0], -1).any(axis=1)) if sens else np.zeros(0, dtype=int)
     na = int(moving[-1]) + 1 if moving.size else 0  # dAd[j] = 0 past the last parameter that moves Ad
-    return _kernel(Ad.shape[0])(Ad, dAd, c(Bd, dtype=float), c(Gam, dtype=float), c(w_in, dtype=float),
+    return _kernel(Ad.shape[0])(Ad, dAd, c(Bd, dtype=float), c(Gam, dtype=float), w_in,
                                 c(Gf, dtype=float), int(n_p), na, bool(sens), bool(nonlinear), float(fc),
                                 float(fs), float(inv_vs), float(inv_eps), int(jc), int(js), int(jv))

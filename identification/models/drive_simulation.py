@@ -158,16 +158,13 @@ def discretize(A: np.ndarray, B: np.ndarray, dA: np.ndarray, dB: np.ndarray, h: 
     Ad, Bd = E[:n, :n], E[:n, n]
     dAd = np.zeros((n_p, n, n))
     dBd = np.zeros((n_p, n))
-    moving = [j for j in range(n_p) if np.any(dA[j]) or np.any(dB[j])]
-    if moving:  # one stacked call: scipy runs each slice as it would alone (the same numbers), once
-        big = np.zeros((len(moving), 2 * (n + 1), 2 * (n + 1)))
+    moving = np.flatnonzero(dA.reshape(n_p, -1).any(axis=1) | dB.reshape(n_p, -1).any(axis=1))
+    if moving.size:  # one stacked call: scipy runs each slice as it would alone (the same numbers), once
+        big = np.zeros((moving.size, 2 * (n + 1), 2 * (n + 1)))
         big[:, : n + 1, : n + 1] = M * h
         big[:, n + 1:, n + 1:] = M * h
-        for i, j in enumerate(moving):
-            dM = np.zeros((n + 1, n + 1))
-            dM[:n, :n] = dA[j]
-            dM[:n, n] = dB[j]
-            big[i, : n + 1, n + 1:] = dM * h
+        big[:, :n, n + 1: 2 * n + 1] = dA[moving] * h  # the derivative blocks, all at once
+        big[:, :n, 2 * n + 1] = dB[moving] * h
         L = scipy.linalg.expm(big)[:, : n + 1, n + 1:]
         dAd[moving] = L[:, :n, :n]
         dBd[moving] = L[:, :n, n]
@@ -194,10 +191,11 @@ def simulate(structure: DriveStructure, params: dict[str, float], inp: StepInput
     N = inp.n_steps
     t = np.arange(N) * inp.h
 
-    Phi, Gam, w_in, Gf = _augmented(names, Ad, Bd, dAd, dBd, v, dv_dT, sensitivities)
+    compiled = (engine or _ENGINE) == "compiled"
+    Phi, Gam, w_in, Gf = _augmented(names, Ad, Bd, dAd, dBd, v, dv_dT, sensitivities, phi=not compiled)
     if inp.decimate == 1 and delay > 0:  # the data's own step: the delayed command exactly
         Gam, w_in = _fractional_delay(names, p, delay, A, B, dA, dB, Bd, dBd, inp, sensitivities)
-    if (engine or _ENGINE) == "compiled":
+    if compiled:
         X = _compiled_steps(s, p, names, Ad, Bd, dAd, Gam, w_in, Gf, sensitivities, friction_eps)
     elif not s.nonlinear:
         X = _linear_blocks(Phi, Gam, w_in, np.arange(0, Phi.shape[0], n))
@@ -210,29 +208,34 @@ def simulate(structure: DriveStructure, params: dict[str, float], inp: StepInput
     return SimResult(t=t, y=y, S=S, names=list(names))
 
 
-def _augmented(names: list[str], Ad, Bd, dAd, dBd, v: np.ndarray, dv_dT: np.ndarray, sensitivities: bool):
+def _augmented(names: list[str], Ad, Bd, dAd, dBd, v: np.ndarray, dv_dT: np.ndarray, sensitivities: bool,
+               phi: bool = True):
     """``Phi, Gam, w_in, Gf`` of the step ``xi+ = Phi xi + Gam w_k + Gf f_k``: the state alone, or the state
     with its sensitivity columns ``xi = [x, dx/dp_1, ..., dx/dp_np]`` (input channels: held torque, its
-    dead-time derivative, constant 1 for the gravity torque)."""
+    dead-time derivative, constant 1 for the gravity torque). ``phi=False``: ``Phi`` is not built (``None``;
+    the compiled loop works on ``Ad`` and ``dAd`` block-wise)."""
     n, n_p, N = Ad.shape[0], len(names), v.size
     if not sensitivities:
         return Ad, Bd[:, None], v[:, None], Bd
     m = n * (1 + n_p)
-    Phi = np.zeros((m, m))
-    Phi[:n, :n] = Ad
+    Phi = None
+    if phi:
+        Phi = np.zeros((m, m))
+        Phi[:n, :n] = Ad
+        for j in range(n_p):
+            r = n * (j + 1)
+            Phi[r:r + n, :n] = dAd[j]
+            Phi[r:r + n, r:r + n] = Ad
     Gam = np.zeros((m, 3))
     Gam[:n, 0] = Bd
+    Gam[n:, 0] = dBd.ravel()
     for j, name in enumerate(names):
-        r = n * (j + 1)
-        Phi[r:r + n, :n] = dAd[j]
-        Phi[r:r + n, r:r + n] = Ad
-        Gam[r:r + n, 0] = dBd[j]
         if name == "dead_time":
-            Gam[r:r + n, 1] = Bd
+            Gam[n * (j + 1):n * (j + 2), 1] = Bd
         elif name == "gravity_torque":
-            Gam[r:r + n, 2] = Bd
+            Gam[n * (j + 1):n * (j + 2), 2] = Bd
     w_in = np.column_stack([v, dv_dT, np.ones(N)])
-    Gf = np.concatenate([Bd] + [dBd[j] for j in range(n_p)])
+    Gf = np.concatenate([Bd, dBd.ravel()])
     return Phi, Gam, w_in, Gf
 
 
