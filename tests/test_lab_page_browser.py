@@ -5,20 +5,17 @@ streams plotted in their units); no link leads into Tiled's UI."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from daq.serve.rig_status import RigLab
+from tests.chromium import headless_chromium, needs_chromium
 from tests.polling import poll_until
 from tests.serve_fixtures import ServerThread, bearer, click
 from tests.test_lab import hil, make_session, shared_lab
 from tests.test_lab_people import add_key
 
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-webdriver = pytest.importorskip("selenium.webdriver")
-pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
-                                reason="needs Debian's chromium and chromium-driver (apt-get install)")
+pytest.importorskip("selenium.webdriver")
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="session")
@@ -28,14 +25,7 @@ def lab(request, tmp_path_factory):
 
 @pytest.fixture
 def browser():
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1000"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver = headless_chromium()
     yield driver
     driver.quit()
 

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -15,16 +14,15 @@ from click.testing import CliRunner
 
 from daq.cli.main import main
 from daq.rigs.config import load_config
+from tests.chromium import headless_chromium, needs_chromium
 from tests.polling import poll_until
 from tests.serve_fixtures import ServerThread, bearer, click
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_rig_kit import _to_toml  # noqa: E402
 
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-webdriver = pytest.importorskip("selenium.webdriver")
-pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
-                                reason="needs Debian's chromium and chromium-driver (apt-get install)")
+pytest.importorskip("selenium.webdriver")
+pytestmark = needs_chromium
 
 
 def _oscillator(folder: Path) -> None:
@@ -43,16 +41,9 @@ def _oscillator(folder: Path) -> None:
 
 @pytest.mark.slow(reason="an adjoint design, a simulated OPC UA run and its analysis in Chromium (~60 s)")
 def test_the_analysis_shows_its_estimates_with_units_and_its_plots_are_the_sessions(tmp_path):
-    from selenium.webdriver.chrome.service import Service
-
     _oscillator(tmp_path)
     served = ServerThread(tmp_path / "configs", tmp_path / "s.sqlite", tmp_path / "tokens").start()
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1000"):
-        opts.add_argument(arg)
-    page = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    page = headless_chromium()
     try:
         with httpx.Client(base_url=served.url, headers=bearer(served.token), timeout=30) as http:
             run = http.post("/api/runs", json={"config": "oscillator.toml"}).json()

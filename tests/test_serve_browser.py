@@ -6,31 +6,21 @@ recorded; then the recorded session replays on the same page. Screenshots go to 
 
 from __future__ import annotations
 
-import shutil
-
 import httpx
 import pytest
 
 from daq.rigs import register, unregister
+from tests.chromium import headless_chromium, needs_chromium
 from tests.polling import poll_until
 from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config, click
 
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-webdriver = pytest.importorskip("selenium.webdriver")
-pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
-                                reason="needs Debian's chromium and chromium-driver (apt-get install)")
+pytest.importorskip("selenium.webdriver")
+pytestmark = needs_chromium
 
 
 @pytest.fixture
 def browser():
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1000"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)  # the given driver: no download
+    driver = headless_chromium()
     yield driver
     driver.quit()
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
 import time
 
 import httpx
@@ -17,13 +16,12 @@ import pytest
 
 from daq.bus.frames import Frame
 from daq.rigs import register, unregister
+from tests.chromium import headless_chromium, needs_chromium
 from tests.polling import poll_until
 from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config, bearer, click
 
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-webdriver = pytest.importorskip("selenium.webdriver")
-pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
-                                reason="needs Debian's chromium and chromium-driver (apt-get install)")
+pytest.importorskip("selenium.webdriver")
+pytestmark = needs_chromium
 ISO = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d\d:\d\d"  # the CLI's date and time, with the UTC offset
 RED = (198, 40, 40)  # the page's fault colour (#c62828)
 
@@ -75,14 +73,7 @@ def srv(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(srv):
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1000"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver = headless_chromium()
     driver.get(f"{srv.url}/?token={srv.token}")
     poll_until(lambda: driver.execute_script("return window.hilStats.connected && window.hilStats.role"),
                timeout=20, period=0.1)

@@ -20,13 +20,12 @@ import pytest
 
 from daq.rigs import register, unregister
 from daq.serve.series import buckets_of
+from tests.chromium import headless_chromium, needs_chromium
 from tests.polling import poll_until
 from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config, click
 
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-webdriver = pytest.importorskip("selenium.webdriver")
-pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
-                                reason="needs Debian's chromium and chromium-driver (apt-get install)")
+pytest.importorskip("selenium.webdriver")
+pytestmark = needs_chromium
 DOCS_SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "hil-serve-run.png"
 # 30 samples per 20 ms frame (1.5 kHz) of micrometre-sized values: decimated for display, shown in µm
 RIG = ServedBeacon("beacon-pages", samples=30, channels=2, period=0.02, estimate_every=10, scale=1e-5)
@@ -48,14 +47,7 @@ def srv(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(srv):
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1000"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver = headless_chromium()
     driver.get(f"{srv.url}/?token={srv.token}")  # the printed link: a cookie, then the clean URL
     poll_until(lambda: driver.execute_script("return window.hilStats.connected && window.hilStats.role"),
                timeout=20, period=0.1)
