@@ -239,6 +239,9 @@ class Pusher:
         """Write one stream; its ``t`` and ``data`` nodes as the lab described them (made or found)."""
         fields = layout.stream_node_fields(si, sc.chunk_rows)
         snode, new = self._create(node, si.name, {**fields, "session": info.id}, layout.STREAM_SPEC)
+        if not new and layout.plain(snode.metadata) != {**fields, "session": info.id}:  # a live stream's
+            snode.replace_metadata(metadata={**fields, "session": info.id}, specs=[layout.STREAM_SPEC],
+                                   drop_revision=True)
         assert si.dtype is not None  # a frame stream
         dtype = SUPPORTED_DTYPES[si.dtype]
         t_name, d_name = f"{si.name}/{layout.TIME}", f"{si.name}/{layout.DATA}"

@@ -21,10 +21,12 @@ class Filters:
 
 
 def session_query(filters: Filters) -> list:
-    """Tiled queries whose conjunction selects the verified sessions matching ``filters``."""
+    """Tiled queries whose conjunction selects the verified sessions matching ``filters`` (the live ones
+    for ``status="running"``)."""
     from tiled.queries import Comparison, Eq  # lazy: tiled's client side
 
-    qs = [Eq("replication.state", layout.VERIFIED)]
+    live = filters.status == "running"  # a running session is in the lab as it records (daq/lab/live.py)
+    qs = [Eq("replication.state", layout.LIVE if live else layout.VERIFIED)]
     for key, value in (("rig.name", filters.rig), ("kind", filters.kind), ("status", filters.status),
                        ("by", filters.by), ("analysis.verdict", filters.verdict)):
         if value is not None:  # equal as "at least and at most": a B-tree index answers it (pg_indexes.py)

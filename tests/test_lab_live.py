@@ -1,0 +1,162 @@
+"""Live sessions in the lab (issue 40) against a real `hil lab serve`: a session streams into its container
+while it records (a writer appending to a real store, the forwarder as the process a run starts), readers
+see it grow and never more than the store holds, and at its end the same container is pushed verified."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from daq.bus.frames import Event, Frame
+from daq.lab import layout
+from daq.lab.live import live_rows
+from daq.lab.marks import replicas
+from daq.store.read_write import SessionStore
+from daq.store.reader import SessionReader
+from daq.store.records import StreamInfo
+from tests.polling import poll_until
+from tests.test_lab import ROOT, T0, LabServer, hil, shared_lab
+
+RATE = 2000.0  # samples/s of the regular stream
+N = 100  # samples a frame
+
+
+@pytest.fixture(scope="session")
+def lab(request, tmp_path_factory):
+    """The lab server test_lab uses too (one per pytest session)."""
+    yield from shared_lab(request, tmp_path_factory)
+
+
+class Recording:
+    """A session being recorded into a real store: frames of a 3-channel stream at RATE and a bursty
+    timestamped one, events, committed as a run commits them."""
+
+    def __init__(self, path: Path, seed: int = 3, name: str = "press-a"):
+        self.rng = np.random.default_rng(seed)
+        self.store = SessionStore(path)
+        self.sid = self.store.create_session("press", {"rig": {"kind": "press", "name": name}}, {"dev": {}})
+        self.store.append(self.sid, Event("press.run", "started", 0, T0, {"by": "alice"}))
+        self.k = 0
+
+    def record(self, frames: int) -> None:
+        for _ in range(frames):
+            k = self.k
+            t = T0 + k * N / RATE
+            self.store.append(self.sid, Frame("press.force", k, t, 1 / RATE, ["force_cmd", "force", "p"],
+                                              ["N", "N", "Pa"], self.rng.normal(size=(N, 3))))
+            if k % 3 == 0:
+                self.store.append(self.sid, Frame("press.sensors", k // 3, t, None, ["D_vertical"], ["m"],
+                                                  self.rng.normal(size=(7, 1)).astype("<f4"),
+                                                  timestamps=t + np.arange(7) * 5e-4))
+                self.store.append(self.sid, Event("press.online", "estimate", k // 3, t,
+                                                  {"parameters": ["k5"], "values": [1.0 + k], "used": k}))
+            self.k += 1
+        self.store.flush()
+
+    def end(self, status: str = "complete", reason: str | None = None) -> None:
+        self.store.append(self.sid, Event("press.plan", "plan_outcome", 1, T0 + self.k * N / RATE,
+                                          {"safe": True}))
+        self.store.finish(self.sid, status, reason)
+        self.store.close()
+
+
+def forwarder(store: Path, sid: str, url: str, key: str) -> subprocess.Popen:
+    """The forwarder as `hil run` starts it (daq.lab.live.start_live)."""
+    return subprocess.Popen([sys.executable, "-m", "daq.lab.live", str(store), sid, url], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "HIL_LAB_KEY": key})
+
+
+def lab_node(url: str, key: str, sid: str):
+    from tiled.client import from_uri
+
+    try:
+        return from_uri(url, api_key=key)[sid]
+    except KeyError:
+        return None
+
+
+def lab_rows(url: str, key: str, sid: str, stream: str) -> int:
+    """Rows of a stream's data array in the lab now (0 while it has none)."""
+    node = lab_node(url, key, sid)
+    if node is None or stream not in node or layout.DATA not in node[stream]:
+        return 0
+    return node[stream][layout.DATA].shape[0]
+
+
+def store_rows(store: Path, sid: str, stream: str) -> int:
+    with SessionReader(store, recover=False) as r:
+        return r.get_session(sid).streams[stream].n_samples
+
+
+def assert_verified_as_local(url: str, key: str, store: Path, sid: str, status: str = "complete") -> None:
+    node = lab_node(url, key, sid)
+    meta = layout.plain(node.metadata)
+    assert meta["replication"]["state"] == layout.VERIFIED and meta["status"] == status
+    assert "live" not in meta  # the final metadata is the push's
+    with SessionReader(store, recover=False) as r:
+        info = r.get_session(sid)
+        for name, si in info.streams.items():
+            if si.type != "frame":
+                continue
+            local = r.read_stream(sid, name)
+            np.testing.assert_array_equal(node[name][layout.DATA].read(), local.data)
+            np.testing.assert_array_equal(node[name][layout.TIME].read(), local.t)
+            assert meta["streams"][name]["n_samples"] == si.n_samples
+    assert sid in replicas(store)
+
+
+def test_live_rows_hold_about_half_a_second_at_the_streams_rate():
+    si = StreamInfo("s", "frame", ["a", "b", "c"], ["N", "N", "Pa"], "float64", 1e-4, 0, 0, None, None, True)
+    assert live_rows(si, 0, None, None) == 4096  # 10 kHz: 0.41 s
+    ts = StreamInfo("s", "frame", ["a"], ["m"], "float32", None, 0, 0, None, None, True)
+    assert live_rows(ts, 101, 0.0, 10.0) == 4  # 10 samples/s
+    assert live_rows(ts, 2, 0.0, 1e-9) == layout.chunk_rows(ts)  # never more than a final block
+
+
+@pytest.mark.timeout(300)
+def test_a_running_session_grows_in_the_lab_and_ends_verified_in_the_same_container(lab, tmp_path):
+    store = tmp_path / "hil.sqlite"
+    rec = Recording(store)
+    fwd = forwarder(store, rec.sid, lab.url, lab.key)
+    try:
+        rec.record(20)
+        listed = lambda: json.loads(hil("--store", lab.url, "sessions", "--status", "running", "--json",  # noqa: E731
+                                        key=lab.key).output)
+        poll_until(lambda: rec.sid in [row["id"] for row in listed()], timeout=60)
+        meta = layout.plain(lab_node(lab.url, lab.key, rec.sid).metadata)
+        assert meta["status"] == "running" and meta["replication"]["state"] == layout.LIVE
+        assert meta["rig"]["name"] == "press-a" and meta["kind"] == "press" and meta["config"]
+        seen = []
+        for _ in range(4):  # it grows while it records; never beyond what the store holds
+            rec.record(10)
+            poll_until(lambda: lab_rows(lab.url, lab.key, rec.sid, "press.force") >= rec.k * N, timeout=60)
+            in_lab = lab_rows(lab.url, lab.key, rec.sid, "press.force")
+            assert in_lab <= store_rows(store, rec.sid, "press.force")
+            seen.append(in_lab)
+        assert seen == sorted(seen) and len(set(seen)) == 4
+        node = lab_node(lab.url, lab.key, rec.sid)
+        t = node["press.force"][layout.TIME].read()
+        with SessionReader(store, recover=False) as r:
+            np.testing.assert_array_equal(t, r.read_range(rec.sid, "press.force", 0, len(t)).t)
+        events = node[layout.EVENTS].read()
+        assert "estimate" in set(events["kind"])
+        rec.record(5)
+        rec.end()
+        out, _ = fwd.communicate(timeout=180)
+        assert fwd.returncode == 0 and "pushed and verified" in out, out
+        assert_verified_as_local(lab.url, lab.key, store, rec.sid)
+        assert rec.sid not in [row["id"] for row in listed()]
+        again = hil("--store", str(store), "lab", "push", rec.sid, "--to", lab.url, key=lab.key)
+        assert "already in the lab, verified" in again.output, again.output
+    finally:
+        if fwd.poll() is None:
+            fwd.kill()
