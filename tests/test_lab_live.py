@@ -24,6 +24,7 @@ from daq.store.reader import SessionReader
 from daq.store.records import StreamInfo
 from tests.polling import poll_until
 from tests.test_lab import ROOT, T0, LabServer, hil, shared_lab
+from tests.test_lab_faults import press_config, run_process
 
 RATE = 2000.0  # samples/s of the regular stream
 N = 100  # samples a frame
@@ -131,14 +132,14 @@ def test_a_running_session_grows_in_the_lab_and_ends_verified_in_the_same_contai
         rec.record(20)
         listed = lambda: json.loads(hil("--store", lab.url, "sessions", "--status", "running", "--json",  # noqa: E731
                                         key=lab.key).output)
-        poll_until(lambda: rec.sid in [row["id"] for row in listed()], timeout=60)
+        poll_until(lambda: rec.sid in [row["id"] for row in listed()], timeout=60, period=0.2)
         meta = layout.plain(lab_node(lab.url, lab.key, rec.sid).metadata)
         assert meta["status"] == "running" and meta["replication"]["state"] == layout.LIVE
         assert meta["rig"]["name"] == "press-a" and meta["kind"] == "press" and meta["config"]
         seen = []
         for _ in range(4):  # it grows while it records; never beyond what the store holds
             rec.record(10)
-            poll_until(lambda: lab_rows(lab.url, lab.key, rec.sid, "press.force") >= rec.k * N, timeout=60)
+            poll_until(lambda: lab_rows(lab.url, lab.key, rec.sid, "press.force") >= rec.k * N, timeout=60, period=0.1)
             in_lab = lab_rows(lab.url, lab.key, rec.sid, "press.force")
             assert in_lab <= store_rows(store, rec.sid, "press.force")
             seen.append(in_lab)
@@ -160,3 +161,46 @@ def test_a_running_session_grows_in_the_lab_and_ends_verified_in_the_same_contai
     finally:
         if fwd.poll() is None:
             fwd.kill()
+
+
+@pytest.mark.slow(reason="a simulated press run (about 15 s) with a Tiled server")
+@pytest.mark.timeout(600)
+def test_a_press_run_with_lab_is_listed_running_grows_and_ends_complete_and_verified(lab, tmp_path):
+    """`hil run` with [lab]: listed running while it records, its force stream growing in the lab; at the
+    end the forwarder's push marks the same container complete and verified, every sample in it."""
+    store = tmp_path / "hil.sqlite"
+    run = run_process(store, press_config(tmp_path, lab))
+    try:
+        sid = wait_for(lambda: _running_ids(lab), timeout=120)[0]
+        grown = []
+        while run.poll() is None and len(set(grown)) < 3:
+            rows = lab_rows(lab.url, lab.key, sid, "press.force")
+            assert rows <= store_rows(store, sid, "press.force")
+            grown.append(rows)
+            time.sleep(0.5)
+        assert len(set(grown)) >= 3, grown  # it grew while the run recorded
+        out, _ = run.communicate(timeout=600)
+        assert run.returncode == 0, out
+        log = tmp_path / "lab-live.log"
+        try:
+            wait_for(lambda: log.exists() and "pushed and verified" in log.read_text(), timeout=180)
+        except AssertionError:
+            raise AssertionError(log.read_text()[-3000:] if log.exists() else "no lab-live.log") from None
+        assert_verified_as_local(lab.url, lab.key, store, sid)
+    finally:
+        if run.poll() is None:
+            run.kill()
+
+
+def wait_for(probe, timeout: float, period: float = 0.25):
+    """What ``probe()`` returns once it is truthy (AssertionError after ``timeout`` s)."""
+    end = time.monotonic() + timeout
+    while not (found := probe()):
+        assert time.monotonic() < end, "condition not met in time"
+        time.sleep(period)
+    return found
+
+
+def _running_ids(lab) -> list[str]:
+    res = hil("--store", lab.url, "sessions", "--status", "running", "--json", key=lab.key)
+    return [row["id"] for row in json.loads(res.output)] if res.exit_code == 0 else []

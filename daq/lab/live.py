@@ -370,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is not news
     if len(args) != 3:
         print("usage: python -m daq.lab.live STORE SESSION URL", file=sys.stderr)
         return 2
