@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -133,13 +134,18 @@ def test_a_running_session_grows_in_the_lab_and_ends_verified_in_the_same_contai
         listed = lambda: json.loads(hil("--store", lab.url, "sessions", "--status", "running", "--json",  # noqa: E731
                                         key=lab.key).output)
         poll_until(lambda: rec.sid in [row["id"] for row in listed()], timeout=60, period=0.2)
+        watcher = subprocess.Popen([sys.executable, "-m", "daq.cli.main", "--store", lab.url, "watch",
+                                    rec.sid, "--json"], cwd=ROOT, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True,
+                                   env={**os.environ, "PYTHONPATH": str(ROOT), "HIL_LAB_KEY": lab.key})
         meta = layout.plain(lab_node(lab.url, lab.key, rec.sid).metadata)
         assert meta["status"] == "running" and meta["replication"]["state"] == layout.LIVE
         assert meta["rig"]["name"] == "press-a" and meta["kind"] == "press" and meta["config"]
         seen = []
         for _ in range(4):  # it grows while it records; never beyond what the store holds
             rec.record(10)
-            poll_until(lambda: lab_rows(lab.url, lab.key, rec.sid, "press.force") >= rec.k * N, timeout=60, period=0.1)
+            poll_until(lambda: lab_rows(lab.url, lab.key, rec.sid, "press.force") >= rec.k * N, timeout=60,
+                       period=0.1)
             in_lab = lab_rows(lab.url, lab.key, rec.sid, "press.force")
             assert in_lab <= store_rows(store, rec.sid, "press.force")
             seen.append(in_lab)
@@ -156,11 +162,16 @@ def test_a_running_session_grows_in_the_lab_and_ends_verified_in_the_same_contai
         assert fwd.returncode == 0 and "pushed and verified" in out, out
         assert_verified_as_local(lab.url, lab.key, store, rec.sid)
         assert rec.sid not in [row["id"] for row in listed()]
+        lines = [json.loads(line) for line in watcher.communicate(timeout=120)[0].splitlines()]
+        assert lines[-1] == {"session": rec.sid, "status": "complete", "reason": None}  # it saw the end
+        used = [line["used"] for line in lines[:-1]]
+        assert used and used == sorted(used) and set(used) <= set(range(0, rec.k, 3))  # estimates, in order
         again = hil("--store", str(store), "lab", "push", rec.sid, "--to", lab.url, key=lab.key)
         assert "already in the lab, verified" in again.output, again.output
     finally:
-        if fwd.poll() is None:
-            fwd.kill()
+        for proc in (fwd, locals().get("watcher")):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
 
 
 @pytest.mark.slow(reason="a simulated press run (about 15 s) with a Tiled server")
@@ -204,3 +215,145 @@ def wait_for(probe, timeout: float, period: float = 0.25):
 def _running_ids(lab) -> list[str]:
     res = hil("--store", lab.url, "sessions", "--status", "running", "--json", key=lab.key)
     return [row["id"] for row in json.loads(res.output)] if res.exit_code == 0 else []
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound and let go: the lab started on it later gets it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def finished(fwd: subprocess.Popen) -> str:
+    out, _ = fwd.communicate(timeout=300)
+    assert fwd.returncode == 0 and "pushed and verified" in out, out
+    return out
+
+
+@pytest.mark.slow(reason="a Tiled server of its own, started while a session records")
+@pytest.mark.timeout(600)
+def test_a_lab_down_at_the_start_gets_the_whole_session_once_it_is_up(tmp_path):
+    port = free_port()
+    server = LabServer(tmp_path / "lab", port=port)  # made once (its key), then down when the run starts
+    url, key = server.url, server.key
+    server.stop()
+    store = tmp_path / "hil.sqlite"
+    rec = Recording(store)
+    fwd = forwarder(store, rec.sid, url, key)
+    try:
+        rec.record(20)
+        time.sleep(3)  # the forwarder tries, finds nothing, and is behind
+        rec.record(20)
+        assert fwd.poll() is None
+        server = LabServer(tmp_path / "lab", port=port)
+        poll_until(lambda: lab_rows(url, key, rec.sid, "press.force") >= rec.k * N, timeout=120, period=0.2)
+        rec.end()
+        finished(fwd)
+        assert_verified_as_local(url, key, store, rec.sid)
+    finally:
+        if fwd.poll() is None:
+            fwd.kill()
+        server.stop()
+
+
+@pytest.mark.slow(reason="a Tiled server of its own, killed and started again while a session records")
+@pytest.mark.timeout(600)
+def test_a_lab_killed_mid_run_is_caught_up_when_it_is_back(tmp_path):
+    server = LabServer(tmp_path / "lab")
+    port = int(server.url.rsplit(":", 1)[1])
+    store = tmp_path / "hil.sqlite"
+    rec = Recording(store)
+    fwd = forwarder(store, rec.sid, server.url, server.key)
+    try:
+        rec.record(20)
+        poll_until(lambda: lab_rows(server.url, server.key, rec.sid, "press.force") >= rec.k * N, timeout=120,
+                   period=0.2)
+        server.stop(signal.SIGKILL)
+        rec.record(40)  # recorded while the lab is gone
+        assert fwd.poll() is None  # behind, waiting for it
+        server = LabServer(tmp_path / "lab", port=port)
+        rec.record(10)
+        poll_until(lambda: lab_rows(server.url, server.key, rec.sid, "press.force") >= rec.k * N, timeout=120,
+                   period=0.2)
+        rec.end()
+        finished(fwd)
+        assert_verified_as_local(server.url, server.key, store, rec.sid)
+    finally:
+        if fwd.poll() is None:
+            fwd.kill()
+        server.stop()
+
+
+WRITER = """
+import sys, time
+import numpy as np
+from daq.bus.frames import Event, Frame
+from daq.store.read_write import SessionStore
+store = SessionStore(sys.argv[1])
+sid = store.create_session("press", {"rig": {"kind": "press", "name": "press-k"}}, {})
+print(sid, flush=True)
+rng = np.random.default_rng(5)
+k = 0
+while True:  # records until it is killed, as a rig PC that dies
+    frame = Frame("press.force", k, 1.7e9 + k * 0.05, 5e-4, ["f"], ["N"], rng.normal(size=(100, 1)))
+    store.append(sid, frame)
+    k += 1
+    if k % 5 == 0:
+        store.flush()
+        time.sleep(0.05)
+"""
+
+
+@pytest.mark.slow(reason="a Tiled server of its own, a recording killed with its forwarder")
+@pytest.mark.timeout(600)
+def test_a_rig_killed_mid_run_is_marked_incomplete_by_the_lab_and_completed_by_the_next_push(tmp_path):
+    server = LabServer(tmp_path / "lab", env={"HIL_LAB_STALE": "3"})
+    store = tmp_path / "hil.sqlite"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(store)], cwd=ROOT, stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    fwd = None
+    try:
+        sid = writer.stdout.readline().strip()
+        fwd = forwarder(store, sid, server.url, server.key)
+        poll_until(lambda: lab_rows(server.url, server.key, sid, "press.force") >= 2000, timeout=120,
+                   period=0.2)
+        writer.kill()  # the rig PC dies: the recording and its forwarder with it
+        fwd.kill()
+        writer.wait()
+        fwd.wait()
+        meta = lambda: layout.plain(lab_node(server.url, server.key, sid).metadata)  # noqa: E731
+        poll_until(lambda: meta()["status"] == "incomplete", timeout=120, period=0.5)
+        assert "stopped sending" in meta()["reason"] and meta()["replication"]["state"] == layout.LIVE
+        res = hil("--store", str(store), "lab", "push", "--pending", "--to", server.url, key=server.key)
+        assert res.exit_code == 0 and f"{sid}: pushed and verified" in res.output, res.output
+        assert_verified_as_local(server.url, server.key, store, sid, status="incomplete")
+    finally:
+        for proc in (writer, fwd):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+        server.stop()
+
+
+@pytest.mark.timeout(600)
+def test_two_sessions_of_two_rigs_stream_at_once(lab, tmp_path):
+    recs = [Recording(tmp_path / f"rig{i}.sqlite", seed=10 + i, name=f"press-{i}") for i in range(2)]
+    fwds = [forwarder(tmp_path / f"rig{i}.sqlite", r.sid, lab.url, lab.key) for i, r in enumerate(recs)]
+    try:
+        for _ in range(3):
+            for r in recs:
+                r.record(10)
+        poll_until(lambda: all(lab_rows(lab.url, lab.key, r.sid, "press.force") >= r.k * N for r in recs),
+                   timeout=120, period=0.2)
+        listed = json.loads(hil("--store", lab.url, "sessions", "--status", "running", "--json",
+                                key=lab.key).output)
+        rigs = {row["id"]: row["rig"] for row in listed}
+        assert {r.sid for r in recs} <= set(rigs)
+        for r in recs:
+            r.end()
+        for i, (r, f) in enumerate(zip(recs, fwds, strict=True)):
+            finished(f)
+            assert_verified_as_local(lab.url, lab.key, tmp_path / f"rig{i}.sqlite", r.sid)
+    finally:
+        for f in fwds:
+            if f.poll() is None:
+                f.kill()

@@ -30,9 +30,9 @@ from daq.cli.common import (
 )
 from daq.config.load import ConfigError, store_path_for, to_dict
 from daq.lab.analysis import analysis_record
+from daq.lab.live import start_live
 from daq.lab.local_analyses import record_analysis
 from daq.lab.reader import LabReader
-from daq.lab.live import start_live
 from daq.lab.replicate import push_after_run
 from daq.rigs import check_rules, get_rig, kinds
 from daq.rigs.analysis import analyze_session

@@ -15,9 +15,11 @@ then grow with every poll; its ``frames`` table and the session's ``events`` tab
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -178,6 +180,8 @@ class Forwarder:
             st.frames = child(st.node, layout.FRAMES)
             if st.t is not None and st.data is not None:
                 st.sent = min(st.t.structure().shape[0], st.data.structure().shape[0])
+                if st.sent <= st.rows:  # an array made but perhaps never written (the lab went): again
+                    st.sent = 0
             if st.frames is not None:
                 st.frames_sent = st.frames.read_arrow().num_rows
         return st
@@ -369,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     from daq.lab.settings import read_key
 
     args = sys.argv[1:] if argv is None else argv
+    faulthandler.register(signal.SIGUSR1)  # kill -USR1 PID: where it is, in its log
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is not news
     if len(args) != 3:

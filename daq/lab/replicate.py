@@ -44,7 +44,9 @@ def push_sessions(store_path: str | os.PathLike, url: str, key: str, sessions: I
         raise LabError(f"lab {url}: {who['name']}'s key is a viewer's (reads only): pushing needs an "
                        "operator's key")
     results = []
-    with SessionReader(store_path, recover=False) as store, Marks(store_path) as marks:
+    # --pending: a session whose run was killed is marked incomplete first (the store's crash recovery), so
+    # that it goes too - also into the live container its forwarder left behind
+    with SessionReader(store_path, recover=sessions is None) as store, Marks(store_path) as marks:
         if sessions is None:  # the rig's marks re-checked against the lab: a session deleted there goes again
             try:
                 forget_lost(root, marks, url, {i.id for i in store.list_sessions()}, say)

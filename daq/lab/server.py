@@ -11,11 +11,13 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from daq.lab import people_server
 from daq.lab.connect import INSTALL_LAB, tiled_missing
+from daq.lab.live_sweep import start_sweep
 from daq.lab.names import catalog_database_uri
 from daq.lab.pg_indexes import ensure_search_indexes
 from daq.lab.private import private_file, private_folder, private_umask, sqlite_path
@@ -173,10 +175,13 @@ def _serve(opts: ServeOptions, say) -> None:
     server = uvicorn.Server(config)
     say(f"admin key {'written to' if created else 'in'} {key_file}")
     say(url_of(opts, sock))
+    stop = threading.Event()
+    start_sweep(url_of(opts, sock), key_file, stop)  # live sessions whose rig went silent: incomplete
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn shut down cleanly, then re-raised the Ctrl-C it caught
         pass
     finally:
+        stop.set()
         sock.close()
     say("lab server stopped")
