@@ -357,3 +357,94 @@ def test_two_sessions_of_two_rigs_stream_at_once(lab, tmp_path):
         for f in fwds:
             if f.poll() is None:
                 f.kill()
+
+
+@pytest.mark.slow(reason="a simulated press run (about 20 s) with its lab frozen for 8 s")
+@pytest.mark.timeout(600)
+def test_a_lab_frozen_for_8_s_mid_run_changes_nothing_in_the_run(lab, tmp_path):
+    """SIGSTOP of the lab server for 8 s while a `hil run` with [lab] records: the run records every frame
+    (no gap, nothing rejected), and at its end the lab holds it complete and verified, every sample."""
+    store = tmp_path / "hil.sqlite"
+    run = run_process(store, press_config(tmp_path, lab))
+    try:
+        sid = wait_for(lambda: _running_ids(lab), timeout=120)[0]
+        wait_for(lambda: lab_rows(lab.url, lab.key, sid, "press.force"), timeout=60)
+        os.kill(lab.proc.pid, signal.SIGSTOP)
+        frozen_at = store_rows(store, sid, "press.force")
+        time.sleep(8)
+        assert store_rows(store, sid, "press.force") > frozen_at  # the recording went on meanwhile
+        os.kill(lab.proc.pid, signal.SIGCONT)
+        out, _ = run.communicate(timeout=600)
+        assert run.returncode == 0 and f"session {sid} complete" in out, out
+        with SessionReader(store, recover=False) as r:
+            stats = r.get_session(sid).stats
+        assert stats["gap_count"] == 0 and stats["rejected"] == 0 and stats["recorded"] == stats["received"]
+        log = tmp_path / "lab-live.log"
+        try:
+            wait_for(lambda: log.exists() and "pushed and verified" in log.read_text(), timeout=180)
+        except AssertionError:
+            raise AssertionError(log.read_text()[-3000:] if log.exists() else "no lab-live.log") from None
+        assert_verified_as_local(lab.url, lab.key, store, sid)
+    finally:
+        os.kill(lab.proc.pid, signal.SIGCONT)
+        if run.poll() is None:
+            run.kill()
+
+
+NOTEBOOK = """
+import json, sys, threading, time
+from tiled.client import from_uri
+
+url, key, sid, want = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+lab = from_uri(url, api_key=key)
+run = lab[sid]
+while "press.force" not in run or "t" not in run["press.force"]:
+    time.sleep(0.2)
+    run = lab[sid]
+t = run["press.force"]["t"]
+rows, done = {}, threading.Event()
+def on_rows(update):
+    for i, value in enumerate(update.data().tolist()):
+        rows[update.offset[0] + i] = value
+    if len(rows) >= want:
+        done.set()
+sub = t.subscribe()
+sub.new_data.add_callback(on_rows)
+sub.start_in_thread(start=1)
+print("subscribed", flush=True)
+done.wait(120)
+sub.disconnect()
+print(json.dumps({"status": run.metadata["status"], "t": [rows[i] for i in sorted(rows)]}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_notebook_with_only_the_tiled_client_follows_a_running_session_with_subscribe(lab, tmp_path):
+    """docs/lab.md's lines, in a Python where hil-lab cannot be imported: every sample of the time axis
+    arrives through subscribe() while the session records, equal to the store's."""
+    store = tmp_path / "hil.sqlite"
+    rec = Recording(store)
+    fwd = forwarder(store, rec.sid, lab.url, lab.key)
+    script = tmp_path / "follow.py"
+    script.write_text(NOTEBOOK)
+    want = 60 * N
+    reader = subprocess.Popen([sys.executable, "-I", str(script), lab.url, lab.key, rec.sid, str(want)],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        rec.record(20)
+        first = reader.stdout.readline().strip()
+        assert first == "subscribed", (first, reader.poll() is not None and reader.communicate()[1])
+        for _ in range(4):
+            rec.record(10)
+            time.sleep(0.5)
+        out, err = reader.communicate(timeout=180)
+        got = json.loads(out)
+        assert got["status"] == "running"  # it followed the session while it recorded
+        with SessionReader(store, recover=False) as r:
+            np.testing.assert_array_equal(got["t"], r.read_range(rec.sid, "press.force", 0, want).t)
+        rec.end()
+        finished(fwd)
+    finally:
+        for proc in (fwd, reader):
+            if proc.poll() is None:
+                proc.kill()

@@ -227,12 +227,15 @@ class Forwarder:
             part = store.read_range(self.sid, si.name, st.sent, hi)
             t = np.ascontiguousarray(part.t, dtype="<f8")
             data = np.ascontiguousarray(part.data, dtype=dtype)
-            if st.t is None:
+            at = st.sent
+            if st.t is None:  # made holding their first block; the rest of this piece follows it
                 st.t = self._array(st, layout.TIME, t[:st.rows], ("sample",), {"unit": "s", "time_unit": "s"})
                 st.data = self._array(st, layout.DATA, data[:st.rows], ("sample", "channel"),
                                       {"channels": si.channels, "units": si.units})
-            st.t.put_rows(t, st.sent)
-            st.data.put_rows(data, st.sent)
+                t, data, at = t[st.rows:], data[st.rows:], at + st.rows
+            if len(t):
+                st.t.put_rows(t, at)
+                st.data.put_rows(data, at)
             st.sent = hi
             st.t_last = float(t[-1])
         frames = _frame_rows_after(store, self.sid, si.name, st.frames_sent, st.sent)
