@@ -448,3 +448,48 @@ def test_a_notebook_with_only_the_tiled_client_follows_a_running_session_with_su
         for proc in (fwd, reader):
             if proc.poll() is None:
                 proc.kill()
+
+
+@pytest.mark.timeout(300)
+def test_a_viewer_follows_a_live_session_and_the_key_its_subscription_makes_reads_only(lab, tmp_path):
+    """subscribe() makes a short-lived key from the person's (Tiled's ``inherit``): a viewer's holds what a
+    viewer may do and nothing more (before the lab's roles it inherited Tiled's "user" role: writes and
+    deletes), and revoking the viewer revokes every key of theirs."""
+    from tiled.client import from_uri
+    from tiled.client.utils import ClientError
+
+    from tests.test_lab_people import add_key
+
+    vera, _ = add_key(lab, "vera-live", "viewer", tmp_path)
+    store = tmp_path / "hil.sqlite"
+    rec = Recording(store)
+    fwd = forwarder(store, rec.sid, lab.url, lab.key)
+    try:
+        rec.record(20)
+        poll_until(lambda: lab_rows(lab.url, lab.key, rec.sid, "press.force") >= rec.k * N, timeout=60,
+                   period=0.2)
+        client = from_uri(lab.url, api_key=vera)
+        got = []
+        sub = client[rec.sid]["press.force"]["t"].subscribe()
+        on_rows = got.append
+        sub.new_data.add_callback(on_rows)
+        sub.start_in_thread(start=1)
+        rec.record(10)
+        poll_until(lambda: sum(len(u.data()) for u in list(got)) >= rec.k * N, timeout=60, period=0.2)
+        sub.disconnect()
+        made = client.context.create_api_key(note="mine")  # what subscribe() does, kept this time
+        theirs = from_uri(lab.url, api_key=made["secret"])
+        assert theirs[rec.sid].metadata["id"] == rec.sid  # it reads
+        with pytest.raises(ClientError, match="401"):
+            theirs.create_container("not-a-session")
+        with pytest.raises(ClientError, match="401"):
+            theirs[rec.sid].update_metadata({"status": "tampered"})
+        res = hil("lab", "key", "revoke", "vera-live", "--to", lab.url, key=lab.key)
+        assert res.exit_code == 0, res.output
+        with pytest.raises(Exception, match="401"):
+            from_uri(lab.url, api_key=made["secret"])[rec.sid]
+        rec.end()
+        finished(fwd)
+    finally:
+        if fwd.poll() is None:
+            fwd.kill()
