@@ -225,7 +225,14 @@ def free_port() -> int:
 
 
 def finished(fwd: subprocess.Popen) -> str:
-    out, _ = fwd.communicate(timeout=300)
+    """The forwarder's output once it ended with the verified push (stuck: its threads' stacks)."""
+    try:
+        out, _ = fwd.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        fwd.send_signal(signal.SIGUSR1)  # faulthandler: where it is
+        time.sleep(2)
+        fwd.kill()
+        raise AssertionError(f"the forwarder did not end: {fwd.communicate()[0][-6000:]}") from None
     assert fwd.returncode == 0 and "pushed and verified" in out, out
     return out
 
