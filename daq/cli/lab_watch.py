@@ -12,12 +12,13 @@ import click
 from daq import json_codec
 from daq.lab import layout
 
+ONLINE_SUFFIX = ".online"  # the streams of online estimates, as hil watch shows them
 #: s between looks at the lab (the forwarder updates the session's metadata every second).
 PERIOD_S = 1.0
 
 
-def watch_lab(state, session: str | None, count: int, timeout: float | None, as_json: bool) -> None:
-    """``hil --store URL watch SESSION``."""
+def watch_lab(state, session: str | None, count: int, timeout: float | None, as_json: bool, show) -> None:
+    """``hil --store URL watch SESSION``; ``show(tables, stream, body)`` draws an estimate (hil watch's)."""
     if not state.is_lab or not session:
         raise click.UsageError("a session is watched in a lab: hil --store URL watch SESSION")
     if not re.fullmatch("[0-9a-f]{12}", session):
@@ -29,17 +30,15 @@ def watch_lab(state, session: str | None, count: int, timeout: float | None, as_
         except KeyError:
             raise click.ClickException(f"the lab at {lab.path} holds no session {sid}") from None
         try:
-            follow(lab.root, sid, as_json, count, timeout)
+            follow(lab.root, sid, as_json, show, count, timeout)
         except KeyboardInterrupt:
             return
 
 
-def follow(root, sid: str, as_json: bool, count: int = 0, timeout: float | None = None,
+def follow(root, sid: str, as_json: bool, show, count: int = 0, timeout: float | None = None,
            period: float = PERIOD_S) -> tuple[str, int]:
     """Print the session's new online events and its progress until it ends (or ``count`` events, or
     ``timeout`` s without news); (its status, the events shown)."""
-    from daq.cli.watch import ONLINE_SUFFIX, _show  # lazy: rich, for the tables
-
     seen, shown, tables = 0, 0, {}
     last_news, last_progress = time.monotonic(), ""
     while True:
@@ -54,7 +53,7 @@ def follow(root, sid: str, as_json: bool, count: int = 0, timeout: float | None 
             if as_json:
                 click.echo(json_codec.dumps({"stream": stream, "kind": kind, "t": t, **body}))
             elif kind == "estimate":
-                _show(tables, stream, body)
+                show(tables, stream, body)
             if count and shown >= count:
                 return meta["status"], shown
         progress = _progress(meta)

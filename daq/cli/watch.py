@@ -171,7 +171,7 @@ def watch(state: CliState, session: str | None, endpoint: str | None, count: int
     if state.is_lab or session is not None:
         from daq.cli.lab_watch import watch_lab  # lazy: the lab's client
 
-        watch_lab(state, session, count, timeout, as_json)
+        watch_lab(state, session, count, timeout, as_json, _show)
         return
     endpoint = endpoint or _running_endpoint(state)
     keys = client_keys(endpoint, keys_dir)

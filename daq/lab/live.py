@@ -36,7 +36,7 @@ from daq.lab.checks import event_columns
 from daq.lab.names import check_session_id, check_stream_name
 from daq.lab.push import child, session_metadata, status_of
 from daq.lab.push_lock import pushing
-from daq.lab.settings import ENV_KEY, ENV_KEY_FILE, LabError, LabTable
+from daq.lab.settings import ENV_KEY, ENV_KEY_FILE, LabError, LabTable, read_key
 from daq.store.reader import SessionReader
 from daq.store.records import FINAL_STATUSES, SessionInfo, StreamInfo
 
@@ -373,8 +373,6 @@ def start_live(store_path: str | os.PathLike, session: str, config) -> subproces
 def main(argv: list[str] | None = None) -> int:
     """``python -m daq.lab.live STORE SESSION URL``: forward one session (key: $HIL_LAB_KEY_FILE or
     $HIL_LAB_KEY), then push it verified."""
-    from daq.lab.settings import read_key
-
     args = sys.argv[1:] if argv is None else argv
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 PID: where it is, in its log
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
