@@ -39,7 +39,8 @@ def follow(root, sid: str, as_json: bool, show, count: int = 0, timeout: float |
            period: float = PERIOD_S) -> tuple[str, int]:
     """Print the session's new online events and its progress until it ends (or ``count`` events, or
     ``timeout`` s without news); (its status, the events shown)."""
-    seen, shown, tables = 0, 0, {}
+    seen, shown = 0, 0
+    tables: dict[str, tuple] = {}  # stream -> hil watch's table of its estimates
     last_news, last_progress = time.monotonic(), ""
     while True:
         node = root[sid]

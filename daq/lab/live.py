@@ -26,6 +26,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -71,10 +72,10 @@ class _Stream:
     """What of one stream is in the lab."""
 
     name: str
-    node: object | None = None  # the stream container
-    t: object | None = None
-    data: object | None = None
-    frames: object | None = None
+    node: Any = None  # the stream container (tiled's nodes have no type information)
+    t: Any = None
+    data: Any = None
+    frames: Any = None
     rows: int = 0  # live block
     sent: int = 0  # samples in the lab
     frames_sent: int = 0  # frame rows in the lab
@@ -87,7 +88,8 @@ class Forwarder:
     def __init__(self, store_path: str | os.PathLike, session: str, url: str, key: str):
         self.store_path, self.sid = str(store_path), check_session_id(session)
         self.url, self.key = url.rstrip("/"), key
-        self.root = self.node = None
+        self.root: Any = None  # tiled's nodes have no type information
+        self.node: Any = None
         self.streams: dict[str, _Stream] = {}
         self.events_node = None
         self.events_sent = 0
