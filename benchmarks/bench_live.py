@@ -69,6 +69,38 @@ def forwarder_cpu(store: Path, seen: dict) -> None:
         time.sleep(0.5)
 
 
+def watch_store(store: Path, stream: str, seen: dict, stop: threading.Event) -> None:
+    """When each frame of ``stream`` was recorded: the wall time it first appears committed in the rig's
+    store (polled every 10 ms, read-only): {s0: (n, time)}."""
+    import sqlite3
+
+    while not store.exists() and not stop.is_set():
+        time.sleep(0.01)
+    db = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=30)
+    last = -1
+    while not stop.is_set():
+        try:
+            rows = db.execute("SELECT s0, n FROM frames WHERE stream=? AND s0>? ORDER BY s0", (stream, last))
+            now = time.time()
+            for s0, n in rows.fetchall():
+                seen[s0] = (n, now)
+                last = max(last, s0)
+        except sqlite3.OperationalError:
+            pass  # the tables are not made yet
+        time.sleep(0.01)
+    db.close()
+
+
+def recorded_at(seen: dict, first: int, n: int) -> np.ndarray:
+    """The recording time of samples first .. first+n-1 (from :func:`watch_store`; NaN when unseen)."""
+    out = np.full(n, np.nan)
+    for s0, (m, at) in seen.items():
+        lo, hi = max(s0, first), min(s0 + m, first + n)
+        if lo < hi:
+            out[lo - first:hi - first] = at
+    return out
+
+
 def run_once(kind: str, folder: Path, lab: tuple[str, str, Path] | None) -> dict:
     from tiled.client import from_uri
 
@@ -77,8 +109,13 @@ def run_once(kind: str, folder: Path, lab: tuple[str, str, Path] | None) -> dict
     store = folder / f"{kind}{'-lab' if lab else ''}" / "hil.sqlite"
     store.parent.mkdir()
     cfg = config(kind, folder, (lab[0], lab[2]) if lab else None)
-    latencies: list[np.ndarray] = []
+    latencies: list[np.ndarray] = []  # from the sample's recording (its commit to the store)
+    from_stamp: list[np.ndarray] = []  # from the sample's own time stamp (its acquisition)
+    arrivals: list[tuple[int, int, float]] = []
     cpu: dict = {}
+    frames: dict = {}
+    stop = threading.Event()
+    threading.Thread(target=watch_store, args=(store, STREAMS[kind], frames, stop), daemon=True).start()
     t0 = time.monotonic()
     run = subprocess.Popen([sys.executable, "-m", "daq.cli.main", "--store", str(store), "run", str(cfg),
                             "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -91,7 +128,9 @@ def run_once(kind: str, folder: Path, lab: tuple[str, str, Path] | None) -> dict
 
         def on_data(update) -> None:
             now = time.time()
-            latencies.append(now - np.asarray(update.data(), dtype=np.float64))
+            t = np.asarray(update.data(), dtype=np.float64)
+            from_stamp.append(now - t)
+            arrivals.append((int(update.offset[0]), len(t), now))
 
         while run.poll() is None and sub is None:  # subscribe as soon as the stream's time axis exists
             try:
@@ -106,6 +145,9 @@ def run_once(kind: str, folder: Path, lab: tuple[str, str, Path] | None) -> dict
             time.sleep(0.1)
     out, _ = run.communicate()
     wall = time.monotonic() - t0
+    stop.set()
+    for first, n, now in arrivals:
+        latencies.append(now - recorded_at(frames, first, n))
     if sub is not None:
         time.sleep(2)
         sub.disconnect()
@@ -118,14 +160,20 @@ def run_once(kind: str, folder: Path, lab: tuple[str, str, Path] | None) -> dict
     with SessionReader(store, recover=False) as r:
         info = r.list_sessions()[-1]
         stats = info.stats or {}
-        si = info.streams[STREAMS[kind]]
+        si = info.streams.get(STREAMS[kind])
+    if si is None:
+        raise SystemExit(f"{kind} run{' with [lab]' if lab else ''}: {info.status}; {out.strip()[-600:]}")
     lat = np.concatenate(latencies) if latencies else np.empty(0)
+    lat = lat[np.isfinite(lat)]
+    stamp = np.concatenate(from_stamp) if from_stamp else np.empty(0)
     return {"status": info.status, "wall_s": wall, "samples": si.n_samples, "frames": si.n_messages,
             "received": stats.get("received"), "recorded": stats.get("recorded"),
             "gaps": stats.get("gap_count"),
             "rejected": stats.get("rejected"), "lat_n": len(lat),
             "lat_median": float(np.median(lat)) if len(lat) else None,
             "lat_p90": float(np.percentile(lat, 90)) if len(lat) else None,
+            "stamp_median": float(np.median(stamp)) if len(stamp) else None,
+            "stamp_p90": float(np.percentile(stamp, 90)) if len(stamp) else None,
             "fwd_cpu_s": max([v for k, v in cpu.items() if k != "done"], default=None),
             "verified": lab is not None and "pushed and verified" in log_text(store.parent / "lab-live.log")}
 
@@ -152,8 +200,10 @@ def main() -> None:
                     print(f"{kind} forwarding {name}: {r}", flush=True)
                 lost_off = (off["received"] or 0) - (off["recorded"] or 0) + (off["gaps"] or 0)
                 lost_on = (on["received"] or 0) - (on["recorded"] or 0) + (on["gaps"] or 0)
-                print(f"{kind}: latency median {on['lat_median']:.3f} s, p90 {on['lat_p90']:.3f} s over "
-                      f"{on['lat_n']} samples; frames lost off/on {lost_off}/{lost_on}; "
+                print(f"{kind}: latency from recording median {on['lat_median']:.3f} s, p90 "
+                      f"{on['lat_p90']:.3f} s over {on['lat_n']} samples (from acquisition: median "
+                      f"{on['stamp_median']:.3f} s, p90 {on['stamp_p90']:.3f} s); "
+                      f"frames lost off/on {lost_off}/{lost_on}; "
                       f"wall {off['wall_s']:.1f}/{on['wall_s']:.1f} s; "
                       f"{STREAMS[kind]} samples {off['samples']}/{on['samples']}; "
                       f"forwarder CPU {on['fwd_cpu_s']} s; verified in the lab: {on['verified']}", flush=True)
