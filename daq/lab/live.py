@@ -51,6 +51,8 @@ MAX_WRITE_BYTES = 8 << 20  # largest live write (catching up goes in pieces of t
 #: The session's field saying how the forwarder is doing: heartbeat (unix s), behind (s of recording not
 #: yet in the lab), host. A lab that hears nothing for STALE_S marks a running session incomplete.
 LIVE_KEY = "live"
+#: s a forwarder waits for a lab that is down after its session ended (then the next push --pending sends it)
+ENDED_PATIENCE_S = 600.0
 STALE_S = 30.0
 
 
@@ -103,11 +105,17 @@ class Forwarder:
         """Forward until the session has ended and all of it is in the lab, then push it verified; the
         push's line (or why not). Holds the session's push lock meanwhile (no push writes beside it)."""
         deadline = None if stop_after is None else time.monotonic() + stop_after
+        ended_at = None
         with SessionReader(self.store_path, recover=False) as store, pushing(self.store_path, self.sid):
             while deadline is None or time.monotonic() < deadline:
                 info = store.get_session(self.sid)
                 if self.step(store, info) and info.status in FINAL_STATUSES:
                     break
+                if info.status in FINAL_STATUSES:
+                    ended_at = ended_at or time.monotonic()
+                    if time.monotonic() - ended_at > ENDED_PATIENCE_S:
+                        return (f"{self.sid}: ended, and the lab has not answered for "
+                                f"{ENDED_PATIENCE_S:.0f} s since; hil lab push --pending sends it")
                 time.sleep(POLL_S)
         return self.finish()
 
