@@ -49,11 +49,10 @@ LIVE_SPAN_S = 0.5  # s of samples in a live block
 RETRY_S = (0.5, 5.0)  # s before trying a lab that failed again: the first wait, the longest
 MAX_WRITE_BYTES = 8 << 20  # largest live write (catching up goes in pieces of this)
 #: The session's field saying how the forwarder is doing: heartbeat (unix s), behind (s of recording not
-#: yet in the lab), host. A lab that hears nothing for STALE_S marks a running session incomplete.
+#: yet in the lab), host. A lab that hears nothing for a while marks it incomplete (daq/lab/live_sweep.py).
 LIVE_KEY = "live"
 #: s a forwarder waits for a lab that is down after its session ended (then the next push --pending sends it)
 ENDED_PATIENCE_S = 600.0
-STALE_S = 30.0
 
 
 def live_rows(si: StreamInfo, n: int, t_first: float | None, t_last: float | None) -> int:
