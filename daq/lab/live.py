@@ -102,10 +102,14 @@ class Forwarder:
 
     def run(self, stop_after: float | None = None) -> str:
         """Forward until the session has ended and all of it is in the lab, then push it verified; the
-        push's line (or why not). Holds the session's push lock meanwhile (no push writes beside it)."""
+        push's line (or why not). Holds the session's push lock throughout (no push writes beside it)."""
         deadline = None if stop_after is None else time.monotonic() + stop_after
+        with pushing(self.store_path, self.sid):  # held to the end: the run's background push leaves it to us
+            return self._forward_then_push(deadline)
+
+    def _forward_then_push(self, deadline: float | None) -> str:
         ended_at = None
-        with SessionReader(self.store_path, recover=False) as store, pushing(self.store_path, self.sid):
+        with SessionReader(self.store_path, recover=False) as store:
             while deadline is None or time.monotonic() < deadline:
                 info = store.get_session(self.sid)
                 if self.step(store, info) and info.status in FINAL_STATUSES:
@@ -119,11 +123,12 @@ class Forwarder:
         return self.finish()
 
     def finish(self) -> str:
-        """The verified push of the ended session into the live container (the push lock released first)."""
+        """The verified push of the ended session into the live container (under the push lock run holds)."""
         from daq.lab.replicate import push_sessions  # lazy: replicate starts this module's process
 
         try:
-            results = push_sessions(self.store_path, self.url, self.key, [self.sid], say=log.info)
+            results = push_sessions(self.store_path, self.url, self.key, [self.sid], say=log.info,
+                                    lock_held=True)
         except LabError as exc:  # the lab went away at the end: the next push --pending completes it
             return str(exc)
         return "; ".join(r.line() for r in results)
