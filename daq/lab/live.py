@@ -45,6 +45,7 @@ log = logging.getLogger("hil.lab.live")
 
 POLL_S = 0.1  # s between looks at the store (the store commits every 0.25 s)
 META_EVERY_S = 1.0  # s between updates of the session's metadata (counts, heartbeat, lag)
+TABLES_EVERY_S = 1.0  # s between appends to the frames and events tables
 LIVE_SPAN_S = 0.5  # s of samples in a live block
 RETRY_S = (0.5, 5.0)  # s before trying a lab that failed again: the first wait, the longest
 MAX_WRITE_BYTES = 8 << 20  # largest live write (catching up goes in pieces of this)
@@ -96,6 +97,7 @@ class Forwarder:
         self.events_sent = 0
         self.state = "starting"  # "live", "behind", "ended"
         self.last_meta = 0.0
+        self.last_tables = 0.0  # time.monotonic() of the last tables' pass
         self.retry_at, self.wait = 0.0, RETRY_S[0]
 
     # ------------------------------------------------------------------ the loop
@@ -201,17 +203,36 @@ class Forwarder:
         return st
 
     def _forward(self, store: SessionReader, info: SessionInfo) -> bool:
+        """The samples of every stream first (what a follower waits for), then - at most every
+        TABLES_EVERY_S, and at the end - the frames and events tables (a Tiled server spends about the
+        same on any request: fewer requests a pass, shorter passes)."""
         done = True
-        for name, si in info.streams.items():
-            if si.type == "frame" and si.n_samples:
-                check_stream_name(self.sid, name)
-                done = self._forward_stream(store, si) and done
+        frame_streams = [si for si in info.streams.values() if si.type == "frame" and si.n_samples]
+        for si in frame_streams:
+            check_stream_name(self.sid, si.name)
+            done = self._forward_stream(store, si) and done
+        ended = info.status in FINAL_STATUSES
+        if not (ended or time.monotonic() - self.last_tables >= TABLES_EVERY_S):
+            return False
+        for si in frame_streams:
+            self._forward_frames(store, si)
         rows = _event_rows_after(store, self.sid, self.events_sent)
         if rows:
             self.events_node = self._table(self.node, self.events_node, layout.EVENTS,
                                            event_columns(rows))
             self.events_sent += len(rows)
+        self.last_tables = time.monotonic()
         return done
+
+    def _forward_frames(self, store: SessionReader, si: StreamInfo) -> None:
+        """Append the frames whose samples are all in the lab to the stream's frames table."""
+        st = self._find_stream(si.name)
+        if st.node is None:
+            return
+        frames = _frame_rows_after(store, self.sid, si.name, st.frames_sent, st.sent)
+        if frames:
+            st.frames = self._table(st.node, st.frames, layout.FRAMES, layout.frames_rows(frames))
+            st.frames_sent += len(frames)
 
     def _forward_stream(self, store: SessionReader, si: StreamInfo) -> bool:
         """Send the samples of a stream the lab lacks (in pieces of at most MAX_WRITE_BYTES) and the frames
@@ -251,11 +272,7 @@ class Forwarder:
                 st.t.put_rows(t, at)
                 st.data.put_rows(data, at)
             st.sent = hi
-            st.t_last = float(t[-1])
-        frames = _frame_rows_after(store, self.sid, si.name, st.frames_sent, st.sent)
-        if frames:
-            st.frames = self._table(st.node, st.frames, layout.FRAMES, layout.frames_rows(frames))
-            st.frames_sent += len(frames)
+            st.t_last = float(part.t[-1])
         return True
 
     def _array(self, st: _Stream, key: str, first: np.ndarray, dims: tuple, metadata: dict):
