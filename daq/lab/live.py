@@ -35,7 +35,7 @@ from daq.lab import layout
 from daq.lab.arrow_columns import to_arrow
 from daq.lab.checks import event_columns
 from daq.lab.names import check_session_id, check_stream_name
-from daq.lab.push import child, session_metadata, status_of
+from daq.lab.push import child, delete, session_metadata, status_of
 from daq.lab.push_lock import pushing
 from daq.lab.settings import ENV_KEY, ENV_KEY_FILE, LabError, LabTable, read_key
 from daq.store.reader import SessionReader
@@ -98,6 +98,7 @@ class Forwarder:
         self.state = "starting"  # "live", "behind", "ended"
         self.last_meta = 0.0
         self.last_tables = 0.0  # time.monotonic() of the last tables' pass
+        self.said, self.said_at = "", 0.0  # the last failure logged, and when
         self.retry_at, self.wait = 0.0, RETRY_S[0]
 
     # ------------------------------------------------------------------ the loop
@@ -152,8 +153,10 @@ class Forwarder:
         except (LabError, KeyboardInterrupt):
             raise
         except Exception as exc:  # noqa: BLE001 - a slow or absent lab: behind, try again later
-            if self.state != "behind":
-                log.warning("lab %s: %s; behind, catching up when it answers", self.url, _line(exc))
+            said = _line(exc)
+            if self.state != "behind" or said != self.said or now - self.said_at > 60:  # never silent
+                log.warning("lab %s: %s; behind, catching up when it answers", self.url, said)
+                self.said, self.said_at = said, now
             self.state, self.root = "behind", None
             self.retry_at, self.wait = now + self.wait, min(self.wait * 2, RETRY_S[1])
             return False
@@ -178,9 +181,8 @@ class Forwarder:
             if layout.plain(node.metadata.get("replication") or {}).get("state") == layout.VERIFIED:
                 raise LabError(f"{self.sid}: the lab holds it verified already; nothing to stream") from None
         self.root, self.node = root, node
-        self.streams, self.events_node, self.events_sent = {}, child(node, layout.EVENTS), 0
-        if self.events_node is not None:
-            self.events_sent = self.events_node.read_arrow().num_rows
+        self.streams = {}
+        self.events_node, self.events_sent = _table_rows(node, layout.EVENTS)
         for name in info.streams:
             self._find_stream(name)
 
@@ -193,13 +195,11 @@ class Forwarder:
         if st.node is not None:
             st.rows = int(st.node.metadata.get("chunk_rows") or 0)
             st.t, st.data = child(st.node, layout.TIME), child(st.node, layout.DATA)
-            st.frames = child(st.node, layout.FRAMES)
+            st.frames, st.frames_sent = _table_rows(st.node, layout.FRAMES)
             if st.t is not None and st.data is not None:
                 st.sent = min(st.t.structure().shape[0], st.data.structure().shape[0])
                 if st.sent <= st.rows:  # an array made but perhaps never written (the lab went): again
                     st.sent = 0
-            if st.frames is not None:
-                st.frames_sent = st.frames.read_arrow().num_rows
         return st
 
     def _forward(self, store: SessionReader, info: SessionInfo) -> bool:
@@ -347,6 +347,23 @@ class Forwarder:
         meta.update({k: there[k] for k in keep if k in there and k != "replication"})
         self.node.replace_metadata(metadata=meta, specs=[layout.SESSION_SPEC], drop_revision=True)
         self.last_meta = time.time()
+
+
+def _table_rows(parent, key: str) -> tuple[Any, int]:
+    """(the live table ``key`` of ``parent`` or None, its rows). A table the lab cannot read (a server
+    killed in the middle of an append leaves half a row) is deleted: the next pass writes it again whole."""
+    node = child(parent, key)
+    if node is None:
+        return None, 0
+    try:
+        return node, node.read_arrow().num_rows
+    except Exception as exc:
+        status = status_of(exc)
+        if status is None or status < 500:
+            raise  # the lab is away or refuses: behind, as for any write
+        log.warning("the lab cannot read its live %s table (%s); writing it again", key, _line(exc))
+        delete(parent, key, node)
+        return None, 0
 
 
 def _event_rows_after(store: SessionReader, sid: str, done: int) -> list[tuple]:
