@@ -196,7 +196,9 @@ class Forwarder:
             st.rows = int(st.node.metadata.get("chunk_rows") or 0)
             st.t, st.data = child(st.node, layout.TIME), child(st.node, layout.DATA)
             st.frames, st.frames_sent = _table_rows(st.node, layout.FRAMES)
-            if st.t is not None and st.data is not None:
+            if st.t is None or st.data is None:  # one made, the other not (the lab went in between):
+                st.t = st.data = None  # both are made again (an existing one is taken and written)
+            else:
                 st.sent = min(st.t.structure().shape[0], st.data.structure().shape[0])
                 if st.sent <= st.rows:  # an array made but perhaps never written (the lab went): again
                     st.sent = 0
