@@ -500,3 +500,34 @@ def test_a_viewer_follows_a_live_session_and_the_key_its_subscription_makes_read
     finally:
         if fwd.poll() is None:
             fwd.kill()
+
+
+@pytest.mark.timeout(300)
+def test_a_stream_left_with_its_t_but_not_its_data_is_completed_by_the_next_forwarder(lab, tmp_path):
+    """The lab went away between making a stream's `t` and its `data`: the forwarder that comes next makes
+    the missing one and sends every sample (before: every pass failed on the missing array, silently)."""
+    from daq.lab.live import Forwarder
+
+    store = tmp_path / "hil.sqlite"
+    rec = Recording(store)
+    rec.record(30)
+    with SessionReader(store, recover=False) as r:
+        info = r.get_session(rec.sid)
+        first = Forwarder(store, rec.sid, lab.url, lab.key)
+        first._connect(r, info)
+        si = info.streams["press.force"]
+        st = first._find_stream(si.name)
+        st.rows = live_rows(si, si.n_samples, si.t_first, si.t_last)
+        fields = {**layout.stream_node_fields(si, st.rows), "session": rec.sid, "live": True}
+        st.node = first.node.create_container(si.name, metadata=fields, specs=[layout.STREAM_SPEC])
+        part = r.read_range(rec.sid, si.name, 0, st.rows)
+        first._array(st, layout.TIME, np.ascontiguousarray(part.t), ("sample",), {"unit": "s"})  # then gone
+        second = Forwarder(store, rec.sid, lab.url, lab.key)
+        done = any(second.step(r, r.get_session(rec.sid)) for _ in range(20))
+        assert done and second.state == "live"
+    assert lab_rows(lab.url, lab.key, rec.sid, "press.force") == 30 * N
+    node = lab_node(lab.url, lab.key, rec.sid)
+    with SessionReader(store, recover=False) as r:
+        local = r.read_stream(rec.sid, "press.force").data
+        np.testing.assert_array_equal(node["press.force"][layout.DATA].read(), local)
+    rec.end()
