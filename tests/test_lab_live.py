@@ -182,7 +182,8 @@ def test_a_press_run_with_lab_is_listed_running_grows_and_ends_complete_and_veri
     store = tmp_path / "hil.sqlite"
     run = run_process(store, press_config(tmp_path, lab))
     try:
-        sid = wait_for(lambda: _running_ids(lab), timeout=120)[0]
+        sid = wait_for(lambda: _store_ids(store), timeout=120)[0]
+        wait_for(lambda: sid in _running_ids(lab), timeout=60)
         grown = []
         while run.poll() is None and len(set(grown)) < 3:
             rows = lab_rows(lab.url, lab.key, sid, "press.force")
@@ -210,6 +211,17 @@ def wait_for(probe, timeout: float, period: float = 0.25):
         assert time.monotonic() < end, "condition not met in time"
         time.sleep(period)
     return found
+
+
+def _store_ids(store: Path) -> list[str]:
+    """The sessions of a rig's store (none while it is not made yet)."""
+    if not store.exists():
+        return []
+    try:
+        with SessionReader(store, recover=False) as r:
+            return [i.id for i in r.list_sessions()]
+    except Exception:  # noqa: BLE001 - the run is making it
+        return []
 
 
 def _running_ids(lab) -> list[str]:
@@ -374,7 +386,8 @@ def test_a_lab_frozen_for_8_s_mid_run_changes_nothing_in_the_run(lab, tmp_path):
     store = tmp_path / "hil.sqlite"
     run = run_process(store, press_config(tmp_path, lab))
     try:
-        sid = wait_for(lambda: _running_ids(lab), timeout=120)[0]
+        sid = wait_for(lambda: _store_ids(store), timeout=120)[0]
+        wait_for(lambda: sid in _running_ids(lab), timeout=60)
         wait_for(lambda: lab_rows(lab.url, lab.key, sid, "press.force"), timeout=60)
         os.kill(lab.proc.pid, signal.SIGSTOP)
         frozen_at = store_rows(store, sid, "press.force")
@@ -404,6 +417,8 @@ from tiled.client import from_uri
 
 url, key, sid, want = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 lab = from_uri(url, api_key=key)
+while sid not in lab:  # the forwarder makes it
+    time.sleep(0.2)
 run = lab[sid]
 while "press.force" not in run or "t" not in run["press.force"]:
     time.sleep(0.2)

@@ -212,7 +212,7 @@ class Forwarder:
         frame_streams = [si for si in info.streams.values() if si.type == "frame" and si.n_samples]
         for si in frame_streams:
             check_stream_name(self.sid, si.name)
-            done = self._forward_stream(store, si) and done
+            done = self._forward_stream(store, si, info.status in FINAL_STATUSES) and done
         ended = info.status in FINAL_STATUSES
         if not (ended or time.monotonic() - self.last_tables >= TABLES_EVERY_S):
             return False
@@ -236,14 +236,14 @@ class Forwarder:
             st.frames = self._table(st.node, st.frames, layout.FRAMES, layout.frames_rows(frames))
             st.frames_sent += len(frames)
 
-    def _forward_stream(self, store: SessionReader, si: StreamInfo) -> bool:
+    def _forward_stream(self, store: SessionReader, si: StreamInfo, ended: bool = False) -> bool:
         """Send the samples of a stream the lab lacks (in pieces of at most MAX_WRITE_BYTES) and the frames
         whose samples are all in; True when the lab holds every sample the store had."""
         st = self._find_stream(si.name)
         n = si.n_samples
         if st.node is None:
             if si.dt is None and n < 2:
-                return False  # a stream of its own times: its rate is not known yet
+                return ended  # its own times: its rate is not known yet (ended: the push sends it)
             st.rows = live_rows(si, n, si.t_first, si.t_last)
             fields = {**layout.stream_node_fields(si, st.rows), "session": self.sid, "live": True}
             try:
@@ -258,8 +258,8 @@ class Forwarder:
         width = len(si.channels)
         step = max(st.rows, MAX_WRITE_BYTES // max(1, width * dtype.itemsize + 8) // st.rows * st.rows)
         while st.sent < n:
-            if st.t is None and n < st.rows:
-                return False  # the arrays appear with their first whole block (see the module's docstring)
+            if st.t is None and n < st.rows:  # the arrays appear with their first whole block (see the
+                return ended  # module's docstring); a stream that ended shorter goes with the final push
             hi = min(n, st.sent + step)
             part = store.read_range(self.sid, si.name, st.sent, hi)
             t = np.ascontiguousarray(part.t, dtype="<f8")
