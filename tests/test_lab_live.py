@@ -546,3 +546,23 @@ def test_a_stream_left_with_its_t_but_not_its_data_is_completed_by_the_next_forw
         local = r.read_stream(rec.sid, "press.force").data
         np.testing.assert_array_equal(node["press.force"][layout.DATA].read(), local)
     rec.end()
+
+
+@pytest.mark.timeout(420)
+def test_a_session_that_ends_before_its_first_live_block_is_pushed_verified(lab, tmp_path):
+    """A session shorter than a stream's first live block (100 samples of a 512-row block at 2 kHz): its
+    arrays never appeared live, and the forwarder still ends with the verified push (before: it waited for
+    that block for ever)."""
+    store = tmp_path / "hil.sqlite"
+    rec = Recording(store)
+    fwd = forwarder(store, rec.sid, lab.url, lab.key)
+    try:
+        rec.record(1)
+        poll_until(lambda: rec.sid in (lab_node(lab.url, lab.key, rec.sid) and [rec.sid] or []), timeout=120,
+                   period=0.2)
+        rec.end()
+        finished(fwd)
+        assert_verified_as_local(lab.url, lab.key, store, rec.sid)
+    finally:
+        if fwd.poll() is None:
+            fwd.kill()
