@@ -149,7 +149,7 @@ def test_a_lab_killed_mid_push_is_one_line_and_the_push_completes_when_it_is_bac
         server.stop()
 
 
-def press_config(tmp_path: Path, server: LabServer | None) -> Path:
+def press_config(tmp_path: Path, server: LabServer | None, live: bool = True) -> Path:
     text = (ROOT / "configs" / "press-sim.toml").read_text()
     text = re.sub(r"(?m)^n_series = \d+", "n_series = 3", text)
     text = re.sub(r"(?m)^n_steps_up = \d+", "n_steps_up = 3", text)
@@ -158,7 +158,7 @@ def press_config(tmp_path: Path, server: LabServer | None) -> Path:
     if server is not None:
         (tmp_path / "lab.key").write_text(server.key + "\n")
         (tmp_path / "lab.key").chmod(0o600)  # a client refuses a key file open to others
-        text += f'\n[lab]\nurl = "{server.url}"\nkey_file = "lab.key"\n'
+        text += f'\n[lab]\nurl = "{server.url}"\nkey_file = "lab.key"\n' + ("" if live else "live = false\n")
     path = tmp_path / ("press-lab.toml" if server else "press.toml")
     path.write_text(text)
     return path
@@ -194,7 +194,7 @@ def test_a_stalled_lab_never_holds_up_a_run(lab, tmp_path):
         pending = make_session(store, 30.0)  # a session waiting to go while the next run records
         stuck = push_process(store, pending, lab.url, lab.key, HIL_LAB_TIMEOUT=STALLED_LAB_WAIT)
         runs = [run_process(plain_store, press_config(tmp_path, None)),
-                run_process(store, press_config(tmp_path, lab))]
+                run_process(store, press_config(tmp_path, lab, live=False))]  # the background push
         (plain_out, _), (lab_out, _) = (p.communicate(timeout=600) for p in runs)
         assert runs[0].returncode == 0 and runs[1].returncode == 0, (plain_out, lab_out)
         plain, with_lab = plain_out.split()[1], lab_out.split()[1]

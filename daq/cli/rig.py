@@ -30,6 +30,7 @@ from daq.cli.common import (
 )
 from daq.config.load import ConfigError, store_path_for, to_dict
 from daq.lab.analysis import analysis_record
+from daq.lab.live import start_live
 from daq.lab.local_analyses import record_analysis
 from daq.lab.reader import LabReader, NotStored
 from daq.lab.replicate import push_after_run
@@ -77,7 +78,8 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
         raise click.ClickException("--analyze needs a real run: a dry run moves nothing to analyse")
     store_path = store_path_for(state.store_option, cfg)
     result = asyncio.run(run_rig(cfg, store_path, file=config_path, show_progress=not no_progress,
-                                 started_by=operator_name(), dry_run=dry_run))
+                                 started_by=operator_name(), dry_run=dry_run,
+                                 on_session=lambda sid: start_live(store_path, sid, cfg)))  # [lab]: streamed
     analysis = None
     files: list[Path] = []
     try:  # the analysis first, so that the push carries it; the push whatever the analysis does

@@ -157,15 +157,22 @@ def _show(tables: dict, stream: str, body: dict, replay: bool = False) -> None:
 
 
 @click.command()
+@click.argument("session", required=False)
 @click.option("--endpoint", default=None, help="Bus to watch (default: the running session's data endpoint).")
 @click.option("-n", "--count", type=int, default=0, help="Stop after this many events (0: until Ctrl-C).")
 @click.option("--timeout", type=float, default=None, help="Stop after this many seconds without an event.")
 @click.option("--keys", "keys_dir", default=None, metavar="DIR", help=KEYS_HELP)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per online event on stdout.")
 @pass_state
-def watch(state: CliState, endpoint: str | None, count: int, timeout: float | None, keys_dir: str | None,
-          as_json: bool) -> None:
-    """Show the online estimates (values, std, ellipse, verdict) of a live run or a replayed session."""
+def watch(state: CliState, session: str | None, endpoint: str | None, count: int, timeout: float | None,
+          keys_dir: str | None, as_json: bool) -> None:
+    """Show the online estimates (values, std, ellipse, verdict) of a live run or a replayed session; with
+    --store URL, of the lab's running SESSION, until it ends."""
+    if state.is_lab or session is not None:
+        from daq.cli.lab_watch import watch_lab  # lazy: the lab's client
+
+        watch_lab(state, session, count, timeout, as_json, _show)
+        return
     endpoint = endpoint or _running_endpoint(state)
     keys = client_keys(endpoint, keys_dir)
     try:

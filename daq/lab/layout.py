@@ -45,8 +45,9 @@ DATA = "data"
 BLOCK_BYTES = 16 << 20
 FRAME_COLUMNS = ("ord", "seq", "t0", "dt", "n", "has_ts", "replay", "s0", "t_min", "t_max")
 EVENT_COLUMNS = ("ord", "stream", "kind", "seq", "t", "replay", "body")
-#: Replication states of a session container; only "verified" sessions are listed by ``hil --store URL``.
-PARTIAL, VERIFIED = "partial", "verified"
+#: Replication states of a session container; only "verified" sessions are listed by ``hil --store URL``,
+#: and "live" ones (being recorded, streamed by daq/lab/live.py) by ``sessions --status running``.
+PARTIAL, VERIFIED, LIVE = "partial", "verified", "live"
 
 
 def chunk_rows(si: StreamInfo) -> int:

@@ -135,7 +135,8 @@ def add_person(url: str, admin_key: str, name: str, role: str) -> tuple[str, Per
 def revoke(url: str, admin_key: str, who: str) -> list[Person]:
     """Revoke the keys of the person named ``who``, or the key whose id is ``who``: the revoked ones."""
     people = list_people(url, admin_key)
-    chosen = [p for p in people if p.name == who] or [p for p in people if p.key_id == who]
+    named = {p.principal for p in people if p.name == who}  # every key of theirs, any note (subscribe's too)
+    chosen = [p for p in people if p.principal in named] or [p for p in people if p.key_id == who]
     if not chosen:
         raise LabError(f"no key of {who!r} in the lab (hil lab key list shows names and key ids)")
     if admin_key[:8] in {p.key_id for p in chosen} and \

@@ -105,12 +105,14 @@ async def _prepare(uri: str) -> str | None:
             raise LabError("the lab's authentication database is from an older Tiled: back it up, then run "
                            "`tiled admin upgrade-database URI`") from None
         async with AsyncSession(engine, expire_on_commit=False) as db:
+            await _lab_roles(db)
             holders = select(orm.APIKey.principal_id)
             principals = (await db.execute(select(orm.Principal).filter(orm.Principal.id.in_(holders)))
                           ).unique().scalars().all()  # roles are loaded with a join: unique()
             if any(r.name == "admin" for p in principals for r in p.roles):
                 return None
             admin = await create_service(db, "admin")
+            await _lab_roles(db)  # the new admin can follow live sessions too
             raw = secrets.token_bytes(4 + 32)  # as Tiled makes a key: 36 random bytes, named by 8 hex digits
             db.add(orm.APIKey(principal_id=admin.id, expiration_time=None, note=FIRST_ADMIN,
                               scopes=["inherit"], access_tags=None, first_eight=raw.hex()[:8],
@@ -119,6 +121,28 @@ async def _prepare(uri: str) -> str | None:
             return raw.hex()
     finally:
         await engine.dispose()
+
+
+async def _lab_roles(db) -> None:
+    """The lab's Tiled roles (:data:`daq.lab.scopes.LAB_ROLES`) in the database, and "hil-keys" held by every
+    admin principal (Tiled's admin role cannot make the short-lived key ``subscribe()`` opens its WebSocket
+    with)."""
+    from sqlalchemy.future import select  # lazy: as above
+    from tiled.authn_database import orm  # lazy: as above
+
+    from daq.lab.scopes import LAB_ROLES  # lazy: a server-side import
+
+    have = {r.name: r for r in (await db.execute(select(orm.Role))).scalars().all()}
+    for name, scopes in LAB_ROLES.items():
+        if name not in have:
+            have[name] = orm.Role(name=name, description="hil-lab", scopes=scopes)
+            db.add(have[name])
+    admins = (await db.execute(select(orm.Principal))).unique().scalars().all()
+    for p in admins:
+        names = {r.name for r in p.roles}
+        if "admin" in names and "hil-keys" not in names:
+            p.roles.append(have["hil-keys"])
+    await db.commit()
 
 
 def _stamp(uri: str) -> None:

@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,6 +115,7 @@ class Pusher:
         self.on_block = on_block  # called after each block is in (tests kill the push there)
         self.sent = 0
         self.claim: dict = {}  # this push's claim on the session it writes: host, store, when
+        self.lock_held = False  # True: the caller holds the session's push lock (daq/lab/live.py)
 
     def push(self, session: str) -> PushResult:
         info = self.store.get_session(session)
@@ -122,7 +124,7 @@ class Pusher:
             check_stream_name(info.id, name)
         if info.status not in FINAL_STATUSES:
             return PushResult(info.id, "skipped", note=f"{info.status}, not finished")
-        with pushing(self.store.path, info.id):
+        with nullcontext() if self.lock_held else pushing(self.store.path, info.id):
             check = check_session(self.store, info)  # a corrupt session stops here: nothing written
             try:
                 return self._push(info, check)
@@ -262,6 +264,9 @@ class Pusher:
         """Write one stream; its ``t`` and ``data`` nodes as the lab described them (made or found)."""
         fields = layout.stream_node_fields(si, sc.chunk_rows)
         snode, new = self._create(node, si.name, {**fields, "session": info.id}, layout.STREAM_SPEC)
+        if not new and layout.plain(snode.metadata) != {**fields, "session": info.id}:  # a live stream's
+            snode.replace_metadata(metadata={**fields, "session": info.id}, specs=[layout.STREAM_SPEC],
+                                   drop_revision=True)
         assert si.dtype is not None  # a frame stream
         dtype = SUPPORTED_DTYPES[si.dtype]
         t_name, d_name = f"{si.name}/{layout.TIME}", f"{si.name}/{layout.DATA}"

@@ -457,8 +457,9 @@ def _none(x) -> float | None:
 
 
 def _verified(meta) -> bool:
+    """A session a reader opens: verified, or live (being recorded: ``hil --store URL watch``)."""
     rep = meta.get("replication") or {}
-    return rep.get("state") == layout.VERIFIED
+    return rep.get("state") in (layout.VERIFIED, layout.LIVE)
 
 
 def _lab_error(url: str, exc: BaseException):

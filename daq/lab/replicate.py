@@ -35,8 +35,10 @@ def pending_sessions(store: SessionReader, marks: Marks, lab: str) -> list[str]:
 
 
 def push_sessions(store_path: str | os.PathLike, url: str, key: str, sessions: Iterable[str] | None,
-                  say: Callable[[str], None] = print, on_block=None) -> list[PushResult]:
-    """Push ``sessions`` (None: every pending one) of the store to the lab at ``url``."""
+                  say: Callable[[str], None] = print, on_block=None,
+                  lock_held: bool = False) -> list[PushResult]:
+    """Push ``sessions`` (None: every pending one) of the store to the lab at ``url`` (``lock_held``: the
+    caller holds their push locks: a live forwarder handing its session over)."""
     require_tiled_client()  # before the push's client classes import it
     root = open_lab(url, key, push_structure_clients())
     who = whoami(url, key)  # None: a lab of one shared key, which knows no people
@@ -44,7 +46,9 @@ def push_sessions(store_path: str | os.PathLike, url: str, key: str, sessions: I
         raise LabError(f"lab {url}: {who['name']}'s key is a viewer's (reads only): pushing needs an "
                        "operator's key")
     results = []
-    with SessionReader(store_path, recover=False) as store, Marks(store_path) as marks:
+    # --pending: a session whose run was killed is marked incomplete first (the store's crash recovery), so
+    # that it goes too - also into the live container its forwarder left behind
+    with SessionReader(store_path, recover=sessions is None) as store, Marks(store_path) as marks:
         if sessions is None:  # the rig's marks re-checked against the lab: a session deleted there goes again
             try:
                 forget_lost(root, marks, url, {i.id for i in store.list_sessions()}, say)
@@ -52,6 +56,7 @@ def push_sessions(store_path: str | os.PathLike, url: str, key: str, sessions: I
                 raise from_client_error(url, exc) from None
         todo = pending_sessions(store, marks, url) if sessions is None else list(sessions)
         pusher = Pusher(root, url, store, marks, on_block=on_block, who=who)
+        pusher.lock_held = lock_held
         for sid in todo:
             try:
                 result = pusher.push(sid)

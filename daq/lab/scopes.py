@@ -9,10 +9,19 @@ from daq.lab.settings import LabError
 
 READ = ["read:metadata", "read:data"]
 WRITE = ["write:metadata", "write:data", "create:node"]
+#: Following a live session (``subscribe()``): Tiled's client opens its WebSocket with a short-lived key it
+#: makes from the person's key (``inherit``: the scopes of the person's Tiled role) and revokes at once.
+KEYS = ["create:apikeys", "revoke:apikeys"]
 #: Role -> the scopes of its keys (None: all of the principal's Tiled role, Tiled's "inherit").
-ROLE_SCOPES: dict[str, list[str] | None] = {"viewer": READ, "operator": READ + WRITE, "admin": None}
+ROLE_SCOPES: dict[str, list[str] | None] = {"viewer": READ + KEYS, "operator": READ + WRITE + KEYS,
+                                            "admin": None}
+#: Tiled roles the lab adds to its authentication database: a person's principal holds exactly what their
+#: role may do, so a key made from theirs (``inherit``) can do no more than theirs. Tiled's own "user" role
+#: holds deleting too, and its "admin" role cannot make keys (``subscribe()`` needs it): every admin
+#: principal also holds "hil-keys".
+LAB_ROLES = {"hil-viewer": READ + KEYS, "hil-operator": READ + WRITE + KEYS, "hil-keys": KEYS}
 #: Role -> the Tiled role of the person's service principal (a key never exceeds its principal's role).
-TILED_ROLE = {"viewer": "user", "operator": "user", "admin": "admin"}
+TILED_ROLE = {"viewer": "hil-viewer", "operator": "hil-operator", "admin": "admin"}
 ROLES = tuple(ROLE_SCOPES)
 
 

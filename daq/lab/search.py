@@ -21,13 +21,15 @@ class Filters:
 
 
 def session_query(filters: Filters) -> list:
-    """Tiled queries whose conjunction selects the verified sessions matching ``filters``."""
+    """Tiled queries whose conjunction selects the verified sessions matching ``filters`` (the live ones
+    for ``status="running"``)."""
     from tiled.queries import Comparison  # lazy: tiled's client side
 
+    live = filters.status == "running"  # a running session is in the lab as it records (daq/lab/live.py)
+    state = layout.LIVE if live else layout.VERIFIED
     qs: list = []
-    for key, value in (("replication.state", layout.VERIFIED), ("rig.name", filters.rig),
-                       ("kind", filters.kind), ("status", filters.status), ("by", filters.by),
-                       ("analysis.verdict", filters.verdict)):
+    for key, value in (("replication.state", state), ("rig.name", filters.rig), ("kind", filters.kind),
+                       ("status", filters.status), ("by", filters.by), ("analysis.verdict", filters.verdict)):
         if value is not None:  # equal as "at least and at most": a B-tree index answers it (pg_indexes.py)
             qs += [Comparison("ge", key, value), Comparison("le", key, value)]
     if filters.since is not None:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from daq.lab import people_server
 from daq.lab.connect import INSTALL_LAB, tiled_missing
+from daq.lab.live_sweep import start_sweep
 from daq.lab.names import catalog_database_uri
 from daq.lab.page import HostCheck, mount_page
 from daq.lab.pg_indexes import ensure_search_indexes
@@ -28,6 +30,11 @@ log = logging.getLogger("hil.lab")
 CATALOG_FILE = "catalog.db"
 ARRAYS_DIR = "data"
 KEY_FILE = "lab.key"
+#: Tiled's streaming cache (live sessions, daq/lab/live.py): in this process's memory, as one server process
+#: serves the lab. It holds each write a subscriber may ask for again (``subscribe().start(start=N)``) for
+#: data_ttl seconds, at most maxsize of them; the catalogue and the arrays stay the record. A lab of several
+#: server processes uses Redis instead (docs/lab.md).
+STREAMING_CACHE = {"uri": "memory", "data_ttl": 120, "seq_ttl": 86400, "maxsize": 20000}
 
 
 @dataclass
@@ -94,7 +101,7 @@ def build_lab_app(opts: ServeOptions, auth_uri: str):
         init_catalog(catalog_uri(opts))
         if catalog_uri(opts).startswith("postgresql"):  # range searches from indexes (daq/lab/pg_indexes.py)
             ensure_search_indexes(catalog_uri(opts))
-        tree = from_uri(catalog_uri(opts), writable_storage=[arrays])
+        tree = from_uri(catalog_uri(opts), writable_storage=[arrays], cache_config=dict(STREAMING_CACHE))
     except Exception as exc:  # noqa: BLE001 - tiled's init names the database problem
         raise LabError(f"cannot open the lab catalogue: {' '.join(str(exc).split())[-400:]}") from None
     app = build_app(tree, people_server.authentication(), people_server.server_settings(auth_uri))
@@ -170,10 +177,13 @@ def _serve(opts: ServeOptions, say) -> None:
     server = uvicorn.Server(config)
     say(f"admin key {'written to' if created else 'in'} {key_file}")
     say(url_of(opts, sock))
+    stop = threading.Event()
+    start_sweep(url_of(opts, sock), key_file, stop)  # live sessions whose rig went silent: incomplete
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn shut down cleanly, then re-raised the Ctrl-C it caught
         pass
     finally:
+        stop.set()
         sock.close()
     say("lab server stopped")

@@ -39,6 +39,7 @@ class LabTable(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_de
     key_file: Annotated[str, Meta(min_length=1, extra={"path": True})] | None = None  # else $HIL_LAB_KEY
     push: bool = True  # false: keep the table for `hil lab push` only, no background push
     rig: Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")] | None = None  # hil serve's rig
+    live: bool = True  # false: a session reaches the lab when it ends, not while it records (daq/lab/live.py)
 
 
 def default_lab_dir() -> Path:

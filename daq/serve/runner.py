@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from daq.errors import ConflictError, one_line
+from daq.lab.live import start_live
 from daq.lab.replicate import push_after_run
 from daq.rigs.config import load
 from daq.run.lifecycle import RunContext, run
@@ -97,6 +98,7 @@ class Runner:
             ctx.publisher.wait_for_tap_subscriber(RELAY_JOIN_S)  # the live view sees the run from its start
 
         def on_session(session_id: str) -> None:  # in the run's thread
+            start_live(self.store_path, session_id, cfg)  # [lab]: streamed to the lab while it records
             loop.call_soon_threadsafe(self._session, session_id)
 
         def work():
