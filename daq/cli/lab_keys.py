@@ -12,6 +12,7 @@ import click
 from daq.cli.common import CliState, echo_json, pass_state
 from daq.cli.lab import lab_target
 from daq.lab import people
+from daq.lab.people_server import auth_uri, prepare
 from daq.lab.settings import LabError
 
 ADMIN_KEY_HELP = "File holding an admin's key (default: $HIL_LAB_KEY, else [lab].key_file)."
@@ -107,8 +108,6 @@ def revoke(state: CliState, who: str, url: str | None, admin_key_file: str | Non
 def init(auth_db: str, out: str) -> None:
     """Make a lab's authentication database (if new) and its first admin's key (if it holds none), for a
     lab served by `tiled serve config configs/lab/...` (`hil lab serve` does this itself)."""
-    from daq.lab.people_server import auth_uri, prepare  # lazy: Tiled's server side
-
     sqlite = next((p for p in ("sqlite:///", "sqlite+aiosqlite:///") if auth_db.startswith(p)), None)
     if sqlite is None and not auth_db.startswith(("postgresql://", "postgresql+asyncpg://")):
         raise LabError(f"--auth-db takes sqlite:////path/auth.db or postgresql://..., not {auth_db!r}")

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from daq.config.load import ConfigError, parse
-from daq.plots.session_files import write_session_plots
 from daq.rigs import get_rig
 from daq.rigs.base import AnalysisError, Rig
 from daq.store.reads import SessionReads
@@ -45,6 +44,8 @@ def analyze_session(store: SessionReads, session: str, *, plots_dir: str | Path 
         raise AnalysisError(f"session {info.id}: {exc}") from None
     files: list[Path] = []
     if plots_dir is not None and rig.has_plots:  # named, titled with the session: never another's overwritten
+        from daq.plots.session_files import write_session_plots  # lazy: plots only when asked for
+
         files = write_session_plots(lambda folder: rig.plots(result, arrays, folder), plots_dir, info.id,
                                     info.kind)
     return info, result, rig, files

@@ -92,7 +92,7 @@ def plot_analysis(result, rec, folder: str | Path) -> list[Path]:
 
 def fit_estimates_text(result) -> str:
     """The fitted parameters with their std and units for fit.png's title: "c2 = 1.09997 kN/m ± 28 mN/m"."""
-    from daq.rigs.adjoint.online import PARAM_UNITS  # the units the online estimates carry too
+    from daq.rigs.adjoint.online import PARAM_UNITS  # lazy: the online estimator (bus, threads); its units
 
     return ", ".join(estimate_text(n, float(v), float(s), PARAM_UNITS.get(n, ""))
                      for n, v, s in zip(result.names, result.estimate, result.compare_std, strict=True))

@@ -33,7 +33,9 @@ from drivers.backends import Backends
 from drivers.clock import Clock
 from drivers.displacement import open_sensor
 from drivers.force_source import ForceSource
+from identification.analyses.online_press import UNIT
 from identification.analyses.press_analysis import PressAnalysisResult, analyze_press
+from identification.models.press_models import P_NAMES
 from simulators import press_rig
 
 SENSOR_STREAM = "press.sensors"
@@ -297,9 +299,6 @@ class PressRig(Rig[PressConfig, PressRigDevices, PressArrays, PressAnalysisResul
 
     def parameter_units(self) -> dict[str, str]:
         """k5, k7: stiffnesses in N/m (identification/analyses/press_analysis.py)."""
-        from identification.analyses.online_press import UNIT  # lazy: as the analysis itself
-        from identification.models.press_models import P_NAMES
-
         return dict.fromkeys(P_NAMES, UNIT)
 
     def plots(self, result: PressAnalysisResult, arrays: PressArrays, folder: Path) -> list[Path]:
