@@ -138,9 +138,11 @@ def test_a_running_session_grows_in_the_lab_and_ends_verified_in_the_same_contai
                                     rec.sid, "--json"], cwd=ROOT, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True,
                                    env={**os.environ, "PYTHONPATH": str(ROOT), "HIL_LAB_KEY": lab.key})
-        meta = layout.plain(lab_node(lab.url, lab.key, rec.sid).metadata)
+        node = lab_node(lab.url, lab.key, rec.sid)
+        meta = layout.plain(node.metadata)
         assert meta["status"] == "running" and meta["replication"]["state"] == layout.LIVE
-        assert meta["rig"]["name"] == "press-a" and meta["kind"] == "press" and meta["config"]
+        assert meta["rig"]["name"] == "press-a" and meta["kind"] == "press"
+        assert layout.plain(node[layout.ABOUT].metadata)["config"]  # layout 3: the config in its about child
         seen = []
         for _ in range(4):  # it grows while it records; never beyond what the store holds
             rec.record(10)
