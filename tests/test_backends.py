@@ -133,15 +133,17 @@ async def test_in_process_backends_reach_the_simulated_devices_without_a_socket(
             await s.connect()
         await wait_until(lambda: sim.force_source.settled and sim.force_source.force > 9000.0, timeout=10.0)
         force = await source.read_force()
+        simulated = sim.force_source.force  # at the read: the simulated force goes on moving after it
         z = {n: await s.read() for n, s in sensors.items()}
+        simulated_z = sim.z.copy()  # (and the plant with it; compared within the sensors' noise below)
         await source.safe_state()
         assert not (await source.read_status()).enabled
     assert sim.force_source.writes["setpoint"] == 2 and sim.force_source.enabled is False
-    assert force == pytest.approx(sim.force_source.force, abs=50.0)
+    assert force == pytest.approx(simulated, abs=50.0)
     # each reading decoded by the driver's codec from the device's own encoding (F_horizontal: int32, the
     # words swapped, scale 1e-7): the plant's displacement under 10 kN, within the sensor's noise
     for name, value in z.items():
-        truth = float(sim.z[SENSOR_NAMES.index(name)])
+        truth = float(simulated_z[SENSOR_NAMES.index(name)])
         assert abs(truth) > 1e-5 and value == pytest.approx(truth, abs=10 * tables.sensors[name].sigma), name
 
 

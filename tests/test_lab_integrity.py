@@ -21,6 +21,7 @@ from daq.lab.marks import replicas
 from daq.lab.reader import LabReader
 from daq.store.reader import SessionReader
 from tests.test_lab import ROOT, T0, LabServer, hil, make_session
+from tests.test_lab_door import retries_without_backoff
 
 
 @pytest.fixture(scope="module")
@@ -115,29 +116,28 @@ def test_a_lost_chunk_of_the_time_axis_is_refused_and_verify_names_it(lab, tmp_p
     assert export(lab, sid, out).exit_code == 0
 
 
-def hil_process(lab, *args: str) -> subprocess.CompletedProcess:
-    """`hil` in a child whose tiled client tries a request twice, not 10 times (~30 s for a server error;
-    the second try is for the connection the server drops after one)."""
-    return subprocess.run([sys.executable, "-m", "daq.cli.main", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT),
-                                                       "HIL_LAB_KEY": lab.key, "TILED_RETRY_ATTEMPTS": "2"})
+def hil_retrying_twice(lab, *args: str):
+    """`hil` whose tiled client tries a request twice, without waits between (the second try is for the
+    connection the server drops after one), not 10 times with backoff (~30 s for a server error)."""
+    with retries_without_backoff():
+        return hil(*args, key=lab.key)
 
 
 def test_a_lost_table_file_is_refused_named_and_repaired(lab, tmp_path):
     store, sid = pushed_session(lab, tmp_path, seed=27)
     (lab.data / "data" / sid / "press.force" / "frames" / "partition-0.parquet").unlink()
-    res = hil_process(lab, "--store", lab.url, "show", sid)
-    assert res.returncode == 1 and res.stdout == "" and "Traceback" not in res.stderr
+    res = hil_retrying_twice(lab, "--store", lab.url, "show", sid)
+    assert res.exit_code == 1 and res.stdout == "" and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines()[-1] == (
         f"Error: session {sid}, stream press.force, frames table: the lab's copy is not what was pushed "
         "(changed or lost on the lab's disk); not read - hil lab push it again")
-    res = hil_process(lab, "lab", "verify", sid, "--to", lab.url)
-    assert res.returncode == 1, res.stderr
+    res = hil_retrying_twice(lab, "lab", "verify", sid, "--to", lab.url)
+    assert res.exit_code == 1, res.stderr
     assert res.stdout.strip() == f"{sid}: changed or lost in the lab: press.force/frames"
-    res = hil_process(lab, "--store", str(store), "lab", "push", sid, "--to", lab.url)
-    assert res.returncode == 0 and res.stdout.strip().endswith("differed: press.force/frames; repaired)")
-    res = hil_process(lab, "lab", "verify", sid, "--to", lab.url)
-    assert res.returncode == 0 and res.stdout.strip() == f"{sid}: as pushed"
+    res = hil_retrying_twice(lab, "--store", str(store), "lab", "push", sid, "--to", lab.url)
+    assert res.exit_code == 0 and res.stdout.strip().endswith("differed: press.force/frames; repaired)")
+    res = hil_retrying_twice(lab, "lab", "verify", sid, "--to", lab.url)
+    assert res.exit_code == 0 and res.stdout.strip() == f"{sid}: as pushed"
     with SessionReader(store) as loc, LabReader(lab.url, lab.key) as rem:
         assert [m.seq for m in rem.messages(sid)] == [m.seq for m in loc.messages(sid)]
 
@@ -226,11 +226,9 @@ def test_analyze_refuses_a_run_whose_data_changed_in_the_lab(lab, tmp_path):
     """The case of the issue: `hil --store URL analyze` of an oscillator run whose trace data were scaled by
     1.5 on the lab's disk gave another c2 with exit 0; now one line naming the block, exit 1."""
     store = tmp_path / "hil.sqlite"
-    cmd = [sys.executable, "-m", "daq.cli.main", "--store", str(store), "run",
-           str(ROOT / "configs" / "oscillator-sim.toml"), "--no-progress"]
-    run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert run.returncode == 0, run.stdout + run.stderr
+    # `hil run` in this process (what is tested is the lab's reads, not the run's own process)
+    run = hil("--store", str(store), "run", str(ROOT / "configs" / "oscillator-sim.toml"), "--no-progress")
+    assert run.exit_code == 0, run.output
     sid = run.stdout.split()[1]
     assert hil("--store", str(store), "lab", "push", sid, "--to", lab.url, key=lab.key).exit_code == 0
     local = hil("--store", str(store), "analyze", sid, "--json")

@@ -49,9 +49,12 @@ def test_ema_known_answer_on_model_frfs():
 
 
 async def test_rig_runs_end_to_end_on_loopback(tmp_path):
-    result = await run(small_config(), tmp_path / "s.sqlite", show_progress=False, handle_sigint=False)
+    # at sim speed 10: the plan's waits and the simulated machine on one clock (tests/test_sim_clock.py), the
+    # same SCPI exchanges and samples with a tenth of the waiting
+    result = await run(small_config(), tmp_path / "s.sqlite", show_progress=False, handle_sigint=False,
+                       sim_speed=10.0)
     assert result.status == "complete" and result.safe, result.reason
-    assert result.summary == {"positions": 2, "runs": 4}
+    assert result.summary == {"positions": 2, "runs": 4, "sim_speed": 10.0}
     with SessionStore(tmp_path / "s.sqlite") as store:
         sid = result.session_id
         force = store.read_stream(sid, "mt.force")
@@ -68,9 +71,10 @@ async def test_rig_runs_end_to_end_on_loopback(tmp_path):
 
 @pytest.fixture(scope="module")
 def analysed(tmp_path_factory) -> tuple[str, dict, Path]:
-    """One small simulated session through `hil run`, then `hil analyze` as text with plots and as JSON. Both
-    shipped identification positions: the simulated machine differs from the nominal one in every parameter
-    (issue 39), and one position does not see enough of them to predict the validation position's shapes."""
+    """One small simulated session through `hil run` (at sim speed 10: a tenth of the waiting), then `hil
+    analyze` as text with plots and as JSON. Both shipped identification positions: the simulated machine
+    differs from the nominal one in every parameter (issue 39), and one position does not see enough of them
+    to predict the validation position's shapes."""
     from tests.test_rig_kit import _to_toml
 
     tmp = tmp_path_factory.mktemp("mt")
@@ -80,7 +84,7 @@ def analysed(tmp_path_factory) -> tuple[str, dict, Path]:
     cfg.write_text(_to_toml(small))
     store = str(tmp / "s.sqlite")
     cli = CliRunner()
-    res = cli.invoke(main, ["--store", store, "run", str(cfg), "--no-progress"])
+    res = cli.invoke(main, ["--store", store, "run", str(cfg), "--no-progress", "--sim-speed", "10"])
     assert res.exit_code == 0, res.output
     text = cli.invoke(main, ["--store", store, "analyze", "latest", "--plots", str(tmp / "p")])
     assert text.exit_code == 0, text.output

@@ -21,6 +21,7 @@ from daq.run.lifecycle import run
 from daq.store.read_write import SessionStore
 from drivers.clock import Clock, Schedule
 from simulators.press_rig import PressRig
+from tests.in_process_runs import run_in_process
 from tests.site_values import crane_site_values, filled_template, press_site_values, toml_value
 from tests.test_machine_tool_rig import small_config as small_machine_tool
 from tests.test_press_experiment import short_config as short_press
@@ -228,8 +229,11 @@ async def test_another_press_at_speed_10_rejects_m1_m2_and_finds_its_truth_with_
         noise["sigma"] *= NOISE
         cfg["devices"]["sensors"][name]["sigma"] *= NOISE
     store_path = tmp_path / "s.sqlite"
-    result = await run(cfg, store_path, show_progress=False, handle_sigint=False, sim_speed=10.0)
+    # the devices reached in-process (the same plan, drivers, clock and physics; no Modbus round trips, which
+    # run at the real pace and made this run ~2 min): the protocol runs at speed are the tests above
+    result = await run_in_process(cfg, store_path, show_progress=False, handle_sigint=False, sim_speed=10.0)
     assert result.status == "complete", result.reason
+    assert _snapshot(store_path, result.session_id)["simulator"]["speed"] == 10.0
     with SessionStore(store_path) as store:
         _, analysis, rig, _ = await asyncio.to_thread(analyze_session, store, result.session_id)
     report = rig.report_dict(analysis)
