@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import signal
 import socket
 import threading
 from dataclasses import dataclass
@@ -175,6 +176,8 @@ def _serve(opts: ServeOptions, say) -> None:
     config = uvicorn.Config(app, log_level="warning", ssl_certfile=opts.certfile, ssl_keyfile=opts.keyfile,
                             timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # a stop before uvicorn has the signals: ends after start-up
+        signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
     say(f"admin key {'written to' if created else 'in'} {key_file}")
     say(url_of(opts, sock))
     stop = threading.Event()

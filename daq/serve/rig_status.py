@@ -88,4 +88,5 @@ class Heartbeat:
                 await self._task
         state = {**rig_state(self.service, self.page), "state": "offline", "run": None}
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.beat(state), timeout=10)
+            async with asyncio.timeout(10):  # not wait_for (docs/contracts.md, "Stopping")
+                await self.beat(state)
