@@ -223,7 +223,7 @@ class RunContext:
 async def run(config: RigConfig | dict, store_path: str | Path | None = None, *,
               file: str | Path | None = None, simulated_rig: Any = None, show_progress: bool = True,
               handle_sigint: bool = True,
-              handle_term: bool | None = None, on_session: Callable[[str], None] | None = None,
+              handle_term: bool | None = None, on_session: Callable[[str], object] | None = None,
               on_context: Callable[[RunContext], None] | None = None,
               started_by: str | None = None, dry_run: bool = False,
               backends: Backends | None = None, sim_speed: float | None = None) -> RunResult:
