@@ -191,7 +191,7 @@ class Tokens:
 # ---------------------------------------------------------------------------- managing the file
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
     """``text`` into ``path``: a temporary file of mode 0600 in the same folder, flushed, renamed over."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
@@ -244,7 +244,7 @@ def add_token(path: Path, name: str, viewer: bool = False, admin: bool = False) 
     token = secrets.token_urlsafe(32)
     lines = [line for _, line, _, _ in pairs] or [HEADER.rstrip("\n")]
     role = f" {VIEWER}" if viewer else f" {ADMIN}" if admin else ""
-    _write_atomically(path, "\n".join([*lines, f"{name} {token}{role}"]) + "\n")
+    write_atomically(path, "\n".join([*lines, f"{name} {token}{role}"]) + "\n")
     return token
 
 
@@ -259,7 +259,7 @@ def revoke_token(path: Path, name: str) -> None:
     if all(n == name for n in names):
         raise ConfigError(f"{name!r} holds the only token of {path}: add another first "
                           "(hil serve token add NAME), then revoke this one")
-    _write_atomically(path, "\n".join(line for _, line, n, _ in pairs if n != name) + "\n")
+    write_atomically(path, "\n".join(line for _, line, n, _ in pairs if n != name) + "\n")
 
 
 def bearer(header: str | None) -> str | None:

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from daq.errors import ConfigError
+from daq.serve.auth import write_atomically
 from daq.serve.problems import RequestError
 
 LOCK_FILE = "serve-lock.json"
@@ -51,20 +52,6 @@ class Lock:
 
 
 UNLOCKED = {"locked": False, "by": None, "at": None, "at_iso": None, "note": None}
-
-
-def _write_private(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.part")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
 
 
 class RigLock:
@@ -110,7 +97,7 @@ class RigLock:
             if held is not None and held.by != who:
                 raise Locked(f"the rig is already locked by {held.words()}")
             new = Lock(who, held.at if held else time.time(), note)
-            _write_private(self.path, json.dumps(asdict(new)) + "\n")
+            write_atomically(self.path, json.dumps(asdict(new)) + "\n")
             self.held = new
             self._record("lock" if held is None else "note", who, new)
             return new
