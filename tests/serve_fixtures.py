@@ -201,3 +201,21 @@ def click(page, css: str) -> bool:
     except StaleElementReferenceException:
         return False
     return True
+
+
+def served_with_a_failing_config(folder: Path, rig, name: str):
+    """A `hil serve` of ``rig`` (registered for the module) with two configs in ``folder``: ``name`` and
+    ``unreachable.toml``, whose device does not answer; yields the running server, then stops it."""
+    from daq.rigs import register, unregister
+
+    register(rig)
+    configs = folder / "configs"
+    configs.mkdir()
+    beacon_config(configs, name, rig.kind)
+    beacon_config(configs, "unreachable.toml", rig.kind, unreachable=True)
+    served = ServerThread(configs, folder / "s.sqlite", folder / "tokens").start()
+    try:
+        yield served
+    finally:
+        served.stop()
+        unregister(rig.kind)

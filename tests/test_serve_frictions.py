@@ -15,10 +15,14 @@ import numpy as np
 import pytest
 
 from daq.bus.frames import Frame
-from daq.rigs import register, unregister
 from tests.chromium import headless_chromium, needs_chromium
 from tests.polling import poll_until
-from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config, bearer, click
+from tests.serve_fixtures import (
+    ServedBeacon,
+    bearer,
+    click,
+    served_with_a_failing_config,
+)
 
 pytest.importorskip("selenium.webdriver")
 pytestmark = needs_chromium
@@ -59,16 +63,7 @@ RIG = PressLike("press-like", period=0.02)
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
-    register(RIG)
-    folder = tmp_path_factory.mktemp("frictions")
-    configs = folder / "configs"
-    configs.mkdir()
-    beacon_config(configs, "press.toml", RIG.kind)
-    beacon_config(configs, "unreachable.toml", RIG.kind, unreachable=True)
-    served = ServerThread(configs, folder / "s.sqlite", folder / "tokens").start()
-    yield served
-    served.stop()
-    unregister(RIG.kind)
+    yield from served_with_a_failing_config(tmp_path_factory.mktemp("frictions"), RIG, "press.toml")
 
 
 @pytest.fixture(scope="module")

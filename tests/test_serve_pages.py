@@ -18,11 +18,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from daq.rigs import register, unregister
 from daq.serve.series import buckets_of
 from tests.chromium import headless_chromium, needs_chromium
 from tests.polling import poll_until
-from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config, click
+from tests.serve_fixtures import (
+    ServedBeacon,
+    click,
+    served_with_a_failing_config,
+)
 
 pytest.importorskip("selenium.webdriver")
 pytestmark = needs_chromium
@@ -33,16 +36,7 @@ RIG = ServedBeacon("beacon-pages", samples=30, channels=2, period=0.02, estimate
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
-    register(RIG)
-    folder = tmp_path_factory.mktemp("pages")
-    configs = folder / "configs"
-    configs.mkdir()
-    beacon_config(configs, "beacon.toml", RIG.kind)
-    beacon_config(configs, "unreachable.toml", RIG.kind, unreachable=True)
-    served = ServerThread(configs, folder / "s.sqlite", folder / "tokens").start()
-    yield served
-    served.stop()
-    unregister(RIG.kind)
+    yield from served_with_a_failing_config(tmp_path_factory.mktemp("pages"), RIG, "beacon.toml")
 
 
 @pytest.fixture(scope="module")
