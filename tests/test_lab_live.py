@@ -195,15 +195,19 @@ def test_a_press_run_with_lab_is_listed_running_grows_and_ends_complete_and_veri
         assert len(set(grown)) >= 3, grown  # it grew while the run recorded
         out, _ = run.communicate(timeout=600)
         assert run.returncode == 0, out
-        log = tmp_path / "lab-live.log"
-        try:
-            wait_for(lambda: log.exists() and "pushed and verified" in log.read_text(), timeout=180)
-        except AssertionError:
-            raise AssertionError(log.read_text()[-3000:] if log.exists() else "no lab-live.log") from None
+        wait_for_the_forwarders_verified_push(tmp_path / "lab-live.log")
         assert_verified_as_local(lab.url, lab.key, store, sid)
     finally:
         if run.poll() is None:
             run.kill()
+
+
+def wait_for_the_forwarders_verified_push(log: Path) -> None:
+    """Until the run's forwarder logs its verified push (its log's tail as the failure otherwise)."""
+    try:
+        wait_for(lambda: log.exists() and "pushed and verified" in log.read_text(), timeout=180)
+    except AssertionError:
+        raise AssertionError(log.read_text()[-3000:] if log.exists() else f"no {log.name}") from None
 
 
 def wait_for(probe, timeout: float, period: float = 0.25):
@@ -401,11 +405,7 @@ def test_a_lab_frozen_for_8_s_mid_run_changes_nothing_in_the_run(lab, tmp_path):
         with SessionReader(store, recover=False) as r:
             stats = r.get_session(sid).stats
         assert stats["gap_count"] == 0 and stats["rejected"] == 0 and stats["recorded"] == stats["received"]
-        log = tmp_path / "lab-live.log"
-        try:
-            wait_for(lambda: log.exists() and "pushed and verified" in log.read_text(), timeout=180)
-        except AssertionError:
-            raise AssertionError(log.read_text()[-3000:] if log.exists() else "no lab-live.log") from None
+        wait_for_the_forwarders_verified_push(tmp_path / "lab-live.log")
         assert_verified_as_local(lab.url, lab.key, store, sid)
     finally:
         os.kill(lab.proc.pid, signal.SIGCONT)
