@@ -23,6 +23,7 @@ from daq.cli.main import main
 from daq.lab.marks import replicas
 from daq.lab.reader import LabReader
 from daq.store.read_write import SessionStore
+from tests.polling import poll_until
 from tests.test_lab import ROOT, T0, hil, make_session, shared_lab
 
 
@@ -372,3 +373,81 @@ def test_without_tiled_the_lab_commands_name_the_install_command(tmp_path):
         assert install in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "lab").exists()  # no key file made before the refusal
     assert install in (ROOT / "docs" / "lab.md").read_text()
+
+
+def _estimate_in_lab(lab, sid: str) -> dict:
+    with LabReader(lab.url, lab.key) as reader:
+        return dict((reader.session_metadata(sid).get("analysis") or {}).get("estimates") or {})
+
+
+def test_an_analysis_recorded_while_a_push_reads_it_goes_with_the_next_pending_push(lab, tmp_path, monkeypatch):
+    """The race behind a rig analysis that never reached the lab: the live forwarder's verified push read
+    the store's analysis (none yet), the run's analysis was recorded, then the push marked the session
+    replicated - later than the analysis - and the run's background push said "nothing to push". The mark
+    now dates from the read: the analysis recorded after it makes the session pending, and goes."""
+    from daq.lab import push as push_module
+    from daq.lab.analysis import analysis_metadata
+    from daq.lab.local_analyses import record_analysis
+    from daq.lab.replicate import push_sessions
+
+    store = tmp_path / "hil.sqlite"
+    sid = make_session(store, 0.5, seed=21)
+    real_read = push_module.local_analysis
+
+    def read_then_the_analysis_lands(path, session_id):
+        found = real_read(path, session_id)  # what the push carries: nothing yet
+        record_analysis(path, session_id, analysis_metadata({"estimates": {"c2": 1099.97}}, by="dana",
+                                                            where="rig"))
+        return found
+
+    monkeypatch.setattr(push_module, "local_analysis", read_then_the_analysis_lands)
+    [first] = push_sessions(store, lab.url, lab.key, [sid], say=lambda _t: None)
+    monkeypatch.undo()
+    assert first.state == "pushed" and _estimate_in_lab(lab, sid) == {}
+    res = hil("--store", str(store), "lab", "push", "--pending", "--to", lab.url, key=lab.key)
+    assert res.exit_code == 0 and "analysis added" in res.output, res.output
+    assert _estimate_in_lab(lab, sid) == {"c2": 1099.97}
+    res = hil("--store", str(store), "lab", "push", "--pending", "--to", lab.url, key=lab.key)
+    assert res.exit_code == 0 and res.output.strip() == "nothing to push", res.output
+
+
+def test_the_runs_background_push_waits_for_a_forwarder_still_pushing_and_hands_over_the_analysis(lab, tmp_path):
+    """A live forwarder holds the session's push lock while it hands the session over; the analysis is
+    recorded meanwhile and the run's background push starts. It used to leave the session to the forwarder
+    in one line (refused, exit 1) and the analysis stayed on the rig; it waits for the lock
+    (--wait-for-push), then hands the analysis over."""
+    from daq.lab.analysis import analysis_metadata
+    from daq.lab.local_analyses import record_analysis
+    from daq.lab.push_lock import pushing
+    from daq.lab.replicate import BACKGROUND_LOCK_WAIT, push_sessions
+
+    assert BACKGROUND_LOCK_WAIT >= 60.0  # a forwarder's hand-over of a long session takes that long
+    store = tmp_path / "hil.sqlite"
+    sid = make_session(store, 0.5, seed=22)
+    cmd = [sys.executable, "-m", "daq.cli.main", "--store", str(store), "lab", "push", "--pending", "--to",
+           lab.url, "--wait-for-push", "120"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HIL_LAB_KEY": lab.key}
+    with pushing(store, sid):  # the forwarder
+        [first] = push_sessions(store, lab.url, lab.key, [sid], say=lambda _t: None, lock_held=True)
+        assert first.state == "pushed"
+        record_analysis(store, sid, analysis_metadata({"estimates": {"c2": 1099.97}}, by="dana", where="rig"))
+        background = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        poll_until(lambda: background.poll() is not None or _lock_waited_on(store, sid), timeout=60.0)
+        assert background.poll() is None  # it waits: the lock is still held
+    out = background.communicate(timeout=120)[0].decode()
+    assert background.returncode == 0 and "analysis added" in out, out
+    assert _estimate_in_lab(lab, sid) == {"c2": 1099.97}
+
+
+def _lock_waited_on(store: Path, sid: str) -> bool:
+    """True once another process has opened the session's push lock file (it is waiting on it)."""
+    from daq.lab.push_lock import lock_path
+
+    target = str(lock_path(store, sid).resolve())
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        if int(fd_dir.parent.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd) == target for fd in fd_dir.iterdir()):
+                return True
+    return False

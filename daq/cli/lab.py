@@ -76,10 +76,13 @@ def lab_target(state: CliState, url: str | None, key_file: str | None) -> tuple[
 @click.option("--pending", is_flag=True, help="Every finished session the lab does not hold verified yet.")
 @click.option("--to", "url", default=None, metavar="URL", help="The lab (default: [lab].url of --config).")
 @click.option("--key-file", default=None, metavar="PATH", help=KEY_FILE_HELP)
+@click.option("--wait-for-push", "lock_wait", default=0.0, type=click.FloatRange(0.0, 3600.0), metavar="S",
+              help="Wait up to S s for another push of a session from this store (a live forwarder) to end "
+                   "instead of leaving the session to it (default 0).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @pass_state
 def push(state: CliState, sessions: tuple[str, ...], push_all: bool, pending: bool, url: str | None,
-         key_file: str | None, as_json: bool) -> None:
+         key_file: str | None, lock_wait: float, as_json: bool) -> None:
     """Replicate sessions to the lab: idempotent, resumable, verified before they are marked replicated."""
     if bool(sessions) + push_all + pending != 1:
         raise click.UsageError("give SESSION ..., --all or --pending")
@@ -91,7 +94,7 @@ def push(state: CliState, sessions: tuple[str, ...], push_all: bool, pending: bo
     else:
         names = list(sessions) if sessions else None
     results = push_sessions(state.store_path, url, key, names,
-                            say=(lambda _t: None) if as_json else click.echo)
+                            say=(lambda _t: None) if as_json else click.echo, lock_wait=lock_wait)
     if as_json:
         echo_json([{"session": r.session_id, "state": r.state, "bytes": r.bytes_sent, "note": r.note}
                    for r in results])

@@ -56,12 +56,15 @@ class Marks:
                                (session_id, lab)).fetchone()
         return json_codec.loads(row[0]) if row else None
 
-    def mark(self, session_id: str, lab: str, checks: dict) -> None:
-        """Mark ``session_id`` as held verified by ``lab``; its push progress is no longer needed."""
+    def mark(self, session_id: str, lab: str, checks: dict, as_of: float | None = None) -> None:
+        """Mark ``session_id`` as held verified by ``lab``; its push progress is no longer needed. ``as_of``:
+        when the push read the rig's analysis it handed over (default now) - an analysis recorded after
+        that makes the session pending again, however long the push took to finish."""
         with self._db:
             self._db.execute("BEGIN IMMEDIATE")
             self._db.execute("INSERT OR REPLACE INTO lab_replicas VALUES (?, ?, ?, ?)",
-                             (session_id, lab, time.time(), json_codec.dumps(checks)))
+                             (session_id, lab, time.time() if as_of is None else as_of,
+                              json_codec.dumps(checks)))
             self._db.execute("DELETE FROM lab_progress WHERE session_id=? AND lab=?", (session_id, lab))
 
     def unmark(self, session_id: str, lab: str) -> None:

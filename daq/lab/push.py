@@ -116,6 +116,7 @@ class Pusher:
         self.sent = 0
         self.claim: dict = {}  # this push's claim on the session it writes: host, store, when
         self.lock_held = False  # True: the caller holds the session's push lock (daq/lab/live.py)
+        self.lock_wait = 0.0  # s to wait for another push of the same session (the run's background push)
 
     def push(self, session: str) -> PushResult:
         info = self.store.get_session(session)
@@ -124,7 +125,7 @@ class Pusher:
             check_stream_name(info.id, name)
         if info.status not in FINAL_STATUSES:
             return PushResult(info.id, "skipped", note=f"{info.status}, not finished")
-        with nullcontext() if self.lock_held else pushing(self.store.path, info.id):
+        with nullcontext() if self.lock_held else pushing(self.store.path, info.id, self.lock_wait):
             check = check_session(self.store, info)  # a corrupt session stops here: nothing written
             try:
                 return self._push(info, check)
@@ -149,8 +150,9 @@ class Pusher:
             if there.get("state") == layout.VERIFIED and there.get("checks") == checks:
                 differing = self._recheck(node, info, check)  # the marker alone is not the copy
                 if not differing:
+                    read_at = time.time()  # before the rig's analysis is read (marks.mark's as_of)
                     note = self._hand_over_analysis(node, info.id)
-                    self.marks.mark(info.id, self.lab, checks)
+                    self.marks.mark(info.id, self.lab, checks, as_of=read_at)
                     return PushResult(info.id, "already", note=note)
                 note = f"the lab's copy differed: {differing}; repaired"
         if not fresh:  # taken over (a partial copy of this store's, or one whose writer is gone): ours now
@@ -161,6 +163,7 @@ class Pusher:
         events = event_columns(event_rows(self.store.path, info.id))
         self._push_table(node, fresh, info.id, layout.EVENTS, events, check.events, check.events_sha256)
         self._verify(arrays, info, check)
+        read_at = time.time()  # before the rig's analysis is read (marks.mark's as_of)
         analysis = newer(local_analysis(self.store.path, info.id), lab_analysis(node))
         summary, report = split_analysis(analysis) if analysis is not None else (None, None)
         about = layout.about_fields(info, run_event(self.store, info, f"{info.kind}.plan", "plan_outcome"))
@@ -175,7 +178,7 @@ class Pusher:
         if self.who is not None:
             meta["pushed_by"] = self.who
         node.replace_metadata(metadata=meta, specs=[layout.SESSION_SPEC], drop_revision=True)
-        self.marks.mark(info.id, self.lab, checks)
+        self.marks.mark(info.id, self.lab, checks, as_of=read_at)
         return PushResult(info.id, "pushed", self.sent, note)
 
     def _recheck(self, node, info: SessionInfo, check: SessionCheck) -> str:

@@ -36,9 +36,10 @@ def pending_sessions(store: SessionReader, marks: Marks, lab: str) -> list[str]:
 
 def push_sessions(store_path: str | os.PathLike, url: str, key: str, sessions: Iterable[str] | None,
                   say: Callable[[str], None] = print, on_block=None,
-                  lock_held: bool = False) -> list[PushResult]:
+                  lock_held: bool = False, lock_wait: float = 0.0) -> list[PushResult]:
     """Push ``sessions`` (None: every pending one) of the store to the lab at ``url`` (``lock_held``: the
-    caller holds their push locks: a live forwarder handing its session over)."""
+    caller holds their push locks: a live forwarder handing its session over; ``lock_wait``: s to wait for
+    another push of a session to end before leaving it to that one)."""
     require_tiled_client()  # before the push's client classes import it
     root = open_lab(url, key, push_structure_clients())
     who = whoami(url, key)  # None: a lab of one shared key, which knows no people
@@ -56,7 +57,7 @@ def push_sessions(store_path: str | os.PathLike, url: str, key: str, sessions: I
                 raise from_client_error(url, exc) from None
         todo = pending_sessions(store, marks, url) if sessions is None else list(sessions)
         pusher = Pusher(root, url, store, marks, on_block=on_block, who=who)
-        pusher.lock_held = lock_held
+        pusher.lock_held, pusher.lock_wait = lock_held, lock_wait
         for sid in todo:
             try:
                 result = pusher.push(sid)
@@ -67,6 +68,11 @@ def push_sessions(store_path: str | os.PathLike, url: str, key: str, sessions: I
     return results
 
 
+#: s the run's background push waits for a live forwarder still handing the session over: its push ends
+#: first, then this one hands over the analysis recorded meanwhile (a forwarder gives up after its own limits)
+BACKGROUND_LOCK_WAIT = 600.0
+
+
 def push_in_background(store_path: str | os.PathLike, lab: LabTable | None) -> subprocess.Popen | None:
     """Start ``hil lab push --pending`` for the store in a process of its own (it outlives the run, and
     the run never waits on it); its lines go to ``<store folder>/lab-push.log``. None without [lab]."""
@@ -74,7 +80,7 @@ def push_in_background(store_path: str | os.PathLike, lab: LabTable | None) -> s
         return None
     folder = Path(store_path).resolve().parent
     cmd = [sys.executable, "-m", "daq.cli.main", "--store", str(store_path), "lab", "push", "--pending",
-           "--to", lab.url]
+           "--to", lab.url, "--wait-for-push", str(BACKGROUND_LOCK_WAIT)]
     env = dict(os.environ)
     if lab.key_file:
         cmd += ["--key-file", lab.key_file]
