@@ -20,6 +20,7 @@ import numpy as np
 
 from daq.bus.frames import Frame
 from daq.bus.pubsub import BusSubscriber, BusTimeout
+from daq.bus.silence import SilenceMeter
 from daq.errors import ProtocolError
 from drivers.clock import WALL, Clock
 
@@ -122,20 +123,22 @@ class SetpointCorrector:
     async def _measure(self, duration: float, since: float) -> float:
         values: list[np.ndarray] = []
         first: float | None = None
-        last_arrival = time.monotonic()
         limit = self.settings.max_stall
+        silence = SilenceMeter(limit)  # a busy machine (the loop held up) is not a silent source
         while True:
-            wait = limit - (time.monotonic() - last_arrival)
+            if silence.exceeded:
+                raise ForceStreamStalled(f"{self.source} silent: no {self.stream} samples for {limit:.1f} s "
+                                         "(limit: [correction].max_stall)")
+            wait, started = silence.next_wait(), time.monotonic()
             try:
-                if wait <= 0:
-                    raise BusTimeout("stalled")
                 msg = await self.subscriber.recv(timeout=wait)
             except BusTimeout:
-                raise ForceStreamStalled(f"{self.source} silent: no {self.stream} samples for {limit:.1f} s "
-                                         "(limit: [correction].max_stall)") from None
-            if not isinstance(msg, Frame) or msg.stream != self.stream:
+                silence.waited(wait, started)
                 continue
-            last_arrival = time.monotonic()
+            if not isinstance(msg, Frame) or msg.stream != self.stream:
+                silence.waited(wait, started)
+                continue
+            silence.heard()
             t = msg.time()
             keep = t >= since
             if first is None and keep.any():
