@@ -219,3 +219,15 @@ def served_with_a_failing_config(folder: Path, rig, name: str):
     finally:
         served.stop()
         unregister(rig.kind)
+
+
+#: s a WebSocket's opening handshake may take: websockets' 10 s default ran out once in CI on a loaded
+#: 2-core machine (the server's thread shares the GIL with the test); a refusal still comes at once
+WS_OPEN_TIMEOUT = 120.0
+
+
+def ws_connect(url: str, **kwargs):
+    """websockets' sync ``connect`` with an opening handshake that survives a loaded machine."""
+    from websockets.sync.client import connect
+
+    return connect(url, open_timeout=WS_OPEN_TIMEOUT, **kwargs)

@@ -380,7 +380,8 @@ def _estimate_in_lab(lab, sid: str) -> dict:
         return dict((reader.session_metadata(sid).get("analysis") or {}).get("estimates") or {})
 
 
-def test_an_analysis_recorded_while_a_push_reads_it_goes_with_the_next_pending_push(lab, tmp_path, monkeypatch):
+def test_an_analysis_recorded_while_a_push_reads_it_goes_with_the_next_pending_push(lab, tmp_path,
+                                                                                   monkeypatch):
     """The race behind a rig analysis that never reached the lab: the live forwarder's verified push read
     the store's analysis (none yet), the run's analysis was recorded, then the push marked the session
     replicated - later than the analysis - and the run's background push said "nothing to push". The mark
@@ -411,7 +412,8 @@ def test_an_analysis_recorded_while_a_push_reads_it_goes_with_the_next_pending_p
     assert res.exit_code == 0 and res.output.strip() == "nothing to push", res.output
 
 
-def test_the_runs_background_push_waits_for_a_forwarder_still_pushing_and_hands_over_the_analysis(lab, tmp_path):
+def test_the_runs_background_push_waits_for_a_forwarder_still_pushing_and_hands_over_the_analysis(lab,
+                                                                                                 tmp_path):
     """A live forwarder holds the session's push lock while it hands the session over; the analysis is
     recorded meanwhile and the run's background push starts. It used to leave the session to the forwarder
     in one line (refused, exit 1) and the analysis stayed on the rig; it waits for the lock
@@ -431,8 +433,9 @@ def test_the_runs_background_push_waits_for_a_forwarder_still_pushing_and_hands_
         [first] = push_sessions(store, lab.url, lab.key, [sid], say=lambda _t: None, lock_held=True)
         assert first.state == "pushed"
         record_analysis(store, sid, analysis_metadata({"estimates": {"c2": 1099.97}}, by="dana", where="rig"))
-        background = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-        poll_until(lambda: background.poll() is not None or _lock_waited_on(store, sid), timeout=60.0)
+        background = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                      cwd=ROOT)
+        poll_until(lambda: background.poll() is not None or _lock_waited_on(store, sid), timeout=120.0)
         assert background.poll() is None  # it waits: the lock is still held
     out = background.communicate(timeout=120)[0].decode()
     assert background.returncode == 0 and "analysis added" in out, out

@@ -24,7 +24,6 @@ import httpx
 import pytest
 import websockets
 from click.testing import CliRunner
-from websockets.sync.client import connect
 
 from daq.cli.main import main
 from daq.rigs import register, unregister
@@ -32,6 +31,7 @@ from daq.serve.run_queue import QUEUE_FILE
 from daq.store.reader import SessionReader
 from tests.polling import poll_until
 from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config, self_signed
+from tests.serve_fixtures import ws_connect as connect
 from tests.test_secured_bus import lan_address
 
 KINDS = {"beacon-serve": ServedBeacon("beacon-serve"),

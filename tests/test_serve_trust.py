@@ -18,7 +18,6 @@ import zipfile
 import httpx
 import pytest
 import websockets
-from websockets.sync.client import connect
 
 from daq.rigs import register, unregister
 from daq.serve.auth import COOKIE, Tokens, add_token
@@ -27,6 +26,7 @@ from daq.serve.problems import Busy
 from daq.serve.replies import BODY_LIMIT
 from tests.polling import poll_until, wait_until
 from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config, bearer, finish_one_run
+from tests.serve_fixtures import ws_connect as connect
 
 RIG = ServedBeacon("beacon-trust", samples=50, channels=2, period=0.005)
 

@@ -2,8 +2,8 @@
 and a `hil lab push` by hand) would create the same nodes and write the same blocks at once, and the loser
 would see Tiled's 409 or a copy that is still being written. The first takes an exclusive ``flock`` on a
 small file beside the store (released by the kernel however the push ends, SIGKILL included); the other
-does not wait behind it and says so in one line - unless it is the run's own background push, which waits
-(bounded) so that an analysis recorded while a live forwarder still hands the session over is not left behind."""
+does not wait behind it and says so in one line - unless it is the run's own background push, which
+waits (bounded) so that an analysis recorded while a live forwarder hands the session over goes too."""
 
 from __future__ import annotations
 
