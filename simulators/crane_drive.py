@@ -55,6 +55,7 @@ from asyncua.server.user_managers import UserManager
 
 from drivers.clock import WALL, Clock
 from simulators.certs import SERVER_URI, Pki
+from simulators.device_watchdog import DeviceWatchdog
 from simulators.drive_faults import MethodHangs
 from simulators.plants import PLANTS, Plant, get_plant
 from simulators.settings import DriveSettings
@@ -178,7 +179,7 @@ class CraneDrive:
         self._run_task: asyncio.Task | None = None
         self._watch_task: asyncio.Task | None = None
         self._last_beat: dict[int, int] = {}
-        self._beat_seen = 0.0
+        self.watchdog = DeviceWatchdog(self.s.watchdog_timeout)  # fed by a changed heartbeat, and enable
         self._runs = 0
         self.faults = MethodHangs(lambda text: _reply(Result.BUSY, text))  # call counts, injected hangs
 
@@ -315,7 +316,7 @@ class CraneDrive:
             if self._values["FaultCode"] != Fault.NONE:
                 code = self._values["FaultCode"]
                 return _reply(Result.FAULT_ACTIVE, f"fault {code} active: clear it first")
-            self._beat_seen = asyncio.get_running_loop().time()
+            self.watchdog.fed(asyncio.get_running_loop().time())
             await self._set(Enabled=True, Status="enabled")
             return _reply(Result.OK, "enabled")
 
@@ -439,8 +440,8 @@ class CraneDrive:
                 assert beat is not None  # the variable is created with a value and only ever written one
                 if self._last_beat.get(id(server)) != beat.Value:
                     self._last_beat[id(server)] = beat.Value
-                    self._beat_seen = now
-            if self.enabled and now - self._beat_seen > self.s.watchdog_timeout:
+                    self.watchdog.fed(now)
+            if self.watchdog.expired(now) and self.enabled:
                 async with self._lock:
                     if self.enabled:
                         await self._halt("watchdog")

@@ -28,6 +28,7 @@ import numpy as np
 from pymodbus.constants import ExcCodes
 
 from drivers.clock import WALL, Clock, Schedule
+from simulators.device_watchdog import DeviceWatchdog
 from simulators.press_devices import ModbusSimServer, SimValueError, parse_map, put, written
 from simulators.settings import ForceSourceParams, settings_from
 
@@ -66,7 +67,7 @@ class ForceSourceSim:
         self.fault_code = FAULT_NONE
         self.force = 0.0
         self.pressure_dev = 0.0  # relative deviation of the supply pressure
-        self.last_write = -math.inf
+        self.watchdog = DeviceWatchdog(self.p.watchdog_timeout)  # fed by every accepted write
         self.n_refused = 0
         self._t_prev = self.clock.monotonic()  # clock time the state was last advanced to
 
@@ -94,7 +95,7 @@ class ForceSourceSim:
         a = math.exp(-dt / tc)
         kick = self.p.pressure_rel_sigma * math.sqrt(1 - a * a) * float(self.rng.standard_normal())
         self.pressure_dev = a * self.pressure_dev + kick
-        if self.enabled and now - self.last_write > self.p.watchdog_timeout:
+        if self.watchdog.expired(now) and self.enabled:
             self.enabled = False
             self.fault_code = FAULT_WATCHDOG
         self.force += (self.target - self.force) * (1.0 - math.exp(-dt / self.p.tau))
@@ -139,7 +140,7 @@ class ForceSourceSim:
             raise SimValueError(f"enable must be 0 or 1, got {en!r}")
         if en == 1.0 and self.fault_code and "clear_fault" not in new:
             return ExcCodes.ILLEGAL_VALUE  # a faulted device refuses to enable until the fault is cleared
-        self.last_write = asyncio.get_running_loop().time()
+        self.watchdog.fed(asyncio.get_running_loop().time())
         if new.get("clear_fault"):
             self.fault_code = FAULT_NONE
         if sp is not None:

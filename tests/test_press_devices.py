@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 
 import numpy as np
 import pytest
@@ -204,3 +205,39 @@ async def test_serial_sensor_protocol_and_bad_commands():
         assert (await asyncio.to_thread(_query_lines, sim.url, [b"UNIT?\r\n"])) == ["m\r\n"]
     finally:
         await sim.stop()
+
+
+async def test_a_simulator_held_up_longer_than_its_watchdog_does_not_trip_it():
+    """The simulated source shares the process with its client: when that process gets no turn for longer
+    than the watchdog (held here by a blocking call), the client's next heartbeat still finds the device
+    enabled. The old wall-clock watchdog tripped on waking (a fault CI saw on a healthy simulated press);
+    silence while the loop runs still trips it (test_watchdog_drops_force_and_latches_fault)."""
+    sim = ForceSourceSim({"protocol": "modbus_tcp", "host": "127.0.0.1", "port": 0, "registers": FS_MAP},
+                         {**FS_SIM, "watchdog_timeout": 1.0}, np.random.default_rng(2))
+    await sim.start()
+    client = AsyncModbusTcpClient("127.0.0.1", port=sim.port, timeout=5.0, retries=0)
+    try:
+        assert await client.connect()
+        await write_f32(client, 0, 8000.0)
+        await client.write_register(2, 1, device_id=1)
+        await asyncio.sleep(0.05)
+        time.sleep(2.5)  # noqa: ASYNC251 - the point: nobody in this process gets a turn
+        await client.write_register(4, 7, device_id=1)  # the heartbeat, first thing after waking
+        assert sim.enabled and sim.fault_code == 0
+        await wait_until(lambda: sim.fault_code == FAULT_WATCHDOG, timeout=30.0)  # silence still trips it
+    finally:
+        client.close()
+        await sim.stop()
+
+
+def test_the_device_watchdog_counts_a_held_up_interval_as_held_up_seconds():
+    from simulators.device_watchdog import DeviceWatchdog
+
+    dog = DeviceWatchdog(1.0, held_up=0.25)
+    dog.fed(100.0)
+    assert not dog.expired(105.0) and dog.silent == 0.25  # five seconds without a turn
+    assert not dog.expired(105.5) and dog.silent == 0.5
+    assert not dog.expired(105.7) and not dog.expired(105.9)
+    assert dog.expired(106.1)  # 0.25 + 0.25 + 0.2 + 0.2 + 0.2 s of looks
+    dog.fed(106.2)
+    assert not dog.expired(106.3) and dog.silent == pytest.approx(0.1)
