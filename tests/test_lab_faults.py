@@ -149,8 +149,18 @@ def test_a_lab_killed_mid_push_is_one_line_and_the_push_completes_when_it_is_bac
         server.stop()
 
 
+#: what these runs are about is the lab, not the force source's timing: margins that a loaded 2-core CI
+#: machine running other tests beside them cannot eat (the device's watchdog, the correction's stall limit);
+#: tests/test_fault_injection.py and test_press_devices.py test those limits themselves
+CI_MARGINS = {"watchdog_timeout = 1.0": "watchdog_timeout = 10.0",
+              "[correction]": "[correction]\nmax_stall = 10.0"}
+
+
 def press_config(tmp_path: Path, server: LabServer | None, live: bool = True) -> Path:
     text = (ROOT / "configs" / "press-sim.toml").read_text()
+    for shipped, ci in CI_MARGINS.items():
+        assert shipped in text, shipped
+        text = text.replace(shipped, ci, 1)
     text = re.sub(r"(?m)^n_series = \d+", "n_series = 3", text)
     text = re.sub(r"(?m)^n_steps_up = \d+", "n_steps_up = 3", text)
     text = re.sub(r"(?m)^n_samples = \d+", "n_samples = 4", text)
