@@ -14,6 +14,11 @@ Besides the rate, each side's CPU time per message is reported (process CPU, Zer
 included): on a machine shared with other jobs the rates move with the load, the CPU per message much
 less, and it shows which side costs what. The load average is printed before and after.
 
+At 80 kB the receive side of both is dominated by page faults in ZeroMQ's I/O thread (glibc hands the
+freed message buffers back to the OS and the next message faults fresh pages in; benchmarks/README.md,
+issue 44): ``GLIBC_TUNABLES=glibc.malloc.trim_threshold=67108864:glibc.malloc.mmap_threshold=33554432``
+in the environment of the whole command takes that churn out for both sides alike (printed when set).
+
     .venv/bin/python benchmarks/bench_bus.py [--repeat 3]
 """
 
@@ -156,6 +161,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per case (median reported)")
     args = ap.parse_args()
     print("load average", " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    if os.environ.get("GLIBC_TUNABLES"):  # both sides: the senders are spawned with this environment too
+        print("GLIBC_TUNABLES", os.environ["GLIBC_TUNABLES"])
     print(f"{'payload':>8} {'impl':>6} {'msg/s':>10} {'MB/s':>9} {'ours/plain':>11} {'ours/raw':>9} "
           f"{'send us/msg':>12} {'recv us/msg':>12}  (CPU)")
     for payload, n in CASES:
