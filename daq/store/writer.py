@@ -228,7 +228,7 @@ class SessionWriter:
         would be refused - the full path says why).
 
         The hot path of small blocks (a press sensor's 7 readings every 0.3 s): each check is one
-        comparison, the stream's counters are updated in place (no call), and the clock is read once."""
+        comparison and the clock is read once."""
         channels, units, dtype, width, tail, key = steady
         data, seq, t0, dt, sid = msg.data, msg.seq, msg.t0, msg.dt, msg.session_id
         if (
@@ -276,16 +276,7 @@ class SessionWriter:
         tail[0] = s0 + n
         if n:
             tail[1] = t_hi
-        counts = self._pending_counts.get(key)  # _note_stream, inlined
-        if counts is None:
-            self._pending_counts[key] = [1, n, t_lo, t_hi]
-        else:
-            counts[0] += 1
-            counts[1] += n
-            if t_lo < counts[2]:
-                counts[2] = t_lo
-            if t_hi > counts[3]:
-                counts[3] = t_hi
+        self._note_stream(session_id, msg.stream, n, t_lo, t_hi)
         self._buffered_bytes += len(payload)
         self._ord[session_id] = ordinal + 1
         now = time.monotonic()
