@@ -290,11 +290,29 @@ def plain_search(root, query: list[tuple[str, str, object]]) -> int:
     return sum(1 for _ in node.items())
 
 
+def timed(run, pg_dir: Path) -> tuple[object, float, tuple[float, float, float]]:
+    """``run()``'s result, its wall time and the CPU it cost (server, database, client), in s."""
+    before = (cpu_of(SERVER["pid"]), pg_cpu(pg_dir), time.process_time())
+    t0 = time.perf_counter()
+    result = run()
+    wall = time.perf_counter() - t0
+    after = (cpu_of(SERVER["pid"]), pg_cpu(pg_dir), time.process_time())
+    return result, wall, tuple(b - a for a, b in zip(before, after, strict=True))
+
+
+def median_text(walls: list[float], cpus: list[tuple]) -> str:
+    server, db, client = (statistics.median(c[i] for c in cpus) * 1e3 for i in range(3))
+    return f"{statistics.median(walls) * 1e3:6.0f} ms ({server:3.0f} + {db:3.0f} + {client:3.0f})"
+
+
 def bench_search(url: str, key: str, catalog: str, port: int, n: int, pg_dir: Path, repeat: int = 5) -> None:
     """Each search's wall time (median of ``repeat``) and the CPU it cost: the Tiled server's, the
-    database's and the client's (on a loaded machine the wall time grows with the load; the CPU hardly)."""
+    database's and the client's (on a loaded machine the wall time grows with the load; the CPU hardly):
+    the whole listing (`--limit 0`, as `--json` lists), the default listing (the newest 50 and the count:
+    `hil sessions`) and the plain tiled client fetching every hit."""
     from tiled.client import from_uri
 
+    from daq.cli.lab_search import DEFAULT_LIMIT
     from daq.lab.pg_indexes import ensure_search_indexes
 
     root = from_uri(url, api_key=key)
@@ -303,26 +321,34 @@ def bench_search(url: str, key: str, catalog: str, port: int, n: int, pg_dir: Pa
     indexed = ensure_search_indexes(catalog)  # what `hil lab serve` does when it starts again
     print(f"  indexed (as at a restart of `hil lab serve`): {', '.join(indexed)}", flush=True)
     lab = LabReader(url, key)
-    print(f"  {'search':42s} {'hits':>5s}  {'hil sessions':>12s} {'(CPU: server+db+client)':>24s}  "
-          f"{'plain tiled client':>18s}  (median of {repeat})")
-    for label, (given, query) in SEARCHES.items():
-        ours, theirs, cpu, hits = [], [], [], (0, 0)
+    print(f"  {'search':42s} {'hits':>5s}  {'all (--limit 0): wall (CPU ms)':>30s}  "
+          f"{f'newest {DEFAULT_LIMIT} + count':>30s}  {'plain tiled client':>18s}  (median of {repeat}; "
+          "CPU: server + db + client)")
+    for label, (given, query) in {"(no filter)": ({}, []), **SEARCHES}.items():
+        whole = bool(query)  # the whole listing of all sessions (and the plain client's) left out
+        walls: dict[str, list[float]] = {"all": [], "newest": [], "plain": []}
+        cpus: dict[str, list[tuple]] = {"all": [], "newest": []}
+        hits: dict[str, int] = {}
+        filters = Filters(**given)
         for _ in range(repeat):
-            before = (cpu_of(SERVER["pid"]), pg_cpu(pg_dir), time.process_time())
-            t0 = time.perf_counter()
-            mine = len(lab.search_metadata(Filters(**given)))
-            t1 = time.perf_counter()
-            after = (cpu_of(SERVER["pid"]), pg_cpu(pg_dir), time.process_time())
-            cpu.append(tuple(b - a for a, b in zip(before, after, strict=True)))
-            plain = plain_search(root, query)
-            ours.append(t1 - t0)
-            theirs.append(time.perf_counter() - t1)
-            hits = (mine, plain)
-        assert hits[0] == hits[1], (label, hits)
-        server, db, client = (statistics.median(c[i] for c in cpu) * 1e3 for i in range(3))
-        print(f"  {label:42s} {hits[0]:5d}  {statistics.median(ours) * 1e3:9.0f} ms  "
-              f"({server:4.0f} + {db:4.0f} + {client:3.0f} ms)  {statistics.median(theirs) * 1e3:15.0f} ms",
-              flush=True)
+            if whole:
+                found, wall, cpu = timed(lambda f=filters: lab.search_metadata(f), pg_dir)
+                hits["all"] = len(found)
+                walls["all"].append(wall)
+                cpus["all"].append(cpu)
+            (found, total), wall, cpu = timed(lambda f=filters: lab.newest_metadata(f, DEFAULT_LIMIT), pg_dir)
+            hits["newest"] = total
+            walls["newest"].append(wall)
+            cpus["newest"].append(cpu)
+            if whole:
+                t0 = time.perf_counter()
+                hits["plain"] = plain_search(root, query)
+                walls["plain"].append(time.perf_counter() - t0)
+        assert len(set(hits.values())) == 1, (label, hits)
+        every = median_text(walls["all"], cpus["all"]) if whole else "-"
+        plain = f"{statistics.median(walls['plain']) * 1e3:.0f} ms" if whole else "-"
+        newest = median_text(walls["newest"], cpus["newest"])
+        print(f"  {label:42s} {hits['newest']:5d}  {every:>30s}  {newest:>30s}  {plain:>18s}", flush=True)
 
 
 def bench_memory(work: Path, url: str, mb: float) -> None:
