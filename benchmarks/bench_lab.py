@@ -290,6 +290,23 @@ def plain_search(root, query: list[tuple[str, str, object]]) -> int:
     return sum(1 for _ in node.items())
 
 
+#: The SQL of the newest 50 verified sessions as Tiled 0.2.20 sends it (sort by -started, -id; one row more).
+EXPLAIN_NEWEST = """
+EXPLAIN (ANALYZE, COSTS OFF) SELECT nodes.id, nodes.key, nodes.metadata FROM nodes
+WHERE nodes.parent = (SELECT id FROM nodes WHERE parent IS NULL LIMIT 1)
+  AND (nodes.metadata #> '{replication,state}') >= '"verified"'::jsonb
+  AND (nodes.metadata #> '{replication,state}') <= '"verified"'::jsonb
+ORDER BY nodes.metadata -> 'started' DESC, nodes.key DESC, nodes.id LIMIT 51
+"""
+
+
+def as_pg_out(port: int, sql: str) -> str:
+    """What psql prints for ``sql`` in the lab's database."""
+    return subprocess.run(["runuser", "-u", "postgres", "--", str(PG_BIN / "psql"), "-h", "127.0.0.1", "-p",
+                           str(port), "-U", "postgres", "-d", "lab", "-At", "-c", sql], check=True,
+                          capture_output=True, text=True, timeout=120).stdout
+
+
 def timed(run, pg_dir: Path) -> tuple[object, float, tuple[float, float, float]]:
     """``run()``'s result, its wall time and the CPU it cost (server, database, client), in s."""
     before = (cpu_of(SERVER["pid"]), pg_cpu(pg_dir), time.process_time())
@@ -320,6 +337,10 @@ def bench_search(url: str, key: str, catalog: str, port: int, n: int, pg_dir: Pa
     print(f"  catalogue of {n} generated sessions (metadata only) made in {seconds:.1f} s", flush=True)
     indexed = ensure_search_indexes(catalog)  # what `hil lab serve` does when it starts again
     print(f"  indexed (as at a restart of `hil lab serve`): {', '.join(indexed)}", flush=True)
+    plan = as_pg_out(port, EXPLAIN_NEWEST)
+    used = "the index hil_sort_started" if "hil_sort_started" in plan else "NO index (a sort of every row)"
+    print(f"  the newest 50 of all sessions are read through {used}:", flush=True)
+    print(textwrap.indent(plan.strip(), "    "), flush=True)
     lab = LabReader(url, key)
     print(f"  {'search':42s} {'hits':>5s}  {'all (--limit 0): wall (CPU ms)':>30s}  "
           f"{f'newest {DEFAULT_LIMIT} + count':>30s}  {'plain tiled client':>18s}  (median of {repeat}; "
