@@ -1,7 +1,9 @@
 """The lab at scale: N rig processes pushing generated press and crane sessions at once into one Tiled
 server with a PostgreSQL catalogue (`hil lab push`), against N processes of the plain tiled client writing
 the same arrays (`write_array` of each stream's time axis and data) into the same server in the same run;
-search latency over a catalogue of generated session metadata; the peak memory of pushing one session far
+search latency over a catalogue of generated session metadata (the whole listing, the newest 50 and the
+count as `hil sessions` lists by default, the plain tiled client; the plan of the newest-50 query); the peak
+memory of pushing one session far
 larger than the 300 MB budget.
 
 `hil lab push` does more than the plain client: it checks the local session whole first (decodes every
@@ -12,6 +14,7 @@ MB/s counts the session's sample bytes (t + data) for both.
 
     .venv/bin/python benchmarks/bench_lab.py [--pushers 4 16] [--sessions 2] [--session-mb 8]
         [--catalogue 10000] [--big-mb 1024 ...] [--repeat 3]
+    .venv/bin/python benchmarks/bench_lab.py --pushers --big-mb --catalogue 10000   # only the searches
 
 Needs PostgreSQL's server binaries (/usr/lib/postgresql/15/bin; run as root, the cluster runs as the
 postgres user). Wall times on a loaded machine are inflated: the CPU time of the child processes is
