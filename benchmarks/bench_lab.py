@@ -1,7 +1,9 @@
 """The lab at scale: N rig processes pushing generated press and crane sessions at once into one Tiled
 server with a PostgreSQL catalogue (`hil lab push`), against N processes of the plain tiled client writing
 the same arrays (`write_array` of each stream's time axis and data) into the same server in the same run;
-search latency over a catalogue of generated session metadata; the peak memory of pushing one session far
+search latency over a catalogue of generated session metadata (the whole listing, the newest 50 and the
+count as `hil sessions` lists by default, the plain tiled client; the plan of the newest-50 query); the peak
+memory of pushing one session far
 larger than the 300 MB budget.
 
 `hil lab push` does more than the plain client: it checks the local session whole first (decodes every
@@ -12,6 +14,7 @@ MB/s counts the session's sample bytes (t + data) for both.
 
     .venv/bin/python benchmarks/bench_lab.py [--pushers 4 16] [--sessions 2] [--session-mb 8]
         [--catalogue 10000] [--big-mb 1024 ...] [--repeat 3]
+    .venv/bin/python benchmarks/bench_lab.py --pushers --big-mb --catalogue 10000   # only the searches
 
 Needs PostgreSQL's server binaries (/usr/lib/postgresql/15/bin; run as root, the cluster runs as the
 postgres user). Wall times on a loaded machine are inflated: the CPU time of the child processes is
@@ -290,11 +293,46 @@ def plain_search(root, query: list[tuple[str, str, object]]) -> int:
     return sum(1 for _ in node.items())
 
 
+#: The SQL of the newest 50 verified sessions as Tiled 0.2.20 sends it (sort by -started, -id; one row more).
+EXPLAIN_NEWEST = """
+EXPLAIN (ANALYZE, COSTS OFF) SELECT nodes.id, nodes.key, nodes.metadata FROM nodes
+WHERE nodes.parent = (SELECT id FROM nodes WHERE parent IS NULL LIMIT 1)
+  AND (nodes.metadata #> '{replication,state}') >= '"verified"'::jsonb
+  AND (nodes.metadata #> '{replication,state}') <= '"verified"'::jsonb
+ORDER BY nodes.metadata -> 'started' DESC, nodes.key DESC, nodes.id LIMIT 51
+"""
+
+
+def as_pg_out(port: int, sql: str) -> str:
+    """What psql prints for ``sql`` in the lab's database."""
+    return subprocess.run(["runuser", "-u", "postgres", "--", str(PG_BIN / "psql"), "-h", "127.0.0.1", "-p",
+                           str(port), "-U", "postgres", "-d", "lab", "-At", "-c", sql], check=True,
+                          capture_output=True, text=True, timeout=120).stdout
+
+
+def timed(run, pg_dir: Path) -> tuple[object, float, tuple[float, float, float]]:
+    """``run()``'s result, its wall time and the CPU it cost (server, database, client), in s."""
+    before = (cpu_of(SERVER["pid"]), pg_cpu(pg_dir), time.process_time())
+    t0 = time.perf_counter()
+    result = run()
+    wall = time.perf_counter() - t0
+    after = (cpu_of(SERVER["pid"]), pg_cpu(pg_dir), time.process_time())
+    return result, wall, tuple(b - a for a, b in zip(before, after, strict=True))
+
+
+def median_text(walls: list[float], cpus: list[tuple]) -> str:
+    server, db, client = (statistics.median(c[i] for c in cpus) * 1e3 for i in range(3))
+    return f"{statistics.median(walls) * 1e3:6.0f} ms ({server:3.0f} + {db:3.0f} + {client:3.0f})"
+
+
 def bench_search(url: str, key: str, catalog: str, port: int, n: int, pg_dir: Path, repeat: int = 5) -> None:
     """Each search's wall time (median of ``repeat``) and the CPU it cost: the Tiled server's, the
-    database's and the client's (on a loaded machine the wall time grows with the load; the CPU hardly)."""
+    database's and the client's (on a loaded machine the wall time grows with the load; the CPU hardly):
+    the whole listing (`--limit 0`, as `--json` lists), the default listing (the newest 50 and the count:
+    `hil sessions`) and the plain tiled client fetching every hit."""
     from tiled.client import from_uri
 
+    from daq.cli.lab_search import DEFAULT_LIMIT
     from daq.lab.pg_indexes import ensure_search_indexes
 
     root = from_uri(url, api_key=key)
@@ -302,27 +340,39 @@ def bench_search(url: str, key: str, catalog: str, port: int, n: int, pg_dir: Pa
     print(f"  catalogue of {n} generated sessions (metadata only) made in {seconds:.1f} s", flush=True)
     indexed = ensure_search_indexes(catalog)  # what `hil lab serve` does when it starts again
     print(f"  indexed (as at a restart of `hil lab serve`): {', '.join(indexed)}", flush=True)
+    plan = as_pg_out(port, EXPLAIN_NEWEST)
+    used = "the index hil_sort_started" if "hil_sort_started" in plan else "NO index (a sort of every row)"
+    print(f"  the newest 50 of all sessions are read through {used}:", flush=True)
+    print(textwrap.indent(plan.strip(), "    "), flush=True)
     lab = LabReader(url, key)
-    print(f"  {'search':42s} {'hits':>5s}  {'hil sessions':>12s} {'(CPU: server+db+client)':>24s}  "
-          f"{'plain tiled client':>18s}  (median of {repeat})")
-    for label, (given, query) in SEARCHES.items():
-        ours, theirs, cpu, hits = [], [], [], (0, 0)
+    print(f"  {'search':42s} {'hits':>5s}  {'all (--limit 0): wall (CPU ms)':>30s}  "
+          f"{f'newest {DEFAULT_LIMIT} + count':>30s}  {'plain tiled client':>18s}  (median of {repeat}; "
+          "CPU: server + db + client)")
+    for label, (given, query) in {"(no filter)": ({}, []), **SEARCHES}.items():
+        whole = bool(query)  # the whole listing of all sessions (and the plain client's) left out
+        walls: dict[str, list[float]] = {"all": [], "newest": [], "plain": []}
+        cpus: dict[str, list[tuple]] = {"all": [], "newest": []}
+        hits: dict[str, int] = {}
+        filters = Filters(**given)
         for _ in range(repeat):
-            before = (cpu_of(SERVER["pid"]), pg_cpu(pg_dir), time.process_time())
-            t0 = time.perf_counter()
-            mine = len(lab.search_metadata(Filters(**given)))
-            t1 = time.perf_counter()
-            after = (cpu_of(SERVER["pid"]), pg_cpu(pg_dir), time.process_time())
-            cpu.append(tuple(b - a for a, b in zip(before, after, strict=True)))
-            plain = plain_search(root, query)
-            ours.append(t1 - t0)
-            theirs.append(time.perf_counter() - t1)
-            hits = (mine, plain)
-        assert hits[0] == hits[1], (label, hits)
-        server, db, client = (statistics.median(c[i] for c in cpu) * 1e3 for i in range(3))
-        print(f"  {label:42s} {hits[0]:5d}  {statistics.median(ours) * 1e3:9.0f} ms  "
-              f"({server:4.0f} + {db:4.0f} + {client:3.0f} ms)  {statistics.median(theirs) * 1e3:15.0f} ms",
-              flush=True)
+            if whole:
+                found, wall, cpu = timed(lambda f=filters: lab.search_metadata(f), pg_dir)
+                hits["all"] = len(found)
+                walls["all"].append(wall)
+                cpus["all"].append(cpu)
+            (found, total), wall, cpu = timed(lambda f=filters: lab.newest_metadata(f, DEFAULT_LIMIT), pg_dir)
+            hits["newest"] = total
+            walls["newest"].append(wall)
+            cpus["newest"].append(cpu)
+            if whole:
+                t0 = time.perf_counter()
+                hits["plain"] = plain_search(root, query)
+                walls["plain"].append(time.perf_counter() - t0)
+        assert len(set(hits.values())) == 1, (label, hits)
+        every = median_text(walls["all"], cpus["all"]) if whole else "-"
+        plain = f"{statistics.median(walls['plain']) * 1e3:.0f} ms" if whole else "-"
+        newest = median_text(walls["newest"], cpus["newest"])
+        print(f"  {label:42s} {hits['newest']:5d}  {every:>30s}  {newest:>30s}  {plain:>18s}", flush=True)
 
 
 def bench_memory(work: Path, url: str, mb: float) -> None:

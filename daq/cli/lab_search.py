@@ -54,6 +54,49 @@ def search_options(f):
     return f
 
 
+#: Sessions ``hil sessions`` lists when no --limit is given (--json: all).
+DEFAULT_LIMIT = 50
+
+
+class BadLimit(click.ClickException):
+    """A --limit that is not a whole number >= 0: one line, exit 2 as for other bad options."""
+
+    exit_code = 2
+
+
+def _limit(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise BadLimit(f"--limit {value!r}: give a whole number of sessions (0 lists all)")
+    return n
+
+
+def limit_option(f):
+    return click.option(
+        "--limit", default=None, metavar="N", callback=_limit,
+        help=f"List the N newest matching sessions (by start time; default {DEFAULT_LIMIT}, 0 = all) and "
+             "say how many match in all. With --json every match is listed unless --limit is given.")(f)
+
+
+def shown_limit(limit: int | None, as_json: bool) -> int | None:
+    """How many sessions to list: ``None`` for all (--limit 0, or --json without --limit)."""
+    if limit is None:
+        return None if as_json else DEFAULT_LIMIT
+    return limit or None
+
+
+def more_line(shown: int, total: int) -> str | None:
+    """The last line of a listing cut to the newest ``shown`` of ``total`` sessions (None if all shown)."""
+    if shown >= total:
+        return None
+    return f"{shown} of {total} sessions shown (newest); --limit 0 lists all"
+
+
 def filters_from(rig, kind, status, since, until, by, verdict, params) -> Filters:
     return Filters(rig=rig, kind=kind, status=status, since=_time(since, "--since"),
                    until=_time(until, "--until"), by=by, verdict=verdict, params=[_param(p) for p in params])

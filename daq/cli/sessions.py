@@ -11,7 +11,7 @@ import click
 
 from daq import json_codec
 from daq.cli.common import CliState, StderrProgress, echo_json, pass_state
-from daq.cli.lab_search import filters_from, search_options
+from daq.cli.lab_search import filters_from, limit_option, more_line, search_options, shown_limit
 from daq.export.layout import time_origin
 from daq.export.listing import (
     commands_given,
@@ -49,15 +49,22 @@ def _fmt_duration(info) -> str:
 
 @click.command()
 @search_options
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@limit_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts (every match unless --limit).")
 @pass_state
-def sessions(state: CliState, as_json: bool, **search) -> None:
-    """List the sessions in the store or the lab (--store URL), optionally only those matching filters."""
+def sessions(state: CliState, as_json: bool, limit: int | None, **search) -> None:
+    """List the sessions in the store or the lab (--store URL), optionally only those matching filters:
+    the newest 50 by default, oldest of them first, and how many match in all."""
     filters = filters_from(**search)
+    cut = shown_limit(limit, as_json)
     with state.open_store() as store:
         if state.is_lab:
             assert isinstance(store, LabReader)  # is_lab
-            found = store.search_metadata(filters)
+            if cut is None:
+                found = store.search_metadata(filters)
+                total = len(found)
+            else:  # the lab sorts, cuts and counts
+                found, total = store.newest_metadata(filters, cut)
             infos = [info for info, _ in found]
             by = {info.id: meta.get("by") for info, meta in found}
         else:
@@ -65,8 +72,14 @@ def sessions(state: CliState, as_json: bool, **search) -> None:
             by = {i.id: started_by(store, i) for i in infos}
             kept = local_analyses(state.store_path) if filters.verdict is not None or filters.params else {}
             infos = [i for i in infos if matches(i, filters, by[i.id], kept.get(i.id))]
+            total = len(infos)
+            if cut is not None:
+                infos = infos[-cut:]  # oldest first: the newest at the end
+        more = more_line(len(infos), total)
         if as_json:
             echo_json([session_row(i, by[i.id]) for i in infos])
+            if more:
+                click.echo(more, err=True)  # stdout stays JSON
             return
     if not infos:
         click.echo(f"no sessions in {state.store_option if state.is_lab else state.store_path}")
@@ -83,6 +96,8 @@ def sessions(state: CliState, as_json: bool, **search) -> None:
         pairs = enumerate(zip(row, widths, strict=True))
         cells = [c.rjust(w) if k == 5 else c.ljust(w) for k, (c, w) in pairs]
         click.echo("  ".join(cells).rstrip())
+    if more:
+        click.echo(more)
 
 
 @click.command()

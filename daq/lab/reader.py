@@ -22,7 +22,7 @@ from daq.lab.digests import CopyChecker, differs, unreadable
 from daq.lab.names import is_session_key, shown
 from daq.lab.people import whoami
 from daq.lab.search import Filters
-from daq.lab.search_pages import listing_info, search_rows
+from daq.lab.search_pages import listing_info, newest_rows, search_rows
 from daq.lab.settings import LabError
 from daq.lab.timing import stream_timing
 from daq.store.errors import StoreError, UnknownSession
@@ -95,6 +95,17 @@ class LabReader:
         except Exception as exc:  # noqa: BLE001 - the client's errors as one line
             raise _lab_error(self.path, exc) from None
         return sorted(pairs, key=lambda p: (p[0].started, p[0].id))
+
+    def newest_metadata(self, filters: Filters | None,
+                        limit: int) -> tuple[list[tuple[SessionInfo, dict]], int]:
+        """The ``limit`` newest verified sessions matching ``filters`` as :meth:`search_metadata` gives
+        them (oldest of them first), and how many match in all; the server sorts, cuts and counts."""
+        try:
+            rows, total = newest_rows(self.root, filters or Filters(), limit)
+            pairs = [(listing_info(row), row) for row in reversed(rows)]
+        except Exception as exc:  # noqa: BLE001 - the client's errors as one line
+            raise _lab_error(self.path, exc) from None
+        return pairs, total
 
     def list_sessions(self) -> list[SessionInfo]:
         return self.search()

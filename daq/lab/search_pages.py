@@ -37,27 +37,61 @@ def query_params(queries: list) -> dict[str, list[str]]:
     return dict(params)
 
 
-def search_rows(root, filters: Filters) -> list[dict]:
-    """The listing fields (:data:`LISTING`) of every verified session matching ``filters``."""
+#: The newest first: Tiled sorts by the metadata's ``started`` descending, then by the node's key (the
+#: session id) descending - the local store's order (started, id) reversed, so both pick the same sessions.
+NEWEST_FIRST = ["-started", "-id"]
+
+
+def _get(root, url: str, params: dict) -> dict:
+    """One request of the search route, retried as Tiled's client retries; its JSON body."""
     from tiled.client.utils import handle_error, retry_context  # lazy: tiled's client side
 
     http = root.context.http_client
+    base = url.split("?", 1)[0]
+    for attempt in retry_context():
+        with attempt:
+            page = handle_error(http.get(base, params={**parse_qs(urlsplit(url).query), **params},
+                                         headers={"Accept": "application/json"}))
+    return page.json()
+
+
+def _selected(body: dict) -> list[dict]:
+    return [item["attributes"]["metadata"]["selected"] for item in body["data"]]  # the server's wrap
+
+
+def search_rows(root, filters: Filters) -> list[dict]:
+    """The listing fields (:data:`LISTING`) of every verified session matching ``filters``."""
     filters_params = query_params(session_query(filters))
     url: str | None = f"{root.item['links']['search']}?page[offset]=0&page[limit]={PAGE}"
     rows: list[dict] = []
     while url:
-        base = url.split("?", 1)[0]
-        params = {**parse_qs(urlsplit(url).query), **filters_params, "fields": "metadata",
-                  "select_metadata": LISTING, "omit_links": "true"}
-        for attempt in retry_context():
-            with attempt:
-                page = handle_error(http.get(base, params=params, headers={"Accept": "application/json"}))
-        body = page.json()
-        rows += [item["attributes"]["metadata"]["selected"] for item in body["data"]]  # the server's wrap
+        body = _get(root, url, {**filters_params, "fields": "metadata", "select_metadata": LISTING,
+                                "omit_links": "true"})
+        rows += _selected(body)
         # A short page is the last: past it Tiled 0.2.20 still links offset pages up to its *estimate* of
         # the container's size (PostgreSQL's table statistics, not the hits), each an empty search.
         url = body["links"].get("next") if len(body["data"]) == PAGE else None
     return rows
+
+
+def newest_rows(root, filters: Filters, limit: int) -> tuple[list[dict], int]:
+    """The listing fields of the ``limit`` newest verified sessions matching ``filters`` (newest first),
+    and how many match in all. The server sorts and cuts (:data:`NEWEST_FIRST`, a page of at most
+    ``limit``); the count is one more request (Tiled's exact count, as ``len()`` of a search asks it),
+    made only when the page came back full."""
+    search = root.item["links"]["search"]
+    filters_params = query_params(session_query(filters))
+    rows: list[dict] = []
+    while len(rows) < limit:
+        size = min(PAGE, limit - len(rows))
+        body = _get(root, search, {**filters_params, "page[offset]": str(len(rows)), "page[limit]": str(size),
+                                   "sort": NEWEST_FIRST, "fields": "metadata", "select_metadata": LISTING,
+                                   "omit_links": "true"})
+        rows += _selected(body)
+        if len(body["data"]) < size:  # the last of the hits
+            return rows, len(rows)
+    body = _get(root, search, {**filters_params, "fields": "count", "page[limit]": "0"})
+    return rows, int(body["meta"]["count"])
 
 
 def listing_info(row: dict) -> SessionInfo:
