@@ -111,6 +111,7 @@ def start_lab(folder: Path, catalog: str | None) -> tuple[subprocess.Popen, str,
         cmd += ["--catalog", catalog]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=open(folder / "lab.log", "wb"),  # noqa: SIM115
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout is not None  # a pipe
     lines = [proc.stdout.readline().decode().strip() for _ in range(2)]
     if not lines[1].startswith("http"):
         raise SystemExit(f"lab serve printed {lines}; see {folder / 'lab.log'}")
@@ -182,8 +183,9 @@ class Rig:
         self.proc = subprocess.Popen([sys.executable, "-c", RIG, str(self.store), str(seconds), str(i),
                                       str(RATE), str(FRAME)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
                                      env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert self.proc.stdout is not None  # a pipe
         self.sid = self.proc.stdout.readline().strip()
-        self.log = open(self.store.parent / "lab-live.log", "w")  # noqa: SIM115 - closed in done()
+        self.log = open(self.store.parent / "lab-live.log", "w")  # noqa: SIM115 - closed at its push
         self.fwd = subprocess.Popen([sys.executable, "-m", "daq.lab.live", str(self.store), self.sid, url],
                                     cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
                                     env={**os.environ, "PYTHONPATH": str(ROOT), "HIL_LAB_KEY": key})
@@ -234,7 +236,7 @@ def bench(n: int, seconds: float, url: str, key: str, lab_pid: int, folder: Path
     for r in rigs:
         if r.rows_at_stop is None:
             r.rows_at_stop, r.ended_at = (store_rows(r.db, r.sid), held.get(r.sid, 0)), time.monotonic()
-        r.result = json.loads(r.proc.stdout.readline())
+        r.result = json.loads(r.proc.stdout.readline())  # type: ignore[union-attr]  # a pipe
     lab_cpu_recording = (cpu_s(lab_pid) or 0.0) - lab_cpu0
     caught: dict[int, float] = {}  # rig -> s from its end until the lab held every row (before its push)
     deadline = time.monotonic() + 1800
