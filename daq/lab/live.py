@@ -25,10 +25,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +51,6 @@ TABLES_EVERY_S = 1.0  # s between appends to the frames and events tables
 LIVE_SPAN_S = 0.5  # s of samples in a live block
 RETRY_S = (0.5, 5.0)  # s before trying a lab that failed again: the first wait, the longest
 MAX_WRITE_BYTES = 8 << 20  # largest live write (catching up goes in pieces of this)
-WRITERS = 4  # requests of a pass in flight at once
 #: The session's field saying how the forwarder is doing: heartbeat (unix s), behind (s of recording not
 #: yet in the lab), host. A lab that hears nothing for a while marks it incomplete (daq/lab/live_sweep.py).
 LIVE_KEY = "live"
@@ -106,7 +102,6 @@ class Forwarder:
         self.last_tables = 0.0  # time.monotonic() of the last tables' pass
         self.said, self.said_at = "", 0.0  # the last failure logged, and when
         self.retry_at, self.wait = 0.0, RETRY_S[0]
-        self.pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="lab-live")  # a pass's writes side by side
 
     # ------------------------------------------------------------------ the loop
 
@@ -114,11 +109,8 @@ class Forwarder:
         """Forward until the session has ended and all of it is in the lab, then push it verified; the
         push's line (or why not). Holds the session's push lock throughout (no push writes beside it)."""
         deadline = None if stop_after is None else time.monotonic() + stop_after
-        try:
-            with pushing(self.store_path, self.sid):  # held to the end: the run's background push waits
-                return self._forward_then_push(deadline)
-        finally:
-            self.pool.shutdown()
+        with pushing(self.store_path, self.sid):  # held to the end: the run's background push leaves it to us
+            return self._forward_then_push(deadline)
 
     def _forward_then_push(self, deadline: float | None) -> str:
         ended_at = None
@@ -155,6 +147,8 @@ class Forwarder:
             if self.root is None:
                 self._connect(store, info)
             done = self._forward(store, info)
+            if done or time.time() - self.last_meta >= META_EVERY_S:
+                self._update_metadata(store, info, behind=not done)
             self.state = "ended" if info.status in FINAL_STATUSES and done else "live"
             self.wait = RETRY_S[0]
             return done
@@ -215,83 +209,40 @@ class Forwarder:
         return st
 
     def _forward(self, store: SessionReader, info: SessionInfo) -> bool:
-        """One pass of writes, sent side by side (a Tiled server spends about the same on any request, and
-        a pass lasts as long as its slowest request rather than the sum of them): the next piece of every
-        stream's ``t`` and ``data`` and - at most every TABLES_EVERY_S and META_EVERY_S - the frames and
-        events tables and the session's metadata, counted from what the lab held before the pass (so they
-        never claim more). Once the session has ended, the tables follow the samples. True when the lab
-        holds every sample (and row) the store had."""
-        ended = info.status in FINAL_STATUSES
+        """The samples of every stream first (what a follower waits for), then - at most every
+        TABLES_EVERY_S, and at the end - the frames and events tables (a Tiled server spends about the
+        same on any request: fewer requests a pass, shorter passes)."""
+        done = True
         frame_streams = [si for si in info.streams.values() if si.type == "frame" and si.n_samples]
-        jobs: list[Callable[[], None]] = []
-        tables_due = not ended and time.monotonic() - self.last_tables >= TABLES_EVERY_S
-        meta_due = not ended and time.time() - self.last_meta >= META_EVERY_S
-        if tables_due:
-            jobs.append(self._tables_job(store, frame_streams))
-        if meta_due:
-            jobs.append(partial(self._replace_metadata, self._metadata(store, info)))
-        done, sent = True, []
         for si in frame_streams:
             check_stream_name(self.sid, si.name)
-            piece = self._next_piece(store, si, ended)
-            if isinstance(piece, bool):
-                done = done and piece
-                continue
-            st, part, hi = piece
-            jobs += [partial(self._send, st, si, layout.TIME, part.t),
-                     partial(self._send, st, si, layout.DATA, part.data)]
-            sent.append((st, hi, float(part.t[-1])))
-            done = done and hi >= si.n_samples
-        self._run_all(jobs)
-        for st, hi, t_last in sent:
-            st.sent, st.t_last = hi, t_last
-        if ended:
-            self._tables_job(store, frame_streams)()
-        if not (done and (ended or tables_due)):
+            done = self._forward_stream(store, si, info.status in FINAL_STATUSES) and done
+        ended = info.status in FINAL_STATUSES
+        if not (ended or time.monotonic() - self.last_tables >= TABLES_EVERY_S):
             return False
-        if not meta_due:  # the counts of everything sent
-            self._update_metadata(store, info)
-        return True
-
-    def _run_all(self, jobs: list[Callable[[], None]]) -> None:
-        """Run ``jobs`` side by side and wait for every one; the first failure is raised (after all ended:
-        nothing of this pass writes on while the forwarder reconnects)."""
-        if len(jobs) <= 1:
-            for job in jobs:
-                job()
-            return
-        futures = [self.pool.submit(job) for job in jobs]
-        wait(futures)
-        for future in futures:
-            future.result()
-
-    def _tables_job(self, store: SessionReader, frame_streams: list[StreamInfo]) -> Callable[[], None]:
-        """Sends the frames whose samples the lab holds now and the events not sent yet (read here, in the
-        store's thread; the job only writes)."""
-        frames = []
         for si in frame_streams:
-            st = self._find_stream(si.name)
-            if st.node is not None:
-                rows = _frame_rows_after(store, self.sid, si.name, st.frames_sent, st.sent)
-                if rows:
-                    frames.append((st, rows))
-        events = _event_rows_after(store, self.sid, self.events_sent)
+            self._forward_frames(store, si)
+        rows = _event_rows_after(store, self.sid, self.events_sent)
+        if rows:
+            self.events_node = self._table(self.node, self.events_node, layout.EVENTS,
+                                           event_columns(rows))
+            self.events_sent += len(rows)
+        self.last_tables = time.monotonic()
+        return done
 
-        def send() -> None:
-            for st, rows in frames:
-                st.frames = self._table(st.node, st.frames, layout.FRAMES, layout.frames_rows(rows))
-                st.frames_sent += len(rows)
-            if events:
-                self.events_node = self._table(self.node, self.events_node, layout.EVENTS,
-                                               event_columns(events))
-                self.events_sent += len(events)
-            self.last_tables = time.monotonic()
-        return send
+    def _forward_frames(self, store: SessionReader, si: StreamInfo) -> None:
+        """Append the frames whose samples are all in the lab to the stream's frames table."""
+        st = self._find_stream(si.name)
+        if st.node is None:
+            return
+        frames = _frame_rows_after(store, self.sid, si.name, st.frames_sent, st.sent)
+        if frames:
+            st.frames = self._table(st.node, st.frames, layout.FRAMES, layout.frames_rows(frames))
+            st.frames_sent += len(frames)
 
-    def _next_piece(self, store: SessionReader, si: StreamInfo, ended: bool):
-        """(the stream, its next piece of samples the lab lacks - at most MAX_WRITE_BYTES -, the row after
-        it), its stream container made when missing; or, with nothing to send now, whether the lab holds
-        all it will get live (a stream shorter than its first block goes with the final push)."""
+    def _forward_stream(self, store: SessionReader, si: StreamInfo, ended: bool = False) -> bool:
+        """Send the samples of a stream the lab lacks (in pieces of at most MAX_WRITE_BYTES) and the frames
+        whose samples are all in; True when the lab holds every sample the store had."""
         st = self._find_stream(si.name)
         n = si.n_samples
         if st.node is None:
@@ -306,37 +257,29 @@ class Forwarder:
                     raise
                 self.streams.pop(si.name)
                 st = self._find_stream(si.name)
-        if st.sent >= n:
-            return True
-        if st.t is None and n < st.rows:  # the arrays appear with their first whole block (see the
-            return ended  # module's docstring); a stream that ended shorter goes with the final push
         assert si.dtype is not None  # a frame stream
+        dtype = SUPPORTED_DTYPES[si.dtype]
         width = len(si.channels)
-        step = max(st.rows, MAX_WRITE_BYTES // max(1, width * SUPPORTED_DTYPES[si.dtype].itemsize + 8)
-                   // st.rows * st.rows)
-        hi = min(n, st.sent + step)
-        return st, store.read_range(self.sid, si.name, st.sent, hi), hi
-
-    def _send(self, st: _Stream, si: StreamInfo, key: str, values: np.ndarray) -> None:
-        """Write one piece of a stream's ``t`` or ``data`` at the row the lab has; an array not made yet is
-        made holding the piece's first block, and the rest follows it."""
-        assert si.dtype is not None  # a frame stream
-        at = st.sent
-        if key == layout.TIME:
-            values = np.ascontiguousarray(values, dtype="<f8")
-            if st.t is None:
-                st.t = self._array(st, key, values[:st.rows], ("sample",), {"unit": "s", "time_unit": "s"})
-                values, at = values[st.rows:], at + st.rows
-            arr = st.t
-        else:
-            values = np.ascontiguousarray(values, dtype=SUPPORTED_DTYPES[si.dtype])
-            if st.data is None:
-                st.data = self._array(st, key, values[:st.rows], ("sample", "channel"),
+        step = max(st.rows, MAX_WRITE_BYTES // max(1, width * dtype.itemsize + 8) // st.rows * st.rows)
+        while st.sent < n:
+            if st.t is None and n < st.rows:  # the arrays appear with their first whole block (see the
+                return ended  # module's docstring); a stream that ended shorter goes with the final push
+            hi = min(n, st.sent + step)
+            part = store.read_range(self.sid, si.name, st.sent, hi)
+            t = np.ascontiguousarray(part.t, dtype="<f8")
+            data = np.ascontiguousarray(part.data, dtype=dtype)
+            at = st.sent
+            if st.t is None:  # made holding their first block; the rest of this piece follows it
+                st.t = self._array(st, layout.TIME, t[:st.rows], ("sample",), {"unit": "s", "time_unit": "s"})
+                st.data = self._array(st, layout.DATA, data[:st.rows], ("sample", "channel"),
                                       {"channels": si.channels, "units": si.units})
-                values, at = values[st.rows:], at + st.rows
-            arr = st.data
-        if len(values):
-            arr.put_rows(values, at)
+                t, data, at = t[st.rows:], data[st.rows:], at + st.rows
+            if len(t):
+                st.t.put_rows(t, at)
+                st.data.put_rows(data, at)
+            st.sent = hi
+            st.t_last = float(part.t[-1])
+        return True
 
     def _array(self, st: _Stream, key: str, first: np.ndarray, dims: tuple, metadata: dict):
         """The live array ``key`` of a stream, made empty and then given its first whole block.
@@ -408,11 +351,8 @@ class Forwarder:
                 lag = max(lag, si.t_last - (have if have is not None else si.t_last))
         return lag if math.isfinite(lag) else 0.0
 
-    def _update_metadata(self, store: SessionReader, info: SessionInfo) -> None:
-        self._replace_metadata(self._metadata(store, info))
-
-    def _replace_metadata(self, meta: dict) -> None:
-        """The session's metadata in the lab: ``meta`` with what the lab's readers added kept."""
+    def _update_metadata(self, store: SessionReader, info: SessionInfo, behind: bool) -> None:
+        meta = self._metadata(store, info)
         keep = ("replication", "analysis", "analysed_by", "pushed_by")
         there = layout.plain(self.node.metadata)
         if layout.plain(there.get("replication") or {}).get("state") == layout.VERIFIED:
