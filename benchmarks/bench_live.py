@@ -146,8 +146,12 @@ def run_once(kind: str, folder: Path, lab: tuple[str, str, Path] | None) -> dict
     out, _ = run.communicate()
     wall = time.monotonic() - t0
     stop.set()
+    wall0 = time.time() - (time.monotonic() - t0)  # the run's start, unix s
+    late_at: list[np.ndarray] = []  # when (s into the run) the samples that took over 1 s were recorded
     for first, n, now in arrivals:
-        latencies.append(now - recorded_at(frames, first, n))
+        at = recorded_at(frames, first, n)
+        latencies.append(now - at)
+        late_at.append(at[now - at > 1.0] - wall0)
     if sub is not None:
         time.sleep(2)
         sub.disconnect()
@@ -175,7 +179,16 @@ def run_once(kind: str, folder: Path, lab: tuple[str, str, Path] | None) -> dict
             "stamp_median": float(np.median(stamp)) if len(stamp) else None,
             "stamp_p90": float(np.percentile(stamp, 90)) if len(stamp) else None,
             "fwd_cpu_s": max([v for k, v in cpu.items() if k != "done"], default=None),
+            "late_over_1s_at": late_seconds(np.concatenate(late_at) if late_at else np.empty(0)),
+            "fwd_behind_lines": log_text(store.parent / "lab-live.log").count("behind"),
             "verified": lab is not None and "pushed and verified" in log_text(store.parent / "lab-live.log")}
+
+
+def late_seconds(at: np.ndarray) -> dict[int, int]:
+    """{whole s into the run: samples recorded then that took over 1 s to reach the reader}."""
+    at = at[np.isfinite(at)]
+    secs, counts = np.unique(np.floor(at).astype(int), return_counts=True)
+    return {int(s): int(c) for s, c in zip(secs, counts, strict=True)}
 
 
 def log_text(path: Path) -> str:

@@ -568,3 +568,43 @@ def test_a_session_that_ends_before_its_first_live_block_is_pushed_verified(lab,
     finally:
         if fwd.poll() is None:
             fwd.kill()
+
+
+@pytest.mark.timeout(300)
+def test_a_reader_sees_no_row_of_a_live_array_before_its_first_block_is_written(lab, tmp_path, monkeypatch):
+    """What a plain Tiled reader gets of a stream's `t` and `data` at the moment the forwarder has made them
+    and not yet written them (where a lab that goes away leaves them): no rows. Before, the arrays were
+    declared with their first block's shape and read as that many rows of zeros, samples the store never
+    held. Every row a reader gets, then and after each write, is the store's."""
+    from tiled.client import from_uri
+
+    from daq.lab.live import Forwarder
+    from daq.lab.live_client import _LiveArrayMixin
+
+    store = tmp_path / "hil.sqlite"
+    rec = Recording(store)
+    rec.record(30)
+    reader = from_uri(lab.url, api_key=lab.key)
+    seen: list[tuple[str, int, np.ndarray]] = []  # (array path, its row offset written next, what was read)
+    put_rows = _LiveArrayMixin.put_rows
+
+    def read_then_put_rows(self, values, offset):
+        sid, stream, key = self.path_parts[-3:]
+        seen.append((f"{stream}/{key}", offset, reader[sid][stream][key].read()))
+        return put_rows(self, values, offset)
+
+    monkeypatch.setattr(_LiveArrayMixin, "put_rows", read_then_put_rows)
+    with SessionReader(store, recover=False) as r:
+        fwd = Forwarder(store, rec.sid, lab.url, lab.key)
+        assert any(fwd.step(r, r.get_session(rec.sid)) for _ in range(20))
+        local = {name: r.read_stream(rec.sid, name) for name in ("press.force", "press.sensors")}
+    firsts = {path: rows for path, offset, rows in seen if offset == 0}
+    assert set(firsts) == {f"{name}/{key}" for name in local for key in (layout.TIME, layout.DATA)}
+    assert all(len(rows) == 0 for rows in firsts.values()), {p: rows[:3] for p, rows in firsts.items()}
+    assert len(seen) > len(firsts)  # reads between later writes too, each holding rows
+    for path, _, rows in seen:  # whatever was there before a write: the store's own rows
+        stream, key = path.split("/")
+        want = local[stream].t if key == layout.TIME else local[stream].data
+        np.testing.assert_array_equal(rows, want[:len(rows)])
+    assert lab_rows(lab.url, lab.key, rec.sid, "press.force") == 30 * N
+    rec.end()

@@ -9,9 +9,10 @@ the live copy and the final copy are one container.
 
 Layout while live (what :mod:`daq.lab.layout` says, with ``replication.state = "live"``): a stream's ``t``
 and ``data`` appear once it holds ``live_rows`` samples (about LIVE_SPAN_S of them: Tiled's Zarr arrays
-have the size of their first block, so an array made earlier would show rows that do not exist yet) and
-then grow with every poll; its ``frames`` table and the session's ``events`` table are CSV tables
-(appendable) that the push at the end writes again as Parquet with the final block size."""
+have the size of their first block, so an array is declared empty and shows rows only once its first
+whole block is written - a reader never sees a row the store does not hold) and then grow with every
+poll; its ``frames`` table and the session's ``events`` table are CSV tables (appendable) that the push
+at the end writes again as Parquet with the final block size."""
 
 from __future__ import annotations
 
@@ -281,13 +282,20 @@ class Forwarder:
         return True
 
     def _array(self, st: _Stream, key: str, first: np.ndarray, dims: tuple, metadata: dict):
-        """The live array ``key`` of a stream, made holding its first block."""
+        """The live array ``key`` of a stream, made empty and then given its first whole block.
+
+        It is declared with no rows and blocks of ``st.rows``: Tiled 0.2.20's Zarr storage is made with
+        one whole block of zeros (the size of the first declared block), but readers see only the rows
+        the catalogue's shape says. An array declared with the block's shape would show those zeros
+        until the block's write landed (or for good, when the lab went away in between). The first write
+        is the whole first block, so the shape the write leaves never covers a row not written."""
         from tiled.structures.array import ArrayStructure, BuiltinDtype  # lazy: tiled's client side
         from tiled.structures.core import StructureFamily  # lazy: as above
         from tiled.structures.data_source import DataSource  # lazy: as above
 
+        assert len(first) == st.rows, "the first write of a live array is its whole first block"
         chunks = ((st.rows,), *((s,) for s in first.shape[1:]))
-        structure = ArrayStructure(shape=first.shape, chunks=chunks, dims=dims,
+        structure = ArrayStructure(shape=(0, *first.shape[1:]), chunks=chunks, dims=dims,
                                    data_type=BuiltinDtype.from_numpy_dtype(first.dtype))
         try:
             arr = st.node.new(StructureFamily.array,
