@@ -193,3 +193,39 @@ async def test_ctrl_c_once_finishes_the_step_twice_stops_now(tmp_path, presses):
     else:
         assert "cancel" in result.reason
     assert n_meas < 3 * 7
+
+
+async def test_slow_polls_keep_frames_and_heartbeats_at_the_pace_of_a_block():
+    """Every request to the force source held 60 ms (its server's stall hook: a busy device, a loaded rig
+    PC), so a poll of force and pressure takes >= 0.12 s instead of 5 ms. A frame used to wait for 10 such
+    polls (>= 1.2 s, longer than the correction's max_stall) and the heartbeat after it came as late, so the
+    device's 1 s watchdog cut the output of a healthy source. A frame now goes out once it spans what a
+    full block spans at the rate; the heartbeat keeps the source enabled."""
+    cfg = short_config()
+    async with PressRig(cfg) as rig:
+        dev = rig.device_config()["force_source"]
+        assert rig.force_source.p.watchdog_timeout <= 1.0
+        pub = BusPublisher("tcp://127.0.0.1:0")
+        sub = BusSubscriber(pub.endpoint, topics=("data/press.force",))
+        await pub.wait_for_subscribers(1)
+        try:
+            async with ForceSource(dev) as source:
+                await source.enable()
+                rig.force_source.server.stall = 0.06
+                acq = ForceAcquisition(source, pub, "test", rate=200.0, block=10)
+                task = asyncio.ensure_future(acq.run())
+                try:
+                    frames = [await sub.recv(timeout=60.0) for _ in range(12)]
+                    assert not task.done(), task  # no DeviceFault from a tripped watchdog
+                    fault, enabled = rig.force_source.fault_code, rig.force_source.enabled
+                finally:
+                    await acq.finish(timeout=10.0)
+                    rig.force_source.server.stall = 0.0
+                    await source.safe_state()
+        finally:
+            sub.close()
+            pub.close()
+    spans = [float(f.time()[-1] - f.time()[0]) for f in frames]
+    assert all(f.n_samples < 10 for f in frames), [f.n_samples for f in frames]
+    assert max(spans) < 0.6, spans  # 10 polls of >= 0.12 s span >= 1.08 s; a full block at 200 Hz 45 ms
+    assert fault == 0 and enabled

@@ -31,7 +31,8 @@ def _where(source) -> tuple[str, str]:
 
 
 class ForceAcquisition:
-    """Polls the force source at ``rate`` Hz and publishes blocks of (command, force, pressure).
+    """Polls the force source at ``rate`` Hz and publishes blocks of (command, force, pressure): ``block``
+    samples, or fewer when the polls fall behind the rate (a frame never spans more than a full block would).
 
     A poll may fail once or twice on a busy line; ``max_failures`` failures in a row end the plan.
     """
@@ -49,6 +50,11 @@ class ForceAcquisition:
         self.max_gap = max_gap      # clock seconds between two polls beyond which the clock is told it is
                                     # too fast for this machine (inf: never)
         self._last = math.inf       # clock time of the last poll (none yet)
+        # a frame goes out when it holds ``block`` samples or spans the time a full block spans at ``rate``,
+        # whichever comes first: on a slow line (a loaded machine, a busy device) frames and the heartbeat
+        # after each keep their pace instead of waiting for ``block`` slow polls (ten 0.1 s polls made a
+        # 1 s silence, which the correction's max_stall and the device's watchdog take for a dead source)
+        self._block_span = (block - 1) * self.period
         self._finish = asyncio.Event()
         self._finished = asyncio.Event()
 
@@ -92,7 +98,7 @@ class ForceAcquisition:
             self._check_gap(now)
             stamps.append(now)
             rows.append((self.command, force, pressure))
-            if len(rows) >= self.block:
+            if len(rows) >= self.block or now - stamps[0] >= self._block_span:
                 await self._publish(rows, stamps)
                 rows, stamps = [], []
                 await self._check_status()
