@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -38,7 +37,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
+sys.path.insert(0, str(ROOT))
+from tests.pg_cluster import PG_BIN, throwaway_postgres  # noqa: E402 - after the path
+
 HZ = os.sysconf("SC_CLK_TCK")
 RATE = 10_000.0  # samples/s of every rig's stream
 FRAME = 100  # samples a frame
@@ -76,33 +77,14 @@ print(json.dumps({"made": k, "late_max": late}), flush=True)
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @contextmanager
-def postgres(folder: Path):
-    """A throwaway PostgreSQL 15 cluster on loopback (run as the postgres user): its database's URI."""
+def postgres():
+    """A throwaway PostgreSQL 15 cluster on loopback (tests/pg_cluster.py's, run as the postgres user)."""
     if not (PG_BIN / "initdb").exists() or shutil.which("runuser") is None:
         raise SystemExit(f"no PostgreSQL server in {PG_BIN} (apt-get install postgresql) or no runuser")
-    folder.mkdir()
-    shutil.chown(folder, "postgres")
-    port = free_port()
-
-    def as_pg(*cmd: str) -> None:
-        subprocess.run(["runuser", "-u", "postgres", "--", *cmd], check=True, capture_output=True,
-                       timeout=120)
-
-    as_pg(str(PG_BIN / "initdb"), "-D", str(folder / "db"), "-A", "trust", "-U", "postgres")
-    as_pg(str(PG_BIN / "pg_ctl"), "-D", str(folder / "db"), "-l", str(folder / "log"), "-w", "-o",
-          f"-p {port} -k {folder} -c listen_addresses=127.0.0.1", "start")
-    try:
-        as_pg(str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "lab")
-        yield f"postgresql://postgres@127.0.0.1:{port}/lab"
-    finally:
-        as_pg(str(PG_BIN / "pg_ctl"), "-D", str(folder / "db"), "-m", "fast", "-w", "stop")
+    with throwaway_postgres() as uri:
+        yield uri
 
 
 def start_lab(folder: Path, catalog: str | None) -> tuple[subprocess.Popen, str, str]:
@@ -318,7 +300,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             os.chmod(folder, 0o755)  # the postgres user reaches its folder in it
-            with postgres(folder / "pg") if args.catalog == "postgres" else _none() as catalog:
+            with postgres() if args.catalog == "postgres" else _none() as catalog:
                 proc, url, key = start_lab(folder, catalog)
                 try:
                     print(f"load before {n} rigs: {os.getloadavg()}", flush=True)

@@ -275,6 +275,45 @@ FROM nodes t, generate_series(0, {n} - 1) g WHERE t.key = 'template';
 ANALYZE nodes;
 """
 
+#: the session container SEED copies
+TEMPLATE = {"layout": layout.LAYOUT_VERSION, "id": "template", "kind": "press", "status": "complete",
+            "reason": None, "started": T0, "ended": T0 + 1.0, "by": "ana", "software_version": "x",
+            "streams": {}, "replication": {"state": layout.VERIFIED}}
+
+
+def seeded_postgres_lab(tmp_path: Path, postgres: str, n: int, a: int,
+                        newest_first: bool = False) -> LabServer:
+    """A `hil lab serve` on ``postgres`` holding ``n`` verified sessions (:data:`SEED`: the first ``a`` of rig
+    "a", the rest of rig "b", started one second apart in key order), inserted in key order or, with
+    ``newest_first``, the other way round (the table's own order then differs from the starts')."""
+    import asyncio
+
+    import asyncpg  # type: ignore[import-untyped]
+    from tiled.client import from_uri
+
+    seed_sql = SEED.format(t0=T0, a=a, n=n)
+    if newest_first:
+        seed_sql = seed_sql.replace(f"generate_series(0, {n} - 1) g", f"generate_series({n} - 1, 0, -1) g")
+
+    async def seed() -> None:
+        db = await asyncpg.connect(postgres)
+        try:
+            await db.execute("UPDATE nodes SET metadata = metadata || '{\"replication\": "
+                             "{\"state\": \"partial\"}}' WHERE key = 'template'")
+            await db.execute(seed_sql)
+        finally:
+            await db.close()
+
+    server = LabServer(tmp_path / "lab", "--catalog", postgres)
+    try:
+        from_uri(server.url, api_key=server.key).create_container("template", metadata=TEMPLATE,
+                                                                  specs=[layout.SESSION_SPEC])
+        asyncio.run(seed())
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
 
 @pytest.mark.slow(reason="initdb, a PostgreSQL server and a Tiled server")
 def test_a_postgresql_search_asks_for_no_page_after_a_short_one(postgres, tmp_path):
@@ -282,29 +321,8 @@ def test_a_postgresql_search_asks_for_no_page_after_a_short_one(postgres, tmp_pa
     the container's size (PostgreSQL's table statistics, not the hits): a search with 150 hits among 1000
     sessions made four requests, three of them for nothing. Now one page of hits is one request, and 850
     hits are three (300 a page, each after the last by its cursor)."""
-    import asyncio
-
-    import asyncpg  # type: ignore[import-untyped]
-    from tiled.client import from_uri
-
-    server = LabServer(tmp_path / "lab", "--catalog", postgres)
+    server = seeded_postgres_lab(tmp_path, postgres, n=1000, a=150)
     try:
-        meta = {"layout": layout.LAYOUT_VERSION, "id": "template", "kind": "press", "status": "complete",
-                "reason": None, "started": T0, "ended": T0 + 1.0, "by": "ana", "software_version": "x",
-                "streams": {}, "replication": {"state": layout.VERIFIED}}
-        from_uri(server.url, api_key=server.key).create_container("template", metadata=meta,
-                                                                  specs=[layout.SESSION_SPEC])
-
-        async def seed() -> None:
-            db = await asyncpg.connect(postgres)
-            try:
-                await db.execute("UPDATE nodes SET metadata = metadata || '{\"replication\": "
-                                 "{\"state\": \"partial\"}}' WHERE key = 'template'")
-                await db.execute(SEED.format(t0=T0, a=150, n=1000))
-            finally:
-                await db.close()
-
-        asyncio.run(seed())
         with LabReader(server.url, server.key) as rem:
             asked: list[str] = []
             rem.root.context.http_client.event_hooks["request"].append(lambda r: asked.append(r.url.path))

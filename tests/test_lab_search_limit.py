@@ -4,18 +4,16 @@ and counts) and the local store's alike; `--json` lists every match unless --lim
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
 
-from daq.lab import layout
 from daq.lab.reader import LabReader
 from daq.lab.search import Filters
 from daq.store.reader import SessionReader
 from tests.pg_cluster import throwaway_postgres
-from tests.test_lab import T0, LabServer, hil, make_session, shared_lab
-from tests.test_lab_faults import SEED
+from tests.test_lab import hil, make_session, shared_lab
+from tests.test_lab_faults import seeded_postgres_lab
 
 RIG = "limit-rig"  # this file's sessions in the shared lab (which holds other tests' sessions too)
 
@@ -92,30 +90,9 @@ def test_a_bad_limit_is_one_line(lab, eight):
 def test_a_postgresql_lab_sorts_cuts_and_counts_a_listing_in_two_requests(tmp_path):
     """1000 sessions (150 of rig a, 850 of rig b) started one second apart in key order but inserted
     newest first: the newest 50 of rig b are one page, sorted by the server, and one count."""
-    import asyncpg  # type: ignore[import-untyped]
-    from tiled.client import from_uri
-
     with throwaway_postgres() as postgres:
-        server = LabServer(tmp_path / "lab", "--catalog", postgres)
+        server = seeded_postgres_lab(tmp_path, postgres, n=1000, a=150, newest_first=True)
         try:
-            meta = {"layout": layout.LAYOUT_VERSION, "id": "template", "kind": "press", "status": "complete",
-                    "reason": None, "started": T0, "ended": T0 + 1.0, "by": "ana", "software_version": "x",
-                    "streams": {}, "replication": {"state": layout.VERIFIED}}
-            from_uri(server.url, api_key=server.key).create_container("template", metadata=meta,
-                                                                      specs=[layout.SESSION_SPEC])
-
-            async def seed() -> None:
-                db = await asyncpg.connect(postgres)
-                try:
-                    await db.execute("UPDATE nodes SET metadata = metadata || '{\"replication\": "
-                                     "{\"state\": \"partial\"}}' WHERE key = 'template'")
-                    # newest first into the table: its own order (the node ids) is the reverse of the starts
-                    await db.execute(SEED.format(t0=T0, a=150, n=1000).replace(
-                        "generate_series(0, 1000 - 1) g", "generate_series(1000 - 1, 0, -1) g"))
-                finally:
-                    await db.close()
-
-            asyncio.run(seed())
             keys = [f"{g:012x}" for g in range(1000)]
             with LabReader(server.url, server.key) as rem:
                 asked: list[str] = []
