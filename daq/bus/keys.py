@@ -276,8 +276,21 @@ class _Auth:
         self.auth.start()
         self.users = 0
 
+    def stop(self) -> None:
+        """Unbind the ZAP endpoint, then close: unbinding an inproc endpoint is immediate, while a
+        closed socket lets go of it only when ZeroMQ's reaper thread gets to it, so a new
+        authenticator on this context could otherwise find it taken (EADDRINUSE, seen under load)."""
+        sock = self.auth.zap_socket
+        if sock is not None and not sock.closed:
+            try:
+                sock.unbind(ZAP_ENDPOINT)
+            except zmq.ZMQError:
+                pass  # already gone with its context
+        self.auth.stop()
+
 
 _AUTHS: dict[int, _Auth] = {}
+ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # fixed by the ZAP specification (RFC 27)
 
 
 def secure_server(sock: zmq.Socket, ctx: zmq.Context, keys: CurveKeys) -> str:
@@ -291,7 +304,7 @@ def secure_server(sock: zmq.Socket, ctx: zmq.Context, keys: CurveKeys) -> str:
     allowed = keys.authorized()
     entry = _AUTHS.get(id(ctx))
     if entry is not None and (entry.loop.is_closed() or entry.loop is not asyncio.get_running_loop()):
-        entry.auth.stop()  # left over from another event loop (e.g. a previous test)
+        entry.stop()  # left over from another event loop (e.g. a previous test)
         entry = None
     if entry is None:
         entry = _AUTHS[id(ctx)] = _Auth(ctx)
@@ -313,5 +326,5 @@ def release_server(ctx: zmq.Context, domain: str) -> None:
     entry.auth.credentials_providers.pop(domain, None)
     entry.users -= 1
     if entry.users <= 0:
-        entry.auth.stop()
+        entry.stop()
         del _AUTHS[id(ctx)]
