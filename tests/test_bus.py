@@ -12,7 +12,7 @@ import zmq
 import zmq.asyncio
 
 from daq.bus.frames import SUPPORTED_DTYPES, Event, Frame, encode
-from daq.bus.pubsub import BusPublisher, BusSubscriber, BusTimeout
+from daq.bus.pubsub import BusPublisher, BusSubscriber, BusTimeout, bind_endpoint
 from tests.polling import wait_until
 
 
@@ -258,3 +258,32 @@ async def test_a_tap_subscriber_that_joins_with_the_run_gets_its_first_event():
     finally:
         sub.close()
         pub.close()
+
+
+def test_a_fixed_endpoint_closed_in_this_process_binds_again_at_once():
+    """``hil serve`` runs one run after another in one process; a config with a fixed bus port
+    binds what the previous run just closed. ZeroMQ lets go of it in its I/O thread, after close():
+    without the retry about 1 in 20 quick rebinds here failed with "Address already in use"."""
+    ctx = zmq.Context.instance()
+    probe = ctx.socket(zmq.XPUB)
+    fixed = bind_endpoint(probe, "tcp://127.0.0.1:0")
+    probe.close(linger=0)
+    for _ in range(1000):
+        sock = ctx.socket(zmq.XPUB)
+        try:
+            assert bind_endpoint(sock, fixed) == fixed
+        finally:
+            sock.close(linger=0)
+
+
+def test_an_endpoint_another_socket_holds_is_one_clear_error_after_the_wait():
+    ctx = zmq.Context.instance()
+    holder = ctx.socket(zmq.XPUB)
+    other = ctx.socket(zmq.XPUB)
+    try:
+        fixed = bind_endpoint(holder, "tcp://127.0.0.1:0")
+        with pytest.raises(OSError, match=f"cannot bind {fixed}: Address already in use"):
+            bind_endpoint(other, fixed)
+    finally:
+        holder.close(linger=0)
+        other.close(linger=0)

@@ -66,14 +66,27 @@ class BusStalled(BusTimeout):
     a consumer stopped reading. The message was not sent; the run should stop safely."""
 
 
+REBIND_WAIT = 2.0  # s a fixed endpoint is retried while a socket closed in this process lets go of it
+
+
 def bind_endpoint(sock: zmq.Socket, endpoint: str) -> str:
-    """Bind ``sock``; port 0 or ``*`` picks a free port. Returns the real endpoint."""
+    """Bind ``sock``; port 0 or ``*`` picks a free port. Returns the real endpoint.
+
+    ZeroMQ closes a socket's listener in its I/O thread, after ``close()`` returns, so a fixed
+    endpoint closed by the previous run of this process (``hil serve`` runs one after another) can
+    still be taken for a moment: an address in use is retried for up to ``REBIND_WAIT`` seconds.
+    """
     if endpoint.startswith("tcp://") and (endpoint.endswith(":0") or endpoint.endswith(":*")):
         endpoint = endpoint.rsplit(":", 1)[0] + ":*"
-    try:
-        sock.bind(endpoint)
-    except zmq.ZMQError as exc:
-        raise OSError(f"cannot bind {endpoint}: {exc}") from None
+    deadline = time.monotonic() + REBIND_WAIT
+    while True:
+        try:
+            sock.bind(endpoint)
+            break
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EADDRINUSE or time.monotonic() >= deadline:
+                raise OSError(f"cannot bind {endpoint}: {exc}") from None
+            time.sleep(0.005)
     return sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
 
