@@ -20,6 +20,7 @@ from daq.bus.frames import Event, Frame
 from daq.lab import layout
 from daq.lab.live import live_rows
 from daq.lab.marks import replicas
+from daq.lab.reader import LabReader
 from daq.store.read_write import SessionStore
 from daq.store.reader import SessionReader
 from daq.store.records import StreamInfo
@@ -608,3 +609,59 @@ def test_a_reader_sees_no_row_of_a_live_array_before_its_first_block_is_written(
         np.testing.assert_array_equal(rows, want[:len(rows)])
     assert lab_rows(lab.url, lab.key, rec.sid, "press.force") == 30 * N
     rec.end()
+
+
+@pytest.mark.timeout(300)
+def test_the_final_push_verifies_what_the_forwarder_wrote_in_place_and_deletes_nothing(lab, tmp_path,
+                                                                                       monkeypatch):
+    """The live arrays and tables are the final ones: the verified push checks them block by block, grows
+    the arrays by what the forwarder had not sent (never showing a row the store lacks), and deletes none.
+    Before, it deleted every live array and table and wrote them again, so a reader following the
+    session lost its streams, or read zeros, while the push ran."""
+    from daq.lab import push as push_module
+    from daq.lab.live import Forwarder
+    from daq.lab.replicate import push_sessions
+    from tests.test_lab import hil
+
+    deleted: list[str] = []
+    delete = push_module.delete
+
+    def recorded_delete(parent, key, node):
+        deleted.append(key)
+        delete(parent, key, node)
+
+    monkeypatch.setattr(push_module, "delete", recorded_delete)
+    store = tmp_path / "hil.sqlite"
+    rec = Recording(store)
+    rec.record(30)
+    with SessionReader(store, recover=False) as r:
+        fwd = Forwarder(store, rec.sid, lab.url, lab.key)
+        assert any(fwd.step(r, r.get_session(rec.sid)) for _ in range(20))
+    live = {s: lab_node(lab.url, lab.key, rec.sid)[s].metadata["chunk_rows"] for s in ("press.force",)}
+    assert lab_rows(lab.url, lab.key, rec.sid, "press.force") == 30 * N
+    rec.record(17)  # recorded after the forwarder's last pass: the push sends it, growing the live arrays
+    rec.end()
+    results = push_sessions(store, lab.url, lab.key, [rec.sid], say=lambda line: None, lock_held=True)
+    assert [r.state for r in results] == ["pushed"], [r.line() for r in results]
+    assert deleted == []
+    assert_verified_as_local(lab.url, lab.key, store, rec.sid)
+    node = lab_node(lab.url, lab.key, rec.sid)
+    rows = node["press.force"].metadata["chunk_rows"]
+    assert rows == live["press.force"] < layout.chunk_rows(StreamInfo(
+        "s", "frame", ["a", "b", "c"], ["N", "N", "Pa"], "float64", 1 / RATE, 0, 0, None, None, True))
+    assert node["press.force"][layout.DATA].structure().chunks[0][0] == rows  # the live blocks, kept
+    res = hil("lab", "verify", rec.sid, "--to", lab.url, key=lab.key)  # the recorded digests hold
+    assert res.exit_code == 0, res.output
+    with SessionReader(store, recover=False) as loc, LabReader(lab.url, lab.key) as rem:  # read as any other
+        for stream in ("press.force", "press.sensors"):
+            for size in (1000, 1 << 15, 1 << 62):  # less than a live block, several, all
+                mine = [(c.start, c.t, c.data) for c in loc.iter_stream(rec.sid, stream, size)]
+                theirs = [(c.start, c.t, c.data) for c in rem.iter_stream(rec.sid, stream, size)]
+                assert len(mine) == len(theirs)
+                for (s0, t0, d0), (s1, t1, d1) in zip(mine, theirs, strict=True):
+                    assert s0 == s1 and np.array_equal(t0, t1) and np.array_equal(d0, d1)
+            a, b = T0 + 0.3, T0 + 1.7
+            w, v = loc.read_window(rec.sid, stream, a, b), rem.read_window(rec.sid, stream, a, b)
+            assert w.start == v.start and np.array_equal(w.data, v.data)
+    again = push_sessions(store, lab.url, lab.key, [rec.sid], say=lambda line: None)
+    assert [r.state for r in again] == ["already"] and deleted == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from collections.abc import Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
 
@@ -87,8 +88,11 @@ def event_columns(rows: list[tuple]) -> dict[str, np.ndarray]:
     return out
 
 
-def check_session(store: SessionReader, info: SessionInfo) -> SessionCheck:
-    """Read the session whole (bounded memory: one block at a time); LabError if anything is off."""
+def check_session(store: SessionReader, info: SessionInfo,
+                  block_rows: Mapping[str, int] | None = None) -> SessionCheck:
+    """Read the session whole (bounded memory: one block at a time); LabError if anything is off.
+    ``block_rows``: rows per block of streams the lab has blocked otherwise (a live session's), else
+    :func:`layout.chunk_rows`; the per-block digests follow them."""
     streams = {}
     for name, si in info.streams.items():
         if si.type != "frame" or not si.n_samples:
@@ -98,7 +102,7 @@ def check_session(store: SessionReader, info: SessionInfo) -> SessionCheck:
         if counted != si.n_samples:
             raise LabError(f"session {info.id} is corrupt: stream {name} holds {counted} samples in "
                            f"its frames but its table says {si.n_samples}; not pushed")
-        block = chunk_rows(si)
+        block = (block_rows or {}).get(name) or chunk_rows(si)
         t_hash, d_hash, n = hashlib.sha256(), hashlib.sha256(), 0
         t_blocks, d_blocks = BlockDigests.empty(), BlockDigests.empty()
         try:

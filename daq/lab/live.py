@@ -11,8 +11,9 @@ Layout while live (what :mod:`daq.lab.layout` says, with ``replication.state = "
 and ``data`` appear once it holds ``live_rows`` samples (about LIVE_SPAN_S of them: Tiled's Zarr arrays
 have the size of their first block, so an array is declared empty and shows rows only once its first
 whole block is written - a reader never sees a row the store does not hold) and then grow with every
-poll; its ``frames`` table and the session's ``events`` table are CSV tables (appendable) that the push
-at the end writes again as Parquet with the final block size."""
+poll; its ``frames`` table and the session's ``events`` table are CSV tables (appendable). The verified
+push at the end keeps all of them: it checks each block by its hash, appends what the forwarder had not
+sent, and adds the digests (:meth:`daq.lab.push.Pusher._array`)."""
 
 from __future__ import annotations
 

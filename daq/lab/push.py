@@ -20,6 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,7 @@ from daq.lab.marks import Marks
 from daq.lab.names import Refused, check_session_id, check_stream_name
 from daq.lab.push_lock import pushing
 from daq.lab.settings import LabError
-from daq.lab.verify import Problem, local_problems
+from daq.lab.verify import Problem, local_problems, table_holds
 from daq.store.reader import SessionReader
 from daq.store.records import FINAL_STATUSES, SessionInfo, StreamInfo
 
@@ -126,8 +127,8 @@ class Pusher:
         if info.status not in FINAL_STATUSES:
             return PushResult(info.id, "skipped", note=f"{info.status}, not finished")
         with nullcontext() if self.lock_held else pushing(self.store.path, info.id, self.lock_wait):
-            check = check_session(self.store, info)  # a corrupt session stops here: nothing written
-            try:
+            try:  # a corrupt session stops at its check: nothing written
+                check = check_session(self.store, info, self._lab_block_rows(info))
                 return self._push(info, check)
             except (LabError, KeyboardInterrupt):
                 raise
@@ -136,6 +137,21 @@ class Pusher:
                     raise Refused(f"another push of {info.id} is writing it to the lab; this one leaves it "
                                   "to that one") from None
                 raise from_client_error(self.lab, exc) from None
+
+    def _lab_block_rows(self, info: SessionInfo) -> dict[str, int]:
+        """Rows per block of the streams the lab holds blocked finer than :func:`layout.chunk_rows` (a live
+        forwarder's blocks of about half a second): the push checks, completes and keeps those arrays in
+        place, so that a reader following the session never sees them go."""
+        node = child(self.root, info.id)
+        if node is None:
+            return {}
+        found = {}
+        for name, si in info.streams.items():
+            snode = child(node, name) if si.type == "frame" and si.n_samples else None
+            rows = snode.metadata.get("chunk_rows") if snode is not None else None
+            if isinstance(rows, int) and 0 < rows < layout.chunk_rows(si) and rows & (rows - 1) == 0:
+                found[name] = rows
+        return found
 
     def _push(self, info: SessionInfo, check: SessionCheck) -> PushResult:
         checks = check.as_dict()
@@ -238,30 +254,42 @@ class Pusher:
             raise
 
     def _array(self, parent, fresh: bool, key: str, shape: tuple, dtype: np.dtype, rows: int,
-               metadata: dict, dims: tuple, node_name: str):
-        """The array ``key`` with exactly this shape, dtype, chunking and digest (an unfitting one is
-        replaced); ``fresh``: the parent was just made, so there is nothing to look up."""
+               metadata: dict, dims: tuple, node_name: str) -> tuple[Any, int, bool]:
+        """(the array ``key`` with this dtype, chunking and digest, the rows it holds, True when adopted);
+        ``fresh``: the parent was just made, so there is nothing to look up. An array the live forwarder
+        made (no digest yet, blocks of ``rows``, at most ``shape[0]`` rows) is adopted: given the final
+        metadata and kept, its blocks checked before any is written and its missing rows appended. Any
+        other array that does not fit is replaced."""
         from tiled.structures.array import ArrayStructure, BuiltinDtype  # lazy: tiled's client side
         from tiled.structures.core import StructureFamily  # lazy: as above
         from tiled.structures.data_source import DataSource  # lazy: as above
 
-        blocks = [rows] * (shape[0] // rows) + ([shape[0] % rows] if shape[0] % rows else [])
-        chunks = (tuple(blocks), *((s,) for s in shape[1:]))
+        chunks = (regular_chunks(shape[0], rows), *((s,) for s in shape[1:]))
         existing = None if fresh else child(parent, key)
         if existing is not None:
             st = existing.structure()
-            if tuple(st.shape) == shape and tuple(map(tuple, st.chunks)) == chunks \
-                    and st.data_type.to_numpy_dtype() == dtype \
-                    and existing.metadata.get("sha256") == metadata.get("sha256"):
+            same_kind = st.data_type.to_numpy_dtype() == dtype and tuple(st.shape[1:]) == shape[1:] \
+                and tuple(map(tuple, st.chunks[1:])) == chunks[1:]
+            sha = existing.metadata.get("sha256")
+            if same_kind and tuple(st.shape) == shape and tuple(st.chunks[0]) == chunks[0] \
+                    and sha == metadata.get("sha256"):
                 record_digests(existing, {k: metadata[k] for k in (SHA_KEY, ETAG_KEY) if k in metadata})
-                return existing
+                return existing, shape[0], False
+            have = int(st.shape[0])
+            if same_kind and sha in (None, metadata.get("sha256")) and have <= shape[0] \
+                    and tuple(st.chunks[0]) in (regular_chunks(have, rows), (rows,) if not have else ()):
+                if sha is None:  # the forwarder's: no block of it is known to be checked
+                    self.marks.forget(parent.metadata.get("session", ""), self.lab, [node_name])
+                existing.update_metadata(metadata=metadata, drop_revision=True)
+                return existing, have, True
             delete(parent, key, existing)
             self.marks.forget(parent.metadata.get("session", ""), self.lab, [node_name])
         structure = ArrayStructure(shape=shape, chunks=chunks, dims=dims,
                                    data_type=BuiltinDtype.from_numpy_dtype(dtype))
-        return parent.new(StructureFamily.array,
+        made = parent.new(StructureFamily.array,
                           [DataSource(structure=structure, structure_family=StructureFamily.array)],
                           key=key, metadata=metadata)
+        return made, shape[0], False
 
     def _push_stream(self, node, info: SessionInfo, si: StreamInfo, sc: StreamCheck) -> dict:
         """Write one stream; its ``t`` and ``data`` nodes as the lab described them (made or found)."""
@@ -273,27 +301,34 @@ class Pusher:
         assert si.dtype is not None  # a frame stream
         dtype = SUPPORTED_DTYPES[si.dtype]
         t_name, d_name = f"{si.name}/{layout.TIME}", f"{si.name}/{layout.DATA}"
-        t_arr = self._array(snode, new, layout.TIME, (sc.rows,), np.dtype("<f8"), sc.chunk_rows,
-                            {"unit": "s", "time_unit": "s", "rows": sc.rows, "sha256": sc.t_sha256,
-                             **sc.t_blocks.as_metadata()}, ("sample",), t_name)
-        d_arr = self._array(snode, new, layout.DATA, (sc.rows, len(si.channels)), dtype, sc.chunk_rows,
-                            {"channels": si.channels, "units": si.units, "rows": sc.rows,
-                             "sha256": sc.data_sha256, **sc.data_blocks.as_metadata()},
-                            ("sample", "channel"), d_name)
+        t_arr, t_have, t_adopted = self._array(
+            snode, new, layout.TIME, (sc.rows,), np.dtype("<f8"), sc.chunk_rows,
+            {"unit": "s", "time_unit": "s", "rows": sc.rows, "sha256": sc.t_sha256,
+             **sc.t_blocks.as_metadata()}, ("sample",), t_name)
+        d_arr, d_have, d_adopted = self._array(
+            snode, new, layout.DATA, (sc.rows, len(si.channels)), dtype, sc.chunk_rows,
+            {"channels": si.channels, "units": si.units, "rows": sc.rows, "sha256": sc.data_sha256,
+             **sc.data_blocks.as_metadata()}, ("sample", "channel"), d_name)
         done_t = self.marks.done_blocks(info.id, self.lab, t_name)
         done_d = self.marks.done_blocks(info.id, self.lab, d_name)
         pending: deque[tuple[Future, str, int]] = deque()
+        parts = ((t_arr, t_name, done_t, sc.t_blocks, t_have, t_adopted),
+                 (d_arr, d_name, done_d, sc.data_blocks, d_have, d_adopted))
         with ThreadPoolExecutor(self.workers, thread_name_prefix="lab-push") as pool:
             for i, chunk in enumerate(self.store.iter_stream(info.id, si.name, sc.chunk_rows)):
-                for arr, name, done, values, digests in ((t_arr, t_name, done_t, chunk.t, sc.t_blocks),
-                                                         (d_arr, d_name, done_d, chunk.data, sc.data_blocks)):
+                for (arr, name, done, digests, have, adopted), values in zip(parts, (chunk.t, chunk.data),
+                                                                             strict=True):
                     if i in done:
                         continue
                     block = (i,) if values.ndim == 1 else (i, 0)
                     values = np.ascontiguousarray(values)
-                    job = pool.submit(self._write_block, arr, values, block, digests.token(i))
-                    pending.append((job, name, i))
-                    self.sent += values.nbytes
+                    start = i * sc.chunk_rows
+                    if adopted and start + len(values) > have:  # rows the forwarder had not sent: appended
+                        self.sent += self._append_block(arr, values, start, block, digests.token(i))
+                        self.marks.block_done(info.id, self.lab, name, i)  # in order, so a reader
+                        continue  # never sees a row not written
+                    write = self._check_block if adopted else self._write_block
+                    pending.append((pool.submit(write, arr, values, block, digests.token(i)), name, i))
                 while len(pending) >= self.workers:
                     self._finish(info.id, pending.popleft())
             while pending:
@@ -301,19 +336,37 @@ class Pusher:
         self._push_table(snode, new, info.id, layout.FRAMES,
                          layout.frames_rows(frame_rows(self.store.path, info.id, si.name)), sc.frames,
                          sc.frames_sha256, progress=f"{si.name}/{layout.FRAMES}")
+        if t_adopted or d_adopted:  # grown here: the server's description now, not the one found
+            t_arr, d_arr = snode[layout.TIME], snode[layout.DATA]
         return {layout.TIME: t_arr, layout.DATA: d_arr}
 
-    def _write_block(self, arr, values: np.ndarray, block: tuple[int, ...], token: str | None = None) -> None:
+    def _write_block(self, arr, values: np.ndarray, block: tuple[int, ...], token: str | None = None) -> int:
         """Write one block and have the server confirm it holds exactly these bytes (``token``: their hash,
-        made by the local check already)."""
+        made by the local check already); the bytes sent."""
         arr.write_block(values, block)
+        self._confirm(arr, values, block, token)
+        return values.nbytes
+
+    def _check_block(self, arr, values: np.ndarray, block: tuple[int, ...], token: str | None = None) -> int:
+        """A block of an adopted array: written only when the lab does not hold exactly these bytes."""
+        return 0 if arr.block_matches(values, block, token) else self._write_block(arr, values, block, token)
+
+    def _append_block(self, arr, values: np.ndarray, start: int, block: tuple[int, ...],
+                      token: str | None) -> int:
+        """Write a block at row ``start`` of an adopted array, growing it to hold the block; confirmed."""
+        arr.write_rows(values, start)
+        self._confirm(arr, values, block, token)
+        return values.nbytes
+
+    @staticmethod
+    def _confirm(arr, values: np.ndarray, block: tuple[int, ...], token: str | None) -> None:
         if not arr.block_matches(values, block, token):
             raise LabError(f"the lab's copy of block {block[0]} of {arr.item['id']} differs from the sent "
                            "one; push again")
 
     def _finish(self, sid: str, item: tuple[Future, str, int]) -> None:
         future, name, block = item
-        future.result()
+        self.sent += future.result()
         self.marks.block_done(sid, self.lab, name, block)
         if self.on_block is not None:
             self.on_block(name, block)
@@ -332,6 +385,10 @@ class Pusher:
         if existing is not None:
             if self.marks.done_blocks(sid, self.lab, progress):
                 return
+            if self._completed(parent, key, existing, columns, rows, sha):  # the forwarder's: kept
+                existing.replace_metadata(metadata={"rows": rows, "sha256": sha}, drop_revision=True)
+                self.marks.block_done(sid, self.lab, progress, 0)
+                return
             delete(parent, key, existing)
         table = to_arrow(columns)
         tnode = parent.new(StructureFamily.table,
@@ -344,6 +401,24 @@ class Pusher:
             raise LabError(f"session {sid}: the lab's copy of the {key} table differs from the local one; "
                            "push again")
         self.marks.block_done(sid, self.lab, progress, 0)
+
+    def _completed(self, parent, key: str, existing, columns: dict, rows: int, sha: str) -> bool:
+        """True when the table ``existing`` holds these rows: already, or - a live forwarder's table that
+        holds their first rows - once the rest is appended (where readers following the session have it)."""
+        if not existing.metadata.get("live"):
+            return table_holds(parent, key, rows, sha)
+        try:
+            table = existing.read_arrow()
+            there = from_arrow(table, list(columns))
+        except ValueError:  # a column that cannot be ours
+            return False
+        have = table.num_rows
+        if have > rows or table_sha256(there) != table_sha256({k: v[:have] for k, v in columns.items()}):
+            return False
+        if have < rows:
+            existing.append_arrow(to_arrow({k: v[have:] for k, v in columns.items()}))
+            self.sent += sum(v[have:].nbytes for v in columns.values())
+        return table_holds(parent, key, rows, sha)
 
     # ------------------------------------------------------------------ verification
 
@@ -364,6 +439,11 @@ class Pusher:
                 self.marks.forget(info.id, self.lab, [f"{name}/{n}" for n in parts_of])
                 raise LabError(f"session {info.id}: the lab's copy of {name} differs from the local one; "
                                "push again")
+
+
+def regular_chunks(n: int, rows: int) -> tuple[int, ...]:
+    """The blocks of ``n`` rows in blocks of ``rows``: whole ones and a shorter last one."""
+    return (rows,) * (n // rows) + ((n % rows,) if n % rows else ())
 
 
 def record_digests(arr, digests: dict) -> None:

@@ -259,7 +259,7 @@ class LabReader:
         elif windowed:
             yield from self._filtered(si, snode, lo, hi, chunk_samples, t_start, t_stop)
             return
-        step = min(chunk_samples, int(snode.metadata["chunk_rows"]) if snode is not None else chunk_samples)
+        step = _read_step(si, snode, chunk_samples)
         buf: list[StreamData] = []
         have, first = 0, lo
         edges = [lo, *range((lo // step + 1) * step, hi, step), hi]  # on block bounds: whole blocks hash here
@@ -277,7 +277,7 @@ class LabReader:
 
     def _filtered(self, si, snode, lo, hi, chunk_samples, t_start, t_stop) -> Iterator[StreamData]:
         """A window of a stream whose times go back: the samples inside it, with their indices."""
-        rows = int(snode.metadata["chunk_rows"]) if snode is not None else 1
+        rows = _read_step(si, snode, 1 << 62) if snode is not None else 1
         for a in range(lo, hi, rows):
             part = self._slice(si, snode, a, min(hi, a + rows))
             keep = np.ones(len(part), dtype=bool)
@@ -433,6 +433,18 @@ class _Cursor:
             self.lo = a
             self.part = self.reader.read_range(self.sid, self.si.name, a, max(b, a + rows))
         return self.part.t[a - self.lo:b - self.lo], self.part.data[a - self.lo:b - self.lo]
+
+
+def _read_step(si: StreamInfo, snode, chunk_samples: int) -> int:
+    """Rows a read asks for at once: ``chunk_samples``, at most a final block (:func:`layout.chunk_rows`),
+    and a whole number of the stream's blocks when it holds more than one (a live session's blocks of
+    half a second are read several to a request; whole blocks are hashed as they arrive)."""
+    if snode is None:
+        return chunk_samples
+    _dtype(si)  # a dtype the store never writes: one line, before its block size is asked
+    rows = int(snode.metadata["chunk_rows"])
+    want = min(chunk_samples, max(rows, layout.chunk_rows(si)))
+    return want if want < rows else want // rows * rows
 
 
 def _take(si: StreamInfo, buf: list[StreamData], n: int, first: int) -> tuple[StreamData, list, int]:
