@@ -614,8 +614,9 @@ def test_a_reader_sees_no_row_of_a_live_array_before_its_first_block_is_written(
 @pytest.mark.timeout(300)
 def test_the_final_push_verifies_what_the_forwarder_wrote_in_place_and_deletes_nothing(lab, tmp_path,
                                                                                        monkeypatch):
-    """The live arrays and tables are the final ones: the verified push checks them block by block, grows
-    the arrays by what the forwarder had not sent (never showing a row the store lacks), and deletes none.
+    """The live arrays and tables are the final ones: the verified push checks them by their hashes,
+    rewrites a block the lab holds wrong, grows the arrays by what the forwarder had not sent (never
+    showing a row the store lacks), and deletes none.
     Before, it deleted every live array and table and wrote them again, so a reader following the
     session lost its streams, or read zeros, while the push ran."""
     from daq.lab import push as push_module
@@ -639,6 +640,11 @@ def test_the_final_push_verifies_what_the_forwarder_wrote_in_place_and_deletes_n
         assert any(fwd.step(r, r.get_session(rec.sid)) for _ in range(20))
     live = {s: lab_node(lab.url, lab.key, rec.sid)[s].metadata["chunk_rows"] for s in ("press.force",)}
     assert lab_rows(lab.url, lab.key, rec.sid, "press.force") == 30 * N
+    from daq.lab.client import push_structure_clients
+    from daq.lab.connect import open_lab
+
+    spoilt = open_lab(lab.url, lab.key, push_structure_clients())[rec.sid]["press.force"][layout.DATA]
+    spoilt.write_block(np.zeros((live["press.force"], 3)), (1, 0))  # a block the lab holds wrong
     rec.record(17)  # recorded after the forwarder's last pass: the push sends it, growing the live arrays
     rec.end()
     results = push_sessions(store, lab.url, lab.key, [rec.sid], say=lambda line: None, lock_held=True)

@@ -73,6 +73,22 @@ class _BlockArrayMixin:
             with attempt:
                 handle_error(http.put(url, content=payload, headers={"Content-Type": OCTET_STREAM}))
 
+    def rows_match(self, values: np.ndarray, start: int) -> bool:
+        """True when the lab stores exactly ``values`` as rows ``start:start+len(values)``: one request for
+        many blocks (Tiled answers a sliced read with an ETag too: a 304 to their hash, else the rows as
+        served, compared here)."""
+        http, handle_error, retry_context = _http(self)
+        values = np.ascontiguousarray(values)
+        params = {"slice": f"{start}:{start + len(values)}"}
+        headers = {"Accept": OCTET_STREAM, "If-None-Match": block_token(values)}
+        for attempt in retry_context():
+            with attempt:
+                resp = http.get(self.item["links"]["full"], params=params, headers=headers)
+                if resp.status_code == 304:
+                    return True
+                handle_error(resp)
+        return resp.content == values.tobytes()
+
     def write_rows(self, values: np.ndarray, offset: int, timeout: float | None = None,
                    retries: bool = True) -> tuple[int, ...]:
         """Write ``values`` at row ``offset``, growing the array to fit (a PATCH with ``extend``: what
