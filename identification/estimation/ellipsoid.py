@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import chi2
+
+from identification.estimation.distributions import chi2_ppf, chi2_sf
 
 
 @dataclass
@@ -42,7 +43,7 @@ def mahalanobis2(center: np.ndarray, C: np.ndarray, p: np.ndarray) -> float:
 def confidence_ellipsoid(p: np.ndarray, C: np.ndarray, alpha: float = 0.05) -> ConfidenceEllipsoid:
     """Ellipsoid at confidence level 1 - alpha; semi-axes sqrt(lambda_i * chi2_{n_p}(1 - alpha))."""
     p = np.asarray(p, float)
-    r2 = float(chi2.ppf(1 - alpha, p.size))
+    r2 = float(chi2_ppf(1 - alpha, p.size))
     w, V = np.linalg.eigh(np.asarray(C, float))
     return ConfidenceEllipsoid(center=p, covariance=np.asarray(C, float), alpha=alpha, radius2=r2,
                                semi_axes=np.sqrt(np.maximum(w, 0) * r2), axes=V)
@@ -59,4 +60,4 @@ def alpha_min(
     """
     C = np.asarray(C_cal, float) if C_val is None else np.asarray(C_cal, float) + np.asarray(C_val, float)
     d2 = mahalanobis2(p_cal, C, p_val)
-    return float(chi2.sf(d2, np.size(p_cal)))
+    return float(chi2_sf(d2, np.size(p_cal)))

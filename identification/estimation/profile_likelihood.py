@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from identification.estimation.distributions import chi2_ppf, f_ppf, norm_ppf, t_ppf
 from identification.estimation.identifiability import ProfileResult
 from identification.estimation.tasks import map_tasks
 
@@ -42,9 +43,7 @@ Refit = Callable[[int, float, np.ndarray], tuple[float, np.ndarray]]
 
 def lr_threshold(level: float = 0.95, dof: int | None = None) -> float:
     """chi2(1) quantile, or the F(1, dof) quantile when sigma is estimated with ``dof`` dof."""
-    from scipy import stats  # lazy: ~0.5 s of import that the selection's worker processes never need
-
-    return float(stats.chi2.ppf(level, 1) if dof is None else stats.f.ppf(level, 1, dof))
+    return float(chi2_ppf(level, 1) if dof is None else f_ppf(level, 1, dof))
 
 
 @dataclass
@@ -216,9 +215,7 @@ def profile_likelihood_intervals(refit: Refit, estimate: ArrayLike,
                           int(refine), float(refine_tol)))
     out = map_tasks(executor, _trace, tasks)
     tail = 0.5 + level / 2
-    from scipy import stats  # lazy: as in lr_threshold
-
-    q = float(stats.norm.ppf(tail) if dof is None else stats.t.ppf(tail, dof))
+    q = float(norm_ppf(tail) if dof is None else t_ppf(tail, dof))
     grids, costs, lrs, intervals, ident, clear, status = [], [], [], [], [], [], []
     fisher: list[tuple[float, float] | None] = []
     ses: list[float | None] = []

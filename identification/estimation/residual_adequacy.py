@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg
 
+from identification.estimation.distributions import chi2_sf, norm_isf
+
 __all__ = ["AdequacyResult", "residual_adequacy", "ljung_box", "input_correlation_test", "hac_covariance",
            "NoiseCovariance", "noise_covariance", "input_basis",
            "IntervalReport", "interval_report", "INADEQUATE"]
@@ -52,9 +54,7 @@ def ljung_box(e: np.ndarray, lags: int = 25) -> tuple[float, float]:
     lags = int(min(lags, n - 2))
     r = _acf(e, lags)
     q = float(n * (n + 2) * np.sum(r**2 / (n - np.arange(1, lags + 1))))
-    from scipy import stats  # lazy: ~0.5 s of import a worker fitting candidates never needs
-
-    return q, float(stats.chi2.sf(q, lags))
+    return q, float(chi2_sf(q, lags))
 
 
 def input_correlation_test(e: np.ndarray, u: np.ndarray, lags: int = 25) -> tuple[float, float]:
@@ -76,9 +76,7 @@ def input_correlation_test(e: np.ndarray, u: np.ndarray, lags: int = 25) -> tupl
     ru = np.concatenate([[1.0], _acf(u, lags)])
     R = scipy.linalg.toeplitz(ru)
     stat = float(n * r @ np.linalg.lstsq(R, r, rcond=1e-10)[0])
-    from scipy import stats  # lazy: as in ljung_box
-
-    return stat, float(stats.chi2.sf(stat, lags + 1))
+    return stat, float(chi2_sf(stat, lags + 1))
 
 
 @dataclass
@@ -255,9 +253,7 @@ class IntervalReport:
 
     @property
     def z(self) -> float:
-        from scipy import stats  # lazy: as in ljung_box
-
-        return float(stats.norm.isf((1 - self.level) / 2))
+        return float(norm_isf((1 - self.level) / 2))
 
     def interval(self, robust: bool = True) -> np.ndarray:
         s = self.std_robust if robust else self.std_model

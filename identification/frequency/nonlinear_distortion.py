@@ -28,7 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.stats
+
+from identification.estimation.distributions import chi2_sf, f_sf
 
 __all__ = ["BLAEstimate", "DistortionVerdict", "best_linear_approximation", "distortion_verdict",
            "distortion_from_records", "excited_lines", "remove_trend"]
@@ -123,7 +124,7 @@ def best_linear_approximation(u: np.ndarray, y: np.ndarray, dt: float, excited: 
         var_total = np.sum(np.abs(Gm - G) ** 2, axis=0) / (M - 1) / M
         var_nl = np.maximum(var_total - var_noise, 0.0)
         F = var_total / var_noise
-        p_lines = scipy.stats.f.sf(F, 2 * (M - 1), 2 * M * (P - 1))
+        p_lines = f_sf(F, 2 * (M - 1), 2 * M * (P - 1))
     else:
         var_nl = np.full(excited.size, np.nan)
         p_lines = np.full(excited.size, np.nan)
@@ -136,8 +137,8 @@ def best_linear_approximation(u: np.ndarray, y: np.ndarray, dt: float, excited: 
         lo_bin, hi_bin = int(np.ceil(band[0] / df - 1e-9)), int(np.floor(band[1] / df + 1e-9))
     det = np.setdiff1d(np.arange(max(lo_bin, 1), hi_bin + 1), excited)
     Fd = P * np.abs(Ym[:, det]) ** 2 / var_y[:, det]  # (M, n_det), F(2, 2(P-1)) under a linear plant
-    pd = scipy.stats.f.sf(Fd, 2, 2 * (P - 1))
-    p_det = scipy.stats.chi2.sf(-2 * np.sum(np.log(np.maximum(pd, 1e-300)), axis=0), 2 * M)
+    pd = f_sf(Fd, 2, 2 * (P - 1))
+    p_det = chi2_sf(-2 * np.sum(np.log(np.maximum(pd, 1e-300)), axis=0), 2 * M)
     y_noise = var_y[:, det].mean(axis=0)
     y_nl = np.maximum(np.mean(np.abs(Ym[:, det]) ** 2, axis=0) - y_noise / P, 0.0)
     return BLAEstimate(freq=excited * df, G=G, var_noise=var_noise, var_nl=var_nl, det_freq=det * df,
@@ -150,7 +151,7 @@ def _fisher(p: np.ndarray, dof_per: int) -> float:
     p = p[np.isfinite(p)]
     if p.size == 0:
         return 1.0
-    return float(scipy.stats.chi2.sf(-2 * np.sum(np.log(np.maximum(p, 1e-300))), 2 * p.size))
+    return float(chi2_sf(-2 * np.sum(np.log(np.maximum(p, 1e-300))), 2 * p.size))
 
 
 def distortion_verdict(bla: BLAEstimate, alpha: float = 0.01, line_alpha: float = 1e-3) -> DistortionVerdict:

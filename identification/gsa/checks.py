@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
-import scipy.stats
 
+from identification.estimation.distributions import chi2_sf, f_sf
 from identification.gsa.covariance import LsqCov, jacobian
 from identification.gsa.modal_residual import (
     ScaledEstimate,
@@ -36,7 +36,7 @@ def f_check(r: np.ndarray, var: np.ndarray, dof_fit: float, lost: float = 0.0) -
     ratio as F(n, ``dof_fit``) (the variance is an estimate with ``dof_fit`` degrees of freedom)."""
     n = max(r.size - lost, 1.0)
     ratio = float(np.sum(r ** 2 / var)) / n
-    return ratio, float(scipy.stats.f.sf(ratio, n, max(dof_fit, 1.0)))
+    return ratio, float(f_sf(ratio, n, max(dof_fit, 1.0)))
 
 
 def frequency_sigma(ref: ModalReference) -> np.ndarray | None:
@@ -92,7 +92,7 @@ def measurement_check(J: np.ndarray, r: np.ndarray, blocks: np.ndarray, sigma: n
         return math.nan, 1.0, 0.0
     g, h = tr2 / tr, tr ** 2 / tr2
     ss = float(qq @ qq)
-    return ss / tr, float(scipy.stats.chi2.sf(ss / g, h)), h
+    return ss / tr, float(chi2_sf(ss / g, h)), h
 
 
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 import scipy.optimize
-import scipy.stats
+
+from identification.estimation.distributions import chi2_sf
 
 #: a direction of the scaled parameter space whose std exceeds this (in units of the box width) is not seen
 MAX_SCALED_STD = 1.0
@@ -51,7 +52,7 @@ def bartlett(ss: np.ndarray, dof: np.ndarray) -> float:
     pooled = ss.sum() / dof.sum()
     stat = dof.sum() * np.log(pooled) - np.sum(dof * np.log(v))
     c = 1.0 + (np.sum(1.0 / dof) - 1.0 / dof.sum()) / (3.0 * (ss.size - 1))
-    return float(scipy.stats.chi2.sf(stat / c, ss.size - 1))
+    return float(chi2_sf(stat / c, ss.size - 1))
 
 
 @dataclass

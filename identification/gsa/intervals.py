@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
-import scipy.stats
 
+from identification.estimation.distributions import norm_isf, t_isf
 from identification.gsa.checks import (
     MEASUREMENT_RATIO,
     HeldBackResiduals,
@@ -88,9 +88,9 @@ class GSAIntervals:
         frequency block, which carries most of the stiffness information, has few residual dof)."""
         q = (1 - self.level) / 2
         if self.dof is None:
-            return np.full(len(self.names), scipy.stats.norm.isf(q))
+            return np.full(len(self.names), norm_isf(q))
         d = np.where(np.isfinite(self.dof) & (self.dof > 0), self.dof, 1.0)
-        return scipy.stats.t.isf(q, np.maximum(d, 1.0))
+        return t_isf(q, np.maximum(d, 1.0))
 
     @property
     def identifiable(self) -> dict[str, bool]:
@@ -368,7 +368,7 @@ def _drop_past_box(sc: ScaledEstimate, damp: _DampingFit, spread: _Spread, std: 
                    reasons: dict[str, str]) -> None:
     """A damper whose interval reaches past the box loses it: the bounded solve clips its scatter."""
     fc, est = damp.free, sc.est
-    tq = scipy.stats.t.isf((1 - level) / 2, np.maximum(np.nan_to_num(spread.dof[fc], nan=1.0), 1.0))
+    tq = t_isf((1 - level) / 2, np.maximum(np.nan_to_num(spread.dof[fc], nan=1.0), 1.0))
     lo_end, hi_end = est[fc] - tq * std[fc], est[fc] + tq * std[fc]
     past = np.isfinite(std[fc]) & ((lo_end < sc.lo[fc]) | (hi_end > sc.hi[fc]))
     for q in fc[past]:
