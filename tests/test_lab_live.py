@@ -18,6 +18,8 @@ import pytest
 
 from daq.bus.frames import Event, Frame
 from daq.lab import layout
+from daq.lab.checks import frame_rows
+from daq.lab.layout import frames_rows
 from daq.lab.live import live_rows
 from daq.lab.marks import replicas
 from daq.lab.reader import LabReader
@@ -671,3 +673,34 @@ def test_the_final_push_verifies_what_the_forwarder_wrote_in_place_and_deletes_n
             assert w.start == v.start and np.array_equal(w.data, v.data)
     again = push_sessions(store, lab.url, lab.key, [rec.sid], say=lambda line: None)
     assert [r.state for r in again] == ["already"] and deleted == []
+
+
+@pytest.mark.timeout(300)
+def test_a_live_table_and_chunk_a_killed_forwarder_left_broken_are_written_again_by_the_push(lab, tmp_path):
+    """A forwarder killed between making a live CSV table and writing it leaves a file the lab cannot read
+    (it answers 500), and one killed mid-write a short array chunk. The push that completes the session
+    writes those again instead of failing on reading them (CI saw `500 ... /table/full/<id>/press.force/
+    frames` after a rig killed mid-run)."""
+    from daq.lab.live import Forwarder
+    from daq.lab.replicate import push_sessions
+
+    store = tmp_path / "hil.sqlite"
+    rec = Recording(store)
+    rec.record(30)
+    with SessionReader(store, recover=False) as r:
+        fwd = Forwarder(store, rec.sid, lab.url, lab.key)
+        assert any(fwd.step(r, r.get_session(rec.sid)) for _ in range(20))
+    (csv,) = (lab.data / "data" / rec.sid / "press.force" / "frames").glob("partition-*.csv")
+    csv.write_bytes(b"")  # made, its first write never landed: the lab cannot read it (500)
+    chunks = sorted((lab.data / "data" / rec.sid / "press.force" / "data").rglob("c/1/*"))
+    assert chunks, "the live data array's second block is on the lab's disk"
+    chunks[0].write_bytes(b"\0\1")  # a chunk file a killed write left short: the lab cannot read it either
+    rec.end("incomplete", "the rig stopped")
+    results = push_sessions(store, lab.url, lab.key, [rec.sid], say=lambda line: None)
+    assert [r.state for r in results] == ["pushed"], [r.line() for r in results]
+    assert_verified_as_local(lab.url, lab.key, store, rec.sid, status="incomplete")
+    want = frames_rows(frame_rows(store, rec.sid, "press.force"))
+    with LabReader(lab.url, lab.key) as rem:
+        got = rem.frames_table(rec.sid, "press.force")
+    for name, col in want.items():
+        np.testing.assert_array_equal(got[name], col)

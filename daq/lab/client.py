@@ -59,6 +59,21 @@ def _http(node):
     return node.context.http_client, handle_error, retry_context
 
 
+def _get(node, url: str, retries: bool, **kwargs):
+    """A GET of ``url`` answered 2xx or 304 (else the client's error), with Tiled's retries or one try."""
+    http, handle_error, retry_context = _http(node)
+    if not retries:
+        resp = http.get(url, **kwargs)
+        return resp if resp.status_code == 304 else handle_error(resp)
+    for attempt in retry_context():
+        with attempt:
+            resp = http.get(url, **kwargs)
+            if resp.status_code == 304:
+                return resp
+            handle_error(resp)
+    return resp
+
+
 class _BlockArrayMixin:
     """An array node written and checked block by block."""
 
@@ -73,21 +88,15 @@ class _BlockArrayMixin:
             with attempt:
                 handle_error(http.put(url, content=payload, headers={"Content-Type": OCTET_STREAM}))
 
-    def rows_match(self, values: np.ndarray, start: int) -> bool:
+    def rows_match(self, values: np.ndarray, start: int, retries: bool = True) -> bool:
         """True when the lab stores exactly ``values`` as rows ``start:start+len(values)``: one request for
         many blocks (Tiled answers a sliced read with an ETag too: a 304 to their hash, else the rows as
-        served, compared here)."""
-        http, handle_error, retry_context = _http(self)
+        served, compared here). ``retries``: Tiled's retries of a failed request (else one try)."""
         values = np.ascontiguousarray(values)
-        params = {"slice": f"{start}:{start + len(values)}"}
-        headers = {"Accept": OCTET_STREAM, "If-None-Match": block_token(values)}
-        for attempt in retry_context():
-            with attempt:
-                resp = http.get(self.item["links"]["full"], params=params, headers=headers)
-                if resp.status_code == 304:
-                    return True
-                handle_error(resp)
-        return resp.content == values.tobytes()
+        rows = {"slice": f"{start}:{start + len(values)}"}
+        resp = _get(self, self.item["links"]["full"], retries, params=rows,
+                    headers={"Accept": OCTET_STREAM, "If-None-Match": block_token(values)})
+        return resp.status_code == 304 or resp.content == values.tobytes()
 
     def write_rows(self, values: np.ndarray, offset: int, timeout: float | None = None,
                    retries: bool = True) -> tuple[int, ...]:
@@ -109,19 +118,15 @@ class _BlockArrayMixin:
                 resp = handle_error(http.patch(self.item["links"]["full"], **kwargs))
         return tuple(resp.json()["shape"])
 
-    def block_matches(self, values: np.ndarray, block: tuple[int, ...], token: str | None = None) -> bool:
+    def block_matches(self, values: np.ndarray, block: tuple[int, ...], token: str | None = None,
+                      retries: bool = True) -> bool:
         """True when the lab stores exactly ``values`` as block ``block``: a 304 to the block's token, or
-        else the block's bytes as served, compared here."""
-        http, handle_error, retry_context = _http(self)
+        else the block's bytes as served, compared here. ``retries``: as in :meth:`rows_match`."""
         values = np.ascontiguousarray(values)
-        url = self.item["links"]["block"].format(*block)
-        headers = {"Accept": OCTET_STREAM, "If-None-Match": token or block_token(values)}
-        for attempt in retry_context():
-            with attempt:
-                resp = http.get(url, headers=headers)
-                if resp.status_code == 304:
-                    return True
-                handle_error(resp)
+        resp = _get(self, self.item["links"]["block"].format(*block), retries,
+                    headers={"Accept": OCTET_STREAM, "If-None-Match": token or block_token(values)})
+        if resp.status_code == 304:
+            return True
         same = resp.content == values.tobytes()
         if same:  # learn how this server spells the dtype, for the next blocks
             etag = resp.headers.get("ETag")
@@ -162,13 +167,10 @@ class _ArrowTableMixin:
         handle_error(http.patch(url, content=arrow_file_bytes(table), headers={"Content-Type": ARROW_FILE},
                                 **kwargs))
 
-    def read_arrow(self):
+    def read_arrow(self, retries: bool = True):
         import pyarrow as pa  # lazy: as above
 
-        http, handle_error, retry_context = _http(self)
-        for attempt in retry_context():
-            with attempt:
-                resp = handle_error(http.get(self.item["links"]["full"], headers={"Accept": ARROW_FILE}))
+        resp = _get(self, self.item["links"]["full"], retries, headers={"Accept": ARROW_FILE})
         return pa.ipc.open_file(io.BytesIO(resp.content)).read_all()
 
 

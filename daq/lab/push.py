@@ -20,6 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ from daq.lab.checks import (
     table_sha256,
 )
 from daq.lab.connect import from_client_error
-from daq.lab.digests import ETAG_KEY, SHA_KEY
+from daq.lab.digests import ETAG_KEY, SHA_KEY, unreadable
 from daq.lab.local_analyses import local_analysis, newer
 from daq.lab.marks import Marks
 from daq.lab.names import Refused, check_session_id, check_stream_name
@@ -359,7 +360,7 @@ class Pusher:
                 continue
             part = self.store.read_range(sid, si.name, a, b)
             values = np.ascontiguousarray(part.t, dtype="<f8") if axis == "t" else part.data
-            if arr.rows_match(values, a):
+            if _holds(arr, partial(arr.rows_match, values, a, retries=False)):  # a broken chunk: no retries
                 for i in blocks:
                     self.marks.block_done(sid, self.lab, name, i)
                     done.add(i)
@@ -373,7 +374,9 @@ class Pusher:
 
     def _check_block(self, arr, values: np.ndarray, block: tuple[int, ...], token: str | None = None) -> int:
         """A block of an adopted array: written only when the lab does not hold exactly these bytes."""
-        return 0 if arr.block_matches(values, block, token) else self._write_block(arr, values, block, token)
+        if _holds(arr, partial(arr.block_matches, values, block, token, retries=False)):
+            return 0
+        return self._write_block(arr, values, block, token)
 
     def _append_block(self, arr, values: np.ndarray, start: int, block: tuple[int, ...],
                       token: str | None) -> int:
@@ -432,10 +435,14 @@ class Pusher:
         if not existing.metadata.get("live"):
             return table_holds(parent, key, rows, sha)
         try:
-            table = existing.read_arrow()
+            table = existing.read_arrow(retries=False)  # a table left broken errs at once: written again
             there = from_arrow(table, list(columns))
         except ValueError:  # a column that cannot be ours
             return False
+        except Exception as exc:  # noqa: BLE001 - a table the lab cannot read (a forwarder killed mid-append
+            if unreadable(existing, exc):  # leaves a broken last line): written again whole
+                return False
+            raise
         have = table.num_rows
         if have > rows or table_sha256(there) != table_sha256({k: v[:have] for k, v in columns.items()}):
             return False
@@ -463,6 +470,17 @@ class Pusher:
                 self.marks.forget(info.id, self.lab, [f"{name}/{n}" for n in parts_of])
                 raise LabError(f"session {info.id}: the lab's copy of {name} differs from the local one; "
                                "push again")
+
+
+def _holds(node, ask: Callable[[], bool]) -> bool:
+    """``ask()``, where a part the lab cannot read (a chunk a killed forwarder left broken: the server errs)
+    counts as not held - it is written again - and any other failure is raised."""
+    try:
+        return ask()
+    except Exception as exc:  # noqa: BLE001 - the client's HTTP errors
+        if unreadable(node, exc):
+            return False
+        raise
 
 
 def regular_chunks(n: int, rows: int) -> tuple[int, ...]:
