@@ -80,6 +80,19 @@ def forwarder(store: Path, sid: str, url: str, key: str) -> subprocess.Popen:
                             env={**os.environ, "PYTHONPATH": str(ROOT), "HIL_LAB_KEY": key})
 
 
+def forwarded_in_process(store: Path, lab, frames: int = 30) -> Recording:
+    """A recording of ``frames`` frames, streamed into ``lab`` by a forwarder in this process until the lab
+    holds all of it (the recording goes on, unended)."""
+    from daq.lab.live import Forwarder
+
+    rec = Recording(store)
+    rec.record(frames)
+    with SessionReader(store, recover=False) as r:
+        fwd = Forwarder(store, rec.sid, lab.url, lab.key)
+        assert any(fwd.step(r, r.get_session(rec.sid)) for _ in range(20))
+    return rec
+
+
 def lab_node(url: str, key: str, sid: str):
     from tiled.client import from_uri
 
@@ -622,7 +635,6 @@ def test_the_final_push_verifies_what_the_forwarder_wrote_in_place_and_deletes_n
     Before, it deleted every live array and table and wrote them again, so a reader following the
     session lost its streams, or read zeros, while the push ran."""
     from daq.lab import push as push_module
-    from daq.lab.live import Forwarder
     from daq.lab.replicate import push_sessions
     from tests.test_lab import hil
 
@@ -635,11 +647,7 @@ def test_the_final_push_verifies_what_the_forwarder_wrote_in_place_and_deletes_n
 
     monkeypatch.setattr(push_module, "delete", recorded_delete)
     store = tmp_path / "hil.sqlite"
-    rec = Recording(store)
-    rec.record(30)
-    with SessionReader(store, recover=False) as r:
-        fwd = Forwarder(store, rec.sid, lab.url, lab.key)
-        assert any(fwd.step(r, r.get_session(rec.sid)) for _ in range(20))
+    rec = forwarded_in_process(store, lab)
     live = {s: lab_node(lab.url, lab.key, rec.sid)[s].metadata["chunk_rows"] for s in ("press.force",)}
     assert lab_rows(lab.url, lab.key, rec.sid, "press.force") == 30 * N
     from daq.lab.client import push_structure_clients
@@ -681,15 +689,10 @@ def test_a_live_table_and_chunk_a_killed_forwarder_left_broken_are_written_again
     (it answers 500), and one killed mid-write a short array chunk. The push that completes the session
     writes those again instead of failing on reading them (CI saw `500 ... /table/full/<id>/press.force/
     frames` after a rig killed mid-run)."""
-    from daq.lab.live import Forwarder
     from daq.lab.replicate import push_sessions
 
     store = tmp_path / "hil.sqlite"
-    rec = Recording(store)
-    rec.record(30)
-    with SessionReader(store, recover=False) as r:
-        fwd = Forwarder(store, rec.sid, lab.url, lab.key)
-        assert any(fwd.step(r, r.get_session(rec.sid)) for _ in range(20))
+    rec = forwarded_in_process(store, lab)
     (csv,) = (lab.data / "data" / rec.sid / "press.force" / "frames").glob("partition-*.csv")
     csv.write_bytes(b"")  # made, its first write never landed: the lab cannot read it (500)
     chunks = sorted((lab.data / "data" / rec.sid / "press.force" / "data").rglob("c/1/*"))
