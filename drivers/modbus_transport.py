@@ -15,7 +15,8 @@ later reading would be one request behind. On RTU this class therefore:
 - counts the replies it is owed (one per timed-out or cancelled request) and, before the next request,
   waits up to ``drain_time`` for them, discarding each as it arrives (seen through pymodbus' ``trace_pdu``
   hook while no request is in flight); replies still missing after ``drain_time`` are taken as lost;
-- waits the RTU inter-frame silence (3.5 characters, at least 1.75 ms) after the last received byte;
+- waits the RTU inter-frame silence (3.5 characters, at least 1.75 ms; the link's ``silence`` if set) after
+  the last received byte;
 - discards a reply that does not match its request and waits for a proper one on a drained line.
 The remaining assumption is the Modbus one: a slave answers within ``timeout + drain_time`` or not at all.
 
@@ -90,7 +91,9 @@ class ModbusSettings(Settings, kw_only=True):
     "socket://host:port" gateway; ``baudrate``); ``device_id`` the unit id; ``timeout`` s per attempt,
     ``retries`` extra attempts; ``connect_timeout`` s spent reconnecting before giving up, with backoff from
     ``backoff_initial`` doubling to ``backoff_max``; RTU ``drain_time`` s a late reply is awaited after a
-    timeout (default 2 x timeout)."""
+    timeout (default 2 x timeout); RTU ``silence`` s of quiet line kept before each request (default: the
+    Modbus RTU rule, 3.5 characters at ``baudrate`` and at least 1.75 ms; 0 only for a link with no serial
+    line behind it, as a simulated device answering on a loopback socket)."""
 
     protocol: Literal["modbus_tcp", "modbus_rtu"] = "modbus_tcp"
     host: NonEmpty = "127.0.0.1"
@@ -104,6 +107,7 @@ class ModbusSettings(Settings, kw_only=True):
     backoff_initial: Annotated[float, Meta(gt=0, le=10.0)] = 0.05
     backoff_max: Annotated[float, Meta(gt=0, le=60.0)] = 1.0
     drain_time: Annotated[float, Meta(ge=0, le=60.0)] | None = None
+    silence: Annotated[float, Meta(ge=0, le=1.0)] | None = None  # s; None: the RTU rule at the baudrate
     model: str = "unknown"
     expect: dict[str, str] = msgspec.field(default_factory=dict)  # identity (FC43) it must answer with
 
@@ -111,6 +115,9 @@ class ModbusSettings(Settings, kw_only=True):
         if self.protocol == "modbus_rtu" and not self.url:
             raise InvalidSetting("url", "required for protocol 'modbus_rtu' (the serial line, e.g. "
                                         "/dev/ttyUSB0)")
+        if self.silence is not None and self.protocol != "modbus_rtu":
+            raise InvalidSetting("silence", "the inter-frame silence belongs to a serial line: only for "
+                                            "protocol 'modbus_rtu'")
         for key in self.expect:
             if key not in IDENTITY_OBJECTS.values():
                 raise InvalidSetting(f"expect.{key}", "not a device identification object (known: "
@@ -191,7 +198,9 @@ class ModbusTransport:
         self._watchdog: asyncio.TimerHandle | None = None
         self._watchdog_loop: asyncio.AbstractEventLoop | None = None
         # RTU line state (kept across reconnects: it belongs to the line, not to the client object)
-        self.silence = max(3.5 * 11.0 / self.baudrate, 1.75e-3) if self.rtu else 0.0
+        # s of quiet line before a request: 3.5 characters (11 bits each), at least 1.75 ms (Modbus RTU rule)
+        rule = max(3.5 * 11.0 / self.baudrate, 1.75e-3)
+        self.silence = (rule if cfg.silence is None else cfg.silence) if self.rtu else 0.0
         self._in_flight = False
         self._owed = 0  # replies to timed-out requests that may still arrive
         self._owed_since = 0.0  # loop time of the last timeout

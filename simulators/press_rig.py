@@ -155,6 +155,8 @@ class PressRig:
                     dcfg["host"], dcfg["port"] = dev.server.host, dev.port  # type: ignore[union-attr]
                 else:
                     dcfg["url"] = dev.url
+                if dcfg.get("protocol") == "modbus_rtu":  # RTU framing on a loopback socket, no serial line:
+                    dcfg.setdefault("silence", 0.0)       # no characters on a wire to keep apart
         return out
 
     async def __aenter__(self) -> PressRig:

@@ -133,6 +133,8 @@ class ScriptedModbusRtuDevice(_ScriptedDevice):
         self.stall = stall
         self.value_of = value_of
         self.n_answered = 0
+        self.quiet: list[float] = []  # s from each answer sent to the next request received
+        self._answered_at: float | None = None
 
     @property
     def url(self) -> str:
@@ -149,6 +151,8 @@ class ScriptedModbusRtuDevice(_ScriptedDevice):
                 while (frame := _cut(buf)) is not None:
                     buf = buf[len(frame):]
                     if frame and _crc(frame[:-2]) == frame[-2:]:
+                        if self._answered_at is not None:
+                            self.quiet.append(asyncio.get_running_loop().time() - self._answered_at)
                         await queue.put((*self._next_mode(), frame))
         finally:
             worker.cancel()
@@ -160,6 +164,7 @@ class ScriptedModbusRtuDevice(_ScriptedDevice):
             if req[0] != self.device_id:
                 continue  # another slave's request: stay silent
             body = bytes([req[0]]) + scripted_pdu(mode, req[1:-2], n, self.value_of)
+            self._answered_at = asyncio.get_running_loop().time()
             writer.write(body + _crc(body))
             await writer.drain()
             self.n_answered += 1

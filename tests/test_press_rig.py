@@ -69,6 +69,12 @@ async def test_rig_endpoints_and_device_config(rig):
     for name in SENSOR_NAMES:
         assert dc["sensors"][name]["url"] == endpoints[name] and not endpoints[name].endswith(":0")
     assert rig.config["devices"]["force_source"]["port"] == 0  # the input config is not modified
+    # the simulated RTU sensors answer on a loopback socket, with no serial line to rest between frames; the
+    # real template keeps the Modbus RTU rule (no silence key: 3.5 characters at its baudrate)
+    rtu = [n for n in SENSOR_NAMES if dc["sensors"][n]["protocol"] == "modbus_rtu"]
+    assert rtu and all(open_sensor(n, dc["sensors"][n]).transport.silence == 0.0 for n in rtu)
+    real = tomllib.loads((CONFIG.parent / "press.toml").read_text())["devices"]["sensors"]
+    assert all("silence" not in real[n] and real[n]["protocol"] == "modbus_rtu" for n in rtu)
 
 
 async def test_force_drives_the_plant_seen_by_the_sensors(rig):

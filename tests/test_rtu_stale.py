@@ -134,3 +134,30 @@ async def test_force_and_pressure_are_never_swapped_on_rtu(slave):
     finally:
         await drv.close()
     assert polls >= 7 and wrong == 0
+
+
+@pytest.mark.parametrize("silence", [None, 0.05])
+async def test_the_line_rests_its_inter_frame_silence_before_every_request(silence):
+    """The Modbus RTU rule by default (3.5 characters at 19200 baud: 2.0 ms), or the link's ``silence``: no
+    request reaches the slave sooner than that after its last answer went out."""
+    slave = await _started(["ok"] * 12, stall=0.0)
+    rmap = {"displacement": {"table": "input", "address": 0, "type": "float32", "scale": 1e-6}}
+    link = {} if silence is None else {"silence": silence}
+    drv = open_sensor("D_vertical", {"protocol": "modbus_rtu", "url": slave.url, "registers": rmap,
+                                     "range": [-0.005, 0.005], **DRIVER, **link})
+    try:
+        await drv.read_many(12)
+    finally:
+        await drv.close()
+        await slave.stop()
+    expected = 0.05 if silence is not None else 3.5 * 11 / 19200
+    assert len(slave.quiet) == 11 and min(slave.quiet) >= expected
+
+
+def test_silence_is_a_serial_line_setting():
+    """A TCP device has no line to rest: ``silence`` there is refused in one line, before anything opens."""
+    from drivers.settings import InvalidSetting
+
+    rmap = {"displacement": {"table": "input", "address": 0, "type": "float32"}}
+    with pytest.raises(InvalidSetting, match="silence.*only for protocol 'modbus_rtu'"):
+        open_sensor("D_vertical", {"protocol": "modbus_tcp", "port": 1502, "registers": rmap, "silence": 0.0})
