@@ -15,8 +15,7 @@ later reading would be one request behind. On RTU this class therefore:
 - counts the replies it is owed (one per timed-out or cancelled request) and, before the next request,
   waits up to ``drain_time`` for them, discarding each as it arrives (seen through pymodbus' ``trace_pdu``
   hook while no request is in flight); replies still missing after ``drain_time`` are taken as lost;
-- waits the RTU inter-frame silence (3.5 characters, at least 1.75 ms; the link's ``silence`` if set) after
-  the last received byte;
+- waits the RTU inter-frame silence (3.5 characters, >= 1.75 ms; or ``silence``) after the last byte in;
 - discards a reply that does not match its request and waits for a proper one on a drained line.
 The remaining assumption is the Modbus one: a slave answers within ``timeout + drain_time`` or not at all.
 
@@ -91,9 +90,8 @@ class ModbusSettings(Settings, kw_only=True):
     "socket://host:port" gateway; ``baudrate``); ``device_id`` the unit id; ``timeout`` s per attempt,
     ``retries`` extra attempts; ``connect_timeout`` s spent reconnecting before giving up, with backoff from
     ``backoff_initial`` doubling to ``backoff_max``; RTU ``drain_time`` s a late reply is awaited after a
-    timeout (default 2 x timeout); RTU ``silence`` s of quiet line kept before each request (default: the
-    Modbus RTU rule, 3.5 characters at ``baudrate`` and at least 1.75 ms; 0 only for a link with no serial
-    line behind it, as a simulated device answering on a loopback socket)."""
+    timeout (default 2 x timeout); RTU ``silence`` s of quiet line before a request (default: 3.5 characters
+    at ``baudrate``, >= 1.75 ms; 0 only with no serial line behind the link, as a simulator on loopback)."""
 
     protocol: Literal["modbus_tcp", "modbus_rtu"] = "modbus_tcp"
     host: NonEmpty = "127.0.0.1"
@@ -116,8 +114,7 @@ class ModbusSettings(Settings, kw_only=True):
             raise InvalidSetting("url", "required for protocol 'modbus_rtu' (the serial line, e.g. "
                                         "/dev/ttyUSB0)")
         if self.silence is not None and self.protocol != "modbus_rtu":
-            raise InvalidSetting("silence", "the inter-frame silence belongs to a serial line: only for "
-                                            "protocol 'modbus_rtu'")
+            raise InvalidSetting("silence", "only for protocol 'modbus_rtu' (a serial line's rest)")
         for key in self.expect:
             if key not in IDENTITY_OBJECTS.values():
                 raise InvalidSetting(f"expect.{key}", "not a device identification object (known: "
@@ -198,8 +195,7 @@ class ModbusTransport:
         self._watchdog: asyncio.TimerHandle | None = None
         self._watchdog_loop: asyncio.AbstractEventLoop | None = None
         # RTU line state (kept across reconnects: it belongs to the line, not to the client object)
-        # s of quiet line before a request: 3.5 characters (11 bits each), at least 1.75 ms (Modbus RTU rule)
-        rule = max(3.5 * 11.0 / self.baudrate, 1.75e-3)
+        rule = max(3.5 * 11.0 / self.baudrate, 1.75e-3)  # s: 3.5 characters of 11 bits, at least 1.75 ms
         self.silence = (rule if cfg.silence is None else cfg.silence) if self.rtu else 0.0
         self._in_flight = False
         self._owed = 0  # replies to timed-out requests that may still arrive

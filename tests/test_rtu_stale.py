@@ -159,5 +159,5 @@ def test_silence_is_a_serial_line_setting():
     from drivers.settings import InvalidSetting
 
     rmap = {"displacement": {"table": "input", "address": 0, "type": "float32"}}
-    with pytest.raises(InvalidSetting, match="silence.*only for protocol 'modbus_rtu'"):
+    with pytest.raises(InvalidSetting, match="silence.*only for protocol .modbus_rtu."):
         open_sensor("D_vertical", {"protocol": "modbus_tcp", "port": 1502, "registers": rmap, "silence": 0.0})

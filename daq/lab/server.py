@@ -8,6 +8,7 @@ with a role (viewer, operator, admin: :mod:`daq.lab.people`); the first start ma
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import signal
@@ -108,7 +109,36 @@ def build_lab_app(opts: ServeOptions, auth_uri: str):
     app = build_app(tree, people_server.authentication(), people_server.server_settings(auth_uri))
     people_server.record_changes(app, auth_uri, opts.data_dir / people_server.CHANGES_FILE)
     mount_page(app, HostCheck(opts.host), secure=opts.tls)  # the lab's own page at /lab/ (daq/lab/page.py)
+    serve_without_settings_override(app)
     return app
+
+
+def serve_without_settings_override(app) -> None:
+    """While the server runs, drop Tiled's one dependency override (``get_settings``) when it is redundant.
+
+    FastAPI rebuilds every dependency of every request - signatures inspected again - while any override is
+    set (fastapi/fastapi#14441): a third of the lab server's CPU per request. Tiled's override applies the
+    server's settings to the very object its cached ``get_settings()`` returns, so once called it changes
+    nothing; it is dropped only when that holds, and put back for Tiled's shutdown, which looks it up."""
+    from tiled.server.settings import get_settings  # lazy: as build_lab_app
+
+    tiled_lifespan = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        async with tiled_lifespan(app) as state:
+            overrides = app.dependency_overrides
+            override = overrides.get(get_settings)
+            redundant = override is not None and override() is get_settings() and len(overrides) == 1
+            if redundant:
+                del app.dependency_overrides[get_settings]
+            try:
+                yield state
+            finally:
+                if redundant:
+                    app.dependency_overrides[get_settings] = override
+
+    app.router.lifespan_context = lifespan
 
 
 def init_catalog(uri: str) -> None:
