@@ -14,12 +14,13 @@ Besides the rate, each side's CPU time per message is reported (process CPU, Zer
 included): on a machine shared with other jobs the rates move with the load, the CPU per message much
 less, and it shows which side costs what. The load average is printed before and after.
 
-At 80 kB the receive side of both is dominated by page faults in ZeroMQ's I/O thread (glibc hands the
+At 80 kB the receive side of both was dominated by page faults in ZeroMQ's I/O thread (glibc hands the
 freed message buffers back to the OS and the next message faults fresh pages in; benchmarks/README.md,
-issue 44): ``GLIBC_TUNABLES=glibc.malloc.trim_threshold=67108864:glibc.malloc.mmap_threshold=33554432``
-in the environment of the whole command takes that churn out for both sides alike (printed when set).
+issue 44). The ``hil`` command keeps freed heap for reuse (:mod:`daq.bus.allocator`); this benchmark applies
+the same setting to every process of both sides alike (receivers here, senders spawned), or none of them
+with ``--glibc-defaults``.
 
-    .venv/bin/python benchmarks/bench_bus.py [--repeat 3]
+    .venv/bin/python benchmarks/bench_bus.py [--repeat 3] [--glibc-defaults]
 """
 
 from __future__ import annotations
@@ -50,9 +51,18 @@ def make_frame(payload_bytes: int, seq: int = 0):
 # ----------------------------------------------------------------------------- senders (child process)
 
 
-def plain_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int, cpu_q: mp.Queue) -> None:
+def _allocator(keep: bool) -> None:
+    """The allocator setting of a ``hil`` process (both sides alike), unless --glibc-defaults."""
+    if keep:
+        from daq.bus.allocator import keep_freed_heap
+
+        keep_freed_heap()
+
+
+def plain_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int, cpu_q: mp.Queue, keep: bool) -> None:
     from daq.bus.frames import encode
 
+    _allocator(keep)
     parts = [bytes(p) for p in encode(make_frame(payload_bytes))]
     ctx = zmq.Context()
     sock = ctx.socket(zmq.XPUB)
@@ -75,9 +85,10 @@ def plain_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int, cpu_q: mp.Que
     ctx.term()
 
 
-def ours_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int, cpu_q: mp.Queue) -> None:
+def ours_sender(endpoint_q: mp.Queue, payload_bytes: int, n: int, cpu_q: mp.Queue, keep: bool) -> None:
     from daq.bus.pubsub import BusPublisher
 
+    _allocator(keep)
     frame = make_frame(payload_bytes)
 
     async def go():
@@ -139,12 +150,12 @@ def ours_receive(endpoint: str, n: int) -> tuple[float, float]:
     return asyncio.run(go())
 
 
-def run_once(kind: str, payload_bytes: int, n: int) -> tuple[float, float, float]:
+def run_once(kind: str, payload_bytes: int, n: int, keep: bool) -> tuple[float, float, float]:
     """Messages per second, and the sender's and receiver's CPU microseconds per message."""
     ctx = mp.get_context("spawn")
     q, cpu_q = ctx.Queue(), ctx.Queue()
     sender = ours_sender if kind == "ours" else plain_sender
-    p = ctx.Process(target=sender, args=(q, payload_bytes, n, cpu_q))
+    p = ctx.Process(target=sender, args=(q, payload_bytes, n, cpu_q, keep))
     p.start()
     endpoint = q.get(timeout=30)
     if kind == "ours":
@@ -159,8 +170,13 @@ def run_once(kind: str, payload_bytes: int, n: int) -> tuple[float, float, float
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3, help="runs per case (median reported)")
+    ap.add_argument("--glibc-defaults", action="store_true",
+                    help="leave glibc's allocator as it is on both sides (default: hil's setting on both)")
     args = ap.parse_args()
+    keep = not args.glibc_defaults
+    _allocator(keep)  # the receivers run in this process
     print("load average", " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print("allocator:", "hil's (daq/bus/allocator.py), both sides" if keep else "glibc defaults, both sides")
     if os.environ.get("GLIBC_TUNABLES"):  # both sides: the senders are spawned with this environment too
         print("GLIBC_TUNABLES", os.environ["GLIBC_TUNABLES"])
     print(f"{'payload':>8} {'impl':>6} {'msg/s':>10} {'MB/s':>9} {'ours/plain':>11} {'ours/raw':>9} "
@@ -169,7 +185,7 @@ def main() -> None:
         runs: dict[str, list[tuple[float, float, float]]] = {"raw": [], "plain": [], "ours": []}
         for _ in range(args.repeat):  # interleaved, so that load from other processes hits both alike
             for kind in runs:
-                runs[kind].append(run_once(kind, payload, n))
+                runs[kind].append(run_once(kind, payload, n, keep))
         med = {kind: [statistics.median(col) for col in zip(*r, strict=True)] for kind, r in runs.items()}
         for kind in ("raw", "plain", "ours"):
             rate, send_cpu, recv_cpu = med[kind]

@@ -113,8 +113,8 @@ class ModbusSettings(Settings, kw_only=True):
         if self.protocol == "modbus_rtu" and not self.url:
             raise InvalidSetting("url", "required for protocol 'modbus_rtu' (the serial line, e.g. "
                                         "/dev/ttyUSB0)")
-        if self.silence is not None and self.protocol != "modbus_rtu":
-            raise InvalidSetting("silence", "only for protocol 'modbus_rtu' (a serial line's rest)")
+        if self.silence is not None and self.protocol != "modbus_rtu":  # a serial line's rest between frames
+            raise InvalidSetting("silence", "only for protocol 'modbus_rtu'")
         for key in self.expect:
             if key not in IDENTITY_OBJECTS.values():
                 raise InvalidSetting(f"expect.{key}", "not a device identification object (known: "
@@ -126,7 +126,6 @@ class ModbusSettings(Settings, kw_only=True):
         if self.protocol == "modbus_rtu":
             return f"modbus-rtu:{self.url}/{self.device_id}"
         return f"modbus-tcp://{self.host}:{self.port}/{self.device_id}"
-
 
 
 class _Read:
@@ -196,7 +195,7 @@ class ModbusTransport:
         self._watchdog_loop: asyncio.AbstractEventLoop | None = None
         # RTU line state (kept across reconnects: it belongs to the line, not to the client object)
         rule = max(3.5 * 11.0 / self.baudrate, 1.75e-3)  # s: 3.5 characters of 11 bits, at least 1.75 ms
-        self.silence = (rule if cfg.silence is None else cfg.silence) if self.rtu else 0.0
+        self.silence = (rule if cfg.silence is None else cfg.silence) if self._rtu else 0.0
         self._in_flight = False
         self._owed = 0  # replies to timed-out requests that may still arrive
         self._owed_since = 0.0  # loop time of the last timeout

@@ -42,7 +42,7 @@ def test_the_lab_serves_without_dependency_overrides_and_with_its_own_settings(t
                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr[-2000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen["before"] == ["get_settings"] and seen["after"] == ["get_settings"]  # Tiled's, for its shutdown
+    assert seen["before"] == seen["after"] == ["get_settings"]  # Tiled's own, back for its shutdown
     assert seen["during"] == []  # nothing left for FastAPI to rebuild per request
     # what Tiled's override applied is what requests see: the people's database, no anonymous access
     assert seen["database"] == seen["uri"] and seen["anonymous"] is False

@@ -15,6 +15,7 @@ import sys
 
 import click
 
+from daq.bus.allocator import keep_freed_heap
 from daq.cli import bus, design, devices, keys, lab, lab_keys, lab_verify, rig, serve, sessions, uff, watch
 from daq.cli.common import LAB_KEY_HELP, CliState, OneLineError, exit_code, quiet_broken_pipe
 from daq.config.load import ENV_STORE, default_store_path
@@ -65,6 +66,7 @@ def main(ctx: click.Context, store_option: str | None, config_path: str | None, 
     )
     if not verbose:  # pymodbus logs hex dumps of recent frames with every client error; ours say it in words
         logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
+    keep_freed_heap()  # large bus messages reuse freed buffers, no page faults (daq/bus/allocator.py)
     ctx.obj = CliState(store_option, config_path, lab_key_file=lab_key_file)
     if config_path is not None:
         _ = ctx.obj.config  # fail early and clearly on a malformed config
