@@ -39,7 +39,8 @@ def _free_port() -> int:
 
 
 def hil_lab_serve(tree: str, folder: Path) -> tuple[subprocess.Popen, str, str]:
-    command = [sys.executable, "-m", "daq.cli.main", "lab", "serve", "--data", str(folder / "lab"), "--port", "0"]
+    command = [sys.executable, "-m", "daq.cli.main", "lab", "serve", "--data", str(folder / "lab"),
+               "--port", "0"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tree,
                             env={**os.environ, "PYTHONPATH": str(Path(tree).resolve())})
     assert proc.stdout is not None
