@@ -35,8 +35,9 @@ def test_my_press_plan_runs_to_its_end_and_leaves_the_press_safe(hil_sim):
 
 
 def test_a_lost_force_source_heartbeat_ends_my_plan_safe(hil_sim):
-    # the simulated source's watchdog far shorter than the driver's heartbeat: the source faults mid-plan
-    fault = {"simulator": {"force_source": {"watchdog_timeout": 0.01}}}
+    # the simulated source's watchdog (1 ms, real time) far shorter than any gap between the driver's writes
+    # (a heartbeat after every force frame, every few ms even at speed 10): the source faults mid-plan
+    fault = {"simulator": {"force_source": {"watchdog_timeout": 0.001}}}
     run = hil_sim(CONFIG, speed=10, overrides={**SHORT_PLAN, **fault})
     session = run.session
     assert session.status == "aborted" and "watchdog" in session.reason
