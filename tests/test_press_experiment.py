@@ -195,6 +195,48 @@ async def test_ctrl_c_once_finishes_the_step_twice_stops_now(tmp_path, presses):
     assert n_meas < 3 * 7
 
 
+class HeldBus:
+    """A bus whose publish waits until released: a recorder that fell behind on a loaded rig PC."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.held = 0  # frames waiting
+
+    def next_seq(self, stream: str) -> int:
+        return 0
+
+    async def publish(self, frame) -> None:
+        self.held += 1
+        await self.release.wait()
+
+
+async def test_a_frame_held_up_on_the_bus_does_not_starve_the_source_of_its_heartbeat():
+    """The heartbeat has a task of its own (every heartbeat_interval, 0.1 s here): while the acquisition's
+    first frame waits on the bus for three watchdog periods, the simulated source keeps its output on. It
+    used to be written after each published frame only, so the device's 0.4 s watchdog cut the output."""
+    cfg = short_config()
+    cfg["simulator"]["force_source"]["watchdog_timeout"] = 0.4
+    async with PressRig(cfg) as rig:
+        bus = HeldBus()
+        async with ForceSource({**rig.device_config()["force_source"], "heartbeat_interval": 0.1}) as source:
+            await source.enable()
+            acq = ForceAcquisition(source, bus, "test", rate=200.0, block=10)
+            task = asyncio.ensure_future(acq.run())
+            try:
+                await wait_until(lambda: bus.held == 1, timeout=30.0)
+                beats = rig.force_source.writes.get("heartbeat", 0)
+                # three watchdog periods of heartbeats while the frame is held (none came on the old code)
+                await wait_until(lambda: rig.force_source.writes.get("heartbeat", 0) >= beats + 12
+                                 or rig.force_source.fault_code != 0, timeout=60.0)
+                fault, enabled = rig.force_source.fault_code, rig.force_source.enabled
+                assert not task.done(), task
+            finally:
+                bus.release.set()
+                await acq.finish(timeout=10.0)
+                await source.safe_state()
+    assert fault == 0 and enabled
+
+
 async def test_slow_polls_keep_frames_and_heartbeats_at_the_pace_of_a_block():
     """Every request to the force source held 60 ms (its server's stall hook: a busy device, a loaded rig
     PC), so a poll of force and pressure takes >= 0.12 s instead of 5 ms. A frame used to wait for 10 such

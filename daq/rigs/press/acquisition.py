@@ -34,7 +34,9 @@ class ForceAcquisition:
     """Polls the force source at ``rate`` Hz and publishes blocks of (command, force, pressure): ``block``
     samples, or fewer when the polls fall behind the rate (a frame never spans more than a full block would).
 
-    A poll may fail once or twice on a busy line; ``max_failures`` failures in a row end the plan.
+    A poll may fail once or twice on a busy line; ``max_failures`` failures in a row end the plan. The
+    device's watchdog is fed by a task of its own every ``heartbeat_interval`` s; the status (fault bits)
+    is read after every frame.
     """
 
     def __init__(self, source, publisher: BusPublisher, session_id: str, rate: float = 200.0,
@@ -51,9 +53,9 @@ class ForceAcquisition:
                                     # too fast for this machine (inf: never)
         self._last = math.inf       # clock time of the last poll (none yet)
         # a frame goes out when it holds ``block`` samples or spans the time a full block spans at ``rate``,
-        # whichever comes first: on a slow line (a loaded machine, a busy device) frames and the heartbeat
-        # after each keep their pace instead of waiting for ``block`` slow polls (ten 0.1 s polls made a
-        # 1 s silence, which the correction's max_stall and the device's watchdog take for a dead source)
+        # whichever comes first: on a slow line (a loaded machine, a busy device) frames keep their pace
+        # instead of waiting for ``block`` slow polls (ten 0.1 s polls made a 1 s silence, which the
+        # correction's max_stall takes for a dead source)
         self._block_span = (block - 1) * self.period
         self._finish = asyncio.Event()
         self._finished = asyncio.Event()
@@ -63,10 +65,27 @@ class ForceAcquisition:
         stamps: list[float] = []
         next_t = self.clock.monotonic()
         failures = 0
+        beats = asyncio.create_task(self._heartbeats(), name="force source heartbeat")
         try:
-            await self._loop(rows, stamps, next_t, failures)
+            await self._loop(rows, stamps, next_t, failures, beats)
         finally:
+            self._finish.set()  # the heartbeat ends after the write in flight (none is left hanging)
+            await asyncio.gather(beats, return_exceptions=True)
             self._finished.set()
+
+    async def _heartbeats(self) -> None:
+        """Feed the device's watchdog every ``heartbeat_interval`` s of real time (the watchdog counts real
+        time), on its own schedule: a frame held up on the bus (a recorder lagging on a loaded PC) must not
+        starve a healthy source of its heartbeat; a stalled process still does, and the output goes off."""
+        interval = float(getattr(getattr(self.source, "settings", None), "heartbeat_interval", 0.2))
+        while not self._finish.is_set():
+            try:
+                await self.source.heartbeat()
+            except Exception as exc:
+                raise DeviceFault(*_where(self.source), f"force source lost: {exc}") from exc
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await self._finish.wait()
 
     async def finish(self, timeout: float = 2.0) -> None:
         """Stop after the poll in flight (no request is left hanging); publishes what was read."""
@@ -77,8 +96,10 @@ class ForceAcquisition:
         except TimeoutError:
             log.warning("force acquisition did not finish within %.1f s", timeout)
 
-    async def _loop(self, rows, stamps, next_t, failures) -> None:
+    async def _loop(self, rows, stamps, next_t, failures, beats: asyncio.Task) -> None:
         while not self._finish.is_set():
+            if beats.done():
+                beats.result()  # the heartbeat's DeviceFault ends the plan
             try:
                 asked = self.clock.time()
                 force = await self.source.read_force()
@@ -118,7 +139,6 @@ class ForceAcquisition:
 
     async def _check_status(self) -> None:
         try:
-            await self.source.heartbeat()
             status = await self.source.read_status()
         except Exception as exc:
             raise DeviceFault(*_where(self.source), f"force source lost: {exc}") from exc
