@@ -117,7 +117,7 @@ def serve_without_settings_override(app) -> None:
     """While the server runs, drop Tiled's one dependency override (``get_settings``) when it is redundant.
 
     FastAPI rebuilds every dependency of every request - signatures inspected again - while any override is
-    set (fastapi/fastapi#14441): a third of the lab server's CPU per request. Tiled's override applies the
+    set (fastapi/fastapi#14441): a fifth of the lab server's CPU per request. Tiled's override applies the
     server's settings to the very object its cached ``get_settings()`` returns, so once called it changes
     nothing; it is dropped only when that holds, and put back for Tiled's shutdown, which looks it up."""
     from tiled.server.settings import get_settings  # lazy: as build_lab_app
