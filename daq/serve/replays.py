@@ -163,6 +163,8 @@ class Replayer:
             self._thread_loop = self._pass_task = None
             if self.relay.replay is not None and self.relay.replay.get("id") == entry.id:
                 await self.relay.detach(entry.to_dict())
+            else:  # stopped or failed before it reached the relay: the browsers hear of its end all the same
+                self.relay.broadcast({"type": "replay", "state": "ended", "replay": entry.to_dict()})
             self.current, self.last = None, entry
 
     async def _attach(self, entry: ReplayEntry, endpoint: str) -> None:  # in the server's loop
@@ -191,6 +193,8 @@ class Replayer:
                 attach.close()
                 raise
             await asyncio.wrap_future(attached)
+            if self._stop.is_set():  # stopped before it reached the relay: no subscriber will come
+                return
             with contextlib.suppress(Exception):  # the relay subscribes in milliseconds; else publish anyway
                 await pub.wait_for_subscribers(1, SUBSCRIBER_WAIT_S)
                 await asyncio.sleep(0.05)
