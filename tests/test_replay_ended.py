@@ -33,6 +33,11 @@ def sent(client) -> list[dict]:
     return out
 
 
+def replays(msgs: list[dict], state: str) -> list[dict]:
+    """The replay entries of the live view's messages of ``state``."""
+    return [m["replay"] for m in msgs if m["type"] == "replay" and m["state"] == state]
+
+
 def idle_runner() -> SimpleNamespace:
     """What the replayer asks of the server's runner: no run queued or ending."""
     return SimpleNamespace(queue=SimpleNamespace(current=None), active=False)
@@ -46,8 +51,9 @@ async def test_a_replay_stopped_before_it_reached_the_relay_is_still_announced_a
     entry = await replayer.start(sid, speed=1.0, loop=True, by="tester")
     stopped = await replayer.stop("a queued run started")  # before its thread has attached to the relay
     assert stopped is entry and entry.status == "stopped" and replayer.current is None
-    ended = [m["replay"] for m in sent(browser) if m["type"] == "replay" and m["state"] == "ended"]
-    assert [(e["id"], e["status"], e["reason"]) for e in ended] == [(entry.id, "stopped", "a queued run started")]
+    ended = replays(sent(browser), "ended")
+    assert [(e["id"], e["status"], e["reason"]) for e in ended] == [
+        (entry.id, "stopped", "a queued run started")]
     assert relay.replay is None
 
 
@@ -63,6 +69,6 @@ async def test_a_replay_stopped_while_it_plays_is_announced_as_ended_once(tmp_pa
     assert relay.replay is not None and relay.replay["id"] == entry.id
     await replayer.stop()
     msgs = sent(browser)
-    assert [m["replay"]["id"] for m in msgs if m["type"] == "replay" and m["state"] == "started"] == [entry.id]
-    ended = [m["replay"] for m in msgs if m["type"] == "replay" and m["state"] == "ended"]
-    assert [(e["id"], e["status"], e["reason"]) for e in ended] == [(entry.id, "stopped", "stopped by the operator")]
+    assert [r["id"] for r in replays(msgs, "started")] == [entry.id]
+    assert [(e["id"], e["status"], e["reason"]) for e in replays(msgs, "ended")] == [
+        (entry.id, "stopped", "stopped by the operator")]
