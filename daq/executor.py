@@ -28,6 +28,8 @@ from typing import Any
 
 from threadpoolctl import threadpool_limits
 
+from identification.estimation.blas import BLAS_THREAD_VARIABLES, limit_blas_to_one_thread
+
 __all__ = ["Executor", "SerialExecutor", "LocalExecutor", "DaskExecutor", "make_executor", "one_blas_thread"]
 
 
@@ -64,20 +66,10 @@ class Executor:
         self.close()
 
 
-#: Thread-count variables that BLAS/OpenMP libraries read once, when they are loaded.
-BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
-                         "VECLIB_MAXIMUM_THREADS")
-
-
 def one_blas_thread() -> None:
-    """Make this process's BLAS single-threaded for good: the libraries already loaded now (threadpoolctl)
-    and those loaded later (their thread-count variables). ``threadpool_limits`` alone only reaches the
-    libraries loaded when it runs: a spawned worker loads numpy and scipy (each with its own OpenBLAS)
-    only when its first task arrives, so before this a pool of 2 ran 2 x 2 BLAS threads on 2 cores and
-    the crane screen burned ~5x the CPU."""
-    for name in BLAS_THREAD_VARIABLES:
-        os.environ[name] = "1"
-    threadpool_limits(limits=1, user_api="blas")
+    """Make this process's BLAS single-threaded for good (:func:`identification.estimation.blas.
+    limit_blas_to_one_thread`: the libraries loaded now and those a worker loads with its first task)."""
+    limit_blas_to_one_thread()
 
 
 class _SingleThreadBlas:

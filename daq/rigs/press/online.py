@@ -49,6 +49,7 @@ from identification.analyses.online_press import (
     model_verdict,
     verdict_settled,
 )
+from identification.estimation.blas import limit_blas_to_one_thread
 from identification.models.press_models import PressConstants
 
 PLAN_STREAM = "press.plan"
@@ -317,9 +318,7 @@ def _worker_init() -> None:
     machine the acquisition and the devices get the cores first."""
     import os
 
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(limits=1, user_api="blas")
+    limit_blas_to_one_thread()  # also numpy's and scipy's BLAS, which this worker loads with its first test
     with contextlib.suppress(OSError, AttributeError):
         os.nice(WORKER_NICE)
 
