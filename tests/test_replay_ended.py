@@ -43,12 +43,18 @@ def idle_runner() -> SimpleNamespace:
     return SimpleNamespace(queue=SimpleNamespace(current=None), active=False)
 
 
-async def test_a_replay_stopped_before_it_reached_the_relay_is_still_announced_as_ended(tmp_path):
+async def looping_replay(tmp_path):
+    """A relay with one browser, and a looping replay of a recorded session just started into it."""
     sid = recorded_session(tmp_path / "s.sqlite")
     relay = LiveRelay()
     browser = relay.connect()
     replayer = Replayer(tmp_path / "s.sqlite", relay, idle_runner())
     entry = await replayer.start(sid, speed=1.0, loop=True, by="tester")
+    return relay, browser, replayer, entry
+
+
+async def test_a_replay_stopped_before_it_reached_the_relay_is_still_announced_as_ended(tmp_path):
+    relay, browser, replayer, entry = await looping_replay(tmp_path)
     stopped = await replayer.stop("a queued run started")  # before its thread has attached to the relay
     assert stopped is entry and entry.status == "stopped" and replayer.current is None
     ended = replays(sent(browser), "ended")
@@ -58,11 +64,7 @@ async def test_a_replay_stopped_before_it_reached_the_relay_is_still_announced_a
 
 
 async def test_a_replay_stopped_while_it_plays_is_announced_as_ended_once(tmp_path):
-    sid = recorded_session(tmp_path / "s.sqlite")
-    relay = LiveRelay()
-    browser = relay.connect()
-    replayer = Replayer(tmp_path / "s.sqlite", relay, idle_runner())
-    entry = await replayer.start(sid, speed=1.0, loop=True, by="tester")
+    relay, browser, replayer, entry = await looping_replay(tmp_path)
     deadline = time.monotonic() + 10
     while relay.replay is None and time.monotonic() < deadline:
         await asyncio.sleep(0.01)

@@ -81,7 +81,8 @@ def test_a_run_returns_the_session_with_its_streams_units_counts_and_a_confirmed
 
 
 def test_a_plan_that_faults_ends_safe_and_the_result_says_so(own_tempdir):
-    fault = {"simulator": {"force_source": {"watchdog_timeout": 0.001}}}  # s: shorter than any gap between writes
+    # s: shorter than any gap between the driver's writes
+    fault = {"simulator": {"force_source": {"watchdog_timeout": 0.001}}}
     run = run_simulated(PRESS, speed=10, overrides={**SHORT_PRESS, **fault})
     session = run.session
     assert session.status == "aborted" and not session.ok
