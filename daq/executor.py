@@ -66,10 +66,9 @@ class Executor:
         self.close()
 
 
-def one_blas_thread() -> None:
-    """Make this process's BLAS single-threaded for good (:func:`identification.estimation.blas.
-    limit_blas_to_one_thread`: the libraries loaded now and those a worker loads with its first task)."""
-    limit_blas_to_one_thread()
+#: Make this process's BLAS single-threaded for good: the libraries loaded now and those a worker loads
+#: with its first task (the identification package's pool initializer, under the name the docs give).
+one_blas_thread = limit_blas_to_one_thread
 
 
 class _SingleThreadBlas:
@@ -89,10 +88,6 @@ def _call_named(target: str) -> None:
     """Import ``module`` and call its ``function`` (``target = "module:function"``), in a worker."""
     module, _, name = target.partition(":")
     getattr(importlib.import_module(module), name)()
-
-
-def _init_worker() -> None:
-    one_blas_thread()
 
 
 class SerialExecutor(Executor):
@@ -115,7 +110,7 @@ class LocalExecutor(Executor):
         if self._pool is None:
             ctx = multiprocessing.get_context("spawn")
             self._pool = cf.ProcessPoolExecutor(max_workers=self.n_workers, mp_context=ctx,
-                                                initializer=_init_worker)
+                                                initializer=one_blas_thread)
         return self._pool
 
     def warm(self, target: str) -> None:

@@ -3,9 +3,7 @@ reached the relay, which happens when a queued run becomes due right after the r
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,6 +12,7 @@ from daq.bus.frames import Frame
 from daq.serve.relay import LiveRelay
 from daq.serve.replays import Replayer
 from daq.store.read_write import SessionStore
+from tests.polling import wait_until
 
 
 def recorded_session(path) -> str:
@@ -65,10 +64,8 @@ async def test_a_replay_stopped_before_it_reached_the_relay_is_still_announced_a
 
 async def test_a_replay_stopped_while_it_plays_is_announced_as_ended_once(tmp_path):
     relay, browser, replayer, entry = await looping_replay(tmp_path)
-    deadline = time.monotonic() + 10
-    while relay.replay is None and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
-    assert relay.replay is not None and relay.replay["id"] == entry.id
+    await wait_until(lambda: relay.replay is not None, timeout=10)
+    assert relay.replay["id"] == entry.id
     await replayer.stop()
     msgs = sent(browser)
     assert [r["id"] for r in replays(msgs, "started")] == [entry.id]

@@ -2,7 +2,8 @@
 libraries a spawned worker loads only with its first task (numpy's and scipy's OpenBLAS). Before, the
 initializers limited only the libraries already loaded - none in a fresh spawned worker - so the crane
 screen of `select_model` without an executor ran 2 workers x 2 spinning BLAS threads on 2 cores (10x the
-time per candidate under pytest), and the press's verdict worker competed with the acquisition likewise."""
+time per candidate under pytest). The press's and the crane's online workers load numpy while their
+initializer is unpickled, so they were limited already; they are checked here so that they stay so."""
 
 from __future__ import annotations
 
