@@ -175,7 +175,7 @@ def test_lower_rooms_do_not_import_higher_ones():
     """bus, config, store and lab (with the error tree and the JSON codec) are the floor of daq/; run, online
     and export sit on them; rigs on those."""
     floor = {"daq.bus", "daq.config", "daq.store", "daq.lab", "daq.errors", "daq.json_codec", "daq.version",
-             "daq.executor"}
+             "daq.executor", "daq.tls"}
     middle = {"daq.run", "daq.online", "daq.export", "daq.plots"}
     bad = []
     for i in imports():

@@ -9,7 +9,7 @@ from tests.test_architecture import ROOT, imports, modules, room
 
 #: the drawing of docs/architecture.md, from the ground floor up
 FLOORS = [
-    {"daq.errors", "daq.version", "daq.commission", "daq.executor", "daq.plots"},
+    {"daq.errors", "daq.version", "daq.commission", "daq.executor", "daq.plots", "daq.tls"},
     {"daq.json_codec"},
     {"daq.bus"},
     {"daq.store"},

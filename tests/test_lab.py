@@ -41,7 +41,7 @@ class LabServer:
              *extra], stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
         self.lines = [self.proc.stdout.readline().decode().strip() for _ in range(2)]
-        if not self.lines[1].startswith("http://"):
+        if not self.lines[1].startswith(("http://", "https://")):
             self.stop()
             raise AssertionError(f"lab serve printed {self.lines}: see {self.log.name}")
         self.url = self.lines[1]

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
+import ssl
 import threading
 import time
+from pathlib import Path
 
 from daq.lab import layout
 
@@ -49,8 +51,22 @@ def mark_stale(root, now: float, stale: float) -> list[str]:
     return marked
 
 
-def start_sweep(url: str, key_file, stop: threading.Event) -> threading.Thread:
-    """The sweep in a thread of the lab server's process, with the admin's key, until ``stop`` is set."""
+def own_certificate(certfile: str) -> ssl.SSLContext:
+    """TLS settings for the sweep's requests to its own server: trust exactly the server's certificate (the
+    first in its file) and nothing else. That certificate need not be trusted by this machine (self-signed)
+    nor name the address the server was bound to (0.0.0.0); only the holder of its key can answer."""
+    text = Path(certfile).read_text()
+    end = "-----END CERTIFICATE-----"
+    context = ssl.create_default_context(cadata=text[:text.index(end) + len(end)])
+    context.check_hostname = False  # the certificate itself is the anchor, whatever name it bears
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # a leaf as its own anchor, as a pin
+    return context
+
+
+def start_sweep(url: str, key_file, stop: threading.Event, certfile: str | None = None) -> threading.Thread:
+    """The sweep in a thread of the lab server's process, with the admin's key, until ``stop`` is set;
+    over TLS (``certfile``: the server's own) it trusts the server's own certificate only."""
+    verify: ssl.SSLContext | bool = own_certificate(certfile) if certfile else True
 
     def sweep() -> None:
         stale = stale_after()
@@ -60,7 +76,7 @@ def start_sweep(url: str, key_file, stop: threading.Event) -> threading.Thread:
                 if root is None:
                     from tiled.client import from_uri  # lazy: as above
 
-                    root = from_uri(url, api_key=key_file.read_text().strip())
+                    root = from_uri(url, api_key=key_file.read_text().strip(), verify=verify)
                 for sid in mark_stale(root, time.time(), stale):
                     log.warning("%s: marked incomplete (its rig stopped sending)", sid)
             except Exception as exc:  # noqa: BLE001 - a sweep that failed is tried again next time

@@ -25,6 +25,7 @@ from daq.lab.page import HostCheck, mount_page
 from daq.lab.pg_indexes import ensure_search_indexes
 from daq.lab.private import private_file, private_folder, private_umask, sqlite_path
 from daq.lab.settings import LabError
+from daq.tls import load_without_session_tickets
 
 log = logging.getLogger("hil.lab")
 
@@ -207,13 +208,15 @@ def _serve(opts: ServeOptions, say) -> None:
     sock = bind(opts.host, opts.port)
     config = uvicorn.Config(app, log_level="warning", ssl_certfile=opts.certfile, ssl_keyfile=opts.keyfile,
                             timeout_graceful_shutdown=5)
+    load_without_session_tickets(config)
     server = uvicorn.Server(config)
     for sig in (signal.SIGINT, signal.SIGTERM):  # a stop before uvicorn has the signals: ends after start-up
         signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
     say(f"admin key {'written to' if created else 'in'} {key_file}")
     say(url_of(opts, sock))
     stop = threading.Event()
-    start_sweep(url_of(opts, sock), key_file, stop)  # live sessions whose rig went silent: incomplete
+    # live sessions whose rig went silent: incomplete
+    start_sweep(url_of(opts, sock), key_file, stop, opts.certfile)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn shut down cleanly, then re-raised the Ctrl-C it caught

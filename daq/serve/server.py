@@ -37,6 +37,7 @@ from daq.serve.runner import Runner
 from daq.serve.same_origin import HostPolicy
 from daq.serve.startup import BACKLOG, check_tls, listen
 from daq.store.read_write import SessionStore
+from daq.tls import load_without_session_tickets
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,7 @@ class Server:
                                     ws_ping_interval=20.0, ws_per_message_deflate=False,
                                     timeout_keep_alive=self.limits.keep_alive, backlog=BACKLOG,
                                     timeout_graceful_shutdown=5)
+            load_without_session_tickets(config)
             self._uvicorn = _Uvicorn(config)
             if install_signals:
                 loop = asyncio.get_running_loop()

@@ -1,0 +1,73 @@
+"""`hil lab serve` over TLS on loopback: a real Tiled server in a child process, a self-signed certificate."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import time
+
+import httpx
+import pytest
+
+from daq.lab import layout
+from daq.lab.live import LIVE_KEY
+from tests.polling import poll_until
+from tests.serve_fixtures import self_signed
+from tests.test_lab import LabServer
+
+
+@pytest.fixture(scope="module")
+def tls_lab(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tls-lab")
+    certfile, keyfile = self_signed(folder, "127.0.0.1")
+    server = LabServer(folder / "lab", "--certfile", certfile, "--keyfile", keyfile,
+                       env={"HIL_LAB_STALE": "3"})
+    yield server, certfile
+    assert server.stop() == 0
+
+
+def tls13_get(port: int, certfile: str, path: str, key: str) -> tuple[bytes, str | None, bool]:
+    """One HTTP/1.1 GET over TLS 1.3, read to its end: the answer, the TLS version and whether the session
+    holds a ticket from the server (a ticket comes before the answer)."""
+    trust = ssl.create_default_context(cafile=certfile)
+    trust.minimum_version = ssl.TLSVersion.TLSv1_3  # tickets after the handshake are TLS 1.3's
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw, \
+            trust.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        tls.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Apikey {key}\r\n"
+                    "Connection: close\r\n\r\n".encode())
+        answer = b""
+        while chunk := tls.recv(65536):
+            answer += chunk
+        return answer, tls.version(), tls.session is not None and tls.session.has_ticket
+
+
+def test_the_lab_over_tls_answers_its_people_and_sends_no_session_tickets(tls_lab):
+    """Tiled's ``subscribe()`` follows a live session with websockets' sync client, whose reader thread
+    would read a session ticket while its caller writes the request on the same SSL object (see
+    daq/tls.py): the lab sends none."""
+    lab, certfile = tls_lab
+    assert lab.url.startswith("https://127.0.0.1:")
+    port = int(lab.url.rsplit(":", 1)[1])
+    answer, version, ticket = tls13_get(port, certfile, "/api/v1/metadata/", lab.key)
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+    assert version == "TLSv1.3" and not ticket
+    trust = ssl.create_default_context(cafile=certfile)
+    with httpx.Client(base_url=lab.url, verify=trust, timeout=30) as http:
+        assert http.get("/api/v1/metadata/").status_code == 401  # no key, no data
+        keyed = http.get("/api/v1/metadata/", headers={"Authorization": f"Apikey {lab.key}"})
+        assert keyed.status_code == 200
+
+
+def test_the_lab_over_tls_marks_a_silent_live_session_incomplete(tls_lab):
+    """The lab's sweep talks to its own server: over TLS it trusts the server's own certificate, which this
+    machine does not (self-signed); it used to fail on it every time, leaving silent sessions running."""
+    from tiled.client import from_uri
+
+    lab, certfile = tls_lab
+    root = from_uri(lab.url, api_key=lab.key, verify=ssl.create_default_context(cafile=certfile))
+    heard = time.time() - 100  # a forwarder last heard 100 s ago (the fixture's lab: stale after 3 s)
+    root.create_container("silent-session", specs=[layout.SESSION_SPEC], metadata={
+        "status": "running", "replication": {"state": layout.LIVE}, LIVE_KEY: {"heartbeat": heard}})
+    status = lambda: layout.plain(root["silent-session"].metadata)["status"]  # noqa: E731
+    poll_until(lambda: status() == "incomplete", timeout=60, period=0.5)
+    assert "stopped sending" in layout.plain(root["silent-session"].metadata)["reason"]
