@@ -123,6 +123,21 @@ def test_serve_makes_a_private_key_prints_the_url_and_refuses_plain_http_beyond_
     assert not (tmp_path / "x").exists()
 
 
+def test_serve_names_a_tls_file_that_is_missing_or_not_pem_before_it_makes_anything(tmp_path):
+    key = tmp_path / "key.pem"
+    key.write_text("not a key\n")
+    missing = tmp_path / "nowhere" / "cert.pem"
+    cert = tmp_path / "cert.pem"
+    cert.write_text("hello\n")
+    for certfile, said in ((missing, "no such file"), (cert, "not a PEM file")):
+        res = hil("lab", "serve", "--data", str(tmp_path / "x"), "--port", "0", "--certfile", str(certfile),
+                  "--keyfile", str(key))
+        lines = res.output.strip().splitlines()
+        assert res.exit_code == 1 and len(lines) == 1 and str(certfile) in lines[0] and said in lines[0], \
+            res.output
+    assert not (tmp_path / "x").exists()
+
+
 def test_push_twice_adds_nothing_and_the_store_marks_the_session(lab, pushed):
     store, sid, first = pushed
     assert first.startswith(f"{sid}: pushed and verified (") and len(first.strip().splitlines()) == 1

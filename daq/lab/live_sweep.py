@@ -56,8 +56,9 @@ def own_certificate(certfile: str) -> ssl.SSLContext:
     first in its file) and nothing else. That certificate need not be trusted by this machine (self-signed)
     nor name the address the server was bound to (0.0.0.0); only the holder of its key can answer."""
     text = Path(certfile).read_text()
-    end = "-----END CERTIFICATE-----"
-    context = ssl.create_default_context(cadata=text[:text.index(end) + len(end)])
+    begin, end = "-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----"
+    first = text.index(begin)
+    context = ssl.create_default_context(cadata=text[first:text.index(end, first) + len(end)])
     context.check_hostname = False  # the certificate itself is the anchor, whatever name it bears
     context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # a leaf as its own anchor, as a pin
     return context

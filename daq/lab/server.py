@@ -25,7 +25,7 @@ from daq.lab.page import HostCheck, mount_page
 from daq.lab.pg_indexes import ensure_search_indexes
 from daq.lab.private import private_file, private_folder, private_umask, sqlite_path
 from daq.lab.settings import LabError
-from daq.tls import load_without_session_tickets
+from daq.tls import check_tls, load_without_session_tickets
 
 log = logging.getLogger("hil.lab")
 
@@ -69,9 +69,11 @@ def is_loopback(host: str) -> bool:
 
 
 def check_options(opts: ServeOptions) -> None:
-    """Refuse what would expose the lab unencrypted: beyond loopback only with TLS."""
+    """Refuse what would expose the lab unencrypted (beyond loopback only with TLS), and TLS files that
+    are missing or not a certificate and its key (one line naming the file)."""
     if bool(opts.certfile) != bool(opts.keyfile):
         raise LabError("give both --certfile and --keyfile for TLS")
+    check_tls(opts.certfile, opts.keyfile)
     if not is_loopback(opts.host) and not opts.tls:
         raise LabError(f"--host {opts.host} is reachable from other machines: give --certfile and --keyfile "
                        "(TLS), or bind 127.0.0.1")

@@ -35,9 +35,9 @@ from daq.serve.rig_status import Heartbeat, RigLab
 from daq.serve.run_queue import RunQueue
 from daq.serve.runner import Runner
 from daq.serve.same_origin import HostPolicy
-from daq.serve.startup import BACKLOG, check_tls, listen
+from daq.serve.startup import BACKLOG, listen
 from daq.store.read_write import SessionStore
-from daq.tls import load_without_session_tickets
+from daq.tls import check_tls, load_without_session_tickets
 
 log = logging.getLogger(__name__)
 

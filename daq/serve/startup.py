@@ -1,39 +1,14 @@
-"""What ``hil serve`` checks before it announces anything: the TLS files (named in the message when missing
-or not PEM) and its listening socket (an occupied port is one line naming it, and nothing is created)."""
+"""What ``hil serve`` checks before it announces anything (the TLS files: daq/tls.py): its listening socket
+(an occupied port is one line naming it, and nothing is created)."""
 
 from __future__ import annotations
 
 import socket
-import ssl
-from pathlib import Path
 
 from daq.errors import ConfigError
 
 BACKLOG = 32  # connections the kernel queues for accept(); asyncio also accepts at most this many per turn of
 #                its loop, so a burst of connections cannot take many more files than --max-connections
-
-
-def check_tls(certfile: str | None, keyfile: str | None) -> None:
-    """Load the certificate and key as uvicorn will; one line naming the file that is missing, unreadable
-    or not PEM, or saying that the two do not belong together."""
-    if not certfile or not keyfile:
-        return
-    for option, name, marker in (("--certfile", certfile, "CERTIFICATE-----"),
-                                 ("--keyfile", keyfile, "PRIVATE KEY-----")):
-        path = Path(name).expanduser()
-        try:
-            text = path.read_bytes()
-        except FileNotFoundError:
-            raise ConfigError(f"{option} {path}: no such file") from None
-        except OSError as exc:
-            raise ConfigError(f"{option} {path}: cannot read it ({exc.strerror})") from None
-        if b"-----BEGIN " not in text or marker.encode() not in text:
-            raise ConfigError(f"{option} {path}: not a PEM file (expected a '-----BEGIN ...{marker}' block)")
-    try:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
-    except (ssl.SSLError, ValueError) as exc:
-        raise ConfigError(f"--certfile {certfile} and --keyfile {keyfile}: not a usable certificate and key "
-                          f"pair ({getattr(exc, 'reason', None) or exc})") from None
 
 
 def listen(host: str, port: int) -> socket.socket:
