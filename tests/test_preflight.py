@@ -314,16 +314,23 @@ def test_a_run_of_hil_serve_is_refused_the_same_way_and_the_queue_says_why(tmp_p
 
 
 async def test_a_sensor_whose_every_read_needs_a_retry_is_not_plausible():
-    """A sensor three times slower than its timeout still returns values (the late reply to the first
+    """A sensor twice as slow as its timeout still returns values (the late reply to the first
     attempt answers the retry on an RTU line): its reads' median names it, in `hil devices` and before a
     run alike."""
-    rig, cfg = parse_config(copy.deepcopy(PRESS), "press-sim")
-    async with PressRig(PRESS) as sim:
-        sim.devices["D_vertical"].server.stall = 1.0  # type: ignore[union-attr]  # a Modbus device
+    # Each read: the attempt times out at 0.8 s, the line is drained for its reply until 1.2 s, the retry
+    # goes out and waits until 2.0 s; the device's (FIFO) reply to the first attempt comes at 1.6 s, in the
+    # middle of the retry's window, 0.4 s from either edge. (With the shipped 0.3 s timeout and 0.6 s drain
+    # a 1.0 s stall left 0.1 s: a loaded CI machine once let the reply slip into the drain, and the retry
+    # then got no answer at all.)
+    raw = copy.deepcopy(PRESS)
+    raw["devices"]["sensors"]["D_vertical"].update(timeout=0.8, drain_time=0.4)
+    rig, cfg = parse_config(raw, "press-sim")
+    async with PressRig(raw) as sim:
+        sim.devices["D_vertical"].server.stall = 1.6  # type: ignore[union-attr]  # a Modbus device
         devices = rig.simulated_devices(sim, cfg)
         with pytest.raises(DevicesNotReady) as refused:
             await check_devices(devices, reads=3)
         writes = sum(d.server.n_writes for d in sim.devices.values() if hasattr(d, "server"))
     assert writes == 0 and refused.value.device == "D_vertical"
     assert "displacement: answers in " in str(refused.value), refused.value
-    assert "(median of 3 reads), slower than its timeout (0.3 s)" in str(refused.value), refused.value
+    assert "(median of 3 reads), slower than its timeout (0.8 s)" in str(refused.value), refused.value

@@ -6,7 +6,9 @@ a finished run serves the tables; the connection limits get servers of their own
 from __future__ import annotations
 
 import json
+import select
 import socket
+import time
 
 import httpx
 import pytest
@@ -111,6 +113,44 @@ def test_headers_over_16_kib_sent_in_pieces_are_refused_before_they_end(srv):
     port = srv.server.port
     pieces = [f"GET /api/me HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Big: ".encode()] + [b"a" * 4096] * 5
     assert_json_error(*raw_exchange(port, *pieces), 431, "16384 bytes")
+
+
+def _answered(sock: socket.socket, timeout: float = 30.0) -> bool:
+    """Whether the server's answer (or its end) has arrived on ``sock`` within ``timeout`` s."""
+    readable, _, _ = select.select([sock], [], [], timeout)
+    return bool(readable)
+
+
+def test_a_client_still_sending_after_the_refusal_reads_it(srv):
+    """The server answers 431 while the client is still sending its head: the socket must not be closed
+    with unread input (the kernel would reset it and the client lose the answer). It closes its write side
+    and drops what comes after, and the client reads the whole refusal and the end of the connection."""
+    port = srv.server.port
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(f"GET /api/me HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Big: ".encode() + b"a" * 17_000)
+        assert _answered(s)  # refused: the answer is there
+        s.sendall(b"a" * 4096)  # the rest of the head, after the answer
+        s.sendall(b"a" * 4096)
+        answer = b""
+        while chunk := s.recv(65536):  # ConnectionResetError here when the server closed with unread input
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 "), answer[:200]
+    assert_json_error(431, "application/json", body, 431, "16384 bytes")
+
+
+def test_a_refused_client_that_keeps_sending_is_cut_off(srv):
+    """The drop after a refusal is bounded (LINGER_BYTES, LINGER_S): a client that goes on sending is
+    disconnected, it cannot keep a connection by streaming into a refusal."""
+    port = srv.server.port
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(f"GET /api/me HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Big: ".encode() + b"a" * 17_000)
+        assert _answered(s)
+        deadline = time.monotonic() + 30
+        with pytest.raises(OSError):  # reset (or a broken pipe) once the server has had enough
+            while time.monotonic() < deadline:
+                s.sendall(b"a" * 65536)
+                time.sleep(0.01)
 
 
 def test_only_the_head_counts_towards_16_kib_a_body_in_the_same_read_and_a_split_end_do_not(srv):

@@ -42,6 +42,8 @@ HEADER_BYTES = 16 * 1024      # bytes of a request line and headers, at most (h1
 MOST_CONNECTIONS = 100        # open connections at most, whatever the open-file limit allows
 FILES_FOR_CONNECTIONS = 0.25  # share of the process's open-file limit that connections may take
 MESSAGE_CHARS = 200           # of a refusal that quotes the request (h11 names the offending line)
+LINGER_S = 2.0                # s a refused connection is read and dropped before it is closed
+LINGER_BYTES = 256 * 1024     # bytes read and dropped at most; a client sending more is cut off
 
 
 def default_max_connections() -> int:
@@ -143,6 +145,8 @@ class BoundedH11Protocol(H11Protocol):
         self.conn = self.parser
         self._header_deadline: asyncio.TimerHandle | None = None
         self._head = _HeadCounter()
+        self._linger: asyncio.TimerHandle | None = None  # set once a refusal is written: input is dropped
+        self._dropped = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn
         super().connection_made(transport)
@@ -159,9 +163,21 @@ class BoundedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_header_clock()
+        if self._linger is not None:
+            self._linger.cancel()
         super().connection_lost(exc)
 
+    def eof_received(self) -> None:
+        if self._linger is not None:  # the refused client has read its answer and said goodbye
+            self.transport.close()
+        super().eof_received()
+
     def data_received(self, data: bytes) -> None:
+        if self._linger is not None:  # the rest of a refused request: dropped (see _answer)
+            self._dropped += len(data)
+            if self._dropped > LINGER_BYTES:
+                self.transport.abort()
+            return
         if self.conn.their_state is h11.IDLE:  # the start of a request: its headers are on the clock
             self._start_header_clock()
             if self._head.size_with(data) > HEADER_BYTES:
@@ -189,11 +205,22 @@ class BoundedH11Protocol(H11Protocol):
         self._answer(status, text)
 
     def _answer(self, status: int, text: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
+        """Write the refusal and close with a linger, as web servers do: a socket closed while the client
+        is still sending (the rest of an oversized head) is reset by the kernel, and the client loses the
+        answer it has not read yet. So the write side is closed first (the client reads the answer, then
+        the end), and what still comes in is dropped for up to :data:`LINGER_S` s or
+        :data:`LINGER_BYTES` bytes, until the client closes its side."""
         self._stop_header_clock()
-        if not self.transport.is_closing():
-            self.transport.write(error_bytes(status, text, headers))
+        if self.transport.is_closing() or self._linger is not None:
+            return
+        self.transport.write(error_bytes(status, text, headers))
+        if not self.transport.can_write_eof():  # TLS: no half-close; it closes with its own goodbye
             _discard_received(self.transport)
             self.transport.close()
+            return
+        self._linger = self.loop.call_later(LINGER_S, self.transport.close)
+        self.transport.write_eof()
+        self.flow.resume_reading()  # uvicorn may have paused reading (flow control): drain regardless
 
     def _start_header_clock(self) -> None:
         if self._header_deadline is None:
