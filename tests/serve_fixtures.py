@@ -186,6 +186,26 @@ def self_signed(folder: Path, host: str) -> tuple[str, str]:
     return str(certfile), str(keyfile)
 
 
+def tls13_get(port: int, certfile: str, path: str,
+              headers: str = "") -> tuple[bytes, str | None, bool | None]:
+    """One HTTP/1.1 GET over TLS 1.3 to 127.0.0.1, read to its end: the answer, the TLS version, and whether
+    the session holds a ticket from the server (None: no session). A ticket comes before the answer, so
+    once the answer is read a server that sends tickets has sent one. ``headers``: extra header lines."""
+    import socket
+    import ssl
+
+    trust = ssl.create_default_context(cafile=certfile)
+    trust.minimum_version = ssl.TLSVersion.TLSv1_3  # tickets after the handshake are TLS 1.3's
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw, \
+            trust.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        tls.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{headers}"
+                    "Connection: close\r\n\r\n".encode())
+        answer = b""
+        while chunk := tls.recv(65536):
+            answer += chunk
+        return answer, tls.version(), None if tls.session is None else tls.session.has_ticket
+
+
 def click(page, css: str) -> bool:
     """Click the element ``css`` if it is there; False when it is not yet, or was redrawn between finding
     and clicking (the page rebuilds its tables - last runs, configs, sessions - on every update: a stale

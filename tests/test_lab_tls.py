@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import ssl
 import time
 
@@ -12,7 +11,7 @@ import pytest
 from daq.lab import layout
 from daq.lab.live import LIVE_KEY
 from tests.polling import poll_until
-from tests.serve_fixtures import self_signed
+from tests.serve_fixtures import self_signed, tls13_get
 from tests.test_lab import LabServer
 
 
@@ -26,21 +25,6 @@ def tls_lab(tmp_path_factory):
     assert server.stop() == 0
 
 
-def tls13_get(port: int, certfile: str, path: str, key: str) -> tuple[bytes, str | None, bool]:
-    """One HTTP/1.1 GET over TLS 1.3, read to its end: the answer, the TLS version and whether the session
-    holds a ticket from the server (a ticket comes before the answer)."""
-    trust = ssl.create_default_context(cafile=certfile)
-    trust.minimum_version = ssl.TLSVersion.TLSv1_3  # tickets after the handshake are TLS 1.3's
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw, \
-            trust.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-        tls.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Apikey {key}\r\n"
-                    "Connection: close\r\n\r\n".encode())
-        answer = b""
-        while chunk := tls.recv(65536):
-            answer += chunk
-        return answer, tls.version(), tls.session is not None and tls.session.has_ticket
-
-
 def test_the_lab_over_tls_answers_its_people_and_sends_no_session_tickets(tls_lab):
     """Tiled's ``subscribe()`` follows a live session with websockets' sync client, whose reader thread
     would read a session ticket while its caller writes the request on the same SSL object (see
@@ -48,9 +32,10 @@ def test_the_lab_over_tls_answers_its_people_and_sends_no_session_tickets(tls_la
     lab, certfile = tls_lab
     assert lab.url.startswith("https://127.0.0.1:")
     port = int(lab.url.rsplit(":", 1)[1])
-    answer, version, ticket = tls13_get(port, certfile, "/api/v1/metadata/", lab.key)
+    answer, version, ticket = tls13_get(port, certfile, "/api/v1/metadata/",
+                                        f"Authorization: Apikey {lab.key}\r\n")
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
-    assert version == "TLSv1.3" and not ticket
+    assert version == "TLSv1.3" and ticket is False
     trust = ssl.create_default_context(cafile=certfile)
     with httpx.Client(base_url=lab.url, verify=trust, timeout=30) as http:
         assert http.get("/api/v1/metadata/").status_code == 401  # no key, no data

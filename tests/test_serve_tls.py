@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import socket
-import ssl
-
 import pytest
 
-from tests.serve_fixtures import ServerThread, self_signed
+from tests.serve_fixtures import ServerThread, self_signed, tls13_get
 
 
 @pytest.fixture
@@ -27,15 +24,6 @@ def test_the_server_sends_no_tls_session_tickets_so_a_threaded_client_never_lose
     connection in 400 lost its request (408 after --header-timeout). A ticket would be in the session once
     the client has read the answer that follows it."""
     srv, certfile = tls_server
-    trust = ssl.create_default_context(cafile=certfile)
-    trust.minimum_version = ssl.TLSVersion.TLSv1_3  # tickets after the handshake are TLS 1.3's
-    with socket.create_connection(("127.0.0.1", srv.server.port), timeout=30) as raw, \
-            trust.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-        host = f"127.0.0.1:{srv.server.port}"
-        tls.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
-        answer = b""
-        while chunk := tls.recv(65536):
-            answer += chunk
-        assert answer.startswith(b"HTTP/1.1 200 "), answer[:80]
-        assert tls.version() == "TLSv1.3"
-        assert tls.session is not None and not tls.session.has_ticket
+    answer, version, ticket = tls13_get(srv.server.port, certfile, "/")
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:80]
+    assert version == "TLSv1.3" and ticket is False
