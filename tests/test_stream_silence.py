@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -31,22 +32,25 @@ async def _nothing(_f: float) -> None:
     return None
 
 
-async def _measure_with(producer: bool, hold_up: float | None, window: float) -> tuple[float | None, str]:
-    """Measure ``window`` s of the force stream (published every 20 ms when ``producer``) while the event
-    loop is held up once for ``hold_up`` s (a blocking call: the process gets no turn), 0.3 s in."""
+async def _measure_with(producer: bool, hold_up: float | None, window: float, period: float = 0.02,
+                        max_stall: float = 1.0, source_answered: Callable[[], float] | None = None,
+                        ) -> tuple[float | None, str]:
+    """Measure ``window`` s of the force stream (published every ``period`` s when ``producer``) while the
+    event loop is held up once for ``hold_up`` s (a blocking call: the process gets no turn), 0.3 s in."""
     pub = BusPublisher("tcp://127.0.0.1:0")
     sub = BusSubscriber(pub.endpoint, topics=("data/press.force",))
     tasks = []
     try:
         await pub.wait_for_subscribers(1)
         if producer:
-            tasks.append(asyncio.ensure_future(_publish_forever(pub)))
+            tasks.append(asyncio.ensure_future(_publish_forever(pub, period)))
         if hold_up is not None:
             async def hold() -> None:
                 await asyncio.sleep(0.3)
                 time.sleep(hold_up)  # noqa: ASYNC251 - the point: the loop gets no turn
             tasks.append(asyncio.ensure_future(hold()))
-        corrector = SetpointCorrector(sub, _nothing, CorrectionSettings(max_stall=1.0))
+        corrector = SetpointCorrector(sub, _nothing, CorrectionSettings(max_stall=max_stall),
+                                      source_answered=source_answered)
         try:
             return await corrector.measure(window, since=time.time()), ""
         except ForceStreamStalled as exc:
@@ -86,3 +90,26 @@ def test_the_meter_counts_a_held_up_wait_as_one_slice():
     assert meter.exceeded and meter.next_wait() == 0.0
     meter.heard()
     assert meter.silent == 0.0 and meter.next_wait() == pytest.approx(0.1)
+
+
+async def test_a_slow_stream_from_a_source_that_still_answers_is_not_a_silent_source():
+    """A machine too busy to carry the stream at its pace (a loaded CI runner, a lowest-versions venv) made
+    frames a second apart while the force source answered every poll: the run was aborted as "force source
+    silent". The acquisition now tells the correction when the source last answered."""
+    value, why = await _measure_with(producer=True, hold_up=None, window=2.5, period=2.0)
+    assert value is None and "silent: no press.force samples for 1.0 s" in why  # nothing to say otherwise
+    value, why = await _measure_with(producer=True, hold_up=None, window=2.5, period=2.0,
+                                     source_answered=time.monotonic)  # the source answers all along
+    assert why == "" and value == pytest.approx(FORCE)
+
+
+async def test_a_source_that_answers_but_whose_frames_never_come_still_stops_the_correction():
+    started = time.monotonic()
+    value, why = await _measure_with(producer=False, hold_up=None, window=1.0, max_stall=0.3,
+                                     source_answered=time.monotonic)
+    took = time.monotonic() - started
+    assert value is None and "answers, but no press.force samples reached the correction" in why, why
+    assert took >= 3.0 and "10 x [correction].max_stall" in why  # SLOW_STREAM_FACTOR x max_stall, not before
+    value, why = await _measure_with(producer=False, hold_up=None, window=1.0, max_stall=0.3,
+                                     source_answered=lambda: time.monotonic() - 0.5)  # last answer too old
+    assert value is None and "silent: no press.force samples for 0.3 s" in why

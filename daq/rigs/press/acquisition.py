@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import time
 
 import numpy as np
 
@@ -52,6 +53,8 @@ class ForceAcquisition:
         self.max_gap = max_gap      # clock seconds between two polls beyond which the clock is told it is
                                     # too fast for this machine (inf: never)
         self._last = math.inf       # clock time of the last poll (none yet)
+        self.answered_at = -math.inf  # time.monotonic() of the last answered poll (the correction asks it
+                                      # whether a slow stream comes from a source that still answers)
         # a frame goes out when it holds ``block`` samples or spans the time a full block spans at ``rate``,
         # whichever comes first: on a slow line (a loaded machine, a busy device) frames keep their pace
         # instead of waiting for ``block`` slow polls (ten 0.1 s polls made a 1 s silence, which the
@@ -105,6 +108,7 @@ class ForceAcquisition:
                 force = await self.source.read_force()
                 answered = self.clock.time()
                 pressure = await self.source.read_pressure()
+                self.answered_at = time.monotonic()
                 failures = 0
             except Exception as exc:  # repeated failures of the source end the plan
                 failures += 1

@@ -231,7 +231,7 @@ class PressRig(Rig[PressConfig, PressRigDevices, PressArrays, PressAnalysisResul
             acquisition.command = force
 
         corrector = SetpointCorrector(await ctx.subscribe("data/" + FORCE_STREAM), set_command, settings,
-                                      clock=ctx.clock)
+                                      clock=ctx.clock, source_answered=lambda: acquisition.answered_at)
         ctx.summary.update(setpoints=0, not_reached=0)
         ctx.spawn(acquisition.run(), "force acquisition")
         online = await _start_online(ctx)  # subscribed before plan_start, which it needs
