@@ -167,10 +167,16 @@ def left(page) -> str:
 def test_the_time_left_stands_still_while_paused(run, page):
     entry, http = run
 
+    heard_pause = ("return [...document.querySelectorAll('#events li[data-kind=\"command\"]')]"
+                   ".some(li => li.textContent.includes('pause by'))")
+
     def settled() -> bool:  # paused, and the page shows the last step the run finished before pausing
         live = http.get(f"/api/runs/{entry['id']}").json().get("live") or {}
         done = (live.get("progress") or {}).get("done")
-        return live.get("state") == "paused" and f"step {done} of" in progress(page)
+        # and it has the pause command's record: its time replaces the time the page saw the paused status
+        # (one step of the time left when the status came first, as it may on a loaded machine)
+        return (live.get("state") == "paused" and f"step {done} of" in progress(page)
+                and bool(page.execute_script(heard_pause)))
 
     poll_until(lambda: click(page, "#btn-pause:enabled"), timeout=10, period=0.1)
     poll_until(lambda: text(page, "#run-state") == "paused", timeout=10, period=0.1)
