@@ -284,3 +284,26 @@ def test_a_connection_over_the_limit_is_refused_with_503_json_and_one_freed_lets
         for s in held:
             s.close()
 
+
+@pytest.mark.parametrize("limited", [(600.0, 1)], indirect=True)
+def test_a_connection_over_the_limit_is_closed_at_once_not_kept_for_a_linger(limited):
+    """The cap keeps files free for the run: a refusal for the cap does not linger like the other refusals
+    (a flood of them would hold a file each for LINGER_S). What the client sends after the 503 is reset,
+    while a lingering refusal would take up to LINGER_BYTES for LINGER_S (2 s) without a reset."""
+    port = limited.server.port
+    request = f"GET /api/me HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode()
+    held = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        refused: list = []
+        poll_until(lambda: refused.append(answers(port, request)) or refused[-1][0][0] == 503, timeout=30,
+                   period=0.05)
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            assert _answered(s)
+            assert s.recv(65536).startswith(b"HTTP/1.1 503 ")
+            with pytest.raises(OSError):  # reset: the server has closed the socket
+                for _ in range(100):  # 100 KiB in about 1 s: a linger would drop it all without a reset
+                    s.sendall(b"x" * 1024)
+                    time.sleep(0.01)
+    finally:
+        held.close()
+

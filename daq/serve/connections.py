@@ -156,7 +156,7 @@ class BoundedH11Protocol(H11Protocol):
                             len(self.connections) - 1, self.limits.max_connections)
             type(self).refusing = True
             self._answer(503, f"the server has {self.limits.max_connections} connections open, its limit "
-                              "(--max-connections): try again shortly", (("retry-after", "1"),))
+                              "(--max-connections): try again shortly", (("retry-after", "1"),), linger=False)
             return
         type(self).refusing = False
         self._start_header_clock()
@@ -204,17 +204,20 @@ class BoundedH11Protocol(H11Protocol):
             text = f"invalid HTTP request: {problem or msg}"[:MESSAGE_CHARS]
         self._answer(status, text)
 
-    def _answer(self, status: int, text: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
+    def _answer(self, status: int, text: str, headers: tuple[tuple[str, str], ...] = (),
+                linger: bool = True) -> None:
         """Write the refusal and close with a linger, as web servers do: a socket closed while the client
         is still sending (the rest of an oversized head) is reset by the kernel, and the client loses the
         answer it has not read yet. So the write side is closed first (the client reads the answer, then
         the end), and what still comes in is dropped for up to :data:`LINGER_S` s or
-        :data:`LINGER_BYTES` bytes, until the client closes its side."""
+        :data:`LINGER_BYTES` bytes, until the client closes its side. Not for a connection over the cap
+        (``linger=False``): the cap keeps files free for the run, and a flood of lingering refusals would
+        hold them; it is closed at once."""
         self._stop_header_clock()
         if self.transport.is_closing() or self._linger is not None:
             return
         self.transport.write(error_bytes(status, text, headers))
-        if not self.transport.can_write_eof():  # TLS: no half-close; it closes with its own goodbye
+        if not linger or not self.transport.can_write_eof():  # TLS: no half-close; its own goodbye
             _discard_received(self.transport)
             self.transport.close()
             return
