@@ -84,14 +84,17 @@ def likely_cause(exc: HilError, settings: Any, late: int = 0) -> str | None:
     return None
 
 
-def slow_reads(latencies: Sequence[float], timeout: float | None) -> str | None:
+def slow_reads(latencies: Sequence[float], timeout: float | None,
+               held: Sequence[float] | None = None) -> str | None:
     """A problem when the reads are slower than the device's ``timeout`` (s): the median read took longer,
     so each needed a retry (or took a late reply to an earlier attempt) and the driver's time budgets do
     not hold. None when the reads fit. The median: one read held up by a busy PC is no fingerprint, a
-    device that is always slow is."""
+    device that is always slow is. ``held``: s the event loop was held up during each read (the PC's
+    share of its latency, daq/commission/loop_lag.py), taken off before the comparison."""
     if timeout is None or not latencies:
         return None
-    median = statistics.median(latencies)
+    own = latencies if held is None else [max(0.0, t - h) for t, h in zip(latencies, held, strict=True)]
+    median = statistics.median(own)
     if median <= timeout:
         return None
     return (f"answers in {median:.3g} s (median of {len(latencies)} reads), slower than its timeout "

@@ -23,6 +23,7 @@ import msgspec
 import numpy as np
 
 from daq.commission.causes import likely_cause, looks_like_http, slow_reads
+from daq.commission.loop_lag import LoopLag
 from daq.commission.plausible import decode_all, inside, likely_mistake, scatter_note
 from drivers.backends import Backends
 from drivers.displacement import SensorSettings, open_sensor
@@ -83,13 +84,18 @@ class DeviceReport:
                 "channels": [c.to_dict() for c in self.channels]}
 
 
-async def _timed(n: int, read: Callable[[], Awaitable[Any]]) -> tuple[list[Any], list[float]]:
-    out, lat = [], []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        out.append(await read())
-        lat.append(time.perf_counter() - t0)
-    return out, lat
+async def _timed(n: int, read: Callable[[], Awaitable[Any]]
+                 ) -> tuple[list[Any], list[float], list[float]]:
+    """``n`` reads: their values, their latencies (s) and the time the event loop was held up during each
+    (s; daq/commission/loop_lag.py: what of a latency is the PC's, not the device's)."""
+    out, lat, held = [], [], []
+    async with LoopLag() as lag:
+        for _ in range(n):
+            t0, h0 = time.perf_counter(), lag.held()
+            out.append(await read())
+            lat.append(time.perf_counter() - t0)
+            held.append(lag.held() - h0)
+    return out, lat, held
 
 
 async def _force_source(name: str, s: ForceSourceSettings, reads: int, rep: DeviceReport,
@@ -103,13 +109,13 @@ async def _force_source(name: str, s: ForceSourceSettings, reads: int, rep: Devi
         spans = {n: spec.range for n, spec in dev.regs.items() if spec.range is not None}
         for reg_name, spec in dev.regs.items():
             read = functools.partial(dev.transport.read_registers, spec.table, spec.address, spec.count)
-            raws, lat = await _timed(reads, read)
+            raws, lat, held = await _timed(reads, read)
             values = decode_all(spec, raws)
             ch = Channel(reg_name, spec.unit, values, lat, spec.range)
             if not inside(values, spec.range):
                 others = {k: v for k, v in spans.items() if k != reg_name}
                 ch.problem = likely_mistake(spec, raws, spec.range or (-math.inf, math.inf), others)
-            ch.problem = ch.problem or slow_reads(lat, s.timeout)
+            ch.problem = ch.problem or slow_reads(lat, s.timeout, held)
             rep.channels.append(ch)
     finally:
         rep.late = dev.transport.n_late + dev.transport.n_mismatched
@@ -129,7 +135,7 @@ async def _sensor(name: str, s: SensorSettings, reads: int, rep: DeviceReport,
             rep.identity = {"id": await dev.identify()}  # type: ignore[attr-defined]
             if looks_like_http(rep.identity["id"]):
                 raise BadResponse(name, rep.address, f"answers {rep.identity['id']!r} to {s.id_query!r}")
-            values, lat = await _timed(reads, dev._read_raw)
+            values, lat, held = await _timed(reads, dev._read_raw)
             ch = Channel("displacement", "m", values, lat, dev.range)
             if not inside(values, dev.range):
                 ch.problem = (f"reads {np.median(values):.4g} m, outside the plausible {dev.range[0]:g}.."
@@ -138,13 +144,14 @@ async def _sensor(name: str, s: SensorSettings, reads: int, rep: DeviceReport,
             spec = dev.regs["displacement"]  # type: ignore[attr-defined]
             tr = dev.transport  # type: ignore[attr-defined]
             await _modbus_identity(tr, s.expect, rep)
-            raws, lat = await _timed(reads, lambda: tr.read_registers(spec.table, spec.address, spec.count))
+            raws, lat, held = await _timed(reads, lambda: tr.read_registers(spec.table, spec.address,
+                                                                                spec.count))
             values = decode_all(spec, raws)
             ch = Channel("displacement", spec.unit, values, lat, dev.range)
             if not inside(values, dev.range):
                 ch.problem = likely_mistake(spec, raws, dev.range, {})
         if ch.problem is None:
-            ch.problem = scatter_note(values, s.sigma, "m") or slow_reads(lat, s.timeout)
+            ch.problem = scatter_note(values, s.sigma, "m") or slow_reads(lat, s.timeout, held)
         rep.channels.append(ch)
     finally:
         if s.protocol != "serial":
@@ -169,7 +176,7 @@ async def _drive(name: str, s: ServoDriveConfig, reads: int, rep: DeviceReport,
     try:
         rep.identity = await drive.device_identity()
         rep.error = drive.identity_mismatch(rep.identity)
-        status, lat = await _timed(reads, drive.status)
+        status, lat, _ = await _timed(reads, drive.status)
         for key, unit, limit in (("actual_speed", "rad/s", s.speed_limit), ("actual_torque", "N*m",
                                                                             s.torque_limit)):
             values = [float(st[key]) for st in status]
