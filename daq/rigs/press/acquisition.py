@@ -53,8 +53,8 @@ class ForceAcquisition:
         self.max_gap = max_gap      # clock seconds between two polls beyond which the clock is told it is
                                     # too fast for this machine (inf: never)
         self._last = math.inf       # clock time of the last poll (none yet)
-        self.answered_at = -math.inf  # time.monotonic() of the last answered poll (the correction asks it
-                                      # whether a slow stream comes from a source that still answers)
+        self.answered_at = -math.inf  # time.monotonic() of the source's last answer (a poll, its status):
+                                      # the correction asks whether a slow stream's source still answers
         # a frame goes out when it holds ``block`` samples or spans the time a full block spans at ``rate``,
         # whichever comes first: on a slow line (a loaded machine, a busy device) frames keep their pace
         # instead of waiting for ``block`` slow polls (ten 0.1 s polls made a 1 s silence, which the
@@ -107,6 +107,7 @@ class ForceAcquisition:
                 asked = self.clock.time()
                 force = await self.source.read_force()
                 answered = self.clock.time()
+                self.answered_at = time.monotonic()
                 pressure = await self.source.read_pressure()
                 self.answered_at = time.monotonic()
                 failures = 0
@@ -146,6 +147,7 @@ class ForceAcquisition:
             status = await self.source.read_status()
         except Exception as exc:
             raise DeviceFault(*_where(self.source), f"force source lost: {exc}") from exc
+        self.answered_at = time.monotonic()
         fault = getattr(status, "fault_code", 0)
         if fault or getattr(status, "fault", False):
             raise DeviceFault(*_where(self.source), f"force source fault code {fault}: "

@@ -87,8 +87,8 @@ class CorrectionTable(Table, kw_only=True):
     margin: Annotated[float, Meta(ge=0, lt=1)] = 0.5
     settle_time: Settle = 0.15
     window: Annotated[float, Meta(gt=0, le=60.0)] = 0.1         # s of force averaged per measurement
-    max_stall: Annotated[float, Meta(gt=0, le=60.0)] = 1.0      # s the force stream may pause (while the
-                                                                # source still answers polls: 10x)
+    max_stall: Annotated[float, Meta(gt=0, le=60.0)] = 1.0      # s the force stream may pause (10x while
+                                                                # its source still answers polls)
 
 
 class AcquisitionTable(Table, kw_only=True):

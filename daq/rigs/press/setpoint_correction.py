@@ -134,11 +134,12 @@ class SetpointCorrector:
         first: float | None = None
         limit = self.settings.max_stall
         silence = SilenceMeter(limit)  # a busy machine (the loop held up) is not a silent source
-        last_frame = time.monotonic()
+        last_frame = evidence = time.monotonic()  # the last frame; the last frame or excuse
         while True:
             if silence.exceeded:
-                self._stalled(limit, last_frame)
+                self._stalled(limit, last_frame, evidence)
                 silence.heard()  # the source answers its polls: a slow stream on a busy machine
+                evidence = time.monotonic()
             wait, started = silence.next_wait(), time.monotonic()
             try:
                 msg = await self.subscriber.recv(timeout=wait)
@@ -149,7 +150,7 @@ class SetpointCorrector:
                 silence.waited(wait, started)
                 continue
             silence.heard()
-            last_frame = time.monotonic()
+            last_frame = evidence = time.monotonic()
             t = msg.time()
             keep = t >= since
             if first is None and keep.any():
@@ -162,15 +163,16 @@ class SetpointCorrector:
             if t[-1] >= first + duration and values:
                 return float(np.concatenate(values).mean())
 
-    def _stalled(self, limit: float, last_frame: float) -> None:
+    def _stalled(self, limit: float, last_frame: float, evidence: float) -> None:
         """The stream has been silent for ``limit`` s of a free loop: raise ForceStreamStalled, unless the
-        source answered a poll within the last ``limit`` s. Then the frames are slow, not missing: on a
+        source answered a poll since ``evidence`` (time.monotonic() of the last frame, or of the last time
+        this excuse was taken: each answer excuses once). Then the frames are slow, not missing: on a
         machine too busy for every task at its pace (polls, frames and this loop share the CPU) the stream
         thins out although nothing is wrong with the device. That excuse holds for
         :data:`SLOW_STREAM_FACTOR` x ``limit`` without a frame at most."""
         now = time.monotonic()
         answered = self.source_answered() if self.source_answered is not None else -math.inf
-        if now - answered >= limit:
+        if answered <= evidence:
             raise ForceStreamStalled(f"{self.source} silent: no {self.stream} samples for {limit:.1f} s "
                                      "(limit: [correction].max_stall)")
         if now - last_frame >= SLOW_STREAM_FACTOR * limit:
