@@ -82,8 +82,9 @@ class SetpointCorrector:
                  settings: CorrectionSettings, *, stream: str = "press.force", channel: str = "force",
                  source: str = "force source", clock: Clock = WALL,
                  source_answered: Callable[[], float] | None = None):
-        """``source_answered``: time.monotonic() of the source's last answered poll (the acquisition's),
-        so that a slow stream from a source that still answers is not taken for a silent source."""
+        """``source_answered``: time.monotonic() of the source's last answer (a poll or a status read, as
+        the acquisition records it), so that a slow stream from a source that still answers is not taken
+        for a silent source."""
         self.subscriber = subscriber
         self.source_answered = source_answered
         self.set_command = set_command
