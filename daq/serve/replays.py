@@ -30,6 +30,7 @@ from daq.bus.frames import Event
 from daq.bus.pubsub import BusPublisher
 from daq.errors import ConflictError
 from daq.run.replay import replay_session
+from daq.serve import cross_loop
 from daq.serve.relay import REPLAY_PASS as PASS_STREAM
 from daq.store.errors import UnknownSession
 from daq.store.reader import SessionReader
@@ -186,12 +187,7 @@ class Replayer:
         reader = SessionReader(self.store_path, create=False)
         pub = BusPublisher("tcp://127.0.0.1:0", send_timeout=None)
         try:
-            attach = self._attach(entry, pub.endpoint)
-            try:
-                attached = asyncio.run_coroutine_threadsafe(attach, main)
-            except RuntimeError:  # the server's loop has closed: it never runs
-                attach.close()
-                raise
+            attached = cross_loop.submit(main, lambda: self._attach(entry, pub.endpoint))
             await asyncio.wrap_future(attached)
             if self._stop.is_set():  # stopped before it reached the relay: no subscriber will come
                 return

@@ -25,6 +25,7 @@ from daq.lab.live import start_live
 from daq.lab.replicate import push_after_run
 from daq.rigs.config import load
 from daq.run.lifecycle import RunContext, run
+from daq.serve import cross_loop
 from daq.serve.configs import ConfigFolder
 from daq.serve.relay import LiveRelay
 from daq.serve.run_queue import RunEntry, RunQueue
@@ -137,11 +138,9 @@ class Runner:
         ctx, loop = self.ctx, self._run_loop
         if ctx is None or loop is None or self.queue.current is None:
             raise NotRunning("no run is in progress")
-        coro = ctx.command(action, by)
         try:
-            future = asyncio.run_coroutine_threadsafe(coro, loop)
+            future = cross_loop.submit(loop, lambda: ctx.command(action, by))
         except RuntimeError:  # the run's loop has just closed: the command never runs
-            coro.close()  # (else "coroutine ... was never awaited" when it is collected)
             raise NotRunning("the run has just ended") from None
         try:
             async with asyncio.timeout(timeout):  # never wait_for (docs/contracts.md, "Stopping")
