@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -564,6 +565,54 @@ def test_a_stream_left_with_its_t_but_not_its_data_is_completed_by_the_next_forw
         local = r.read_stream(rec.sid, "press.force").data
         np.testing.assert_array_equal(node["press.force"][layout.DATA].read(), local)
     rec.end()
+
+
+@pytest.mark.slow(reason="a Tiled server of its own, killed and started again")
+def test_an_array_folder_a_killed_lab_left_without_its_node_is_set_aside_when_it_starts(tmp_path):
+    """Tiled makes a new array's folder before it commits the array's node: a lab killed between the two kept
+    the folder, and every forwarder after it got a 500 for ever making that array ("An array exists in
+    store"; found when test_a_lab_killed_mid_run_is_caught_up_when_it_is_back hung). The server sets such a
+    folder aside when it starts, and the next forwarder makes the array and sends every sample."""
+    from daq.lab.live import Forwarder
+
+    data = tmp_path / "lab"
+    server = LabServer(data)
+    store = tmp_path / "hil.sqlite"
+    rec = Recording(store)
+    rec.record(30)
+    with SessionReader(store, recover=False) as r:
+        info = r.get_session(rec.sid)
+        first = Forwarder(store, rec.sid, server.url, server.key)
+        first._connect(r, info)
+        si = info.streams["press.force"]
+        st = first._find_stream(si.name)
+        st.rows = live_rows(si, si.n_samples, si.t_first, si.t_last)
+        fields = {**layout.stream_node_fields(si, st.rows), "session": rec.sid, "live": True}
+        st.node = first.node.create_container(si.name, metadata=fields, specs=[layout.STREAM_SPEC])
+        part = r.read_range(rec.sid, si.name, 0, st.rows)
+        first._array(st, layout.TIME, np.ascontiguousarray(part.t), ("sample",), {"unit": "s"})
+    server.stop(signal.SIGKILL)
+    folder = data / "data" / rec.sid / "press.force"
+    shutil.copytree(folder / layout.TIME, folder / layout.DATA)  # `data`'s folder made, its node never
+    planted = sorted(str(p.relative_to(folder / layout.DATA)) for p in (folder / layout.DATA).rglob("*"))
+    server = LabServer(data)
+    try:
+        with SessionReader(store, recover=False) as r:
+            second = Forwarder(store, rec.sid, server.url, server.key)
+            done = any(second.step(r, r.get_session(rec.sid)) for _ in range(20))
+            assert done and second.state == "live"
+        assert lab_rows(server.url, server.key, rec.sid, "press.force") == 30 * N
+        node = lab_node(server.url, server.key, rec.sid)
+        with SessionReader(store, recover=False) as r:
+            local = r.read_stream(rec.sid, "press.force").data
+        np.testing.assert_array_equal(node["press.force"][layout.DATA].read(), local)
+        aside = sorted((data / "orphans").glob(f"*/{rec.sid}/press.force/*"))
+        assert [p.name for p in aside] == [layout.DATA]
+        assert sorted(str(p.relative_to(aside[0])) for p in aside[0].rglob("*")) == planted  # kept whole
+        assert f"set aside {folder / layout.DATA}" in (tmp_path / "lab.log").read_text()
+    finally:
+        rec.end()
+        server.stop()
 
 
 @pytest.mark.timeout(420)

@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from daq.lab import people_server
+from daq.lab import orphans, people_server
 from daq.lab.connect import INSTALL_LAB, tiled_missing
 from daq.lab.live_sweep import start_sweep
 from daq.lab.names import catalog_database_uri
@@ -106,6 +106,9 @@ def build_lab_app(opts: ServeOptions, auth_uri: str):
         init_catalog(catalog_uri(opts))
         if catalog_uri(opts).startswith("postgresql"):  # range searches from indexes (daq/lab/pg_indexes.py)
             ensure_search_indexes(catalog_uri(opts))
+        if "://" not in arrays:  # half-made arrays of a server killed mid-write (daq/lab/orphans.py)
+            for old, new in orphans.set_aside(catalog_uri(opts), Path(arrays), opts.data_dir):
+                log.warning("set aside %s, an array a stopped server left half made: now %s", old, new)
         tree = from_uri(catalog_uri(opts), writable_storage=[arrays], cache_config=dict(STREAMING_CACHE))
     except Exception as exc:  # noqa: BLE001 - tiled's init names the database problem
         raise LabError(f"cannot open the lab catalogue: {' '.join(str(exc).split())[-400:]}") from None
