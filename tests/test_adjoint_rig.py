@@ -126,7 +126,10 @@ def test_crane_adjoint_design_run_analyze_mast_parameters(tmp_path):
     cfg.pop("store", None)
     cfg["adjoint"].update(t_f=1.0, dt=0.004, max_iter=30, rounds=2)
     cfg["simulator"]["speed"] = 10.0
-    cfg["fit"].update(decimate=5)  # k23, d23, J3 start at [adjoint.nominal], 13-25 % off the truth
+    # the fit's model on every drive cycle, as shipped (decimate = 1): every 5th sample put k23 3-4 standard
+    # errors off on most designs (its 0.5 ms steps are a model error the intervals do not hold); k23, d23, J3
+    # start at [adjoint.nominal], 13-25 % off the truth
+    assert cfg["fit"]["decimate"] == 1
     cfg["plan"].update(trajectory=str(tmp_path / "design" / "trajectory.csv"), design_if_missing=False)
     path = tmp_path / "crane-adjoint.toml"
     path.write_text(_to_toml(cfg))
