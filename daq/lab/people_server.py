@@ -167,8 +167,10 @@ def write_private(path: Path, text: str) -> None:
 READS = {"GET", "HEAD", "OPTIONS"}
 
 
-def record_changes(app, uri: str, log_path: Path) -> None:
-    """Have ``app`` append each change it answers to ``log_path`` (see the module's docstring)."""
+def record_changes(app, uri: str, log_path: Path, people_changed=None) -> None:
+    """Have ``app`` append each change it answers to ``log_path`` (see the module's docstring);
+    ``people_changed()`` is called before and after each change of people or keys (a request other than
+    GET/HEAD to ``/api/v1/auth/``: the server's key cache, daq/lab/key_cache.py)."""
     from sqlalchemy import select  # lazy: as above
     from sqlalchemy.ext.asyncio import create_async_engine  # lazy: as above
     from tiled.authn_database import orm  # lazy: as above
@@ -190,7 +192,15 @@ def record_changes(app, uri: str, log_path: Path) -> None:
 
     @app.middleware("http")
     async def record(request, call_next):
-        response = await call_next(request)
+        people = people_changed is not None and request.method not in READS and (
+            request.url.path.startswith("/api/v1/auth/"))
+        if people:
+            people_changed()
+        try:
+            response = await call_next(request)
+        finally:
+            if people:
+                people_changed()
         if request.method in READS or not request.url.path.startswith("/api/v1/"):
             return response
         auth = request.headers.get("Authorization", "")
