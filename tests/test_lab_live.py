@@ -209,11 +209,15 @@ def test_a_press_run_with_lab_is_listed_running_grows_and_ends_complete_and_veri
             assert rows <= store_rows(store, sid, "press.force")
             grown.append(rows)
             time.sleep(0.5)
-        assert len(set(grown)) >= 3, grown  # it grew while the run recorded
         out, _ = run.communicate(timeout=600)
         assert run.returncode == 0, out
         wait_for_the_forwarders_verified_push(tmp_path / "lab-live.log")
         assert_verified_as_local(lab.url, lab.key, store, sid)
+        # it grew while the run recorded: part of the stream in the lab before the run ended, never less later
+        # (three values asked for two growths within the run's last seconds, which a busy lab may not show:
+        # [0, 0, 991, 991, 991] in a loaded CI run whose session became visible late)
+        final = store_rows(store, sid, "press.force")
+        assert grown == sorted(grown) and any(0 < rows < final for rows in grown), (grown, final)
     finally:
         if run.poll() is None:
             run.kill()
