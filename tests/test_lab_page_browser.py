@@ -74,7 +74,16 @@ def test_the_lab_page_shows_both_rigs_their_lock_and_a_sessions_page(lab, browse
 
         poll_until(lambda: {"rig-c", "rig-d"} <= set(rig_rows())
                    and all(" idle " in f" {rig_rows()[n]} " for n in ("rig-c", "rig-d")), timeout=30)
-        rows = rig_rows()
+        # the lock reaches the lab with rig-d's next beat (every 1 s) and the page with its next redraw (5 s):
+        # both idle may show before it does
+        rows: dict[str, str] = {}
+
+        def lock_shown() -> bool:
+            rows.clear()
+            rows.update(rig_rows())  # one reading of the table, asserted on below
+            return "locked by page-op" in rows.get("rig-d", "")
+
+        poll_until(lock_shown, timeout=30)
         assert "locked by page-op" in rows["rig-d"] and "bleeding the cylinder" in rows["rig-d"]
         assert "locked" not in rows["rig-c"]
         links = {a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "#rigs a")}
