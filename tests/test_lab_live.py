@@ -540,13 +540,11 @@ def test_a_viewer_follows_a_live_session_and_the_key_its_subscription_makes_read
             fwd.kill()
 
 
-@pytest.mark.timeout(300)
-def test_a_stream_left_with_its_t_but_not_its_data_is_completed_by_the_next_forwarder(lab, tmp_path):
-    """The lab went away between making a stream's `t` and its `data`: the forwarder that comes next makes
-    the missing one and sends every sample (before: every pass failed on the missing array, silently)."""
+def stream_with_its_t_only(store: Path, lab) -> Recording:
+    """A recording of 30 frames whose press.force a first forwarder left in ``lab`` with its `t` array made
+    and its `data` not (the state a lab gone between the two leaves)."""
     from daq.lab.live import Forwarder
 
-    store = tmp_path / "hil.sqlite"
     rec = Recording(store)
     rec.record(30)
     with SessionReader(store, recover=False) as r:
@@ -559,7 +557,19 @@ def test_a_stream_left_with_its_t_but_not_its_data_is_completed_by_the_next_forw
         fields = {**layout.stream_node_fields(si, st.rows), "session": rec.sid, "live": True}
         st.node = first.node.create_container(si.name, metadata=fields, specs=[layout.STREAM_SPEC])
         part = r.read_range(rec.sid, si.name, 0, st.rows)
-        first._array(st, layout.TIME, np.ascontiguousarray(part.t), ("sample",), {"unit": "s"})  # then gone
+        first._array(st, layout.TIME, np.ascontiguousarray(part.t), ("sample",), {"unit": "s"})
+    return rec
+
+
+@pytest.mark.timeout(300)
+def test_a_stream_left_with_its_t_but_not_its_data_is_completed_by_the_next_forwarder(lab, tmp_path):
+    """The lab went away between making a stream's `t` and its `data`: the forwarder that comes next makes
+    the missing one and sends every sample (before: every pass failed on the missing array, silently)."""
+    from daq.lab.live import Forwarder
+
+    store = tmp_path / "hil.sqlite"
+    rec = stream_with_its_t_only(store, lab)  # then gone
+    with SessionReader(store, recover=False) as r:
         second = Forwarder(store, rec.sid, lab.url, lab.key)
         done = any(second.step(r, r.get_session(rec.sid)) for _ in range(20))
         assert done and second.state == "live"
@@ -582,19 +592,7 @@ def test_an_array_folder_a_killed_lab_left_without_its_node_is_set_aside_when_it
     data = tmp_path / "lab"
     server = LabServer(data)
     store = tmp_path / "hil.sqlite"
-    rec = Recording(store)
-    rec.record(30)
-    with SessionReader(store, recover=False) as r:
-        info = r.get_session(rec.sid)
-        first = Forwarder(store, rec.sid, server.url, server.key)
-        first._connect(r, info)
-        si = info.streams["press.force"]
-        st = first._find_stream(si.name)
-        st.rows = live_rows(si, si.n_samples, si.t_first, si.t_last)
-        fields = {**layout.stream_node_fields(si, st.rows), "session": rec.sid, "live": True}
-        st.node = first.node.create_container(si.name, metadata=fields, specs=[layout.STREAM_SPEC])
-        part = r.read_range(rec.sid, si.name, 0, st.rows)
-        first._array(st, layout.TIME, np.ascontiguousarray(part.t), ("sample",), {"unit": "s"})
+    rec = stream_with_its_t_only(store, server)
     server.stop(signal.SIGKILL)
     folder = data / "data" / rec.sid / "press.force"
     shutil.copytree(folder / layout.TIME, folder / layout.DATA)  # `data`'s folder made, its node never
