@@ -10,7 +10,9 @@ Importing this module installs the guard in this process and sets, for the proce
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from collections.abc import Generator
 from pathlib import Path
@@ -29,6 +31,7 @@ class _Fence:
         os.chmod(log.parent, 0o755)
         os.chmod(log, 0o666)  # a child running as another OS user can say what it refused
         self.log, self.seen = log, 0
+        atexit.register(shutil.rmtree, log.parent, ignore_errors=True)  # gone with this process
         site = str(Path(__file__).parent / "guard_site")
         os.environ[loopback_guard.LOG_ENV] = str(log)
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)

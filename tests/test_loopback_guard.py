@@ -110,6 +110,8 @@ def test_the_fence_fails_each_test_that_reaches_beyond_loopback_and_passes_the_o
     env = {k: v for k, v in os.environ.items() if k != "HIL_TEST_GUARD_LOG"}  # the inner run has its own log
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
     env["COLUMNS"] = "1000"  # the summary lines whole
+    env["TMPDIR"] = str(tmp_path / "tmp")  # where the inner fence makes its log's folder
+    (tmp_path / "tmp").mkdir()
     res = subprocess.run([sys.executable, "-m", "pytest", "-p", "loopback_fence", "-p", "no:cacheprovider",
                           "-p", "no:xdist", "-q", "-rfEp", "test_inner.py"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
@@ -122,3 +124,4 @@ def test_the_fence_fails_each_test_that_reaches_beyond_loopback_and_passes_the_o
         assert "loopback guard: " in failed[name] and words in failed[name], failed[name]
     assert "PASSED test_inner.py::test_loopback_and_a_pty_it_made_are_fine" in summary, out
     assert not [ln for ln in summary if ln.startswith("ERROR ")], out
+    assert not list((tmp_path / "tmp").glob("hil-guard-*")), "the fence's log folder outlived its pytest run"
