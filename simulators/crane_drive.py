@@ -57,6 +57,7 @@ from drivers.clock import WALL, Clock
 from simulators.certs import SERVER_URI, Pki
 from simulators.device_watchdog import DeviceWatchdog
 from simulators.drive_faults import MethodHangs
+from simulators.opcua_space import QuickStartServer
 from simulators.plants import PLANTS, Plant, get_plant
 from simulators.settings import DriveSettings
 
@@ -481,7 +482,9 @@ async def build_server(drive: CraneDrive, host: str, port: int, *, pki: Pki | No
     ApplicationUri is the one in its certificate. ``control=False`` serves a read-only face (see
     :meth:`CraneDrive.attach`).
     """
-    server = Server(user_manager=PasswordUsers(users or {}) if pki is not None else None)
+    # the standard address space copied on touch from this process's one (simulators/opcua_space.py)
+    user_manager = PasswordUsers(users or {}) if pki is not None else None
+    server = Server(iserver=QuickStartServer(user_manager=user_manager))
     await server.init()
     await server.set_application_uri(pki.server.app_uri if pki is not None else f"{SERVER_URI}:plain")
     server.set_endpoint(f"opc.tcp://{host}:{port}/hil/crane")
