@@ -56,3 +56,27 @@ def test_the_lab_over_tls_marks_a_silent_live_session_incomplete(tls_lab):
     status = lambda: layout.plain(root["silent-session"].metadata)["status"]  # noqa: E731
     poll_until(lambda: status() == "incomplete", timeout=60, period=0.5)
     assert "stopped sending" in layout.plain(root["silent-session"].metadata)["reason"]
+
+
+def test_lab_clients_trust_what_ssl_cert_file_names_with_one_context_per_setting(tls_lab, monkeypatch):
+    """The lab's clients share one SSL context per process (daq/lab/trust.py) and still trust what httpx's
+    ``verify=True`` does: this lab's self-signed certificate only while ``$SSL_CERT_FILE`` names it."""
+    from daq.lab.connect import open_lab, probe
+    from daq.lab.settings import LabUnreachable
+    from daq.lab.trust import default_trust
+
+    lab, certfile = tls_lab
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    with pytest.raises(LabUnreachable, match="CERTIFICATE_VERIFY_FAILED"):
+        probe(lab.url, lab.key, timeout=30)
+    monkeypatch.setenv("SSL_CERT_FILE", certfile)
+    trusted = default_trust()
+    assert default_trust() is trusted  # made once for this setting
+    probe(lab.url, lab.key, timeout=30)
+    open_lab(lab.url, lab.key).create_container("trust-check")  # Tiled's client over the same trust
+    assert "trust-check" in list(open_lab(lab.url, lab.key))
+    monkeypatch.delenv("SSL_CERT_FILE")
+    assert default_trust() is not trusted
+    with pytest.raises(LabUnreachable, match="CERTIFICATE_VERIFY_FAILED"):
+        probe(lab.url, lab.key, timeout=30)

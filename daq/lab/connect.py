@@ -9,6 +9,7 @@ import os
 from daq.lab.names import check_lab_url
 from daq.lab.scopes import refusal
 from daq.lab.settings import LabError, LabUnreachable
+from daq.lab.trust import default_trust
 
 #: s the probe waits for the lab's answer (a busy lab with many pushers answers in seconds); a lab reached
 #: over a slow link, or a test that stalls its lab on purpose, sets ``$HIL_LAB_TIMEOUT`` (seconds).
@@ -64,7 +65,7 @@ def probe(url: str, key: str, timeout: float | None = None) -> None:
 
     try:
         resp = httpx.get(url.rstrip("/") + "/api/v1/metadata/", headers={"Authorization": f"Apikey {key}"},
-                         timeout=timeout, verify=True)
+                         timeout=timeout, verify=default_trust())
     except httpx.HTTPError as exc:
         raise LabUnreachable(f"lab {url} unreachable ({type(exc).__name__}: {exc}); "
                              "will retry later") from None
@@ -95,7 +96,8 @@ def open_lab(url: str, key: str, structure_clients: str | dict = "numpy"):
     from tiled.client import from_uri  # lazy: only commands that talk to a lab load tiled's client
 
     try:
-        return from_uri(check_lab_url(url), api_key=key, structure_clients=structure_clients)
+        return from_uri(check_lab_url(url), api_key=key, structure_clients=structure_clients,
+                        verify=default_trust())
     except Exception as exc:  # noqa: BLE001 - whatever the client raises becomes one line
         raise from_client_error(url, exc) from None
 

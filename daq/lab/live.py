@@ -41,6 +41,7 @@ from daq.lab.names import check_session_id, check_stream_name
 from daq.lab.push import child, delete, session_metadata, status_of
 from daq.lab.push_lock import pushing
 from daq.lab.settings import ENV_KEY, ENV_KEY_FILE, LabError, LabTable, read_key
+from daq.lab.trust import default_trust
 from daq.store.reader import SessionReader
 from daq.store.records import FINAL_STATUSES, SessionInfo, StreamInfo
 
@@ -173,7 +174,8 @@ class Forwarder:
 
         from daq.lab.live_client import live_structure_clients  # lazy: as above
 
-        root = from_uri(self.url, api_key=self.key, structure_clients=live_structure_clients())
+        root = from_uri(self.url, api_key=self.key, structure_clients=live_structure_clients(),
+                        verify=default_trust())
         meta = self._metadata(store, info)
         try:
             node = root.create_container(self.sid, metadata=meta, specs=[layout.SESSION_SPEC])

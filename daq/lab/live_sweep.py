@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from daq.lab import layout
+from daq.lab.trust import default_trust
 
 log = logging.getLogger("hil.lab")
 
@@ -67,7 +68,7 @@ def own_certificate(certfile: str) -> ssl.SSLContext:
 def start_sweep(url: str, key_file, stop: threading.Event, certfile: str | None = None) -> threading.Thread:
     """The sweep in a thread of the lab server's process, with the admin's key, until ``stop`` is set;
     over TLS (``certfile``: the server's own) it trusts the server's own certificate only."""
-    verify: ssl.SSLContext | bool = own_certificate(certfile) if certfile else True
+    verify = own_certificate(certfile) if certfile else default_trust()
 
     def sweep() -> None:
         stale = stale_after()

@@ -52,10 +52,12 @@ def _request(method: str, url: str, key: str, path: str, **kwargs):
     import httpx  # lazy: only commands that talk to a lab need it
 
     from daq.lab.connect import probe_timeout  # lazy: only calls to a lab need it
+    from daq.lab.trust import default_trust  # lazy: as above
 
     try:
         return httpx.request(method, url.rstrip("/") + AUTH + path,
-                             headers={"Authorization": f"Apikey {key}"}, timeout=probe_timeout(), **kwargs)
+                             headers={"Authorization": f"Apikey {key}"}, timeout=probe_timeout(),
+                             verify=default_trust(), **kwargs)
     except httpx.HTTPError as exc:
         raise LabUnreachable(f"lab {url} unreachable ({type(exc).__name__}); retry later") from None
 
