@@ -6,6 +6,8 @@ This is no rig kind: the rig packages import it, it imports none of them.
 
 from __future__ import annotations
 
+import copy
+import functools
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
@@ -75,12 +77,9 @@ class ExcitationTable(Table, kw_only=True):
 def design_excitation(exc: ExcitationTable, role: str, torque_limit: float
                       ) -> tuple[float, np.ndarray, dict[str, Any], MultisineResult, float]:
     """Torque trajectory of ``role``: (dt, torque samples N*m, info, multisine result, peak)."""
-    from identification.design.multisine import design_multisine  # lazy: scipy
-
     r = exc.role(role)
-    ms = design_multisine(r["f_min"], r["f_max"], r["n_lines"], r["dt"], n_periods=r["n_periods"],
-                          grid=r["grid"], odd_only=r["odd_only"], seed=r["seed"], max_iter=r["max_iter"],
-                          period=r["duration"] / r["n_periods"])
+    ms = copy.deepcopy(_multisine(r["f_min"], r["f_max"], r["n_lines"], r["dt"], r["n_periods"], r["grid"],
+                                  r["odd_only"], r["seed"], r["max_iter"], r["duration"] / r["n_periods"]))
     signal = np.asarray(ms.signal, dtype=float)
     peak = r["amplitude"] * torque_limit
     torque = signal / np.abs(signal).max() * peak
@@ -88,3 +87,15 @@ def design_excitation(exc: ExcitationTable, role: str, torque_limit: float
             "seed": r["seed"], "crest_factor": float(ms.crest_factor),
             "peak_torque": float(np.abs(torque).max())}
     return r["dt"], torque, info, ms, peak
+
+
+@functools.lru_cache(maxsize=16)
+def _multisine(f_min: float, f_max: float, n_lines: int, dt: float, n_periods: int, grid: str, odd_only: bool,
+               seed: int, max_iter: int, period: float) -> MultisineResult:
+    """The multisine of these settings, designed once per process: the design is a seeded optimisation
+    (3-5 CPU-s for each of the shipped crane's two), the same for every run of a config, and `hil serve`
+    or a test process runs many (callers get a copy: the arrays are theirs to change)."""
+    from identification.design.multisine import design_multisine  # lazy: scipy
+
+    return design_multisine(f_min, f_max, n_lines, dt, n_periods=n_periods, grid=grid, odd_only=odd_only,
+                            seed=seed, max_iter=max_iter, period=period)
