@@ -89,7 +89,11 @@ def test_design_and_fit_start_never_read_the_simulator_truth(kind):
     if kind == "pendulum":  # the cart friction d_c starts at the design point, not at [fit.nuisance]'s value
         assert starts[0][2] == raw["adjoint"]["nominal"]["d_c"] != absurd["simulator"]["truth"]["d_c"]
     us = [run_design(c).u for c in cfgs[:2]]
-    np.testing.assert_array_equal(us[0], us[1])
+    # the same design to rounding: two runs of one optimisation in one process may sum in another order
+    # (numpy's SIMD loops depend on where the arrays sit in memory; CI's lowest-versions pass once gave
+    # 77 of 100 samples 1e-13 apart), while a design that read the absurd truth moves by order one
+    scale = np.abs(us[0]).max()
+    np.testing.assert_allclose(us[1], us[0], rtol=0, atol=1e-9 * scale)
 
 
 def _session_with_estimate(store_path: Path, raw: dict, values: list[float], cov: list[list[float]]) -> str:
