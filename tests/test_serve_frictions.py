@@ -191,7 +191,12 @@ def test_the_time_left_stands_still_while_paused(run, page):
     poll_until(lambda: page.execute_script(rebuilt) and "left" in progress(page), timeout=20, period=0.1)
     again = left(page)
     time.sleep(1.5)
-    assert left(page) == again and abs(seconds(again) - seconds(first)) <= 2, (first, again, progress(page))
+    # the estimate scales the time run so far by steps left / steps done (~30 at this point of the run), so
+    # 0.1 s between the live page's and the rebuild's reference times reads as 3 s (CI on a loaded machine:
+    # 4 min 36 s and 4 min 33 s); a rebuild that lost the pause would count the paused seconds, x30: > 75 s
+    margin = max(2.0, 0.03 * seconds(first))
+    assert left(page) == again, (again, progress(page))
+    assert abs(seconds(again) - seconds(first)) <= margin, (first, again, progress(page))
     poll_until(lambda: click(page, "#btn-resume:enabled"), timeout=10, period=0.1)
     poll_until(lambda: text(page, "#run-state") == "running", timeout=10, period=0.1)
 
