@@ -123,3 +123,44 @@ def test_memory_friction_coefficients_do_not_depend_on_rounding():
     c, _ = _fit_with_nuisance(X, q, y, ridge=m3.ridge)
     ref = _ridge_reference(X, q, y, m3.ridge)
     np.testing.assert_allclose(c, ref, rtol=1e-8, atol=1e-8 * np.abs(ref).max())
+
+
+def _bearings_one_at_a_time(m: PressLinkageModel, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bearing forces and their Jacobian summed bearing by bearing: the reference for the one-pass
+    ``_bearing`` of the model (the hot path of every press fit)."""
+    k, beta = m.c.k_joint, m.c.joint_beta
+    f, Jb = np.zeros((len(y), 10)), np.zeros((len(y), 10, 10))
+    for i, j in m.bearings:
+        si = slice(2 * i, 2 * i + 2)
+        d = y[:, si] - (y[:, 2 * j:2 * j + 2] if j >= 0 else 0.0)
+        d2 = np.einsum("ni,ni->n", d, d)
+        g = k * (1 + beta * d2)[:, None] * d
+        kt = k * ((1 + beta * d2)[:, None, None] * np.eye(2) + 2 * beta * np.einsum("ni,nj->nij", d, d))
+        f[:, si] += g
+        Jb[:, si, si] += kt
+        if j >= 0:
+            sj = slice(2 * j, 2 * j + 2)
+            f[:, sj] -= g
+            Jb[:, si, sj] -= kt
+            Jb[:, sj, si] -= kt
+            Jb[:, sj, sj] += kt
+    return f, Jb
+
+
+@pytest.mark.parametrize("scale", [0.0, 1e-6, 1e-4, 1e-2])
+def test_the_bearings_in_one_pass_equal_them_one_at_a_time_to_the_bit(scale):
+    m = PressLinkageModel()
+    rng = np.random.default_rng(21)
+    for n in (1, 29, 400):
+        y = rng.standard_normal((n, 10)) * scale
+        f, Jb = m._bearing(y)
+        f_ref, Jb_ref = _bearings_one_at_a_time(m, y)
+        assert np.array_equal(f, f_ref) and np.array_equal(Jb, Jb_ref)
+        assert np.array_equal(Jb, Jb.transpose(0, 2, 1))  # a stiffness: symmetric
+
+
+def test_a_node_in_two_bearings_is_refused():
+    m = PressLinkageModel()
+    m.bearings = ((1, 2), (2, -1))
+    with pytest.raises(ValueError, match="two bearings"):
+        m._bearing_index()

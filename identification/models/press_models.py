@@ -41,6 +41,7 @@ OUTPUT_NAMES = ("D_vertical", "F_horizontal", "B0_vertical")
 
 _D, _F5, _F, _G7, _A = range(5)
 _NDOF = 10
+_EYE2 = np.eye(2)
 
 
 @dataclass
@@ -99,6 +100,7 @@ class PressLinkageModel:
         self.K0[2 * _D, 2 * _D] += c.k_guide
         # bearings: pairs of nodes (-1 = ground)
         self.bearings = ((_F5, _F), (_G7, -1), (_A, -1))
+        self._bearing_index()
         self.b = np.zeros(_NDOF)
         self.b[2 * _D + 1] = 1.0
         full = np.zeros((len(OUTPUT_NAMES), _NDOF))
@@ -115,26 +117,44 @@ class PressLinkageModel:
         d = y[:, 2 * i : 2 * i + 2]
         return d - y[:, 2 * j : 2 * j + 2] if j >= 0 else d
 
+    def _bearing_index(self) -> None:
+        """Where each bearing's two displacement components sit in the state, for :meth:`_bearing`'s one pass
+        over all bearings: ``_bi`` the first node's (b, 2), ``_bj`` the second node's of the bearings between
+        two nodes (rows ``_bj_rows``; the others hold a node against the ground). Every node sits in at most
+        one bearing, so each entry of the force and of its Jacobian gets at most one term."""
+        nodes = [n for pair in self.bearings for n in pair if n >= 0]
+        if len(nodes) != len(set(nodes)):
+            raise ValueError("a node in two bearings: _bearing assigns each node's terms once")
+        self._bi = np.array([[2 * i, 2 * i + 1] for i, _ in self.bearings])
+        self._bj_rows = np.array([b for b, (_, j) in enumerate(self.bearings) if j >= 0], dtype=int)
+        pairs = [[2 * j, 2 * j + 1] for _, j in self.bearings if j >= 0]
+        self._bj = np.array(pairs, dtype=int).reshape(-1, 2)
+
     def _bearing(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bearing forces (N, 10) and their Jacobian (N, 10, 10) at states y (N, 10): g = k (1 + beta |d|^2) d
+        of each bearing's relative displacement d, all bearings at once (the hot path of every press fit:
+        called at each Newton step of each state solve). The same element operations as one bearing at a
+        time."""
         k, beta = self.c.k_joint, self.c.joint_beta
         N = y.shape[0]
+        bi, bj, rows = self._bi, self._bj, self._bj_rows
+        d = y[:, bi]  # (N, b, 2)
+        d[:, rows] -= y[:, bj]
+        d2 = d[..., 0] * d[..., 0] + d[..., 1] * d[..., 1]
+        s = 1 + beta * d2
+        g = k * s[..., None] * d
+        kt = k * (s[..., None, None] * _EYE2 + 2 * beta * (d[..., :, None] * d[..., None, :]))  # (N, b, 2, 2)
         f = np.zeros((N, _NDOF))
+        f[:, bi] = g
+        f[:, bj] = -g[:, rows]
         Jb = np.zeros((N, _NDOF, _NDOF))
-        eye = np.eye(2)
-        for i, j in self.bearings:
-            d = self._rel(y, i, j)
-            d2 = np.einsum("ni,ni->n", d, d)
-            g = k * (1 + beta * d2)[:, None] * d
-            kt = k * ((1 + beta * d2)[:, None, None] * eye + 2 * beta * np.einsum("ni,nj->nij", d, d))
-            si = slice(2 * i, 2 * i + 2)
-            f[:, si] += g
-            Jb[:, si, si] += kt
-            if j >= 0:
-                sj = slice(2 * j, 2 * j + 2)
-                f[:, sj] -= g
-                Jb[:, si, sj] -= kt
-                Jb[:, sj, si] -= kt
-                Jb[:, sj, sj] += kt
+        Jb[:, bi[:, :, None], bi[:, None, :]] = kt
+        if rows.size:
+            cross = -kt[:, rows]
+            bir = bi[rows]
+            Jb[:, bir[:, :, None], bj[:, None, :]] = cross
+            Jb[:, bj[:, :, None], bir[:, None, :]] = cross
+            Jb[:, bj[:, :, None], bj[:, None, :]] = kt[:, rows]
         return f, Jb
 
     # -- StateModel protocol --------------------------------------------------------------------------
