@@ -18,6 +18,7 @@ const live = new PlotGroup("live");
 const streams = new Map();   // stream name -> StreamPlot
 const estimates = new Map(); // online stream -> {kind, body, history}
 const ended = new Set();     // sessions of runs that ended: a late status of theirs is not the current run's
+const endedRuns = new Set(); // ids of runs that ended: a runs list fetched before the end cannot revive one
 let correction = null;
 let pending = [];            // live messages that arrived while the page rebuilt the run from the store
 let paused = {since: null, total: 0};  // the run's pauses (s): the time left stands still while paused
@@ -235,6 +236,7 @@ function newRun(run) {
 function runEnded(run) {
   if (!run) return;
   if (run.session) ended.add(run.session);
+  endedRuns.add(run.id);
   trackPause("ended");
   S.run = null;
   showRun(run);
@@ -370,7 +372,12 @@ async function refreshConfigs() {
 async function refreshRuns() {
   let snap;
   try { snap = await api("GET", "/api/runs"); } catch (e) { say("runs: " + e.message); return; }
-  const cur = snap.current;
+  showRuns(snap);
+}
+// the runs list; its current run only if it has not ended meanwhile (the list may have been asked for before
+// the end, and answered after it: that run must not come back as the current one, with time left and a Stop)
+function showRuns(snap) {
+  const cur = snap.current && !endedRuns.has(snap.current.id) ? snap.current : null;
   if (cur) {
     if (!S.run || S.run.id !== cur.id) { S.run = cur; live.t0 = live.t0 || cur.started_at; }
     S.run.session = cur.session;
