@@ -6,12 +6,14 @@
 
 const pageGroup = new PlotGroup("page");
 const STORED_POINTS = 2000;   // points per stream on a page
+let pageAsked = 0;            // counts the pages asked for: a page answered after the next was asked for is dropped
 
 function route() {
   const m = location.hash.match(/^#\/(runs|sessions)\/([^/]+)$/);
   $("live").hidden = !!m;
   $("page").hidden = !m;
   pageGroup.clear();
+  pageAsked++;
   if (!m) return;
   const id = decodeURIComponent(m[2]);
   if (m[1] === "runs") showRunPage(id); else showSessionPage(id);
@@ -26,12 +28,14 @@ function pageBox(title) {
 }
 
 async function showRunPage(id) {
+  const asked = pageAsked;
   const box = pageBox(`run ${id}`);
   let run;
   try { run = await api("GET", `/api/runs/${encodeURIComponent(id)}`); } catch (e) {
-    box.innerHTML = `<div class="outcome unsafe">${esc(e.message)}</div>`;
+    if (asked === pageAsked) box.innerHTML = `<div class="outcome unsafe">${esc(e.message)}</div>`;
     return;
   }
+  if (asked !== pageAsked) return;  // another page was asked for meanwhile: it owns the box now
   $("page-title").textContent = `run ${run.id}: ${run.config}`;
   const facts = [["config", run.config], ["rig kind", run.kind || "-"], ["queued", `${fmtTime(run.queued_at)} by ${run.by}`],
     ["started", fmtTime(run.started_at)], ["ended", fmtTime(run.ended_at)],
@@ -39,15 +43,16 @@ async function showRunPage(id) {
   box.innerHTML = `<div class="outcome ${outcomeClass(run.status, run.reason, run.safe)}" id="page-outcome">` +
     `${esc(outcomeWords(run.status, run.reason, run.safe, run.result && run.result.safe_errors))}</div>` +
     factsTable(facts) + '<div id="page-session"></div>';
-  if (run.session) await renderSession(run.session, $("page-session"), run);
-  box.dataset.ready = "1";
+  if (run.session) await renderSession(run.session, $("page-session"), run, asked);
+  if (asked === pageAsked) box.dataset.ready = "1";
 }
 
 async function showSessionPage(id) {
+  const asked = pageAsked;
   const box = pageBox(`session ${id}`);
   box.innerHTML = '<div id="page-session"></div>';
-  await renderSession(id, $("page-session"), null);
-  box.dataset.ready = "1";
+  await renderSession(id, $("page-session"), null, asked);
+  if (asked === pageAsked) box.dataset.ready = "1";
 }
 
 function outcomeWords(status, reason, safe, errors) {
@@ -66,13 +71,17 @@ function factsTable(rows) {
   return '<table class="facts">' + rows.map(([k, v]) => `<tr><th>${esc(k)}</th><td>${esc(v)}</td></tr>`).join("") + "</table>";
 }
 
-async function renderSession(id, el, run) {
+async function renderSession(id, el, run, asked) {
   let d, sm, ser;
   try {
     [d, sm, ser] = await Promise.all([api("GET", `/api/sessions/${encodeURIComponent(id)}`),
       api("GET", `/api/sessions/${encodeURIComponent(id)}/summary`),
       api("GET", `/api/sessions/${encodeURIComponent(id)}/series?points=${STORED_POINTS}`)]);
-  } catch (e) { el.innerHTML = `<div class="outcome unsafe">session ${esc(id)}: ${esc(e.message)}</div>`; return; }
+  } catch (e) {
+    if (asked === pageAsked) el.innerHTML = `<div class="outcome unsafe">session ${esc(id)}: ${esc(e.message)}</div>`;
+    return;
+  }
+  if (asked !== pageAsked) return;
   if (!run) $("page-title").textContent = `session ${d.id} (${d.kind})`;
   const o = sm.outcome || {};
   const facts = [["session", d.id], ["status", endText(d.status, d.reason)],
