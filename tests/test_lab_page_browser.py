@@ -132,8 +132,21 @@ def test_the_serve_pages_lock_button_locks_with_a_note_and_unlocks(browser, tmp_
         assert held["locked"] and held["note"] == "in the cell"
         assert f"locked by {held['by']}" in text_of(browser, "#rig-lock")
         assert browser.find_element(By.CSS_SELECTOR, button).text == "unlock"
-        browser.find_element(By.CSS_SELECTOR, button).click()
-        poll_until(lambda: "rig not locked" in text_of(browser, "#rig-lock"), timeout=30)
+        # a look at the lock asked before the unlock and answered after it (held back 1.5 s in the page) must
+        # not show the rig locked again: before, it did until the next look, 5 s later
+        browser.execute_script("""
+          window.lateApi = {real: api, done: false};
+          api = (method, path, body) => method !== "GET" || path !== "/api/lock" ? lateApi.real(method, path, body)
+            : lateApi.real(method, path, body).then((v) => new Promise((r) => setTimeout(() => r(v), 1500)))
+                .finally(() => setTimeout(() => { lateApi.done = true; }, 200));
+          refreshLock();""")
+        try:
+            browser.find_element(By.CSS_SELECTOR, button).click()
+            poll_until(lambda: "rig not locked" in text_of(browser, "#rig-lock"), timeout=30)
+            poll_until(lambda: browser.execute_script("return window.lateApi.done"), timeout=20, period=0.1)
+            assert "rig not locked" in text_of(browser, "#rig-lock"), text_of(browser, "#rig-lock")
+        finally:
+            browser.execute_script("api = window.lateApi.real")
         assert httpx.get(f"{srv.url}/api/lock").json()["locked"] is False
     finally:
         srv.stop()

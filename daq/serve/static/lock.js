@@ -3,7 +3,7 @@
 // button to lock it (an operator, with a note), unlock it (its holder) or break it (an admin). Kept apart
 // from app.js: it only needs util.js's api() and the header's place for it.
 
-const rigLock = {state: null, me: null};
+const rigLock = {state: null, me: null, changes: 0};  // changes: locks and unlocks made on this page
 
 function lockLine(s) {
   const when = s.at ? new Date(s.at * 1000).toISOString().slice(0, 19).replace("T", " ") + " UTC" : "";
@@ -34,9 +34,13 @@ function drawLock() {
 }
 
 async function refreshLock() {
+  const changes = rigLock.changes;
+  let state, me;
   try {
-    [rigLock.state, rigLock.me] = await Promise.all([api("GET", "/api/lock"), api("GET", "/api/me")]);
+    [state, me] = await Promise.all([api("GET", "/api/lock"), api("GET", "/api/me")]);
   } catch (e) { return; }
+  if (changes !== rigLock.changes) return;  // locked or unlocked here while it was asked: this answer is older
+  [rigLock.state, rigLock.me] = [state, me];
   drawLock();
 }
 
@@ -46,9 +50,11 @@ async function toggleLock() {
     if (s && s.locked) {
       if (s.by !== rigLock.me.name && !confirm(`Break ${s.by}'s lock (${s.note || "no note"})? It is recorded.`)) return;
       rigLock.state = await api("DELETE", "/api/lock");
+      rigLock.changes++;
     } else {
       const input = document.querySelector("#rig-lock input");
       rigLock.state = await api("POST", "/api/lock", {note: input.value});
+      rigLock.changes++;
       input.value = "";
     }
   } catch (e) { alert(e.message); }
