@@ -88,9 +88,24 @@ def test_the_lab_page_shows_both_rigs_their_lock_and_a_sessions_page(lab, browse
         assert "locked" not in rows["rig-c"]
         links = {a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "#rigs a")}
         assert {f"{rigs[n].url}/" for n in rigs} <= links  # each rig's own hil serve page
-        browser.find_element(By.ID, "search").send_keys("press-c")
-        browser.find_element(By.CSS_SELECTOR, "#search-form button").click()
-        poll_until(lambda: sid in text_of(browser, "#sessions tbody"), timeout=30)
+        # a search answered after the next search was asked for (its answer held back 1.5 s in the page)
+        # leaves the next search's rows: before, the older answer replaced them
+        browser.execute_script("""
+          window.lateApi = {real: api, done: false};
+          api = (method, path, body) => !path.includes("q=no-such-rig") ? lateApi.real(method, path, body)
+            : lateApi.real(method, path, body).then((v) => new Promise((r) => setTimeout(() => r(v), 1500)))
+                .finally(() => setTimeout(() => { lateApi.done = true; }, 200));""")
+        try:
+            browser.find_element(By.ID, "search").send_keys("no-such-rig")
+            browser.find_element(By.CSS_SELECTOR, "#search-form button").click()
+            browser.find_element(By.ID, "search").clear()
+            browser.find_element(By.ID, "search").send_keys("press-c")
+            browser.find_element(By.CSS_SELECTOR, "#search-form button").click()
+            poll_until(lambda: sid in text_of(browser, "#sessions tbody"), timeout=30)
+            poll_until(lambda: browser.execute_script("return window.lateApi.done"), timeout=20, period=0.1)
+            assert sid in text_of(browser, "#sessions tbody"), text_of(browser, "#sessions tbody")
+        finally:
+            browser.execute_script("api = window.lateApi.real")
         assert "page-op" in text_of(browser, "#sessions tbody")
         poll_until(lambda: click(browser, f"#sessions a[href='/lab/sessions/{sid}']"), timeout=30)
         poll_until(lambda: browser.current_url.endswith(f"/lab/sessions/{sid}"), timeout=30)

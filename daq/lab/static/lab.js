@@ -67,8 +67,13 @@ function runWords(r) {
   return `${session} (${esc(run.config)}, by ${esc(run.by)}${steps})`;
 }
 
+// each list shows the answer to the last time it was asked: an older answer that arrives later is dropped
+const asked = {rigs: 0, sessions: 0};
+
 async function loadRigs() {
+  const mine = ++asked.rigs;
   const rows = await api("GET", "/lab/api/rigs");
+  if (mine !== asked.rigs) return;
   $("rigs").tBodies[0].innerHTML = rows.map((r) => {
     const lock = r.lock && r.lock.locked
       ? `<span class="locked">locked by ${esc(r.lock.by)} since ${esc(iso(r.lock.at))}${r.lock.note ? `: ${esc(r.lock.note)}` : ""}</span>` : "-";
@@ -79,8 +84,10 @@ async function loadRigs() {
 }
 
 async function loadSessions() {
+  const mine = ++asked.sessions;
   const q = $("search").value.trim();
   const rows = await api("GET", "/lab/api/sessions" + (q ? `?q=${encodeURIComponent(q)}` : ""));
+  if (mine !== asked.sessions) return;  // a newer search was asked for meanwhile
   $("sessions").tBodies[0].innerHTML = rows.map((s) =>
     `<tr><td><a href="/lab/sessions/${esc(s.id)}">${esc(s.id)}</a></td><td>${esc(s.rig)}</td><td>${esc(s.kind)}</td>` +
     `<td>${esc(s.status)}</td><td>${esc(s.by)}</td><td>${esc(iso(s.started))}</td><td>${esc(s.verdict ?? "")}</td></tr>`).join("") ||
