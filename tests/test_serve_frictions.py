@@ -201,6 +201,35 @@ def test_the_time_left_stands_still_while_paused(run, page):
     poll_until(lambda: text(page, "#run-state") == "running", timeout=10, period=0.1)
 
 
+def test_a_view_that_starts_over_during_a_rebuild_draws_the_run_once(run, page):
+    """Two reconnects in a row, the store's series held back 3 s in the page: the first rebuild is answered
+    after the view started over again. Before, both rebuilds drew the run, the second from its start again
+    after the live samples: each plot's time ran backwards."""
+    page.execute_script("""
+      window.lateApi = {real: api, asked: 0, done: 0};
+      api = (method, path, body) => !path.includes("/series") ? lateApi.real(method, path, body)
+        : (lateApi.asked++, lateApi.real(method, path, body))
+            .then((v) => new Promise((r) => setTimeout(() => r(v), 3000))).finally(() => { lateApi.done++; });
+      reconnect();""")
+    try:
+        poll_until(lambda: page.execute_script("return window.lateApi.asked") == 1, timeout=10, period=0.02)
+        page.execute_script("reconnect()")
+        poll_until(lambda: page.execute_script("return window.lateApi.asked") == 2, timeout=10, period=0.02)
+        assert page.execute_script("return window.lateApi.done") == 0  # both rebuilds were under way at once
+        poll_until(lambda: page.execute_script("return window.lateApi.done == 2 && !window.hilStats.rebuilding"),
+                   timeout=30, period=0.1)
+    finally:
+        page.execute_script("api = window.lateApi.real")
+    n = page.execute_script("return window.hilStats.points")
+    poll_until(lambda: page.execute_script("return window.hilStats.points") > n, timeout=10, period=0.1)  # live
+    drawn = page.execute_script("""return [...streams.values()].map((s) => {
+        const t = s.cols[0]; let back = 0;
+        for (let i = 1; i < s.end; i++) if (t[i] < t[i - 1]) back++;
+        return [s.name, s.end, back]; })""")
+    assert len(drawn) >= 2 and all(end > 100 for _, end, _ in drawn), drawn
+    assert all(back == 0 for _, _, back in drawn), drawn  # one time axis, forwards
+
+
 def test_an_operators_stop_reads_stopped_by_name_in_a_neutral_colour_and_a_fault_stays_red(srv, run, page):
     entry, http = run
     # the runs list as the page fetches it while the run is still going: answered late, after the end, it

@@ -21,6 +21,8 @@ const ended = new Set();     // sessions of runs that ended: a late status of th
 const endedRuns = new Set(); // ids of runs that ended: a runs list fetched before the end cannot revive one
 let correction = null;
 let pending = [];            // live messages that arrived while the page rebuilt the run from the store
+let liveEpoch = 0;           // counts the live view's fresh starts (clearLive): a rebuild from before one is not drawn
+let rebuildEpoch = null;     // the fresh start whose rebuild holds the live messages back now
 let paused = {since: null, total: 0};  // the run's pauses (s): the time left stands still while paused
 
 function plotWidth() { return Math.max(300, $("plots").clientWidth - 10); }
@@ -66,8 +68,17 @@ function streamFor(name, channels, units) {
 }
 function onFrame(m) {
   const s = streamFor(m.stream, m.channels, m.units);
-  if (s.lastT != null && m.t.length && m.t[m.t.length - 1] <= s.lastT) return;  // the store gave it already
-  s.push(m.t, m.data, m.min, m.max, m.n);
+  let t = m.t, data = m.data, lo = m.min, hi = m.max, n = m.n;
+  if (s.lastT != null && t.length) {
+    if (t[t.length - 1] <= s.lastT) return;  // the store gave it already
+    const j0 = t.findIndex((x) => x > s.lastT);
+    if (j0 > 0) {  // the store gave its first samples (a frame live while the page rebuilt): the rest only
+      const rest = (cols) => cols && cols.map((c) => c && c.slice(j0));
+      n = n && Math.round(n * (t.length - j0) / t.length);
+      t = t.slice(j0); data = rest(data); lo = rest(lo); hi = rest(hi);
+    }
+  }
+  s.push(t, data, lo, hi, n);
 }
 function onCorrection(m) {
   if (!correction) {
@@ -84,6 +95,8 @@ function onCorrection(m) {
   correction.push(m.body || {});
 }
 function clearLive() {
+  liveEpoch++;
+  pending = [];  // held back for the view before this one: the next rebuild reads the run from the store
   live.clear();
   streams.clear();
   if (correction) { correction.remove(); correction = null; }
@@ -104,19 +117,25 @@ window.addEventListener("resize", () => {
 
 // The run so far from the store (a reload, or a browser that joins late): plots, estimates, corrections.
 async function rebuild(session) {
+  const epoch = liveEpoch;
+  rebuildEpoch = epoch;
   S.rebuilding = true;
   try {
     const [ser, sm] = await Promise.all([api("GET", `/api/sessions/${encodeURIComponent(session)}/series?points=${CAP}`),
                                          api("GET", `/api/sessions/${encodeURIComponent(session)}/summary`)]);
-    for (const s of ser.streams) {
-      const before = S.points;
-      fillFromSeries(streamFor(s.stream, s.channels, s.units), s);
-      S.rebuilt += S.points - before;
+    if (epoch === liveEpoch) {  // else the view started over meanwhile (a new run, a reconnect): not its run
+      for (const s of ser.streams) {
+        const before = S.points;
+        fillFromSeries(streamFor(s.stream, s.channels, s.units), s);
+        S.rebuilt += S.points - before;
+      }
+      for (const e of sm.estimates) onEstimate(e);
+      for (const c of sm.corrections) onCorrection({...c, session});
+      pausesFrom(sm.actions || []);
     }
-    for (const e of sm.estimates) onEstimate(e);
-    for (const c of sm.corrections) onCorrection({...c, session});
-    pausesFrom(sm.actions || []);
-  } catch (e) { say("the run so far: " + e.message); }
+  } catch (e) { if (epoch === liveEpoch) say("the run so far: " + e.message); }
+  if (rebuildEpoch !== epoch) return;  // a newer rebuild holds the live messages back now: it lets them go
+  rebuildEpoch = null;
   S.rebuilding = false;
   const later = pending;
   pending = [];
