@@ -151,7 +151,8 @@ def test_the_serve_pages_lock_button_locks_with_a_note_and_unlocks(browser, tmp_
         # not show the rig locked again: before, it did until the next look, 5 s later
         browser.execute_script("""
           window.lateApi = {real: api, done: false};
-          api = (method, path, body) => method !== "GET" || path !== "/api/lock" ? lateApi.real(method, path, body)
+          api = (method, path, body) => method !== "GET" || path !== "/api/lock"
+            ? lateApi.real(method, path, body)
             : lateApi.real(method, path, body).then((v) => new Promise((r) => setTimeout(() => r(v), 1500)))
                 .finally(() => setTimeout(() => { lateApi.done = true; }, 200));
           refreshLock();""")

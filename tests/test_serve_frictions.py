@@ -216,12 +216,13 @@ def test_a_view_that_starts_over_during_a_rebuild_draws_the_run_once(run, page):
         page.execute_script("reconnect()")
         poll_until(lambda: page.execute_script("return window.lateApi.asked") == 2, timeout=10, period=0.02)
         assert page.execute_script("return window.lateApi.done") == 0  # both rebuilds were under way at once
-        poll_until(lambda: page.execute_script("return window.lateApi.done == 2 && !window.hilStats.rebuilding"),
-                   timeout=30, period=0.1)
+        both_done = "return window.lateApi.done == 2 && !window.hilStats.rebuilding"
+        poll_until(lambda: page.execute_script(both_done), timeout=30, period=0.1)
     finally:
         page.execute_script("api = window.lateApi.real")
     n = page.execute_script("return window.hilStats.points")
-    poll_until(lambda: page.execute_script("return window.hilStats.points") > n, timeout=10, period=0.1)  # live
+    # live samples drawn after the rebuild
+    poll_until(lambda: page.execute_script("return window.hilStats.points") > n, timeout=10, period=0.1)
     drawn = page.execute_script("""return [...streams.values()].map((s) => {
         const t = s.cols[0]; let back = 0;
         for (let i = 1; i < s.end; i++) if (t[i] < t[i - 1]) back++;
