@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from daq.serve.rig_status import RigLab
-from tests.chromium import headless_chromium, needs_chromium
+from tests.chromium import headless_chromium, held_answers, hold_answers, needs_chromium, release_answers
 from tests.polling import poll_until
 from tests.serve_fixtures import ServerThread, bearer, click
 from tests.test_lab import hil, make_session, shared_lab
@@ -90,11 +90,7 @@ def test_the_lab_page_shows_both_rigs_their_lock_and_a_sessions_page(lab, browse
         assert {f"{rigs[n].url}/" for n in rigs} <= links  # each rig's own hil serve page
         # a search answered after the next search was asked for (its answer held back 1.5 s in the page)
         # leaves the next search's rows: before, the older answer replaced them
-        browser.execute_script("""
-          window.lateApi = {real: api, done: false};
-          api = (method, path, body) => !path.includes("q=no-such-rig") ? lateApi.real(method, path, body)
-            : lateApi.real(method, path, body).then((v) => new Promise((r) => setTimeout(() => r(v), 1500)))
-                .finally(() => setTimeout(() => { lateApi.done = true; }, 200));""")
+        hold_answers(browser, 'path.includes("q=no-such-rig")', 1500)
         try:
             browser.find_element(By.ID, "search").send_keys("no-such-rig")
             browser.find_element(By.CSS_SELECTOR, "#search-form button").click()
@@ -102,10 +98,10 @@ def test_the_lab_page_shows_both_rigs_their_lock_and_a_sessions_page(lab, browse
             browser.find_element(By.ID, "search").send_keys("press-c")
             browser.find_element(By.CSS_SELECTOR, "#search-form button").click()
             poll_until(lambda: sid in text_of(browser, "#sessions tbody"), timeout=30)
-            poll_until(lambda: browser.execute_script("return window.lateApi.done"), timeout=20, period=0.1)
+            poll_until(lambda: held_answers(browser)["done"], timeout=20, period=0.1)
             assert sid in text_of(browser, "#sessions tbody"), text_of(browser, "#sessions tbody")
         finally:
-            browser.execute_script("api = window.lateApi.real")
+            release_answers(browser)
         assert "page-op" in text_of(browser, "#sessions tbody")
         poll_until(lambda: click(browser, f"#sessions a[href='/lab/sessions/{sid}']"), timeout=30)
         poll_until(lambda: browser.current_url.endswith(f"/lab/sessions/{sid}"), timeout=30)
@@ -149,20 +145,15 @@ def test_the_serve_pages_lock_button_locks_with_a_note_and_unlocks(browser, tmp_
         assert browser.find_element(By.CSS_SELECTOR, button).text == "unlock"
         # a look at the lock asked before the unlock and answered after it (held back 1.5 s in the page) must
         # not show the rig locked again: before, it did until the next look, 5 s later
-        browser.execute_script("""
-          window.lateApi = {real: api, done: false};
-          api = (method, path, body) => method !== "GET" || path !== "/api/lock"
-            ? lateApi.real(method, path, body)
-            : lateApi.real(method, path, body).then((v) => new Promise((r) => setTimeout(() => r(v), 1500)))
-                .finally(() => setTimeout(() => { lateApi.done = true; }, 200));
-          refreshLock();""")
+        hold_answers(browser, 'method === "GET" && path === "/api/lock"', 1500)
+        browser.execute_script("refreshLock()")
         try:
             browser.find_element(By.CSS_SELECTOR, button).click()
             poll_until(lambda: "rig not locked" in text_of(browser, "#rig-lock"), timeout=30)
-            poll_until(lambda: browser.execute_script("return window.lateApi.done"), timeout=20, period=0.1)
+            poll_until(lambda: held_answers(browser)["done"], timeout=20, period=0.1)
             assert "rig not locked" in text_of(browser, "#rig-lock"), text_of(browser, "#rig-lock")
         finally:
-            browser.execute_script("api = window.lateApi.real")
+            release_answers(browser)
         assert httpx.get(f"{srv.url}/api/lock").json()["locked"] is False
     finally:
         srv.stop()

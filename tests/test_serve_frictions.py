@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from daq.bus.frames import Frame
-from tests.chromium import headless_chromium, needs_chromium
+from tests.chromium import headless_chromium, held_answers, hold_answers, needs_chromium, release_answers
+from tests.chromium import shown_text as text
 from tests.polling import poll_until
 from tests.serve_fixtures import (
     ServedBeacon,
@@ -85,11 +86,6 @@ def run(srv, page):
             "return ['osc.trace', 'press.force'].every((s) => streams.has(s) && streams.get(s).end > 200)"),
             timeout=30, period=0.1)
         yield entry, http
-
-
-def text(page, css: str) -> str:
-    """What the element ``css`` shows (read in one step: the page redraws its tables every few seconds)."""
-    return page.execute_script(f"const e = document.querySelector({css!r}); return e ? e.innerText : ''")
 
 
 def colour(page, css: str, prop: str) -> tuple[int, int, int]:
@@ -205,21 +201,17 @@ def test_a_view_that_starts_over_during_a_rebuild_draws_the_run_once(run, page):
     """Two reconnects in a row, the store's series held back 3 s in the page: the first rebuild is answered
     after the view started over again. Before, both rebuilds drew the run, the second from its start again
     after the live samples: each plot's time ran backwards."""
-    page.execute_script("""
-      window.lateApi = {real: api, asked: 0, done: 0};
-      api = (method, path, body) => !path.includes("/series") ? lateApi.real(method, path, body)
-        : (lateApi.asked++, lateApi.real(method, path, body))
-            .then((v) => new Promise((r) => setTimeout(() => r(v), 3000))).finally(() => { lateApi.done++; });
-      reconnect();""")
+    hold_answers(page, 'path.includes("/series")', 3000)
     try:
-        poll_until(lambda: page.execute_script("return window.lateApi.asked") == 1, timeout=10, period=0.02)
         page.execute_script("reconnect()")
-        poll_until(lambda: page.execute_script("return window.lateApi.asked") == 2, timeout=10, period=0.02)
-        assert page.execute_script("return window.lateApi.done") == 0  # both rebuilds were under way at once
-        both_done = "return window.lateApi.done == 2 && !window.hilStats.rebuilding"
-        poll_until(lambda: page.execute_script(both_done), timeout=30, period=0.1)
+        poll_until(lambda: held_answers(page)["asked"] == 1, timeout=10, period=0.02)
+        page.execute_script("reconnect()")
+        poll_until(lambda: held_answers(page)["asked"] == 2, timeout=10, period=0.02)
+        assert held_answers(page)["done"] == 0  # both rebuilds were under way at once
+        poll_until(lambda: held_answers(page)["done"] == 2
+                   and not page.execute_script("return window.hilStats.rebuilding"), timeout=30, period=0.1)
     finally:
-        page.execute_script("api = window.lateApi.real")
+        release_answers(page)
     n = page.execute_script("return window.hilStats.points")
     # live samples drawn after the rebuild
     poll_until(lambda: page.execute_script("return window.hilStats.points") > n, timeout=10, period=0.1)

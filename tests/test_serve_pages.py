@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from daq.serve.series import buckets_of
-from tests.chromium import headless_chromium, needs_chromium
+from tests.chromium import headless_chromium, held_answers, hold_answers, needs_chromium, release_answers
+from tests.chromium import shown_text as text_of
 from tests.polling import poll_until
 from tests.serve_fixtures import (
     ServedBeacon,
@@ -144,11 +145,6 @@ def test_controls_follow_the_state_and_a_reload_mid_run_rebuilds_the_run_from_th
 
 
 
-def text_of(page, css: str) -> str:
-    """What the element ``css`` shows, read in one step ('' when there is none)."""
-    return page.execute_script(f"const e = document.querySelector({css!r}); return e ? e.innerText : ''")
-
-
 @pytest.mark.slow(reason="the finished run's page in Chromium, then a failed run (~15 s)")
 def test_a_finished_runs_page_keeps_its_results_and_a_failed_run_says_why(srv, page, http, tmp_path):
     from selenium.webdriver.common.by import By
@@ -199,21 +195,16 @@ def test_a_finished_runs_page_keeps_its_results_and_a_failed_run_says_why(srv, p
                period=0.1)
     assert why in page.find_element(By.ID, "page-outcome").text
     # a page answered after the next page was asked for leaves the next one as it is: the finished run's
-    # page, asked for first, is answered 1.5 s late (its GET held back in the page), the failed run's at once
-    page.execute_script("""
-      const late = arguments[0];
-      window.lateApi = {real: api, done: false};
-      api = (method, path, body) => path !== late ? lateApi.real(method, path, body)
-        : new Promise((r) => setTimeout(r, 1500)).then(() => lateApi.real(method, path, body))
-            .finally(() => setTimeout(() => { lateApi.done = true; }, 200));""", f"/api/runs/{srv.finished}")
+    # page, asked for first, is answered 1.5 s late (held back in the page), the failed run's at once
+    hold_answers(page, f"path === {json.dumps(f'/api/runs/{srv.finished}')}", 1500)
     try:
         page.execute_script("location.hash = arguments[0]", f"#/runs/{srv.finished}")
         poll_until(lambda: text_of(page, "#page-title") == f"run {srv.finished}", timeout=10, period=0.05)
         page.execute_script("location.hash = arguments[0]", f"#/runs/{failed['id']}")
         poll_until(lambda: page.find_element(By.ID, "page-body").get_attribute("data-ready") == "1"
                    and why in text_of(page, "#page-outcome"), timeout=20, period=0.1)
-        poll_until(lambda: page.execute_script("return window.lateApi.done"), timeout=20, period=0.1)
+        poll_until(lambda: held_answers(page)["done"], timeout=20, period=0.1)
         assert text_of(page, "#page-title").startswith(f"run {failed['id']}:"), text_of(page, "#page-title")
         assert why in text_of(page, "#page-outcome") and "stopped by " not in text_of(page, "#page")
     finally:
-        page.execute_script("api = window.lateApi.real")
+        release_answers(page)
