@@ -25,21 +25,22 @@ from daq.lab.marks import replicas
 from daq.lab.reader import EDGE_READ, LabReader
 from daq.store.read_write import SessionStore
 from daq.store.reader import SessionReader
+from tests.zygote import hil_child
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1.7e9  # unix-time magnitude, as live sessions have
 
 
 class LabServer:
-    """`hil lab serve` in a child process; ``url`` once it printed it."""
+    """`hil lab serve` in a child process (forked from the worker's zygote: tests/zygote.py); ``url`` once
+    it printed it."""
 
     def __init__(self, data: Path, *extra: str, port: int = 0, env: dict | None = None):
         self.data = data
-        self.log = open(data.parent / f"{data.name}.log", "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daq.cli.main", "lab", "serve", "--data", str(data), "--port", str(port),
-             *extra], stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+        self.log = data.parent / f"{data.name}.log"
+        self.proc = hil_child(["lab", "serve", "--data", str(data), "--port", str(port), *extra],
+                              env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, cwd=ROOT,
+                              stderr=self.log)
         self.lines = [self.proc.stdout.readline().decode().strip() for _ in range(2)]
         if not self.lines[1].startswith(("http://", "https://")):
             self.stop()
@@ -51,7 +52,7 @@ class LabServer:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         rc = self.proc.wait(timeout=180)
-        self.log.close()
+        self.proc.stdout.close()
         return rc
 
 
