@@ -68,7 +68,8 @@ def test_an_operators_lab_key_runs_under_their_name_a_viewers_reads_only(lab, pe
         queued = olga.post("/api/runs", json={"config": "short.toml"})
         assert queued.status_code == 202 and queued.json()["by"] == "olga"
         run_id = queued.json()["id"]
-        poll_until(lambda: olga.get(f"/api/runs/{run_id}").json()["status"] == "complete", timeout=30)
+        poll_until(lambda: olga.get(f"/api/runs/{run_id}").json()["status"] == "complete", timeout=30,
+                   period=0.1)
         session = olga.get(f"/api/runs/{run_id}").json()["session"]
         with SessionReader(store, create=False) as reader:
             started = [e for e in reader.events(session) if e.kind == "started"]
@@ -99,7 +100,8 @@ def test_a_revoked_lab_key_stops_working_after_the_cache_time(lab, people, tmp_p
         assert quinn.delete("/api/lock").status_code == 200
         res = hil("lab", "key", "revoke", "quinn", "--to", lab.url, key=lab.key)
         assert res.exit_code == 0, res.output
-        poll_until(lambda: quinn.get("/api/me").json()["name"] is None, timeout=30)  # reads are open here
+        # reads are open here
+        poll_until(lambda: quinn.get("/api/me").json()["name"] is None, timeout=30, period=0.1)
         refused = quinn.post("/api/lock", json={"note": "again"})
         assert refused.status_code == 401
         assert quinn.get("/api/lock").json()["locked"] is False
@@ -140,7 +142,7 @@ def test_two_rigs_are_listed_with_their_states_and_a_killed_one_shows_offline(la
         pages = {name: page_of(log) for name, (_, log) in rigs.items()}
         viewer_key = people["vic"][1]
         poll_until(lambda: {n: r["state"] for n, r in listed(lab, viewer_key).items()
-                            if n in rigs} == {"rig-a": "idle", "rig-b": "idle"}, timeout=20)
+                            if n in rigs} == {"rig-a": "idle", "rig-b": "idle"}, timeout=20, period=0.25)
         rows = listed(lab, viewer_key)
         for name in rigs:
             assert rows[name]["page"] == pages[name] and rows[name]["queue"] == 0
@@ -149,7 +151,7 @@ def test_two_rigs_are_listed_with_their_states_and_a_killed_one_shows_offline(la
         operator = httpx.Client(base_url=pages["rig-b"].rstrip("/"), headers=bearer(people["olga"][0]))
         assert operator.post("/api/lock", json={"note": "seal change"}).status_code == 200
         poll_until(lambda: (listed(lab, viewer_key)["rig-b"]["lock"] or {}).get("note") == "seal change",
-                   timeout=20)
+                   timeout=20, period=0.25)
         rigs["rig-a"][0].send_signal(signal.SIGKILL)
         rigs["rig-a"][0].wait(timeout=30)
         # one listing shows the killed rig offline and the one that still beats idle (polled for: on a
@@ -212,12 +214,12 @@ def test_a_running_rig_shows_its_session_config_person_and_progress_in_the_lab(l
             done = (run.get("progress") or {}).get("done") or 0
             return row if row.get("state") == "running" and run.get("session") and done > 0 else None
 
-        poll_until(running, timeout=60)
+        poll_until(running, timeout=60, period=0.25)
         row = running() or listed(lab, viewer_key)["rig-run"]
         assert row["run"]["by"] == "olga" and row["run"]["config"] == "endless.toml"
         assert row["run"]["session"] == olga.get(f"/api/runs/{run_id}").json()["session"]
         assert olga.post(f"/api/runs/{run_id}/stop").status_code == 200
-        poll_until(lambda: listed(lab, viewer_key)["rig-run"]["state"] == "idle", timeout=60)
+        poll_until(lambda: listed(lab, viewer_key)["rig-run"]["state"] == "idle", timeout=60, period=0.25)
     finally:
         srv.stop()
     assert listed(lab, people["vic"][1])["rig-run"]["state"] == "offline"  # a stopped server says so
