@@ -40,7 +40,8 @@ def finish_one_run(served, config: str = "short.toml") -> str:
 
     with httpx.Client(base_url=served.url, headers=bearer(served.token), timeout=30) as http:
         run_id = http.post("/api/runs", json={"config": config}).json()["id"]
-        poll_until(lambda: http.get(f"/api/runs/{run_id}").json()["status"] == "complete", timeout=30)
+        poll_until(lambda: http.get(f"/api/runs/{run_id}").json()["status"] == "complete",
+                   timeout=30, period=0.05)
         served.session = http.get(f"/api/runs/{run_id}").json()["session"]
     return run_id
 

@@ -63,7 +63,7 @@ def test_dashboard_plots_live_fills_estimates_and_stops_the_run_safely(tmp_path,
         assert outcome.text.startswith("stopped by ")  # an operator's stop in words (issue 42)
         browser.save_screenshot(str(tmp_path / "dashboard-stopped.png"))
         with httpx.Client(base_url=srv.url) as http:
-            poll_until(lambda: http.get("/api/runs").json()["finished"], timeout=20)
+            poll_until(lambda: http.get("/api/runs").json()["finished"], timeout=20, period=0.05)
             done = http.get("/api/runs").json()["finished"][0]
         assert done["status"] == "aborted" and done["safe"] is True
         assert stats()["missed"] == 0 and stats()["dropped"] == 0

@@ -231,7 +231,8 @@ def test_an_operators_stop_reads_stopped_by_name_in_a_neutral_colour_and_a_fault
         "const done = arguments[0]; api('GET', '/api/runs').then(done, (e) => done(String(e)))")
     assert stale["current"]["id"] == entry["id"], stale
     poll_until(lambda: click(page, "#btn-stop:enabled"), timeout=10, period=0.1)
-    poll_until(lambda: http.get(f"/api/runs/{entry['id']}").json()["status"] == "aborted", timeout=30)
+    poll_until(lambda: http.get(f"/api/runs/{entry['id']}").json()["status"] == "aborted",
+               timeout=30, period=0.05)
     poll_until(lambda: text(page, "#run-state").startswith("stopped by "), timeout=10, period=0.1)
     who = text(page, "#me").split(" (")[0]  # the name the page is signed in as
     assert text(page, "#run-state") == f"stopped by {who}"  # not "aborted"
@@ -246,7 +247,8 @@ def test_an_operators_stop_reads_stopped_by_name_in_a_neutral_colour_and_a_fault
     assert "aborted" not in text(page, "#finished tbody")
     # a fault stays red: the next run cannot reach its device
     failed = http.post("/api/runs", json={"config": "unreachable.toml"}).json()
-    poll_until(lambda: http.get(f"/api/runs/{failed['id']}").json()["status"] == "failed", timeout=30)
+    poll_until(lambda: http.get(f"/api/runs/{failed['id']}").json()["status"] == "failed",
+               timeout=30, period=0.05)
     poll_until(lambda: "failed" in text(page, "#finished tbody tr:first-child"), timeout=10, period=0.2)
     assert colour(page, "#finished tbody tr:first-child td.status", "color") == RED
     # the stopped run's own page: in words, neutral, its dates ISO

@@ -69,7 +69,7 @@ def test_a_lock_refuses_others_runs_naming_who_when_and_why_and_survives_a_resta
             assert carol.get("/api/runs").json()["queued"] == []  # nothing queued
             own = alice.post("/api/runs", json={"config": "short.toml"})  # the holder's runs go
             assert own.status_code == 202
-            poll_until(lambda: status_of(alice, own.json()["id"]) == "complete", timeout=30)
+            poll_until(lambda: status_of(alice, own.json()["id"]) == "complete", timeout=30, period=0.05)
         lock_file = store.parent / LOCK_FILE
         assert stat.S_IMODE(lock_file.stat().st_mode) == 0o600
     finally:
@@ -86,7 +86,7 @@ def test_a_lock_refuses_others_runs_naming_who_when_and_why_and_survives_a_resta
             accepted = carol.post("/api/runs", json={"config": "short.toml"})
             assert accepted.status_code == 202
             assert accepted.json()["by"] == "carol"
-            poll_until(lambda: status_of(carol, accepted.json()["id"]) == "complete", timeout=30)
+            poll_until(lambda: status_of(carol, accepted.json()["id"]) == "complete", timeout=30, period=0.05)
         assert not (store.parent / LOCK_FILE).exists()
     finally:
         srv.stop()
@@ -98,16 +98,16 @@ def test_runs_others_queued_before_the_lock_wait_until_it_is_released(rig):
     try:
         with as_(srv, "alice") as alice, as_(srv, "carol") as carol:
             endless = alice.post("/api/runs", json={"config": "endless.toml"}).json()["id"]
-            poll_until(lambda: status_of(alice, endless) == "running", timeout=30)
+            poll_until(lambda: status_of(alice, endless) == "running", timeout=30, period=0.05)
             waiting = carol.post("/api/runs", json={"config": "short.toml"}).json()["id"]
             assert alice.post("/api/lock", json={"note": "hands in the press"}).status_code == 200
             assert alice.post(f"/api/runs/{endless}/stop").status_code == 200
-            poll_until(lambda: status_of(alice, endless) in ("complete", "aborted"), timeout=30)
+            poll_until(lambda: status_of(alice, endless) in ("complete", "aborted"), timeout=30, period=0.05)
             # the runner is free, but carol's run must not start on a rig alice holds
             seen = [status_of(carol, waiting) for _ in range(20) if not time.sleep(0.05)]
             assert set(seen) == {"queued"}, seen
             assert alice.delete("/api/lock").status_code == 200
-            poll_until(lambda: status_of(carol, waiting) == "complete", timeout=30)
+            poll_until(lambda: status_of(carol, waiting) == "complete", timeout=30, period=0.05)
     finally:
         srv.stop()
 

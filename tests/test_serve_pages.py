@@ -139,7 +139,8 @@ def test_controls_follow_the_state_and_a_reload_mid_run_rebuilds_the_run_from_th
     progress = page.find_element(By.ID, "run-progress-text").text
     assert "since the start" in progress
     button(page, "stop").click()
-    poll_until(lambda: http.get(f"/api/runs/{run['id']}").json()["status"] == "aborted", timeout=30)
+    poll_until(lambda: http.get(f"/api/runs/{run['id']}").json()["status"] == "aborted",
+               timeout=30, period=0.05)
     poll_until(lambda: not button(page, "abort").is_enabled(), timeout=10, period=0.1)
     srv.finished = run["id"]
 
@@ -151,10 +152,12 @@ def test_a_finished_runs_page_keeps_its_results_and_a_failed_run_says_why(srv, p
 
     if not hasattr(srv, "finished"):  # run alone (or after the previous test failed): a run of its own
         run = http.post("/api/runs", json={"config": "beacon.toml"}).json()
-        poll_until(lambda: http.get(f"/api/runs/{run['id']}").json()["status"] == "running", timeout=30)
+        poll_until(lambda: http.get(f"/api/runs/{run['id']}").json()["status"] == "running",
+                   timeout=30, period=0.05)
         poll_until(lambda: button(page, "stop").is_enabled(), timeout=10, period=0.1)
         button(page, "stop").click()
-        poll_until(lambda: http.get(f"/api/runs/{run['id']}").json()["status"] == "aborted", timeout=30)
+        poll_until(lambda: http.get(f"/api/runs/{run['id']}").json()["status"] == "aborted",
+                   timeout=30, period=0.05)
         srv.finished = run["id"]
     link = f"#finished a[href='#/runs/{srv.finished}']"
     poll_until(lambda: click(page, link), timeout=10, period=0.2)
@@ -186,7 +189,8 @@ def test_a_finished_runs_page_keeps_its_results_and_a_failed_run_says_why(srv, p
         shutil.copyfile(screenshot, DOCS_SCREENSHOT)
     # the next run (refused: its device is unreachable) leaves this page as it is, and says why it failed
     failed = http.post("/api/runs", json={"config": "unreachable.toml"}).json()
-    poll_until(lambda: http.get(f"/api/runs/{failed['id']}").json()["status"] == "failed", timeout=30)
+    poll_until(lambda: http.get(f"/api/runs/{failed['id']}").json()["status"] == "failed",
+               timeout=30, period=0.05)
     assert "stopped by " in page.find_element(By.ID, "page").text
     why = "lamp at 127.0.0.1:9 refused the connection"
     poll_until(lambda: why in page.find_element(By.ID, "finished").text, timeout=10, period=0.2)
