@@ -35,11 +35,21 @@ async def finished(task: asyncio.Future, timeout: float):
     return task.result()
 
 
-def poll_until(cond, timeout: float = 3.0, period: float = 0.005) -> None:
+#: poll_until without a period: the first wait, how it grows after each miss, and the longest
+FIRST_WAIT, GROWTH, LONGEST_WAIT = 0.005, 1.5, 0.1
+
+
+def poll_until(cond, timeout: float = 3.0, period: float | None = None) -> None:
     """:func:`wait_until` for code without an event loop: poll a plain predicate (blocking) until it holds;
-    AssertionError if it does not within ``timeout``."""
+    AssertionError if it does not within ``timeout``. Without ``period`` the waits start at 5 ms and grow
+    by half after each miss up to 0.1 s: a condition that holds soon is seen soon, and a long wait on a
+    probe that costs something (an HTTP request, a browser's DOM through the WebDriver) does not keep a
+    core busy asking."""
     end = time.monotonic() + timeout
+    wait = FIRST_WAIT if period is None else period
     while not cond():
         if time.monotonic() > end:
             raise AssertionError("condition not met in time")
-        time.sleep(period)
+        time.sleep(wait)
+        if period is None:
+            wait = min(wait * GROWTH, LONGEST_WAIT)
