@@ -59,7 +59,8 @@ class LabServer:
 def shared_lab(request, tmp_path_factory):
     """One `hil lab serve` (SQLite catalogue) for every lab test that does not kill or restart its server:
     kept on the pytest session, so the `lab` fixtures of test_lab and test_lab_faults hand out the same
-    server (a Tiled server start costs ~7 CPU-s); stopped with Ctrl-C at the end of the session."""
+    server (a Tiled server start costs ~1 CPU-s forked from the zygote, ~5 alone); stopped with Ctrl-C at
+    the end of the session."""
     server = getattr(request.session, "hil_lab_server", None)
     if server is None:
         server = request.session.hil_lab_server = LabServer(tmp_path_factory.mktemp("lab") / "lab")
