@@ -22,16 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.bench_lab import cpu_of
 from daq.lab import layout
 from tests.test_lab import ROOT, LabServer
 from tests.test_lab_live import forwarded_in_process
 from tests.zygote import hil_child
-
-
-def cpu_of(pid: int) -> float:
-    """utime + stime of a live process, s."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def fresh_start(folder: Path) -> tuple[float, float]:
