@@ -23,7 +23,10 @@ let correction = null;
 let pending = [];            // live messages that arrived while the page rebuilt the run from the store
 let liveEpoch = 0;           // counts the live view's fresh starts (clearLive): a rebuild from before one is not drawn
 let rebuildEpoch = null;     // the fresh start whose rebuild holds the live messages back now
-let paused = {since: null, total: 0};  // the run's pauses (s): the time left stands still while paused
+// The run's pauses (s), for the time left, which stands still while paused: the recorded commands (`record`,
+// at the times the run took them) and, until their record is heard, the statuses (`seen`, polled: late by up
+// to a poll, and one polled before a command may arrive after its record).
+let pauses = {record: [], seen: {since: null, end: null, total: 0}};
 
 function plotWidth() { return Math.max(300, $("plots").clientWidth - 10); }
 
@@ -208,7 +211,7 @@ function onMessage(m) {
 
 function onHello(m) {
   clearLive();
-  paused = {since: null, total: 0};  // the run's pauses come again from its status and recorded commands
+  pauses = {record: [], seen: {since: null, end: null, total: 0}};  // they come again from status and record
   S.run = m.run;
   live.t0 = m.run ? m.run.started_at : null;
   if (m.replay) onReplay({state: "started", replay: m.replay});
@@ -222,27 +225,45 @@ function onHello(m) {
   refreshRuns();
 }
 
-// The run's pauses from its recorded commands, at the times the run took them (a status comes a little
-// later, and the time left multiplies that lag by steps left / steps done): the whole record after a
-// reload, or one live command event (`more`) on top of what is known.
+// The run's recorded commands: the whole record after a reload, or one live command event (`more`).
 function pausesFrom(actions, more = false) {
-  let since = more ? paused.since : null, total = more ? paused.total : 0;
+  const known = more ? pauses.record : [];
   for (const a of actions) {
     const c = a.kind === "command" && a.body ? a.body.command : null;
-    if (c === "pause") since = since == null || more ? a.t : since;
-    else if ((c === "resume" || c === "stop" || c === "abort") && since != null) { total += a.t - since; since = null; }
+    if (["pause", "resume", "stop", "abort"].includes(c) && !known.some((k) => k.t === a.t && k.c === c)) known.push({c, t: a.t});
   }
-  paused = more ? {since, total} : {since: since ?? paused.since, total: Math.max(total, paused.total)};
+  known.sort((x, y) => x.t - y.t);
+  pauses.record = known;
 }
+// The run's state as a status says it, timed when the page hears it.
 function trackPause(state) {
-  const now = Date.now() / 1000;
-  if (state === "paused" && paused.since == null) paused.since = now;
-  else if (state !== "paused" && paused.since != null) { paused.total += now - paused.since; paused.since = null; }
+  const seen = pauses.seen, now = Date.now() / 1000;
+  if (state === "paused" && seen.since == null) seen.since = now;
+  else if (state !== "paused" && seen.since != null) { seen.total += now - seen.since; seen.since = null; seen.end = now; }
+}
+// {since, total}: the open pause's start (null when running) and the time paused before it. The record decides;
+// the statuses stand in only where it is silent: a pause not recorded at all, a pause (or its end) not heard yet.
+function pausedNow() {
+  const seen = pauses.seen;
+  if (!pauses.record.some((a) => a.c === "pause")) return {since: seen.since, total: seen.total};
+  let since = null, total = 0;
+  for (const a of pauses.record) {
+    if (a.c === "pause") since = since ?? a.t;
+    else if (since != null) { total += a.t - since; since = null; }
+  }
+  if (since != null && seen.since == null && seen.end != null && seen.end > since) {
+    total += seen.end - since;  // a status said it runs again; the end's record is still on its way
+    since = null;
+  }
+  if (since == null && seen.since != null && !(seen.since < pauses.record[pauses.record.length - 1].t)) {
+    since = seen.since;  // a status says paused; the pause's record is still on its way
+  }
+  return {since, total};
 }
 
 function newRun(run) {
   clearLive();
-  paused = {since: null, total: 0};
+  pauses = {record: [], seen: {since: null, end: null, total: 0}};
   $("replay-box").hidden = true;
   $("events").innerHTML = "";
   $("outcome").hidden = true;
@@ -325,6 +346,7 @@ function showProgress() {
   const now = Date.now() / 1000;
   const elapsed = run.started_at ? now - run.started_at : null;
   // the time left from the time spent running (pauses left out): it stands still while paused
+  const paused = pausedNow();
   const active = elapsed == null ? null : elapsed - paused.total - (paused.since != null ? now - paused.since : 0);
   const left = total && done && active != null ? Math.max(0, active) * (total - done) / done : null;
   $("run-progress-text").textContent = (total ? `step ${done} of ${total}` : `step ${done}`) +
@@ -334,7 +356,7 @@ function showProgress() {
 // after the end: how far it got and how long it ran, no time left
 function finalProgress(run) {
   const p = (S.status && S.status.progress) || {}, total = p.total || 0, done = p.done || 0;
-  const ran = run.started_at && run.ended_at ? run.ended_at - run.started_at : null;
+  const ran = run.started_at && run.ended_at ? run.ended_at - run.started_at : null, paused = pausedNow();
   $("run-progress-text").textContent = (total ? `step ${done} of ${total}` : `step ${done}`) +
     (ran != null ? ` · ran ${fmtDuration(ran)}` : "") + (paused.total > 0.5 ? `, of it paused ${fmtDuration(paused.total)}` : "");
 }
