@@ -175,26 +175,31 @@ def test_the_time_left_stands_still_while_paused(run, page):
                 and bool(page.execute_script(heard_pause)))
 
     poll_until(lambda: click(page, "#btn-pause:enabled"), timeout=10, period=0.1)
-    poll_until(lambda: text(page, "#run-state") == "paused", timeout=10, period=0.1)
-    poll_until(settled, timeout=10, period=0.2)
-    first = left(page)
-    assert not re.search(r"\b60 s\b", progress(page))
-    time.sleep(2.5)  # time passes while paused (no wait for a condition): the time left must not grow
-    assert left(page) == first, (first, progress(page))
-    # a reload while paused: the pause comes back from the recorded commands, the time left stands still
-    page.refresh()
-    rebuilt = "return window.hilStats.rebuilt > 0 && !window.hilStats.rebuilding"
-    poll_until(lambda: page.execute_script(rebuilt) and "left" in progress(page), timeout=20, period=0.1)
-    again = left(page)
-    time.sleep(1.5)
-    # the estimate scales the time run so far by steps left / steps done (~30 at this point of the run), so
-    # 0.1 s between the live page's and the rebuild's reference times reads as 3 s (CI on a loaded machine:
-    # 4 min 36 s and 4 min 33 s); a rebuild that lost the pause would count the paused seconds, x30: > 75 s
-    margin = max(2.0, 0.03 * seconds(first))
-    assert left(page) == again, (again, progress(page))
-    assert abs(seconds(again) - seconds(first)) <= margin, (first, again, progress(page))
-    poll_until(lambda: click(page, "#btn-resume:enabled"), timeout=10, period=0.1)
-    poll_until(lambda: text(page, "#run-state") == "running", timeout=10, period=0.1)
+    try:
+        poll_until(lambda: text(page, "#run-state") == "paused", timeout=10, period=0.1)
+        poll_until(settled, timeout=10, period=0.2)
+        first = left(page)
+        assert not re.search(r"\b60 s\b", progress(page))
+        time.sleep(2.5)  # time passes while paused (no wait for a condition): the time left must not grow
+        assert left(page) == first, (first, progress(page))
+        # a reload while paused: the pause comes back from the recorded commands, the time left stands still
+        page.refresh()
+        rebuilt = "return window.hilStats.rebuilt > 0 && !window.hilStats.rebuilding"
+        poll_until(lambda: page.execute_script(rebuilt) and "left" in progress(page), timeout=20, period=0.1)
+        again = left(page)
+        time.sleep(1.5)
+        # the estimate scales the time run so far by steps left / steps done (~30 at this point of the run),
+        # so 0.1 s between the live page's and the rebuild's reference times reads as 3 s (CI on a loaded
+        # machine: 4 min 36 s and 4 min 33 s); a rebuild that lost the pause would count the paused seconds,
+        # x30: > 75 s
+        margin = max(2.0, 0.03 * seconds(first))
+        assert left(page) == again, (again, progress(page))
+        assert abs(seconds(again) - seconds(first)) <= margin, (first, again, progress(page))
+        poll_until(lambda: click(page, "#btn-resume:enabled"), timeout=10, period=0.1)
+        poll_until(lambda: text(page, "#run-state") == "running", timeout=10, period=0.1)
+    finally:  # the module's later tests need the run going: resumed whatever failed above
+        if (http.get(f"/api/runs/{entry['id']}").json().get("live") or {}).get("state") == "paused":
+            http.post(f"/api/runs/{entry['id']}/resume")
 
 
 # A page of its own, off the live socket, fed the messages of one pause in the orders a loaded machine
