@@ -106,12 +106,21 @@ function clearLive() {
   estimates.clear();
   renderEstimates();
 }
+// Drawn in the browser's next animation frame, one draw per frame at most: on a busy machine frames come late,
+// and draws timed by the interval alone queued up behind each other and held back the page's input (a click
+// took 20 s with the machine's cores taken).
+let drawPending = false;
 setInterval(() => {
-  for (const s of streams.values()) s.draw();
-  if (correction) correction.draw();
-  $("points").textContent = `${S.points} points, ${S.redraws} redraws`;
-  $("points").dataset.points = String(S.points);
-  showProgress();
+  if (drawPending) return;
+  drawPending = true;
+  requestAnimationFrame(() => {
+    drawPending = false;
+    for (const s of streams.values()) s.draw();
+    if (correction) correction.draw();
+    $("points").textContent = `${S.points} points, ${S.redraws} redraws`;
+    $("points").dataset.points = String(S.points);
+    showProgress();
+  });
 }, REDRAW_MS);
 window.addEventListener("resize", () => {
   for (const s of streams.values()) s.resize(plotWidth());
