@@ -250,8 +250,9 @@ function trackPause(state) {
   if (state === "paused" && seen.since == null) seen.since = now;
   else if (state !== "paused" && seen.since != null) { seen.total += now - seen.since; seen.since = null; seen.end = now; }
 }
-// {since, total}: the open pause's start (null when running) and the time paused before it. The record decides;
-// the statuses stand in only where it is silent: a pause not recorded at all, a pause (or its end) not heard yet.
+// {since, total}: the open pause's start (null when running) and the time paused before it. The record decides
+// once it holds a pause; the statuses stand in where it is silent: a run with no pause recorded (its records
+// lost on a stalled bus), a pause or its end whose record is not heard yet.
 function pausedNow() {
   const seen = pauses.seen;
   if (!pauses.record.some((a) => a.c === "pause")) return {since: seen.since, total: seen.total};
