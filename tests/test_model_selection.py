@@ -118,3 +118,38 @@ def test_headline_full_kit_selects_three_masses_viscous_dead_time():
     # the full model is rejected: its Coulomb, Stribeck and gravity terms (truth: none) are not determined
     full = res.candidate("3m+visc+coul+strib+dt+grav")
     assert not full.accepted
+
+
+def test_the_fit_on_rows_rotated_by_qr_is_the_fit_on_all_rows():
+    """fit_structure hands the solver ``n + 1`` rows (``R`` of the QR of ``[J r]``) instead of thousands: at
+    every point the cost and the local model are those of the full rows, so a fit started at the same point
+    ends where the full-row fit ends."""
+    import scipy.optimize
+
+    from identification.models.drive_models import DEFAULT_BOUNDS
+    from identification.selection.fitting import _Problem, _Scaling
+
+    (u, y, dt), _ = _own_runs("2m+visc+coul+dt", 3, noise=0.02)
+    s = parse_name("2m+visc+coul+dt")
+    inp = prepare_input(u, dt, 5)
+    sc = _Scaling(s.param_names, {**DEFAULT_BOUNDS, **CRANE_BOUNDS})
+    prob = _Problem(s, inp, y[::5][: inp.n_steps], sc, 0, 0.05)
+    rng = np.random.default_rng(7)
+    for th in rng.uniform(0.1, 0.9, (3, len(prob.free))):
+        r, J = prob.fun(th), prob.jac(th)
+        rr, Jr = prob.fun_reduced(th), prob.jac_reduced(th)
+        assert rr.shape == (J.shape[1] + 1,) and Jr.shape == (J.shape[1] + 1, J.shape[1])
+        assert rr @ rr == pytest.approx(r @ r, rel=1e-12)
+        np.testing.assert_allclose(Jr.T @ rr, J.T @ r, rtol=1e-9, atol=1e-9 * np.abs(J.T @ r).max())
+        np.testing.assert_allclose(Jr.T @ Jr, J.T @ J, rtol=1e-9, atol=1e-9 * np.abs(J.T @ J).max())
+        p = rng.standard_normal(J.shape[1]) * 0.01  # the local model |r + J p| at a step
+        assert np.linalg.norm(rr + Jr @ p) == pytest.approx(np.linalg.norm(r + J @ p), rel=1e-10)
+    th0 = np.full(len(prob.free), 0.5)
+    kw = dict(bounds=(0.0, 1.0), method="trf", x_scale="jac", max_nfev=60, xtol=1e-10, ftol=1e-10)
+    full = scipy.optimize.least_squares(prob.fun, th0, jac=prob.jac, **kw)
+    reduced = scipy.optimize.least_squares(prob.fun_reduced, th0, jac=prob.jac_reduced, **kw)
+    assert reduced.cost == pytest.approx(full.cost, rel=1e-8)
+    np.testing.assert_allclose(sc.to_p(reduced.x), sc.to_p(full.x), rtol=1e-6)
+    f = fit_structure(s, u, y, dt, CRANE_BOUNDS, n_starts=1, decimate=5)
+    assert f.cost == pytest.approx(reduced.cost, rel=1e-12)
+    assert 0.5 * f.sigma2 * (inp.n_steps - len(prob.free)) == pytest.approx(f.cost, rel=1e-9)

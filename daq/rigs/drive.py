@@ -33,11 +33,12 @@ from daq.rigs.base import A, C, R, Rig, RunContext
 from drivers.backends import Backends
 from drivers.clock import WALL, Clock
 from drivers.errors import HilError
-from drivers.servo_drive import DriveTrace, ServoDrive, ServoDriveConfig
+from drivers.servo_settings import ServoDriveConfig
 from simulators.settings import DriveSettings
 
 if TYPE_CHECKING:  # annotations only
     from daq.store.reads import SessionReads
+    from drivers.servo_drive import DriveTrace, ServoDrive
 
 FRAME_SAMPLES = 5000                              #: samples per published trace frame
 TRACE_CHANNELS: Final = ("torque_cmd", "torque", "speed")  #: the drive's trace, in the order it is published
@@ -67,6 +68,8 @@ def check_drive(drive: DriveDevice, simulator: DriveSimTable | None, inputs: Seq
     the security files exist and parse, the password's variable is set, and - against the simulated
     drive - every input (``(key, dt, samples)``) has a sample time and a length the drive plays; and the
     driver is built from the table as `hil run` builds it (not connected)."""
+    from drivers.servo_drive import ServoDrive  # lazy: asyncua, not needed to read or analyse a session
+
     try:
         ServoDrive(drive)
     except (TypeError, ValueError, KeyError, HilError) as exc:
@@ -136,6 +139,8 @@ class DriveRigDevices:
 async def open_devices(cfg: object, devices: DriveDevicesTable,
                        backends: Backends | None = None) -> DriveRigDevices:
     """Connect the drive of ``[devices.drive]``; closed again when the connection fails."""
+    from drivers.servo_drive import ServoDrive  # lazy: asyncua, not needed to read or analyse a session
+
     drive = ServoDrive(devices.drive, backends=backends)
     # stop, disable and read `enabled` back, each step within its own budget (drivers/safe_state.py)
     rig_devices = DriveRigDevices(drive, [("stop and disable drive", drive.safe_action())])

@@ -44,7 +44,6 @@ from daq.rigs.adjoint.plots import plot_analysis
 from daq.rigs.analysis import AnalysisError
 from daq.rigs.base import AnalysisProgress, RunContext
 from daq.store.reads import SessionReads
-from drivers.servo_drive import LimitError
 
 if TYPE_CHECKING:  # annotations only: the adequacy check loads scipy
     from identification.estimation.residual_adequacy import AdequacyResult
@@ -64,6 +63,8 @@ def check_signal(ctx: Context, force: np.ndarray, info: dict) -> None:
     assert cfg.devices is not None  # [devices] is required (the config's check)
     limit = min(cfg.devices.drive.torque_limit, drive.drive_limits.get("torque_limit", math.inf))
     if info["peak_force"] > limit:
+        from drivers.servo_drive import LimitError  # lazy: asyncua, not needed to read or analyse a session
+
         what, unit = INPUTS[cfg.adjoint.plant]
         raise LimitError(drive.name, drive.url, f"peak {what} {info['peak_force']:.4g} {unit} of the "
                          f"{info['design']} input exceeds the drive's limit {limit:.4g} {unit}")
