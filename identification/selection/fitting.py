@@ -163,7 +163,7 @@ class _Problem:
                 A = np.empty((m, n + 1))
                 A[:, :n] = J
                 A[:, n] = res
-                R = np.linalg.qr(A, mode="r")
+                R = np.asarray(np.linalg.qr(A, mode="r"))  # mode "r": R alone (typed as a pair)
                 self._rval = (R[:, n].copy(), R[:, :n].copy())
             else:
                 self._rval = (res, J)
