@@ -323,7 +323,16 @@ for (let i = 0; i < k; i++) {
   flush();
 }
 ref.restore();
-return {vertices, channels: k, points: s.end - a, width: u.bbox.width, decimated: s.decimated,
+let runs = 0;  // stretches between missing samples (a gap can fall inside a column: both sides draw it)
+for (let i = 0; i < k; i++) {
+  let inside = false;
+  for (let j = a; j < s.end; j++) {
+    const ok = !isNaN(s.cols[1 + k + i][j]) && !isNaN(s.cols[1 + 2 * k + i][j]);
+    if (ok && !inside) runs++;
+    inside = ok;
+  }
+}
+return {vertices, channels: k, runs, points: s.end - a, width: u.bbox.width, decimated: s.decimated,
         columns: u.ctx.canvas.width, mine: painted(mine), ref: painted(ref)};
 """
 
@@ -336,11 +345,20 @@ def test_the_min_max_band_is_drawn_per_pixel_column_and_covers_what_point_by_poi
                period=0.2)
     got = page.execute_script(BAND_BOTH_WAYS, "press.force")
     assert got["decimated"] > 1 and got["points"] > got["width"], got  # more samples than pixel columns
-    assert got["vertices"] <= got["channels"] * 2 * (got["width"] + 3), got["vertices"]  # per column
+    # two vertices per column of each stretch between missing samples: the plot's columns once per channel,
+    # and a column again where a gap splits it (the lowest-versions pass of a fresh clone met such a gap)
+    bound = 2 * (got["channels"] * (got["width"] + 3) + got["runs"] - got["channels"])
+    assert got["vertices"] <= bound, (got["vertices"], got["runs"], got["width"])
     mine, ref = (extents(got[k], got["columns"]) for k in ("mine", "ref"))
     # in every pixel column the band reaches as high and as low as point by point (no spike lost), give or
-    # take the one pixel that anti-aliasing puts on an edge
-    short = [x for x, (lo, hi) in ref.items() if x not in mine or mine[x][0] > lo + 1 or mine[x][1] < hi - 1]
+    # take the one pixel that anti-aliasing puts on an edge and one column sideways: drawn point by point, a
+    # spike on a column's edge paints the next column nearly to its depth (the edge of a steep segment), drawn
+    # per column from the column's centre, half-way (alone in a window with spiky noise: 12-24 of 553 columns)
+    def reach(x: int) -> tuple[int, int]:
+        near = [mine[c] for c in (x - 1, x, x + 1) if c in mine]
+        return (min(t for t, _ in near), max(b for _, b in near)) if near else (1 << 30, -1)
+
+    short = [x for x, (lo, hi) in ref.items() if reach(x)[0] > lo + 1 or reach(x)[1] < hi - 1]
     assert ref and len(short) <= 0.02 * len(ref), (len(ref), [(x, ref[x], mine.get(x)) for x in short[:12]])
     assert sum(hi - lo for lo, hi in mine.values()) <= 1.5 * sum(hi - lo for lo, hi in ref.values())
 
