@@ -4,12 +4,14 @@ import json
 
 import numpy as np
 import pytest
+import scipy.optimize
 
 from daq.rigs.crane.plots import write_plots
 from identification.analyses.crane_analysis import analyze_crane, selection_options
 from identification.design.multisine import design_multisine
-from identification.models.drive_models import parse_name
+from identification.models.drive_models import DEFAULT_BOUNDS, parse_name
 from identification.models.drive_simulation import prepare_input, simulate
+from identification.selection.fitting import _Problem, _Scaling
 from identification.selection.model_selection import fit_structure, select_model
 from simulators.physics.crane import CraneTruth, simulate_axis
 from tests.fit_starts import CRANE_BOUNDS
@@ -124,11 +126,6 @@ def test_the_fit_on_rows_rotated_by_qr_is_the_fit_on_all_rows():
     """fit_structure hands the solver ``n + 1`` rows (``R`` of the QR of ``[J r]``) instead of thousands: at
     every point the cost and the local model are those of the full rows, so a fit started at the same point
     ends where the full-row fit ends."""
-    import scipy.optimize
-
-    from identification.models.drive_models import DEFAULT_BOUNDS
-    from identification.selection.fitting import _Problem, _Scaling
-
     (u, y, dt), _ = _own_runs("2m+visc+coul+dt", 3, noise=0.02)
     s = parse_name("2m+visc+coul+dt")
     inp = prepare_input(u, dt, 5)
