@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -326,6 +327,28 @@ def test_window_read_fetches_only_the_window(lab, tmp_path):
     print(f"window read: {window_bytes} B on the wire in {len(wire)} responses for "
           f"{w.data.nbytes + w.t.nbytes} B of samples; whole stream {whole} B")
     assert window_bytes < payload + 20_000 and window_bytes < whole / 50
+
+
+def test_a_reader_looks_up_each_node_of_a_session_once(lab, pushed):
+    """Each node lookup is a request the lab's server answers with several catalogue queries; a reader
+    asks for a session's container, ``about``, streams, arrays and tables once, however many windows,
+    events and messages it reads (they were asked again at every read: 23 ``about`` lookups in one read
+    test's work)."""
+    _, sid, _ = pushed
+    with LabReader(lab.url, lab.key) as rem:
+        asked: list[str] = []
+        hooks = rem.root.context.http_client.event_hooks
+        hooks["request"] = [*hooks.get("request", []), lambda r: asked.append(r.url.path)]
+        for _ in range(3):
+            for stream in ("press.force", "press.sensors"):
+                assert len(rem.read_window(sid, stream, T0 + 3.05, T0 + 7.5)) > 0
+                rem.stream_timing(sid, stream)
+            assert rem.event_counts(sid) and len(rem.events(sid, kind="step")) == 67
+            assert len(list(rem.messages(sid))) == 200 + 67 * 2 + 2
+            assert rem.get_session(sid).id == sid
+    lookups = Counter(path for path in asked if "/metadata/" in path)
+    assert {f"/api/v1/metadata/{sid}/about", f"/api/v1/metadata/{sid}/press.force"} <= set(lookups)
+    assert max(lookups.values()) == 1, {p: n for p, n in lookups.items() if n > 1}
 
 
 def gappy_session(path: Path) -> str:

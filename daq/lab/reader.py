@@ -76,6 +76,11 @@ class LabReader:
         self.root = open_lab(self.path, key)
         self._key = key  # to ask the lab who holds it when recording an analysis
         self._nodes: dict[str, Any] = {}  # tiled nodes (tiled has no type information)
+        # Each lookup below is a request the lab's server answers with several catalogue queries; a command
+        # asks for the same ones again and again (every window read wants the session's streams), so each is
+        # looked up once per reader, as the session container itself is (``_nodes``).
+        self._about: dict[str, dict] = {}  # a session's ``about`` metadata, by session id
+        self._children: dict[tuple[str, str], Any] = {}  # a session's stream and events nodes (None: absent)
         self._parts: dict[tuple[str, str], Any] = {}  # the t and data arrays of stream nodes
         self.checker = CopyChecker()  # what is read is what was pushed (daq/lab/digests.py)
 
@@ -113,7 +118,10 @@ class LabReader:
     def session_metadata(self, session: str) -> dict:
         """The session container's whole metadata (who, safe outcome, replication, analysis...)."""
         node = self._node(session)
-        return merged(layout.plain(node.metadata), about_metadata(node))
+        sid = str(node.metadata["id"])
+        if sid not in self._about:
+            self._about[sid] = about_metadata(node)
+        return merged(layout.plain(node.metadata), self._about[sid])
 
     def get_session(self, session_id_or_unique_prefix: str) -> SessionInfo:
         return layout.session_info(self.session_metadata(session_id_or_unique_prefix))
@@ -156,8 +164,23 @@ class LabReader:
         if si is None or si.type != "frame":
             names = [s for s, x in info.streams.items() if x.type == "frame"]
             raise StoreError(f"session {info.id} has no frame stream {stream!r} (frame streams: {names})")
-        return info.id, si, (_held(self._node(info.id), stream, info.id, stream, "stream") if si.n_samples
-                             else None)
+        return info.id, si, (self._child(info.id, stream, "stream") if si.n_samples else None)
+
+    def _lookup(self, sid: str, key: str):
+        """The session's child node ``key`` (a stream or the events table) or None, looked up once."""
+        if (sid, key) not in self._children:
+            try:
+                self._children[(sid, key)] = self._node(sid)[key]
+            except KeyError:
+                self._children[(sid, key)] = None
+        return self._children[(sid, key)]
+
+    def _child(self, sid: str, key: str, part: str):
+        """:meth:`_lookup`; a node the push wrote but the lab lost is one line naming it (LabCopyDiffers)."""
+        found = self._lookup(sid, key)
+        if found is None:
+            raise differs(sid, "" if key == layout.EVENTS else key, part)
+        return found
 
     def read_stream(self, session_id: str, stream: str) -> StreamData:
         return self.read_range(session_id, stream)
@@ -295,7 +318,10 @@ class LabReader:
         _, si, snode = self._frame_stream(session_id, stream)
         if snode is None:
             return {c: np.empty(0) for c in layout.FRAME_COLUMNS}
-        node = _held(snode, layout.FRAMES, session_id, stream, "frames table")
+        node = self._parts.get((snode.uri, layout.FRAMES))
+        if node is None:
+            node = self._parts[(snode.uri, layout.FRAMES)] = _held(snode, layout.FRAMES, session_id, stream,
+                                                                  "frames table")
         df = self._table(node, session_id, stream, "frames table")
         cols = {c: df[c].to_numpy() for c in layout.FRAME_COLUMNS}
         self.checker.table(session_id, stream, node, len(df), table_sha256(cols))
@@ -332,14 +358,13 @@ class LabReader:
     # ------------------------------------------------------------------ events and messages
 
     def _event_rows(self, sid: str) -> list[tuple]:
-        node = self._node(sid)
-        pushed = layout.plain(node.metadata.get("replication", {})).get("checks", {}).get("events", {})
-        if layout.EVENTS not in node:
-            pushed = ((node.metadata.get("replication") or {}).get("checks") or {}).get("events") or {}
+        table = self._lookup(sid, layout.EVENTS)
+        if table is None:
+            meta = self._node(sid).metadata
+            pushed = ((meta.get("replication") or {}).get("checks") or {}).get("events") or {}
             if pushed.get("rows"):  # the push wrote them: lost in the lab
                 raise differs(sid, "", "events table")
             return []
-        table = _held(node, layout.EVENTS, sid, "", "events table")
         df = self._table(table, sid, "", "events table")
         rows = list(zip(*(df[c].tolist() for c in layout.EVENT_COLUMNS), strict=True))
         self.checker.table(sid, "", table, len(rows), table_sha256(event_columns(rows)))
@@ -402,6 +427,7 @@ class LabReader:
                 raise NotStored(f"the analysis was not stored in the lab {self.path}: {who['name']}'s key is "
                                 "a viewer's (reads only); an operator's key stores it")
             write_analysis(node, analysis, {"analysed_by": who})
+            self._about.pop(str(node.metadata["id"]), None)  # its report is in ``about`` now
         except NotStored:
             raise
         except Exception as exc:  # noqa: BLE001 - the client's errors as one line
@@ -410,7 +436,8 @@ class LabReader:
     # ------------------------------------------------------------------ life cycle
 
     def close(self) -> None:
-        self._nodes.clear()
+        for cache in (self._nodes, self._about, self._children, self._parts):
+            cache.clear()
 
     def __enter__(self) -> Self:
         return self
@@ -429,7 +456,7 @@ class _Cursor:
 
     def rows(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
         if self.part is None or a < self.lo or b > self.lo + len(self.part):
-            rows = int(self.reader._node(self.sid)[self.si.name].metadata["chunk_rows"])
+            rows = int(self.reader._child(self.sid, self.si.name, "stream").metadata["chunk_rows"])
             self.lo = a
             self.part = self.reader.read_range(self.sid, self.si.name, a, max(b, a + rows))
         return self.part.t[a - self.lo:b - self.lo], self.part.data[a - self.lo:b - self.lo]
