@@ -346,8 +346,9 @@ def test_a_reader_looks_up_each_node_of_a_session_once(lab, pushed):
             assert rem.event_counts(sid) and len(rem.events(sid, kind="step")) == 67
             assert len(list(rem.messages(sid))) == 200 + 67 * 2 + 2
             assert rem.get_session(sid).id == sid
-    lookups = Counter(path for path in asked if "/metadata/" in path)
-    assert {f"/api/v1/metadata/{sid}/about", f"/api/v1/metadata/{sid}/press.force"} <= set(lookups)
+    lookups = Counter(path for path in asked if "/metadata/" in path or "/table/" in path)
+    assert {f"/api/v1/metadata/{sid}/about", f"/api/v1/metadata/{sid}/press.force",
+            f"/api/v1/table/partition/{sid}/events"} <= set(lookups)
     assert max(lookups.values()) == 1, {p: n for p, n in lookups.items() if n > 1}
 
 

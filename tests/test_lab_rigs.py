@@ -5,19 +5,23 @@ offline."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
 from daq.rigs import register, unregister
-from daq.serve.rig_status import RigLab
+from daq.serve.rig_status import Heartbeat, RigLab
 from daq.store.reader import SessionReader
 from tests.polling import poll_until
 from tests.serve_fixtures import ServedBeacon, ServerThread, beacon_config, bearer
@@ -223,6 +227,48 @@ def test_a_running_rig_shows_its_session_config_person_and_progress_in_the_lab(l
     finally:
         srv.stop()
     assert listed(lab, people["vic"][1])["rig-run"]["state"] == "offline"  # a stopped server says so
+
+
+class SlowFirstWrite:
+    """The lab's side of a rig's heartbeat, in process: the states in the order they land; the first write
+    takes 0.5 s (a busy lab), the others none."""
+
+    def __init__(self) -> None:
+        self.landed: list[str] = []
+        self.asked = 0
+        self.first_done = threading.Event()
+
+    def publish(self, state: dict) -> None:
+        self.asked += 1
+        first = self.asked == 1
+        if first:
+            time.sleep(0.5)
+        self.landed.append(state["state"])
+        if first:
+            self.first_done.set()
+
+
+def test_a_beat_on_its_way_when_the_server_stops_lands_before_the_offline_state():
+    """A stopped `hil serve` leaves its rig offline in the lab even when a heartbeat's write was still on its
+    way: that write was cancelled in the event loop but not in its thread, and landed after the offline
+    state (the lab showed the stopped rig idle, test above, under load)."""
+    service = SimpleNamespace(queue=SimpleNamespace(snapshot=lambda: {"current": None, "queued": []}),
+                              locks=SimpleNamespace(state=lambda: None))
+    lab = SlowFirstWrite()
+
+    async def start_then_stop_mid_write() -> None:
+        beat = Heartbeat(RigLab("http://127.0.0.1:9", "rig-a", "unused", every_s=60.0), service, "page")
+        beat.publisher = lab  # type: ignore[assignment] - nothing is opened: the lab is the stand-in
+        beat.start()
+        deadline = time.monotonic() + 10
+        while lab.asked == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert lab.asked == 1 and not lab.landed  # the first beat is on its way
+        await beat.stop()
+
+    asyncio.run(start_then_stop_mid_write())
+    assert lab.first_done.wait(timeout=10)
+    assert lab.landed == ["idle", "offline"]
 
 
 def test_the_lab_page_checks_host_origin_and_key_and_takes_no_key_in_a_url(lab, people):

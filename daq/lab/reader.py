@@ -82,6 +82,9 @@ class LabReader:
         self._about: dict[str, dict] = {}  # a session's ``about`` metadata, by session id
         self._children: dict[tuple[str, str], Any] = {}  # a session's stream and events nodes (None: absent)
         self._parts: dict[tuple[str, str], Any] = {}  # the t and data arrays of stream nodes
+        # a verified session's tables (it never changes), checked when read: events, and frames by stream
+        self._events: dict[str, list[tuple]] = {}
+        self._frames: dict[tuple[str, str], dict[str, np.ndarray]] = {}
         self.checker = CopyChecker()  # what is read is what was pushed (daq/lab/digests.py)
 
     # ------------------------------------------------------------------ sessions
@@ -315,9 +318,11 @@ class LabReader:
                                  list(si.units), start=int(idx[sel][0]), index=idx[sel])
 
     def frames_table(self, session_id: str, stream: str) -> dict[str, np.ndarray]:
-        _, si, snode = self._frame_stream(session_id, stream)
+        sid, si, snode = self._frame_stream(session_id, stream)
         if snode is None:
             return {c: np.empty(0) for c in layout.FRAME_COLUMNS}
+        if (sid, stream) in self._frames:
+            return dict(self._frames[(sid, stream)])
         node = self._parts.get((snode.uri, layout.FRAMES))
         if node is None:
             node = self._parts[(snode.uri, layout.FRAMES)] = _held(snode, layout.FRAMES, session_id, stream,
@@ -325,7 +330,9 @@ class LabReader:
         df = self._table(node, session_id, stream, "frames table")
         cols = {c: df[c].to_numpy() for c in layout.FRAME_COLUMNS}
         self.checker.table(session_id, stream, node, len(df), table_sha256(cols))
-        return cols
+        if _verified(self._node(sid).metadata, layout.VERIFIED):
+            self._frames[(sid, stream)] = cols
+        return dict(cols)
 
     def _table(self, node, session: str, stream: str, part: str):
         """A table node read whole; a table whose file the lab lost (the server errs) is one line."""
@@ -358,6 +365,9 @@ class LabReader:
     # ------------------------------------------------------------------ events and messages
 
     def _event_rows(self, sid: str) -> list[tuple]:
+        """The session's events table as rows; a verified session's read once a reader (a live one grows)."""
+        if sid in self._events:
+            return self._events[sid]
         table = self._lookup(sid, layout.EVENTS)
         if table is None:
             meta = self._node(sid).metadata
@@ -368,6 +378,8 @@ class LabReader:
         df = self._table(table, sid, "", "events table")
         rows = list(zip(*(df[c].tolist() for c in layout.EVENT_COLUMNS), strict=True))
         self.checker.table(sid, "", table, len(rows), table_sha256(event_columns(rows)))
+        if _verified(self._node(sid).metadata, layout.VERIFIED):
+            self._events[sid] = rows
         return rows
 
     def events(self, session_id: str, kind: str | None = None, stream: str | None = None, *,
@@ -436,7 +448,8 @@ class LabReader:
     # ------------------------------------------------------------------ life cycle
 
     def close(self) -> None:
-        for cache in (self._nodes, self._about, self._children, self._parts):
+        for cache in (self._nodes, self._about, self._children, self._parts, self._events,
+                      self._frames):
             cache.clear()
 
     def __enter__(self) -> Self:
@@ -506,10 +519,11 @@ def _none(x) -> float | None:
     return None if math.isnan(x) else x
 
 
-def _verified(meta) -> bool:
-    """A session a reader opens: verified, or live (being recorded: ``hil --store URL watch``)."""
+def _verified(meta, *states: str) -> bool:
+    """A session a reader opens: verified, or live (being recorded: ``hil --store URL watch``); or one of
+    ``states``."""
     rep = meta.get("replication") or {}
-    return rep.get("state") in (layout.VERIFIED, layout.LIVE)
+    return rep.get("state") in (states or (layout.VERIFIED, layout.LIVE))
 
 
 def _lab_error(url: str, exc: BaseException):

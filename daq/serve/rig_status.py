@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from daq.lab.settings import LabError
@@ -53,6 +54,10 @@ class Heartbeat:
 
         self.lab, self.service, self.page = lab, service, page
         self.publisher = RigPublisher(lab.url, lab.key, lab.rig)
+        # One thread writes, in the order the writes were asked for: a beat cancelled on its way (stop)
+        # still lands, and lands before the offline state (two threads let it land after, and the lab
+        # showed a stopped rig idle); the publisher's node is looked up by one thread only.
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rig-heartbeat")
         self.beats = 0  # writes the lab took
         self.problem: str | None = None
         self._task: asyncio.Task | None = None
@@ -68,7 +73,8 @@ class Heartbeat:
 
     async def beat(self, state: dict | None = None) -> None:
         try:
-            await asyncio.to_thread(self.publisher.publish, state or rig_state(self.service, self.page))
+            await asyncio.get_running_loop().run_in_executor(
+                self._writer, self.publisher.publish, state or rig_state(self.service, self.page))
         except LabError as exc:
             if self.problem != str(exc):
                 log.warning("rig state not kept in the lab: %s", exc)
@@ -87,6 +93,9 @@ class Heartbeat:
             with contextlib.suppress(BaseException):
                 await self._task
         state = {**rig_state(self.service, self.page), "state": "offline", "run": None}
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(10):  # not wait_for (docs/contracts.md, "Stopping")
-                await self.beat(state)
+        try:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(10):  # not wait_for (docs/contracts.md, "Stopping")
+                    await self.beat(state)
+        finally:
+            self._writer.shutdown(wait=False)
