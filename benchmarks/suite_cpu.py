@@ -34,7 +34,6 @@ KINDS = (
     ("pytest-xdist worker", "-u -c import sys;exec(eval(sys.stdin.readline()))"),
     ("lab forwarder (daq.lab.live)", "daq.lab.live"),
     ("process-pool worker (spawn)", "multiprocessing.spawn"),
-    ("process-pool worker (spawn)", "spawn_main"),
     ("hil command (python -m daq.cli.main)", "daq.cli.main"),
     ("hil command (.venv/bin/hil)", "bin/hil"),
     ("Chromium and chromedriver", "chrom"),
