@@ -212,7 +212,10 @@ def test_a_stalled_lab_never_holds_up_a_run(lab, tmp_path):
         assert stuck.returncode == 1 and "unreachable" in out and len(out.strip().splitlines()) == 1
         rate_plain, rate_lab = force_rate(plain_store, plain), force_rate(store, with_lab)
         print(f"press.force: {rate_plain:.1f} samples/s without [lab], {rate_lab:.1f} with a stalled lab")
-        assert 0.8 < rate_lab / rate_plain < 1.25, (rate_plain, rate_lab)
+        # what a stalled lab could do is hold the run up: 0.8. The run without [lab] shares the machine's load
+        # as much, and lost more to it once (135 against 169 samples/s, the lowest-versions pass of a fresh
+        # clone), so the other side has the margin of what the load does to either run
+        assert 0.8 < rate_lab / rate_plain < 1.5, (rate_plain, rate_lab)
         log = tmp_path / "lab-push.log"
         poll_until(lambda: log.exists() and "unreachable" in log.read_text(), timeout=120)
         os.kill(lab.proc.pid, signal.SIGCONT)
