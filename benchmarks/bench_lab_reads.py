@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.bench_lab import cpu_of
 
 #: what one round does, in a fresh interpreter with the tree's code first on the path (argv: TREE URL KEY SID
 #: ROUNDS KIND); prints the requests it sent as JSON
@@ -65,11 +65,6 @@ else:
                     rem.read_window(sid, stream, a, b)
 print(json.dumps(asked))
 """
-
-
-def cpu_of(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run(tree: str, kind: str, url: str, key: str, sid: str, rounds: int, server: int) -> tuple[int, float]:
