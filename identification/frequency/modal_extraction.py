@@ -109,13 +109,16 @@ def _to_kind(freq: np.ndarray, H: np.ndarray, src: str, dst: str) -> np.ndarray:
     return H * (2j * np.pi * freq) ** (_POWER[dst] - _POWER[src])
 
 
-def _reduced_rows(X: np.ndarray, W: np.ndarray, H: np.ndarray) -> np.ndarray:
-    """Rows of the denominator-only least-squares problem (numerators eliminated by projection).
+def _reduced_r(X: np.ndarray, W: np.ndarray, H: np.ndarray) -> np.ndarray:
+    """R factor (p+1, p+1) of the denominator-only least-squares problem (numerators eliminated).
 
     For FRF ``o`` the linearised error is ``W_o (X b_o - H_o X a)``; the best ``b_o`` for any ``a``
     leaves ``(I - P_o) W_o H_o X a`` with ``P_o`` the projector onto the span of ``W_o X``. The
     projection is done with Householder QR on the real-stacked columns, never by forming normal
-    equations (which square a condition number that reaches 1e10 and more at the high orders).
+    equations (which square a condition number that reaches 1e10 and more at the high orders). The
+    rows of all FRFs are then reduced to one triangle a block at a time (each FRF's R factor, then the
+    R factor of those stacked): the same least squares as all the rows, with each block's QR in cache
+    (benchmarks/bench_lscf.py).
     """
 
     def stacked(M: np.ndarray) -> np.ndarray:
@@ -124,9 +127,11 @@ def _reduced_rows(X: np.ndarray, W: np.ndarray, H: np.ndarray) -> np.ndarray:
     Y = stacked((W * H)[:, :, None] * X[None])  # (n_frf, 2 n_freq, p+1)
     if np.allclose(W / W[:, :1], W[0] / W[0, 0]):  # weights differ only by a factor per FRF: one span
         Q = np.linalg.qr(stacked(W[0][:, None] * X))[0]
-        return (Y - Q @ (Q.T @ Y)).reshape(-1, X.shape[1])
-    Q = np.linalg.qr(stacked(W[:, :, None] * X[None]))[0]  # (n_frf, 2 n_freq, p+1)
-    return (Y - Q @ (np.transpose(Q, (0, 2, 1)) @ Y)).reshape(-1, X.shape[1])
+        Z = Y - Q @ (Q.T @ Y)
+    else:
+        Q = np.linalg.qr(stacked(W[:, :, None] * X[None]))[0]  # (n_frf, 2 n_freq, p+1)
+        Z = Y - Q @ (np.transpose(Q, (0, 2, 1)) @ Y)
+    return np.linalg.qr(np.linalg.qr(Z, mode="r").reshape(-1, X.shape[1]), mode="r")
 
 
 def lscf_poles(
@@ -158,8 +163,8 @@ def lscf_poles(
     X = z[:, None] ** np.arange(order + 1)[None, :]  # (n_freq, p+1)
     Wk = W
     for step in range(iterations + 1):
-        Z = _reduced_rows(X, Wk, H)
-        a = scipy.linalg.lstsq(Z[:, :order], -Z[:, order], lapack_driver="gelsy", check_finite=False)[0]
+        R = _reduced_r(X, Wk, H)  # the same least squares as all the reduced rows, on p+1 rows
+        a = scipy.linalg.lstsq(R[:, :order], -R[:, order], lapack_driver="gelsy", check_finite=False)[0]
         coeffs = np.append(a, 1.0)  # a_0 ... a_p, highest fixed to 1
         if step < iterations:
             g = 1.0 / np.maximum(np.abs(X @ coeffs), np.finfo(float).tiny)
