@@ -121,17 +121,30 @@ def _reduced_r(X: np.ndarray, W: np.ndarray, H: np.ndarray) -> np.ndarray:
     (benchmarks/bench_lscf.py).
     """
 
-    def stacked(M: np.ndarray) -> np.ndarray:
-        return np.concatenate([M.real, M.imag], axis=-2)
+    def real_rows_t(M: np.ndarray) -> np.ndarray:
+        """(..., p+1, n_freq) complex, C-ordered -> (..., p+1, 2 n_freq) real: the transposed real rows,
+        Re and Im of each line in turn (the order of rows changes no least squares), as a view."""
+        return M.view(float)
 
-    Y = stacked((W * H)[:, :, None] * X[None])  # (n_frf, 2 n_freq, p+1)
+    Xt = np.ascontiguousarray(X.T)  # then every product below is C-ordered, as the views need
+    Yt = real_rows_t((W * H)[:, None, :] * Xt[None])  # (n_frf, p+1, 2 n_freq): each block F-ordered
     if np.allclose(W / W[:, :1], W[0] / W[0, 0]):  # weights differ only by a factor per FRF: one span
-        Q = np.linalg.qr(stacked(W[0][:, None] * X))[0]
-        Z = Y - Q @ (Q.T @ Y)
+        Q = np.linalg.qr(real_rows_t(W[0][None, :] * Xt).T)[0]  # (2 n_freq, p+1)
+        Zt = (Yt @ Q) @ Q.T
     else:
-        Q = np.linalg.qr(stacked(W[:, :, None] * X[None]))[0]  # (n_frf, 2 n_freq, p+1)
-        Z = Y - Q @ (np.transpose(Q, (0, 2, 1)) @ Y)
-    return np.linalg.qr(np.linalg.qr(Z, mode="r").reshape(-1, X.shape[1]), mode="r")
+        Q = np.linalg.qr(np.swapaxes(real_rows_t(W[:, None, :] * Xt[None]), 1, 2))[0]  # (n_frf, 2n_freq, p+1)
+        Zt = (Yt @ Q) @ np.swapaxes(Q, 1, 2)
+    np.subtract(Yt, Zt, out=Zt)  # in place: a second array of this size costs more than the subtraction
+    n_rows, n_cols = Zt.shape[2], Zt.shape[1]
+    k = min(n_rows, n_cols)
+    lwork = int(scipy.linalg.lapack.dgeqrf_lwork(n_rows, n_cols)[0])
+    Rs = np.empty((Zt.shape[0], k, n_cols))
+    for i, block in enumerate(Zt):  # block.T is F-ordered: LAPACK works on it in place, no copy
+        qr, _, _, info = scipy.linalg.lapack.dgeqrf(block.T, lwork=lwork, overwrite_a=1)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"dgeqrf failed (info {info})")
+        Rs[i] = np.triu(qr[:k])
+    return np.linalg.qr(Rs.reshape(-1, n_cols), mode="r")
 
 
 def lscf_poles(
