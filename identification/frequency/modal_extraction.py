@@ -135,16 +135,18 @@ def _reduced_r(X: np.ndarray, W: np.ndarray, H: np.ndarray) -> np.ndarray:
         Q = np.linalg.qr(np.swapaxes(real_rows_t(W[:, None, :] * Xt[None]), 1, 2))[0]  # (n_frf, 2n_freq, p+1)
         Zt = (Yt @ Q) @ np.swapaxes(Q, 1, 2)
     np.subtract(Yt, Zt, out=Zt)  # in place: a second array of this size costs more than the subtraction
-    n_rows, n_cols = Zt.shape[2], Zt.shape[1]
-    k = min(n_rows, n_cols)
-    lwork = int(scipy.linalg.lapack.dgeqrf_lwork(n_rows, n_cols)[0])
-    Rs = np.empty((Zt.shape[0], k, n_cols))
-    for i, block in enumerate(Zt):  # block.T is F-ordered: LAPACK works on it in place, no copy
-        qr, _, _, info = scipy.linalg.lapack.dgeqrf(block.T, lwork=lwork, overwrite_a=1)
-        if info != 0:
-            raise np.linalg.LinAlgError(f"dgeqrf failed (info {info})")
-        Rs[i] = np.triu(qr[:k])
-    return np.linalg.qr(Rs.reshape(-1, n_cols), mode="r")
+    Rs = np.stack([_triangle(block.T) for block in Zt])  # block.T is F-ordered: QR'd in place, no copy
+    return _triangle(Rs.reshape(-1, Zt.shape[1]))
+
+
+def _triangle(A: np.ndarray) -> np.ndarray:
+    """R (min(m, n), n) of the QR of ``A`` (m, n) by LAPACK's dgeqrf, in place when ``A`` is F-ordered."""
+    m, n = A.shape
+    lwork = int(scipy.linalg.lapack.dgeqrf_lwork(m, n)[0])
+    qr, _, _, info = scipy.linalg.lapack.dgeqrf(A, lwork=lwork, overwrite_a=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"dgeqrf failed (info {info})")
+    return np.triu(qr[: min(m, n)])
 
 
 def lscf_poles(
