@@ -118,43 +118,45 @@ class PressLinkageModel:
         return d - y[:, 2 * j : 2 * j + 2] if j >= 0 else d
 
     def _bearing_index(self) -> None:
-        """Where each bearing's two displacement components sit in the state, for :meth:`_bearing`'s one pass
-        over all bearings: ``_bi`` the first node's (b, 2), ``_bj`` the second node's of the bearings between
-        two nodes (rows ``_bj_rows``; the others hold a node against the ground). Every node sits in at most
-        one bearing, so each entry of the force and of its Jacobian gets at most one term."""
+        """Where each bearing's two displacement components sit in the state, as the 0/+-1 matrices of
+        :meth:`_bearing`'s one pass over all bearings: ``_gather`` (10, 2b) takes the relative
+        displacements from the state, ``_scatter_f`` (2b, 10) puts the bearings' forces into the state's,
+        ``_scatter_j`` (4b, 100) their 2x2 stiffnesses into the 10x10 Jacobian (with the cross terms of
+        the bearings between two nodes). Every node sits in at most one bearing, so each entry of the force
+        and of its Jacobian gets at most one term: the products with 0 and +-1 are exact, the numbers the
+        same as assigning each term in its place (and small matrix products cost less than the fancy
+        indexing that did: numpy's per-call overhead dominates at the fits' 14-58 points)."""
         nodes = [n for pair in self.bearings for n in pair if n >= 0]
         if len(nodes) != len(set(nodes)):
             raise ValueError("a node in two bearings: _bearing assigns each node's terms once")
-        self._bi = np.array([[2 * i, 2 * i + 1] for i, _ in self.bearings])
-        self._bj_rows = np.array([b for b, (_, j) in enumerate(self.bearings) if j >= 0], dtype=int)
-        pairs = [[2 * j, 2 * j + 1] for _, j in self.bearings if j >= 0]
-        self._bj = np.array(pairs, dtype=int).reshape(-1, 2)
+        b = len(self.bearings)
+        gather, scatter_f = np.zeros((_NDOF, 2 * b)), np.zeros((2 * b, _NDOF))
+        scatter_j = np.zeros((4 * b, _NDOF**2))
+        for k, (i, j) in enumerate(self.bearings):
+            ends = [(2 * i, 1.0)] + ([(2 * j, -1.0)] if j >= 0 else [])  # d = y_i - y_j (or y_i: ground)
+            for r in range(2):
+                for at, sign in ends:
+                    gather[at + r, 2 * k + r] += sign
+                    scatter_f[2 * k + r, at + r] += sign
+                for c in range(2):
+                    for at_r, sign_r in ends:
+                        for at_c, sign_c in ends:
+                            scatter_j[4 * k + 2 * r + c, (at_r + r) * _NDOF + at_c + c] += sign_r * sign_c
+        self._gather, self._scatter_f, self._scatter_j = gather, scatter_f, scatter_j
 
     def _bearing(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bearing forces (N, 10) and their Jacobian (N, 10, 10) at states y (N, 10): g = k (1 + beta |d|^2) d
         of each bearing's relative displacement d, all bearings at once (the hot path of every press fit:
-        called at each Newton step of each state solve). The same element operations as one bearing at a
-        time."""
+        called at each Newton step of each state solve)."""
         k, beta = self.c.k_joint, self.c.joint_beta
         N = y.shape[0]
-        bi, bj, rows = self._bi, self._bj, self._bj_rows
-        d = y[:, bi]  # (N, b, 2)
-        d[:, rows] -= y[:, bj]
+        d = (y @ self._gather).reshape(N, -1, 2)  # (N, b, 2)
         d2 = d[..., 0] * d[..., 0] + d[..., 1] * d[..., 1]
         s = 1 + beta * d2
         g = k * s[..., None] * d
         kt = k * (s[..., None, None] * _EYE2 + 2 * beta * (d[..., :, None] * d[..., None, :]))  # (N, b, 2, 2)
-        f = np.zeros((N, _NDOF))
-        f[:, bi] = g
-        f[:, bj] = -g[:, rows]
-        Jb = np.zeros((N, _NDOF, _NDOF))
-        Jb[:, bi[:, :, None], bi[:, None, :]] = kt
-        if rows.size:
-            cross = -kt[:, rows]
-            bir = bi[rows]
-            Jb[:, bir[:, :, None], bj[:, None, :]] = cross
-            Jb[:, bj[:, :, None], bir[:, None, :]] = cross
-            Jb[:, bj[:, :, None], bj[:, None, :]] = kt[:, rows]
+        f = g.reshape(N, -1) @ self._scatter_f
+        Jb = (kt.reshape(N, -1) @ self._scatter_j).reshape(N, _NDOF, _NDOF)
         return f, Jb
 
     # -- StateModel protocol --------------------------------------------------------------------------
@@ -167,11 +169,13 @@ class PressLinkageModel:
         K = self.K(p)
         K_lin = K + self._bearing(np.zeros((1, _NDOF)))[1][0]
         y = np.linalg.solve(K_lin, np.outer(self.b, q)).T  # linear start
+        load, KT = np.outer(q, self.b), K.T
         for _ in range(30):
             f, Jb = self._bearing(y)
-            res = y @ K.T + f - np.outer(q, self.b)
-            dy = np.linalg.solve(K + Jb, -res[:, :, None])[:, :, 0]
-            y += dy
+            res = y @ KT + f - load
+            Jb += K  # the tangent K + Jb, in the array _bearing just made
+            dy = np.linalg.solve(Jb, res[:, :, None])[:, :, 0]  # the step is -dy, exactly (LU is linear in b)
+            y -= dy
             # converged when the step is tiny against the displacements: Newton's error after a step of
             # relative size 1e-10 is of order 1e-20; an absolute 1e-15 m was below the rounding floor of a
             # stiff K (condition ~1e6) and let half the solves of a wandering fit run all 30 iterations
