@@ -188,6 +188,43 @@ def test_lscf_uniform_weights_change_nothing():
         assert np.min(np.abs(np.abs(a) / (2 * np.pi) - f)) < 0.01 * f
 
 
+@pytest.mark.parametrize("per_frf", [False, True])
+def test_lscf_solves_the_same_least_squares_as_all_its_rows(per_frf):
+    """The fit reduces each FRF's rows to a triangle before it solves: its poles are those of the same least
+    squares solved on all the rows at once, by both projections (one span when the weights differ only by
+    a factor per FRF, one per FRF otherwise)."""
+    import scipy.linalg
+
+    rng = np.random.default_rng(5)
+    freq, _, noisy, _ = noisy_synthetic(5)
+    band = (freq >= 10) & (freq <= 240)
+    f, H = freq[band], noisy[..., band].reshape(-1, band.sum())
+    W = rng.uniform(0.5, 2.0, H.shape) if per_frf else np.broadcast_to(rng.uniform(0.5, 2.0, f.size), H.shape)
+    order, top = 24, 300.0
+    ours = lscf_poles(f, H, order, top, weights=W, iterations=0)
+    Wn = W / np.sqrt(np.mean(np.abs(W * H) ** 2, axis=1, keepdims=True))  # as lscf_poles scales them
+    ts = 0.5 / top
+    X = np.exp(2j * np.pi * f * ts)[:, None] ** np.arange(order + 1)
+
+    def real(M: np.ndarray) -> np.ndarray:
+        return np.concatenate([M.real, M.imag], axis=-2)
+
+    rows = []
+    for w, h in zip(Wn, H, strict=True):  # every FRF's numerator projected out, then all rows in one solve
+        Q = np.linalg.qr(real(w[:, None] * X))[0]
+        Y = real((w * h)[:, None] * X)
+        rows.append(Y - Q @ (Q.T @ Y))
+    Z = np.concatenate(rows)
+    a = scipy.linalg.lstsq(Z[:, :order], -Z[:, order], lapack_driver="gelsy")[0]
+    ref = np.log(np.roots(np.append(a, 1.0)[::-1]).astype(complex)) / ts
+
+    def physical(p: np.ndarray) -> np.ndarray:
+        return np.sort_complex(p[(p.imag > 0) & (p.real < 0) & (p.imag < 2 * np.pi * 240)])
+
+    assert physical(ours).size >= N_IN_BAND
+    np.testing.assert_allclose(physical(ours), physical(ref), rtol=1e-7)
+
+
 def test_stabilisation_does_not_hinge_on_round_off():
     """Data perturbed at 1e-12 of their size (what another BLAS build or library version changes) give the
     same modes: every in-band mode holds a column at every order of the diagram (support 1 or nearly)."""
