@@ -276,14 +276,23 @@ class SessionWriter:
         tail[0] = s0 + n
         if n:
             tail[1] = t_hi
-        self._note_stream(session_id, msg.stream, n, t_lo, t_hi)
-        self._buffered_bytes += len(payload)
+        counts = self._pending_counts.get(key)  # _note_stream, inline: this runs for every small block
+        if counts is None:
+            self._pending_counts[key] = [1, n, t_lo, t_hi]
+        else:
+            counts[0] += 1
+            counts[1] += n
+            if t_lo < counts[2]:
+                counts[2] = t_lo
+            if t_hi > counts[3]:
+                counts[3] = t_hi
+        buffered = self._buffered_bytes = self._buffered_bytes + len(payload)
         self._ord[session_id] = ordinal + 1
         now = time.monotonic()
         oldest = self._oldest
         if oldest is None:
             self._oldest = oldest = now
-        if now - oldest >= self.flush_interval or self._buffered_bytes >= FLUSH_BYTES:
+        if now - oldest >= self.flush_interval or buffered >= FLUSH_BYTES:
             self.flush()
         return True
 
