@@ -25,28 +25,18 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_modal_coverage import CONFIG, multisine  # noqa: E402
+from benchmarks.bench_modal_coverage import CONFIG, simulated_frfs  # noqa: E402
 from identification.frequency import modal_extraction as me  # noqa: E402
-from identification.frequency.frf_estimation import h1_estimate  # noqa: E402
-from simulators.physics.machine_tool import MachineToolTruth, simulate_modal_test  # noqa: E402
+from simulators.physics.machine_tool import MachineToolTruth  # noqa: E402
 
 
 def frfs(cfg: dict) -> tuple[np.ndarray, np.ndarray]:
     """The fit band's lines and FRFs (n_frf, n_lines) of one simulated modal test, as extract_modes
     fits them."""
-    ex, sim = cfg["excitation"], cfg["simulator"]
-    n, dt = int(ex["period"]), float(ex["dt"])
-    u = np.tile(multisine(n, dt, ex["f_min"], ex["f_max"], ex["amplitude"], 0), ex["settle"] + ex["periods"])
-    rng, Hs = np.random.default_rng(0), []
-    for dof in cfg["plan"]["inputs"]:
-        out = simulate_modal_test(MachineToolTruth(sim["truth"]), 0.05, u, dt, dof, rng,
-                                  accel_noise=sim["noise"]["accel"], force_noise=sim["noise"]["force"],
-                                  substeps=8)
-        est = h1_estimate(out["force"][ex["settle"] * n:], out["accel"][ex["settle"] * n:], dt, nperseg=n,
-                          noverlap=0, window="boxcar")
-        Hs.append(est.H)
-    band = (est.freq >= ex["f_min"]) & (est.freq <= ex["f_max"])
-    return est.freq[band], np.array(Hs)[..., band].reshape(-1, band.sum())
+    ex, truth = cfg["excitation"], MachineToolTruth(cfg["simulator"]["truth"])
+    freq, H, _ = simulated_frfs(truth, 0.05, cfg, np.random.default_rng(0))
+    band = (freq >= ex["f_min"]) & (freq <= ex["f_max"])
+    return freq[band], H[..., band].reshape(-1, band.sum())
 
 
 def plain_lscf(freq: np.ndarray, H: np.ndarray, order: int, f_max: float, iterations: int = 2) -> np.ndarray:

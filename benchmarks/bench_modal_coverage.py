@@ -44,10 +44,11 @@ def multisine(n: int, dt: float, f_lo: float, f_hi: float, amplitude: float, see
     return x / np.sqrt(np.mean(x**2)) * amplitude
 
 
-def one(seed: int, position: float, cfg: dict, frf: str = "h1", settle: int | None = None) -> dict:
-    ex, an, sim = cfg["excitation"], cfg["analysis"], cfg["simulator"]
-    truth = MachineToolTruth(sim.get("truth"))
-    rng = np.random.default_rng(seed)
+def simulated_frfs(truth: MachineToolTruth, position: float, cfg: dict, rng: np.random.Generator,
+                   frf: str = "h1", settle: int | None = None) -> tuple[np.ndarray, np.ndarray, list]:
+    """The lines, FRFs (n_ref, n_resp, n_lines) and (``frf="lpm"``) their variances of one simulated modal
+    test of ``cfg``: the plan's multisine at each reference in turn, the settling periods dropped."""
+    ex, sim = cfg["excitation"], cfg["simulator"]
     n, dt = int(ex["period"]), float(ex["dt"])
     one_period = multisine(n, dt, ex["f_min"], ex["f_max"], ex["amplitude"], 0)
     settle = ex["settle"] if settle is None else settle
@@ -65,8 +66,13 @@ def one(seed: int, position: float, cfg: dict, frf: str = "h1", settle: int | No
             est = h1_estimate(out["force"][skip:], out["accel"][skip:], dt, nperseg=n, noverlap=0,
                               window="boxcar")
         Hs.append(est.H)
-        freq = est.freq
-    H = np.array(Hs)
+    return est.freq, np.array(Hs), Vs
+
+
+def one(seed: int, position: float, cfg: dict, frf: str = "h1", settle: int | None = None) -> dict:
+    ex, an, sim = cfg["excitation"], cfg["analysis"], cfg["simulator"]
+    truth = MachineToolTruth(sim.get("truth"))
+    freq, H, Vs = simulated_frfs(truth, position, cfg, np.random.default_rng(seed), frf, settle)
     with threadpool_limits(limits=1, user_api="blas"):
         fit = extract_modes(freq, H, an["n_modes"], an["f_min"], an["f_max"], kind="accelerance",
                             fit_band=(ex["f_min"], ex["f_max"]), frf_var=np.array(Vs) if Vs else None)
