@@ -34,6 +34,7 @@ FLUSH_INTERVAL_S = 0.25
 FLUSH_BYTES = 32 * 1024 * 1024
 #: Largest sequence number SQLite's INTEGER holds (exclusive).
 _SEQ_LIMIT = 2**63
+_INF = math.inf
 #: Little-endian (or byte-wide) dtypes of the bus: their ``tobytes`` is the stored payload as is.
 _NATIVE_DTYPES = frozenset(SUPPORTED_DTYPES.values())
 
@@ -231,16 +232,17 @@ class SessionWriter:
         comparison and the clock is read once."""
         channels, units, dtype, width, tail, key = steady
         data, seq, t0, dt, sid = msg.data, msg.seq, msg.t0, msg.dt, msg.session_id
+        if msg.timestamps is not None or type(data) is not np.ndarray:
+            return False
+        shape = data.shape
         if (
-            msg.timestamps is not None
-            or type(data) is not np.ndarray
-            or data.ndim != 2
+            len(shape) != 2
+            or shape[1] != width
             or (data.dtype is not dtype and data.dtype != dtype)
-            or data.shape[1] != width
             or type(seq) is not int
             or not 0 <= seq < _SEQ_LIMIT
             or not isinstance(dt, float)
-            or not 0.0 < dt < math.inf  # also refuses NaN
+            or not 0.0 < dt < _INF  # also refuses NaN
             or (sid is not None and not (type(sid) is str and sid.isascii()))
             or (msg.channels is not channels and msg.channels != channels)
             or (msg.units is not units and msg.units != units)
@@ -251,11 +253,11 @@ class SessionWriter:
                 t0 = float(t0)
             except (TypeError, ValueError, OverflowError):
                 return False
-        if not -math.inf < t0 < math.inf:
+        if not -_INF < t0 < _INF:
             return False
         if type(dt) is not float:
             dt = float(dt)
-        n = data.shape[0]
+        n = shape[0]
         payload = data.tobytes()  # a copy: the caller may reuse its array after append
         t_min: float | None
         t_max: float | None
