@@ -63,8 +63,8 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
-__all__ = ["ModalFit", "lscf_poles", "lsfd", "extract_modes", "synthesize", "stable_poles", "refine_poles",
-           "pole_covariance", "order_spread"]
+__all__ = ["ModalFit", "lscf_poles", "lscf_pole_sets", "lsfd", "extract_modes", "synthesize", "stable_poles",
+           "refine_poles", "pole_covariance", "order_spread"]
 
 _POWER = {"receptance": 0, "mobility": 1, "accelerance": 2}
 
@@ -149,6 +149,35 @@ def _triangle(A: np.ndarray) -> np.ndarray:
     return np.triu(qr[: min(m, n)])
 
 
+def _first_step_rs(X: np.ndarray, W: np.ndarray, H: np.ndarray, orders: list[int]) -> dict[int, np.ndarray]:
+    """The R factor of every order's first step (weights ``W``, no denominator yet) from one QR per FRF.
+
+    The first step's columns of order ``p`` are the first ``p + 1`` powers of ``z`` of the highest order,
+    for the numerator (``W_o X``) and the denominator (``W_o H_o X``) alike. With the two interleaved
+    (``N_0 D_0 N_1 D_1 ...``), every order's columns are the first ``2 (p + 1)`` of the highest order's,
+    so the leading block of that one R factor is the R factor of order ``p`` (QR of a matrix's leading
+    columns is the leading block of its QR). The numerators are eliminated on that small triangle: its
+    numerator columns put first and reduced again, the denominator block of the result is the R factor
+    of the projected denominator rows (what :func:`_reduced_r` builds from all the rows)."""
+    top = max(orders)
+    n_frf, n_freq = H.shape
+    pairs = np.empty((n_frf, n_freq, top + 1, 2), dtype=complex)
+    pairs[..., 0] = W[:, :, None] * X[None]
+    pairs[..., 1] = (W * H)[:, :, None] * X[None]
+    tops = []
+    for block in pairs.reshape(n_frf, n_freq, 2 * (top + 1)):
+        real = np.empty((2 * n_freq, 2 * (top + 1)), order="F")
+        real[:n_freq], real[n_freq:] = block.real, block.imag
+        tops.append(_triangle(real))
+    out = {}
+    for p in orders:
+        k = p + 1
+        cols = np.r_[0 : 2 * k : 2, 1 : 2 * k : 2]  # numerator columns first
+        reduced = [_triangle(np.asfortranarray(R[: 2 * k, cols]))[k:, k:] for R in tops]
+        out[p] = _triangle(np.concatenate(reduced))
+    return out
+
+
 def lscf_poles(
     freq: np.ndarray,
     H: np.ndarray,
@@ -167,6 +196,20 @@ def lscf_poles(
     beside a strong one is fitted with a badly biased damping that wanders from order to order (and
     whether it stabilises then hinges on round-off); with two steps it holds at every order.
     """
+    return lscf_pole_sets(freq, H, [order], f_max, weights, iterations)[0]
+
+
+def lscf_pole_sets(
+    freq: np.ndarray,
+    H: np.ndarray,
+    orders: list[int] | tuple[int, ...],
+    f_max: float,
+    weights: np.ndarray | None = None,
+    iterations: int = 2,
+) -> list[np.ndarray]:
+    """:func:`lscf_poles` at each of ``orders`` (a stabilisation diagram): the first step of all of them
+    comes from one QR per FRF (:func:`_first_step_rs`), the Sanathanan-Koerner steps after it weigh each
+    order by its own denominator."""
     H = np.atleast_2d(np.asarray(H, dtype=complex))
     if weights is None:
         W = np.ones(H.shape)
@@ -175,18 +218,25 @@ def lscf_poles(
     W = W / np.sqrt(np.mean(np.abs(W * H) ** 2, axis=1, keepdims=True))
     ts = 0.5 / f_max  # the band maps onto the upper half of the unit circle
     z = np.exp(2j * np.pi * freq * ts)
-    X = z[:, None] ** np.arange(order + 1)[None, :]  # (n_freq, p+1)
-    Wk = W
-    for step in range(iterations + 1):
-        R = _reduced_r(X, Wk, H)  # the same least squares as all the reduced rows, on p+1 rows
-        a = scipy.linalg.lstsq(R[:, :order], -R[:, order], lapack_driver="gelsy", check_finite=False)[0]
-        coeffs = np.append(a, 1.0)  # a_0 ... a_p, highest fixed to 1
-        if step < iterations:
-            g = 1.0 / np.maximum(np.abs(X @ coeffs), np.finfo(float).tiny)
-            Wk = W * (g / np.sqrt(np.mean(g**2)))[None, :]
-    roots = np.roots(coeffs[::-1])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log(roots.astype(complex)) / ts
+    orders = [int(p) for p in orders]
+    X_top = z[:, None] ** np.arange(max(orders) + 1)[None, :]  # (n_freq, p_max + 1)
+    first = _first_step_rs(X_top, W, H, orders)
+    out = []
+    for order in orders:
+        X = X_top[:, : order + 1]
+        R, Wk = first[order], W
+        for step in range(iterations + 1):
+            if step:  # the same least squares as all the reduced rows, on p+1 rows
+                R = _reduced_r(X, Wk, H)
+            a = scipy.linalg.lstsq(R[:, :order], -R[:, order], lapack_driver="gelsy", check_finite=False)[0]
+            coeffs = np.append(a, 1.0)  # a_0 ... a_p, highest fixed to 1
+            if step < iterations:
+                g = 1.0 / np.maximum(np.abs(X @ coeffs), np.finfo(float).tiny)
+                Wk = W * (g / np.sqrt(np.mean(g**2)))[None, :]
+        roots = np.roots(coeffs[::-1])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out.append(np.log(roots.astype(complex)) / ts)
+    return out
 
 
 def _physical(poles: np.ndarray, f_min: float, f_max: float, max_damping: float) -> np.ndarray:
@@ -513,7 +563,7 @@ def extract_modes(
     if orders is None:
         orders = tuple(range(2 * n_modes + 4, 2 * n_modes + 43, 2))
     top = f[-1] * headroom  # room above the band for the poles of modes just beyond it
-    sets = [_physical(lscf_poles(f, Hk[use], p, top), lo, top, max_damping) for p in orders]
+    sets = [_physical(poles, lo, top, max_damping) for poles in lscf_pole_sets(f, Hk[use], orders, top)]
     cand, support = stable_poles(sets, freq_tol, damping_tol, min_stable)
     fc = np.abs(cand) / (2 * np.pi)
     inside = (fc >= f_min) & (fc <= f_max)
