@@ -187,7 +187,7 @@ class SessionWriter:
                 tail[1] = t_max
             self._buffered_bytes += len(payload)
             t_lo, t_hi = (t0, t0) if t_min is None else (t_min, t_max)
-            self._note_stream(session_id, stream, n, t_lo, t_hi)
+            self._note_stream(key, n, t_lo, t_hi)
             if ts is None and msg.data.dtype in _NATIVE_DTYPES and type(stream) is str:
                 self._steady[key] = (h["channels"], h["units"], msg.data.dtype, len(h["channels"]), tail, key)
         elif isinstance(msg, Event):
@@ -207,7 +207,7 @@ class SessionWriter:
             self._events.append(
                 (session_id, ordinal, msg.stream, msg.kind, int(msg.seq), float(msg.t), int(msg.replay), body)
             )
-            self._note_stream(session_id, msg.stream, 0, float(msg.t), float(msg.t))
+            self._note_stream((session_id, msg.stream), 0, float(msg.t), float(msg.t))
         else:
             raise StoreError(f"cannot store {type(msg).__name__}; expected Frame or Event")
         self._buffered(session_id, ordinal)
@@ -278,16 +278,7 @@ class SessionWriter:
         tail[0] = s0 + n
         if n:
             tail[1] = t_hi
-        counts = self._pending_counts.get(key)  # _note_stream, inline: this runs for every small block
-        if counts is None:
-            self._pending_counts[key] = [1, n, t_lo, t_hi]
-        else:
-            counts[0] += 1
-            counts[1] += n
-            if t_lo < counts[2]:
-                counts[2] = t_lo
-            if t_hi > counts[3]:
-                counts[3] = t_hi
+        self._note_stream(key, n, t_lo, t_hi)
         buffered = self._buffered_bytes = self._buffered_bytes + len(payload)
         self._ord[session_id] = ordinal + 1
         now = time.monotonic()
@@ -356,10 +347,11 @@ class SessionWriter:
                 f"{layout[2]} {layout[3]})"
             )
 
-    def _note_stream(self, session_id: str, stream: str, n: int, t_first: float, t_last: float) -> None:
-        counts = self._pending_counts.get((session_id, stream))
+    def _note_stream(self, key: tuple[str, str], n: int, t_first: float, t_last: float) -> None:
+        """Count a buffered message of stream ``key`` (session, stream) for the next commit's stream row."""
+        counts = self._pending_counts.get(key)
         if counts is None:
-            self._pending_counts[(session_id, stream)] = [1, n, t_first, t_last]
+            self._pending_counts[key] = [1, n, t_first, t_last]
             return
         counts[0] += 1
         counts[1] += n
