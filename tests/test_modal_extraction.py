@@ -16,6 +16,7 @@ from daq.run.lifecycle import run
 from daq.store.read_write import SessionStore
 from identification.frequency.modal_extraction import (
     extract_modes,
+    lscf_pole_sets,
     lscf_poles,
     lsfd,
     stable_poles,
@@ -190,9 +191,10 @@ def test_lscf_uniform_weights_change_nothing():
 
 @pytest.mark.parametrize("per_frf", [False, True])
 def test_lscf_solves_the_same_least_squares_as_all_its_rows(per_frf):
-    """The fit reduces each FRF's rows to a triangle before it solves: its poles are those of the same least
-    squares solved on all the rows at once, by both projections (one span when the weights differ only by
-    a factor per FRF, one per FRF otherwise)."""
+    """The fit reduces each FRF's rows to a triangle before it solves, and takes the first step of every
+    order of a diagram from the top order's triangles: its poles at each order, after the first step and
+    after a reweighted one, are those of the same least squares solved on all the rows at once, by both
+    projections (one span when the weights differ only by a factor per FRF, one per FRF otherwise)."""
     import scipy.linalg
 
     rng = np.random.default_rng(5)
@@ -200,29 +202,46 @@ def test_lscf_solves_the_same_least_squares_as_all_its_rows(per_frf):
     band = (freq >= 10) & (freq <= 240)
     f, H = freq[band], noisy[..., band].reshape(-1, band.sum())
     W = rng.uniform(0.5, 2.0, H.shape) if per_frf else np.broadcast_to(rng.uniform(0.5, 2.0, f.size), H.shape)
-    order, top = 24, 300.0
-    ours = lscf_poles(f, H, order, top, weights=W, iterations=0)
+    orders, top = [16, 20, 24], 300.0
     Wn = W / np.sqrt(np.mean(np.abs(W * H) ** 2, axis=1, keepdims=True))  # as lscf_poles scales them
     ts = 0.5 / top
-    X = np.exp(2j * np.pi * f * ts)[:, None] ** np.arange(order + 1)
 
     def real(M: np.ndarray) -> np.ndarray:
         return np.concatenate([M.real, M.imag], axis=-2)
 
-    rows = []
-    for w, h in zip(Wn, H, strict=True):  # every FRF's numerator projected out, then all rows in one solve
-        Q = np.linalg.qr(real(w[:, None] * X))[0]
-        Y = real((w * h)[:, None] * X)
-        rows.append(Y - Q @ (Q.T @ Y))
-    Z = np.concatenate(rows)
-    a = scipy.linalg.lstsq(Z[:, :order], -Z[:, order], lapack_driver="gelsy")[0]
-    ref = np.log(np.roots(np.append(a, 1.0)[::-1]).astype(complex)) / ts
+    def all_rows(order: int, iterations: int) -> np.ndarray:
+        X = np.exp(2j * np.pi * f * ts)[:, None] ** np.arange(order + 1)
+        Wk = Wn
+        for _step in range(iterations + 1):
+            rows = []
+            for w, h in zip(Wk, H, strict=True):  # every FRF's numerator projected out, then one solve
+                Q = np.linalg.qr(real(w[:, None] * X))[0]
+                Y = real((w * h)[:, None] * X)
+                rows.append(Y - Q @ (Q.T @ Y))
+            Z = np.concatenate(rows)
+            a = np.append(scipy.linalg.lstsq(Z[:, :order], -Z[:, order], lapack_driver="gelsy")[0], 1.0)
+            g = 1.0 / np.abs(X @ a)
+            Wk = Wn * (g / np.sqrt(np.mean(g**2)))[None, :]
+        return np.log(np.roots(a[::-1]).astype(complex)) / ts
 
     def physical(p: np.ndarray) -> np.ndarray:
         return np.sort_complex(p[(p.imag > 0) & (p.real < 0) & (p.imag < 2 * np.pi * 240)])
 
-    assert physical(ours).size >= N_IN_BAND
-    np.testing.assert_allclose(physical(ours), physical(ref), rtol=1e-7)
+    for iterations in (0, 1):
+        ours = lscf_pole_sets(f, H, orders, top, weights=W, iterations=iterations)
+        for order, poles in zip(orders, ours, strict=True):
+            assert physical(poles).size >= N_IN_BAND
+            np.testing.assert_allclose(physical(poles), physical(all_rows(order, iterations)), rtol=1e-7,
+                                       err_msg=f"order {order}, {iterations} reweighted steps")
+
+
+def test_fewer_lines_than_unknowns_end_in_one_clear_message():
+    """Five lines against orders up to 44 (more unknowns than rows): no stable mode, said in one line - not an
+    error from inside LAPACK."""
+    rng = np.random.default_rng(3)
+    H = rng.standard_normal((3, 5)) + 1j * rng.standard_normal((3, 5))
+    with pytest.raises(ValueError, match="only 0 stable modes found"):
+        extract_modes(np.linspace(10.0, 20.0, 5), H, 1, 10.0, 20.0)
 
 
 def test_stabilisation_does_not_hinge_on_round_off():

@@ -79,8 +79,11 @@ def _first_step_rs(X: np.ndarray, W: np.ndarray, H: np.ndarray, orders: list[int
     for p in orders:
         k = p + 1
         cols = np.r_[0 : 2 * k : 2, 1 : 2 * k : 2]  # numerator columns first
-        reduced = [_triangle(np.asfortranarray(R[: 2 * k, cols]))[k:, k:] for R in tops]
-        out[p] = _triangle(np.concatenate(reduced))
+        reduced = np.zeros((n_frf, k, k))  # rows the data do not fill (fewer lines than unknowns) stay 0
+        for o, R in enumerate(tops):
+            denominator = _triangle(np.asfortranarray(R[: 2 * k, cols]))[k:, k:]
+            reduced[o, : len(denominator)] = denominator
+        out[p] = _triangle(reduced.reshape(-1, k))
     return out
 
 
@@ -125,6 +128,8 @@ def lscf_pole_sets(
     ts = 0.5 / f_max  # the band maps onto the upper half of the unit circle
     z = np.exp(2j * np.pi * freq * ts)
     orders = [int(p) for p in orders]
+    if not orders:
+        return []
     X_top = z[:, None] ** np.arange(max(orders) + 1)[None, :]  # (n_freq, p_max + 1)
     first = _first_step_rs(X_top, W, H, orders)
     out = []
