@@ -1,4 +1,4 @@
-"""Frequency domain: FRF estimation, modal extraction, modal metrics, nonlinear distortions (BLA)."""
+"""Frequency domain: FRF estimation, LSCF poles, modal extraction and metrics, nonlinear distortions (BLA)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ if TYPE_CHECKING:  # for type checkers; at run time each name is imported from i
         FRFEstimate,
         h1_estimate,
     )
+    from identification.frequency.lscf import lscf_pole_sets, lscf_poles
     from identification.frequency.modal_extraction import (
         ModalFit,
         extract_modes,
-        lscf_poles,
         lsfd,
         order_spread,
         pole_covariance,
@@ -43,8 +43,9 @@ if TYPE_CHECKING:  # for type checkers; at run time each name is imported from i
 #: module of identification/ loads only what that module imports
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "frf_estimation": ("FRFEstimate", "h1_estimate"),
+    "lscf": ("lscf_poles", "lscf_pole_sets"),
     "modal_extraction": (
-        "ModalFit", "extract_modes", "lscf_poles", "lsfd", "order_spread", "pole_covariance", "refine_poles",
+        "ModalFit", "extract_modes", "lsfd", "order_spread", "pole_covariance", "refine_poles",
         "stable_poles", "synthesize",
     ),
     "modal_metrics": ("csf", "frac", "macxp", "macxp_matrix", "ndd", "summary_stats"),
@@ -60,6 +61,7 @@ __all__ = [
     "h1_estimate",
     "ModalFit",
     "lscf_poles",
+    "lscf_pole_sets",
     "lsfd",
     "extract_modes",
     "synthesize",
