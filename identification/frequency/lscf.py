@@ -67,13 +67,11 @@ def _first_step_rs(X: np.ndarray, W: np.ndarray, H: np.ndarray, orders: list[int
     of the projected denominator rows (what :func:`_reduced_r` builds from all the rows)."""
     top = max(orders)
     n_frf, n_freq = H.shape
-    pairs = np.empty((n_frf, n_freq, top + 1, 2), dtype=complex)
-    pairs[..., 0] = W[:, :, None] * X[None]
-    pairs[..., 1] = (W * H)[:, :, None] * X[None]
     tops = []
-    for block in pairs.reshape(n_frf, n_freq, 2 * (top + 1)):
+    for w, wh in zip(W, W * H, strict=True):  # one FRF at a time: its rows, Re then Im, F-ordered for the QR
         real = np.empty((2 * n_freq, 2 * (top + 1)), order="F")
-        real[:n_freq], real[n_freq:] = block.real, block.imag
+        for cols, M in ((slice(0, None, 2), w[:, None] * X), (slice(1, None, 2), wh[:, None] * X)):
+            real[:n_freq, cols], real[n_freq:, cols] = M.real, M.imag
         tops.append(_triangle(real))
     out = {}
     for p in orders:
