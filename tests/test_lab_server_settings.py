@@ -1,6 +1,8 @@
 """The lab server runs without a FastAPI dependency override while it serves (daq/lab/server.py): with any
 override set, FastAPI rebuilds every dependency of every request. Tiled's own override of ``get_settings``
-is dropped only while it is redundant, and the settings every request gets are still the lab's."""
+is dropped only while it is redundant, and the settings every request gets are still the lab's. Tiled's reply
+classes (``Resource[...]``, daq/lab/reply_models.py) outlive the garbage collector instead of being made again
+for each request."""
 
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ import sys
 from tests.test_lab import ROOT
 
 SCRIPT = """
-import asyncio, json, sys
+import asyncio, gc, json, sys, weakref
 from pathlib import Path
 from daq.lab import people_server
 from daq.lab.server import ServeOptions, build_lab_app, make_private
+from tiled.server import schemas
 from tiled.server.settings import get_settings
 
 opts = ServeOptions(data_dir=Path(sys.argv[1]))
@@ -25,6 +28,13 @@ people_server.prepare(uri, opts.data_dir / "lab.key")
 app = build_lab_app(opts, uri)
 before = sorted(f.__name__ for f in app.dependency_overrides)
 
+# the classes Tiled's construct_resource asks pydantic for per node: still there after a collection
+links = [schemas.SelfLinkOnly, *schemas.resource_links_type_by_structure_family.values()]
+asked = [weakref.ref(schemas.Resource[schemas.NodeAttributes, schemas.ContainerLinks, schemas.ContainerMeta])]
+asked += [weakref.ref(schemas.Resource[schemas.NodeAttributes, kind, schemas.EmptyDict]) for kind in links]
+gc.collect()
+kept = [ref() is not None for ref in asked]
+
 async def serve():
     async with app.router.lifespan_context(app):
         s = get_settings()
@@ -32,7 +42,7 @@ async def serve():
                 "anonymous": s.allow_anonymous_access, "database": s.database_settings.uri}
 
 seen = asyncio.run(serve())
-seen.update(before=before, after=sorted(f.__name__ for f in app.dependency_overrides), uri=uri)
+seen.update(before=before, after=sorted(f.__name__ for f in app.dependency_overrides), uri=uri, kept=kept)
 print(json.dumps(seen))
 """
 
@@ -46,3 +56,5 @@ def test_the_lab_serves_without_dependency_overrides_and_with_its_own_settings(t
     assert seen["during"] == []  # nothing left for FastAPI to rebuild per request
     # what Tiled's override applied is what requests see: the people's database, no anonymous access
     assert seen["database"] == seen["uri"] and seen["anonymous"] is False
+    # every reply class a node's answer uses is made once for the server's life, not once per request
+    assert len(seen["kept"]) == 9 and all(seen["kept"]), seen["kept"]

@@ -24,6 +24,7 @@ from daq.lab.names import catalog_database_uri
 from daq.lab.page import HostCheck, mount_page
 from daq.lab.pg_indexes import ensure_search_indexes
 from daq.lab.private import private_file, private_folder, private_umask, sqlite_path
+from daq.lab.reply_models import keep_reply_models
 from daq.lab.settings import LabError
 from daq.tls import check_tls, load_without_session_tickets
 
@@ -114,6 +115,7 @@ def build_lab_app(opts: ServeOptions, auth_uri: str):
         raise LabError(f"cannot open the lab catalogue: {' '.join(str(exc).split())[-400:]}") from None
     app = build_app(tree, people_server.authentication(), people_server.server_settings(auth_uri))
     keys = key_cache.install()  # a key looked up once per request and 2 s, not three times per request
+    keep_reply_models()  # Tiled's per-node reply classes made once, not again per request
     people_server.record_changes(app, auth_uri, opts.data_dir / people_server.CHANGES_FILE,
                                  keys.clear if keys is not None else None)
     mount_page(app, HostCheck(opts.host), secure=opts.tls)  # the lab's own page at /lab/ (daq/lab/page.py)
