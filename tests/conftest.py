@@ -5,9 +5,11 @@ from __future__ import annotations
 import platform
 from collections import Counter
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 import numpy as np
 import pytest
+from bytecode_cache import start_compiling, write_rewritten_tests
 
 # the loopback fence (tests/loopback_fence.py): a test that reaches beyond this machine or opens a serial
 # device it did not create fails; tests/ is on sys.path (pytest puts the conftest's folder there)
@@ -48,6 +50,20 @@ def pytest_configure(config: pytest.Config) -> None:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1, user_api="blas")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The run's first process (the xdist controller, before it starts the workers) writes the project's
+    bytecode and the test modules' rewritten code once, so that no process the run starts compiles them
+    again (tests/bytecode_cache.py)."""
+    config = session.config
+    if not hasattr(config, "workerinput"):
+        compiling = start_compiling(Path(__file__).resolve().parents[1])
+        if config.getoption("numprocesses", None):
+            write_rewritten_tests(config, Path(__file__).parent)
+        if compiling is not None:
+            compiling.wait()  # a file that does not compile fails in the test that imports it, as it would
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -35,7 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 #: what a lab server imports; imported once, in the zygote, before any fork
 PRELOAD = ("daq.cli.main", "daq.lab.server", "daq.lab.people_server", "daq.lab.page", "tiled.catalog",
            "tiled.server.app", "tiled.commandline._catalog", "tiled.authn_database.core",
-           "tiled.alembic_utils", "sqlalchemy.ext.asyncio", "uvicorn")
+           "tiled.alembic_utils", "sqlalchemy.ext.asyncio", "uvicorn",
+           # what a server imported only once it served (py-spy of the children): the array store (its
+           # first array), dask's check for distributed (its first table read), the event loop's parts
+           "tiled.adapters.zarr", "distributed", "pydantic.v1", "anyio._backends._asyncio",
+           "uvicorn.protocols.http.httptools_impl", "uvicorn.protocols.websockets.auto", "uvloop")
 
 MAX_MESSAGE = 1 << 20
 
