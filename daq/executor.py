@@ -5,10 +5,11 @@ The identification code never starts processes itself; it takes a ``map``-like c
 multistart runs, candidate models, profile-likelihood directions). This module supplies the
 two back ends behind that one interface:
 
-* :class:`LocalExecutor` - a ``concurrent.futures`` process pool in the *spawn* context (a forked
-  child would inherit the locks of the caller's threads: asyncio executors, ZeroMQ I/O, BLAS
-  pools) with BLAS single-threaded in every worker (:func:`one_blas_thread`): the matrices are small
-  and one BLAS thread per process is what fills the cores (2 x 2 threads on 2 cores was 5x slower);
+* :class:`LocalExecutor` - a ``concurrent.futures`` process pool whose workers a fork server makes
+  (:mod:`identification.estimation.pool_context`; a child forked from the caller would inherit the locks
+  of its threads: asyncio executors, ZeroMQ I/O, BLAS pools) with BLAS single-threaded in every worker
+  (:func:`one_blas_thread`): the matrices are small and one BLAS thread per process is what fills the
+  cores (2 x 2 threads on 2 cores was 5x slower);
 * :class:`DaskExecutor` - ``dask.distributed``: a running scheduler (``tcp://host:8786``), an
   existing ``Client`` or a ``LocalCluster``; every task runs with BLAS single-threaded too;
 * :class:`SerialExecutor` - in this process, for one worker and for debugging.
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import importlib
-import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -29,6 +29,7 @@ from typing import Any
 from threadpoolctl import threadpool_limits
 
 from identification.estimation.blas import BLAS_THREAD_VARIABLES, limit_blas_to_one_thread
+from identification.estimation.pool_context import pool_context
 
 __all__ = ["Executor", "SerialExecutor", "LocalExecutor", "DaskExecutor", "make_executor", "one_blas_thread"]
 
@@ -100,7 +101,7 @@ class SerialExecutor(Executor):
 
 
 class LocalExecutor(Executor):
-    """Spawn-context process pool; started on first use, reused until :meth:`close`."""
+    """Process pool (workers from the fork server); started on first use, reused until :meth:`close`."""
 
     def __init__(self, workers: int | None = None):
         self.n_workers = max(1, int(workers or os.cpu_count() or 1))
@@ -108,8 +109,7 @@ class LocalExecutor(Executor):
 
     def _ensure(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
-            ctx = multiprocessing.get_context("spawn")
-            self._pool = cf.ProcessPoolExecutor(max_workers=self.n_workers, mp_context=ctx,
+            self._pool = cf.ProcessPoolExecutor(max_workers=self.n_workers, mp_context=pool_context(),
                                                 initializer=one_blas_thread)
         return self._pool
 

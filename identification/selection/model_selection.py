@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import math
-import multiprocessing
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -36,6 +35,7 @@ from identification.estimation.identifiability import (
     ProfileResult,
     analyze_identifiability,
 )
+from identification.estimation.pool_context import pool_context
 from identification.estimation.residual_adequacy import IntervalReport
 from identification.models import drive_kernels
 from identification.models.drive_models import DEFAULT_BOUNDS, DriveStructure, all_structures, parse_name
@@ -311,9 +311,9 @@ class _Stages:
 
 
 class _SpawnPool:
-    """A process pool for one selection when the caller gave no executor (spawn, not fork: the caller may
-    hold threads - asyncio executors, ZeroMQ I/O, BLAS pools - whose locks a forked child would inherit
-    locked and wait on forever)."""
+    """A process pool for one selection when the caller gave no executor (workers from the fork server, not
+    forked from the caller: it may hold threads - asyncio executors, ZeroMQ I/O, BLAS pools - whose locks a
+    forked child would inherit locked and wait on forever)."""
 
     def __init__(self, n_jobs: int):
         self.n_jobs = int(n_jobs)
@@ -322,7 +322,7 @@ class _SpawnPool:
     def imap_unordered(self, fn, items):
         if self._pool is None:
             self._pool = cf.ProcessPoolExecutor(max_workers=self.n_jobs, initializer=limit_blas_to_one_thread,
-                                                mp_context=multiprocessing.get_context("spawn"))
+                                                mp_context=pool_context())
         futs = {self._pool.submit(fn, item): i for i, item in enumerate(items)}
         for f in cf.as_completed(futs):
             yield futs[f], f.result()
