@@ -34,6 +34,7 @@ KINDS = (
     ("pytest-xdist worker", "-u -c import sys;exec(eval(sys.stdin.readline()))"),
     ("lab forwarder (daq.lab.live)", "daq.lab.live"),
     ("process-pool worker (spawn)", "multiprocessing.spawn"),
+    ("process-pool fork server and its workers", "multiprocessing.forkserver"),
     ("hil command (python -m daq.cli.main)", "daq.cli.main"),
     ("hil command (.venv/bin/hil)", "bin/hil"),
     ("Chromium and chromedriver", "chrom"),
