@@ -53,14 +53,16 @@ def write_rewritten_tests(config: pytest.Config, folder: Path) -> int:
         cache_dir = rewrite.get_cache_dir(folder / "conftest.py")
         if not rewrite.try_makedirs(cache_dir):
             return 0
-        written = 0
-        for source in sorted([*folder.glob("test_*.py"), folder / "conftest.py"]):
+    except (ImportError, AttributeError, KeyError, TypeError):
+        return 0
+    written = 0
+    for source in sorted([*folder.glob("test_*.py"), folder / "conftest.py"]):
+        try:
             pyc = cache_dir / (source.name[:-3] + rewrite.PYC_TAIL)
             if rewrite._read_pyc(source, pyc) is not None:
                 continue
             stamp, code = rewrite._rewrite_test(source, config)  # (the source's hash or stat, code)
-            if rewrite._write_pyc(state, code, stamp, pyc):
-                written += 1
-        return written
-    except (ImportError, AttributeError, KeyError, TypeError, ValueError, OSError, SyntaxError):
-        return 0
+            written += bool(rewrite._write_pyc(state, code, stamp, pyc))
+        except (SyntaxError, ValueError, OSError, AttributeError, TypeError):
+            continue  # a module that does not compile: the worker that imports it says why, as before
+    return written
