@@ -18,6 +18,7 @@ from loopback_fence import (  # noqa: F401  (hooks: pytest finds them by name in
     pytest_runtest_call,
     pytest_runtest_setup,
     pytest_runtest_teardown,
+    pytest_unconfigure,
 )
 
 # the libraries whose versions decide numbers and protocol behaviour: a red run names them, so it can

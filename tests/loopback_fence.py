@@ -31,11 +31,15 @@ class _Fence:
         os.chmod(log.parent, 0o755)
         os.chmod(log, 0o666)  # a child running as another OS user can say what it refused
         self.log, self.seen = log, 0
-        atexit.register(shutil.rmtree, log.parent, ignore_errors=True)  # gone with this process
+        atexit.register(shutil.rmtree, log.parent, ignore_errors=True)  # gone with this process (see close)
         site = str(Path(__file__).parent / "guard_site")
         os.environ[loopback_guard.LOG_ENV] = str(log)
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
         loopback_guard.install()
+
+    def close(self) -> None:
+        """Remove the log's folder (a child that still writes to it afterwards is refused quietly)."""
+        shutil.rmtree(self.log.parent, ignore_errors=True)
 
     def take(self) -> list[str]:
         found = loopback_guard.violations()
@@ -79,3 +83,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if found:
         raise pytest.UsageError("a test module reached beyond loopback while it was imported:\n"
                                 + "\n".join(found))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The log's folder goes when pytest ends: a pytest-xdist worker exits without running ``atexit``
+    handlers, and each worker's folder was left in the temporary folder after every run."""
+    FENCE.close()

@@ -1,7 +1,8 @@
 """The suite's loopback fence (tests/loopback_guard.py, tests/loopback_fence.py) fails a test that reaches
 beyond this machine or opens a serial device it did not create - also when the code swallows the error,
 when it goes through asyncio, and when a child Python process does it - and lets loopback and a pty the
-test made through. Observed in a nested pytest run, so the failures are seen here, not suffered."""
+test made through. Observed in a nested pytest run (one process, and two pytest-xdist workers), so the
+failures are seen here, not suffered; the fence's temporary folder goes with the run."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 TESTS = Path(__file__).parent
 
@@ -105,7 +108,9 @@ REFUSED = {  # inner test -> words its failure must carry
 }
 
 
-def test_the_fence_fails_each_test_that_reaches_beyond_loopback_and_passes_the_one_that_does_not(tmp_path):
+@pytest.mark.parametrize("workers", [["-p", "no:xdist"], ["-n", "2"]], ids=["one process", "two workers"])
+def test_the_fence_fails_each_test_that_reaches_beyond_loopback_and_passes_the_one_that_does_not(tmp_path,
+                                                                                                 workers):
     (tmp_path / "test_inner.py").write_text(textwrap.dedent(INNER))
     env = {k: v for k, v in os.environ.items() if k != "HIL_TEST_GUARD_LOG"}  # the inner run has its own log
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
@@ -113,7 +118,7 @@ def test_the_fence_fails_each_test_that_reaches_beyond_loopback_and_passes_the_o
     env["TMPDIR"] = str(tmp_path / "tmp")  # where the inner fence makes its log's folder
     (tmp_path / "tmp").mkdir()
     res = subprocess.run([sys.executable, "-m", "pytest", "-p", "loopback_fence", "-p", "no:cacheprovider",
-                          "-p", "no:xdist", "-q", "-rfEp", "test_inner.py"],
+                          *workers, "-q", "-rfEp", "test_inner.py"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     out = res.stdout + res.stderr
     assert res.returncode == 1, out
