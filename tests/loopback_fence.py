@@ -86,6 +86,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """The log's folder goes when pytest ends: a pytest-xdist worker exits without running ``atexit``
-    handlers, and each worker's folder was left in the temporary folder after every run."""
+    """The log's folder goes when pytest ends, not only at exit: every full run of the suite left each
+    worker's folder in the temporary folder with ``atexit`` alone (a small nested run did not; the cause in
+    the suite was not found)."""
     FENCE.close()
