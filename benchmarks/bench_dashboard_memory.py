@@ -73,7 +73,8 @@ def start_server(configs: Path, store: Path, tokens: Path) -> tuple[subprocess.P
     raise SystemExit("hil serve did not say where it serves")
 
 
-def browser():
+def browser(tmp: Path):
+    """Headless Chromium with its temporary files under ``tmp`` (it leaves its singleton folder behind)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -86,7 +87,7 @@ def browser():
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--window-size=1400,1000", "--enable-precise-memory-info"):
         opts.add_argument(arg)
-    return webdriver.Chrome(service=Service(driver), options=opts)
+    return webdriver.Chrome(service=Service(driver, env={**os.environ, "TMPDIR": str(tmp)}), options=opts)
 
 
 def sample(page) -> dict:
@@ -137,7 +138,7 @@ def main() -> None:
             http.post("/api/replays", json=body).raise_for_status()
         else:
             http.post("/api/runs", json={"config": config.name}).raise_for_status()
-        page = browser()
+        page = browser(tmp)
         page.get(f"{url}/?token={token}")
         page.execute_cdp_cmd("Performance.enable", {})
         deadline = time.monotonic() + 60

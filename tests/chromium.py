@@ -3,7 +3,9 @@ installs them), one way to start it, and the skip mark for a machine without the
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 
 import pytest
 
@@ -13,16 +15,39 @@ needs_chromium = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
 
 
 def headless_chromium(width: int = 1400, height: int = 1000):
-    """A headless Chromium driven by the installed chromedriver (selenium downloads nothing)."""
+    """A headless Chromium driven by the installed chromedriver (selenium downloads nothing).
+
+    Its temporary files go in a folder of its own, removed when the driver quits: Chromium keeps its
+    singleton socket in a ``$TMPDIR/org.chromium.Chromium.*`` folder that it leaves behind even after a
+    clean quit (one per browser the suite started piled up in /tmp)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+
+    class Browser(webdriver.Chrome):
+        """A Chrome driver whose quit also removes the browser's temporary folder."""
+
+        def __init__(self, folder: str, **kwargs) -> None:
+            self.temporary_folder = folder
+            super().__init__(**kwargs)
+
+        def quit(self) -> None:
+            try:
+                super().quit()
+            finally:
+                shutil.rmtree(self.temporary_folder, ignore_errors=True)
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 f"--window-size={width},{height}"):
         opts.add_argument(arg)
-    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    folder = tempfile.mkdtemp(prefix="hil-chromium-")
+    service = Service(CHROMEDRIVER, env={**os.environ, "TMPDIR": folder})  # chromedriver's env is Chromium's
+    try:
+        return Browser(folder, service=service, options=opts)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def shown_text(page, css: str) -> str:
