@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from daq.lab import key_cache, orphans, people_server
+from daq.lab import entry_lookup, key_cache, orphans, people_server
 from daq.lab.connect import INSTALL_LAB, tiled_missing
 from daq.lab.live_sweep import start_sweep
 from daq.lab.names import catalog_database_uri
@@ -116,6 +116,7 @@ def build_lab_app(opts: ServeOptions, auth_uri: str):
     app = build_app(tree, people_server.authentication(), people_server.server_settings(auth_uri))
     keys = key_cache.install()  # a key looked up once per request and 2 s, not three times per request
     keep_reply_models()  # Tiled's per-node reply classes made once, not again per request
+    entry_lookup.install()  # a node found by its whole path in one query, not a query per segment
     people_server.record_changes(app, auth_uri, opts.data_dir / people_server.CHANGES_FILE,
                                  keys.clear if keys is not None else None)
     mount_page(app, HostCheck(opts.host), secure=opts.tls)  # the lab's own page at /lab/ (daq/lab/page.py)
