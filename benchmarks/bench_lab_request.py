@@ -3,8 +3,10 @@ authentication database) against plain `tiled serve catalog --api-key` (one key,
 database) answering the same GETs in the same run, on kept-alive connections as every Tiled client uses.
 
 For each server and path: the server process's CPU per request (utime + stime from /proc) and the wall
-time per request seen by an httpx client. ``--trees`` runs `hil lab serve` from other checkouts too
-(``PYTHONPATH=<tree>``), e.g. a commit before a change:
+time per request seen by an httpx client. The paths: the root's listing and a search, and in a session made
+by Tiled's client on each server the session, a stream's array three levels down, and a block of that array
+(what a lab's readers, the live forwarder and the push mostly ask for). ``--trees`` runs `hil lab serve`
+from other checkouts too (``PYTHONPATH=<tree>``), e.g. a commit before a change:
 
     .venv/bin/python benchmarks/bench_lab_request.py [--requests 200] [--trees . /tmp/old]
 """
@@ -24,7 +26,18 @@ from pathlib import Path
 
 import httpx
 
-PATHS = ("/api/v1/metadata/", "/api/v1/search/")
+PATHS = ("/api/v1/metadata/", "/api/v1/search/", "/api/v1/metadata/s1",
+         "/api/v1/metadata/s1/press.force/data", "/api/v1/array/block/s1/press.force/data?block=0,0")
+
+
+def _session(url: str, key: str) -> None:
+    """s1/press.force/data: a session, a stream and its 2000 x 3 float64 array, by Tiled's own client."""
+    import numpy as np
+    from tiled.client import from_uri
+
+    root = from_uri(url, api_key=key)
+    stream = root.create_container("s1", metadata={"status": "complete"}).create_container("press.force")
+    stream.write_array(np.arange(6000.0).reshape(2000, 3), key="data", metadata={"units": ["N", "N", "Pa"]})
 
 
 def _cpu(pid: int) -> float:
@@ -70,15 +83,17 @@ def plain_tiled_serve(folder: Path) -> tuple[subprocess.Popen, str, str]:
 def measure(name: str, started: tuple[subprocess.Popen, str, str], n: int) -> None:
     proc, url, key = started
     try:
+        _session(url, key)
         with httpx.Client(headers={"Authorization": f"Apikey {key}"}, timeout=30) as client:
-            for _ in range(20):  # warm: imports, caches, the connection
-                client.get(url + PATHS[0]).raise_for_status()
+            for path in PATHS:  # warm: imports, caches, the connection
+                for _ in range(10):
+                    client.get(url + path).raise_for_status()
             for path in PATHS:
                 cpu0, t0 = _cpu(proc.pid), time.perf_counter()
                 for _ in range(n):
                     client.get(url + path).raise_for_status()
                 wall, cpu = time.perf_counter() - t0, _cpu(proc.pid) - cpu0
-                print(f"{name:>32} {path:<20} server CPU {cpu / n * 1e3:6.1f} ms   "
+                print(f"{name:>32} {path:<52} server CPU {cpu / n * 1e3:6.1f} ms   "
                       f"wall {wall / n * 1e3:6.1f} ms")
     finally:
         proc.send_signal(signal.SIGINT)
