@@ -18,6 +18,7 @@ children it still has when the worker goes away.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import json
 import os
@@ -237,11 +238,18 @@ class Zygote:
         return self.exits.get(pid)
 
     def close(self) -> None:
+        """End the zygote: it kills the children it has left and returns once its end of the socket reads
+        the end. ``shutdown`` first: the reader thread is blocked in a receive on this socket, and a plain
+        ``close`` leaves the socket open beneath it, so the zygote never saw the end and a worker waited
+        here at exit until xdist's 10 s ran out and it was killed before its other exit handlers ran."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait()
 
 
 _zygote: Zygote | None = None
