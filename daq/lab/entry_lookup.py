@@ -6,7 +6,7 @@ request mostly names a stream's array or table three levels down (``SESSION/STRE
 cost three times that of a session's: 28 against 15 ms of server CPU for a metadata GET here. The lab server
 has no access policy (people's roles are scopes, checked before the lookup), so the walk filters nothing;
 Tiled's catalogue adapter already finds a node by a path of several segments in one query (joined aliases,
-``node_from_segments``). :func:`install` has Tiled's router use that whenever there is no access policy,
+``node_from_segments``). :func:`install` has Tiled's routers use that whenever there is no access policy,
 no session state and the root is a catalogue without conditions, and Tiled's own walk otherwise."""
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ ATTRIBUTE = "hil_one_query"  # marks the router's lookup as this module's (insta
 
 
 def install() -> None:
-    """Have Tiled's router look nodes up by their whole path (see the module's docstring)."""
-    from tiled.server import router  # lazy: only the lab server imports Tiled's server
+    """Have Tiled's routers (its API's and its Zarr endpoints') look nodes up by their whole path (see the
+    module's docstring)."""
+    from tiled.server import router, zarr  # lazy: only the lab server imports Tiled's server
 
-    if getattr(router.get_entry, ATTRIBUTE, False):
-        return
-    router.get_entry = one_query_lookup(router.get_entry)
+    for module in (router, zarr):
+        if not getattr(module.get_entry, ATTRIBUTE, False):
+            module.get_entry = one_query_lookup(module.get_entry)
 
 
 def one_query_lookup(walk):
