@@ -87,6 +87,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """The log's folder goes when pytest ends, not only at exit: every full run of the suite left each
-    worker's folder in the temporary folder with ``atexit`` alone (a small nested run did not; the cause in
-    the suite was not found)."""
+    worker's folder in the temporary folder with ``atexit`` alone. The cause: each worker waited for its
+    zygote at exit until xdist killed it, before this handler ran (mended in tests/zygote.py's close); a
+    worker killed for another reason still leaves nothing here."""
     FENCE.close()
