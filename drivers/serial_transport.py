@@ -107,7 +107,8 @@ class SerialLine:
                 raw = await asyncio.to_thread(self._exchange, port, command.encode("ascii") + self.terminator)
             except (serial.SerialException, OSError) as exc:
                 self.close()
-                raise DeviceConnectionError(self.name, self.address, f"{command!r}: {exc}") from exc
+                raise DeviceConnectionError(self.name, self.address,
+                                            f"{command!r}: connection lost ({exc})") from exc
             if not raw.endswith(b"\n"):
                 if len(raw) > MAX_LINE:
                     msg = f"{command!r}: answer longer than {MAX_LINE} bytes"
