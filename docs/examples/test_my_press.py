@@ -17,10 +17,12 @@ SHORT_PLAN = {
 
 
 def test_my_press_plan_runs_to_its_end_and_leaves_the_press_safe(hil_sim):
-    run = hil_sim(CONFIG, speed=10, overrides=SHORT_PLAN)
+    # speed 5, not 10: a run stops (safe) when the simulation falls behind its clock, and a CI machine
+    # busy with other jobs fell 1.02 simulated s behind at speed 10 (its bound is 1 s)
+    run = hil_sim(CONFIG, speed=5, overrides=SHORT_PLAN)
     session = run.session
     assert session.ok, session.describe()  # complete, and the safe state confirmed
-    assert session.sim_speed == 10
+    assert session.sim_speed == 5
     force, sensors = session.streams["press.force"], session.streams["press.sensors"]
     assert force.unit("force") == "N" and force.unit("pressure") == "Pa"
     assert sensors.units == ["m", "m", "m"]
