@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 from collections import Counter
 from importlib.metadata import PackageNotFoundError, version
@@ -51,6 +52,22 @@ def pytest_configure(config: pytest.Config) -> None:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1, user_api="blas")
+
+
+@pytest.fixture(autouse=True)
+def _blas_variables_as_the_worker_started():
+    """A `hil run` invoked in this worker (CliRunner) makes its process's BLAS single-threaded for good,
+    variables included (daq.cli.common.rig_process); restored after each test, so the processes later tests
+    start keep the product's own setting whatever ran before them in this worker."""
+    from identification.estimation.blas import BLAS_THREAD_VARIABLES
+
+    saved = {name: os.environ.get(name) for name in BLAS_THREAD_VARIABLES}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.hookimpl(tryfirst=True)

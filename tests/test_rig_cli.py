@@ -117,3 +117,22 @@ def test_sim_press_serves_until_ctrl_c_or_sigterm(tmp_path, stop_signal):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_hil_run_drives_the_rig_with_one_blas_thread(tmp_path):
+    """`hil run`'s process keeps BLAS on one thread, also in a library it loads later (scipy's): a
+    multi-threaded OpenBLAS spins its idle threads after every small product, and with numpy 1.26 (the
+    lowest declared) a simulated press run spent 10 of its 15 s in system time, its force polls falling to
+    35 of 200 per second on a loaded 2-core PC (daq.cli.common.rig_process)."""
+    code = ("import sys, threadpoolctl\n"
+            "from daq.cli.main import main\n"
+            "main.main(sys.argv[1:], standalone_mode=False)\n"
+            "import scipy.linalg  # noqa: F401 - its own OpenBLAS, loaded after the run\n"
+            "print('BLAS threads', sorted({i['num_threads'] for i in threadpoolctl.threadpool_info()\n"
+            "                              if i['user_api'] == 'blas'}))\n")
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}  # the product's own setting
+    out = subprocess.run([sys.executable, "-c", code, "--store", str(tmp_path / "s.sqlite"), "run",
+                          str(short_press_config(tmp_path, n_series=3)), "--no-progress", "--sim-speed", "5"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0 and " complete " in out.stdout, out.stdout + out.stderr
+    assert "BLAS threads [1]" in out.stdout, out.stdout

@@ -27,6 +27,7 @@ from daq.cli.common import (
     pass_state,
     positive_seconds,
     progress_printer,
+    rig_process,
 )
 from daq.config.load import ConfigError, store_path_for, to_dict
 from daq.lab.analysis import analysis_record
@@ -77,6 +78,7 @@ def run(state: CliState, config_path: str, then_analyze: bool, plots_dir: str | 
     if (dry_run or cfg.rig.dry_run) and then_analyze:
         raise click.ClickException("--analyze needs a real run: a dry run moves nothing to analyse")
     store_path = store_path_for(state.store_option, cfg)
+    rig_process()
     result = asyncio.run(run_rig(cfg, store_path, file=config_path, show_progress=not no_progress,
                                  started_by=operator_name(), dry_run=dry_run,
                                  on_session=lambda sid: start_live(store_path, sid, cfg)))  # [lab]: streamed
@@ -203,6 +205,7 @@ def sim(kind: str, config_path: str | None, as_json: bool) -> None:
         raise ConfigError(f"is a {cfg_rig.kind!r} config, not a {rig.kind!r} one", config_path, "[rig].kind")
     if not rig.has_simulator:
         raise ConfigError(f"rig kind {rig.kind!r} has no simulator", config_path, "[rig].kind")
+    rig_process()
     asyncio.run(_serve(rig, cfg, config_path, as_json))
     click.echo("stopped", err=True)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from daq.cli.common import CliState, echo_json
+from daq.cli.common import CliState, echo_json, rig_process
 from daq.config.load import store_path_for
 from daq.lab.names import check_lab_url
 from daq.lab.settings import LabError, read_key
@@ -83,6 +83,7 @@ def serve(ctx: click.Context, configs_dir: str, host: str, port: int, token_file
                     allowed_hosts=allow_hosts,
                     limits=ConnectionLimits(header_timeout, keep_alive, max_connections),
                     lab=_rig_lab(state, lab_url, rig_name, lab_key_file, lab_cache))
+    rig_process()
     asyncio.run(server.serve())
 
 
