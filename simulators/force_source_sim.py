@@ -5,7 +5,12 @@ fast simulated rig; a tick running more than ``max_lag`` clock seconds late tell
 run as too fast for this machine): the force follows
 ``target = max(0, gain * setpoint + offset) * p / p_nominal`` through a first-order lag ``tau``; the supply
 pressure ``p`` wanders (Ornstein-Uhlenbeck, relative std ``pressure_rel_sigma``), so the force never sits
-exactly on the setpoint. The load cell reads the force plus Gaussian noise. Disabled or faulted: target 0.
+exactly on the setpoint. The pressure changes at fixed clock times (:data:`PRESSURE_STEPS` per correlation
+time, held in between) from a random stream of its own, so the force's course depends on the seed and the
+commands, not on when a tick or a request happened to bring the state up to date: the same run gives the
+same plant at any speed and on a busy machine. ``on_command`` (the press rig's plant) is told before a write
+changes the target: the force's turning points are where the commands change, and the plant sees each one.
+The load cell reads the force plus Gaussian noise. Disabled or faulted: target 0.
 
 Safety like a real controller: setpoints outside [0, f_max] or NaN are refused with ILLEGAL_DATA_VALUE and
 not applied; a watchdog disables the output and sets fault code 1 when no write arrives for
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -33,6 +38,7 @@ from simulators.press_devices import ModbusSimServer, SimValueError, parse_map, 
 from simulators.settings import ForceSourceParams, settings_from
 
 MIN_REAL_TICK = 0.002  #: s, the shortest real period of the physics task on a fast clock
+PRESSURE_STEPS = 100  #: changes of the supply pressure per correlation time (at most one per ``tick``)
 STATUS_ENABLED, STATUS_FAULT, STATUS_SETTLED = 0x1, 0x2, 0x4
 FAULT_NONE, FAULT_WATCHDOG = 0, 1
 
@@ -48,6 +54,9 @@ class ForceSourceSim:
         self.clock, self.max_lag = clock, max_lag
         self.name = name
         self.rng = rng if rng is not None else np.random.default_rng(0)
+        self._pressure_seed = int(self.rng.integers(2**63))  # the pressure's own stream (see the docstring)
+        self._pressure_step = max(self.p.tick, self.p.pressure_corr_time / PRESSURE_STEPS)  # s of the clock
+        self.on_command: Callable[[], None] | None = None  # told before a write changes the target
         self.rmap = parse_map(registers if registers is not None else device_cfg["registers"])
         self.server = ModbusSimServer(name, str(device_cfg.get("protocol", "modbus_tcp")),
                                       str(device_cfg.get("host", "127.0.0.1")),
@@ -70,6 +79,8 @@ class ForceSourceSim:
         self.watchdog = DeviceWatchdog(self.p.watchdog_timeout)  # fed by every accepted write
         self.n_refused = 0
         self._t_prev = self.clock.monotonic()  # clock time the state was last advanced to
+        self._pressure_rng = np.random.default_rng(self._pressure_seed)
+        self._pressure_next = self._t_prev + self._pressure_step  # clock time of the pressure's next change
 
     # -- physics -----------------------------------------------------------------------------------
     @property
@@ -88,28 +99,38 @@ class ForceSourceSim:
         return abs(self.force - self.target) < self.p.settled_band * self.p.f_max
 
     def step(self, dt: float, now: float) -> None:
-        """Advance the state by ``dt`` seconds (exact for inputs held over dt)."""
+        """Advance the state by ``dt`` clock seconds (exact: the force relaxes over every piece in which the
+        pressure is held); ``now`` is the event loop's time, which the watchdog counts in."""
         if dt <= 0:
             return
-        tc = self.p.pressure_corr_time
-        a = math.exp(-dt / tc)
-        kick = self.p.pressure_rel_sigma * math.sqrt(1 - a * a) * float(self.rng.standard_normal())
-        self.pressure_dev = a * self.pressure_dev + kick
         if self.watchdog.expired(now) and self.enabled:
             self.enabled = False
             self.fault_code = FAULT_WATCHDOG
-        self.force += (self.target - self.force) * (1.0 - math.exp(-dt / self.p.tau))
+        t, end = self._t_prev, self._t_prev + dt
+        a = math.exp(-self._pressure_step / self.p.pressure_corr_time)
+        kick = self.p.pressure_rel_sigma * math.sqrt(1 - a * a)
+        while self._pressure_next <= end:
+            self._relax(self._pressure_next - t)
+            t = self._pressure_next
+            self.pressure_dev = a * self.pressure_dev + kick * float(self._pressure_rng.standard_normal())
+            self._pressure_next += self._pressure_step
+        self._relax(end - t)
+        self._t_prev = end
+
+    def _relax(self, dt: float) -> None:
+        """The force's first-order lag toward a target held for ``dt`` seconds."""
+        if dt > 0:
+            self.force += (self.target - self.force) * (1.0 - math.exp(-dt / self.p.tau))
 
     def advance(self) -> None:
         """Bring the state up to the clock's now (the ticks do it, and so does every request before it is
         answered or applied: a reply never shows a state older than the request)."""
-        now = self.clock.monotonic()
-        self.step(now - self._t_prev, asyncio.get_running_loop().time())
-        self._t_prev = now
+        self.step(self.clock.monotonic() - self._t_prev, asyncio.get_running_loop().time())
 
     async def _run(self) -> None:
         ticks = Schedule(self.clock, self.p.tick, min_real=MIN_REAL_TICK)  # exact for any step: see advance()
-        self._t_prev = self.clock.monotonic()
+        self._t_prev = self.clock.monotonic()  # powered on now: the state (and the pressure's grid) from here
+        self._pressure_next = self._t_prev + self._pressure_step
         while True:
             self.clock.note_lag(f"the {self.name}'s physics tick", await ticks.wait(), self.max_lag)
             self.advance()
@@ -141,6 +162,8 @@ class ForceSourceSim:
         if en == 1.0 and self.fault_code and "clear_fault" not in new:
             return ExcCodes.ILLEGAL_VALUE  # a faulted device refuses to enable until the fault is cleared
         self.watchdog.fed(asyncio.get_running_loop().time())
+        if self.on_command is not None and {"setpoint", "enable", "clear_fault"}.intersection(new):
+            self.on_command()  # the force turns here: the plant sees it at the turn, not at its next tick
         if new.get("clear_fault"):
             self.fault_code = FAULT_NONE
         if sp is not None:

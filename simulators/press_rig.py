@@ -56,6 +56,7 @@ class PressRig:
                                            np.random.default_rng(next(seeds)), registers=FORCE_SOURCE_MAP,
                                            clock=self.clock, max_lag=self._max_lag)
         next(seeds)  # reserved for the plant
+        self.force_source.on_command = self.plant_step  # a command turns the force: the linkage sees the turn
         self.force_source.server.identity = IDENTITIES["force_source"]
         self.devices: dict[str, Device] = {"force_source": self.force_source}
         for name, dcfg in devices.get("sensors", {}).items():
