@@ -2,7 +2,7 @@
 
 pytest's ``--durations`` gives each test's wall time. On a 2-core machine the suite is bound by CPU, and much
 of that CPU is spent outside the pytest workers: in the lab servers the tests start, in `hil` processes, in
-process pools, in Chromium and PostgreSQL. This script runs a command (by default the README's `pytest -n 3`)
+process pools, in Chromium and PostgreSQL. This script runs a command (by default the README's `pytest -n 4`)
 and reads ``/proc`` once a second while it runs: every process seen, its CPU time (utime + stime) at the
 first and at the last look, and a kind made from its command line. It prints the machine's CPU over the run
 (``/proc/stat``: every process, ours or not), the wall time, and the CPU each kind used while it was seen.
@@ -85,9 +85,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--period", type=float, default=1.0, help="seconds between two looks at /proc")
     ap.add_argument("--json", type=Path, help="also write the figures here")
-    ap.add_argument("command", nargs="*", help="the command to run (after --); default: pytest -n 3")
+    ap.add_argument("command", nargs="*", help="the command to run (after --); default: pytest -n 4")
     args = ap.parse_args()
-    command = args.command or [sys.executable, "-m", "pytest", "-n", "3", "-q", "-p", "no:cacheprovider"]
+    command = args.command or [sys.executable, "-m", "pytest", "-n", "4", "-q", "-p", "no:cacheprovider"]
     seen: dict[tuple[int, str], list] = {}
     done = threading.Event()
 

@@ -2,11 +2,11 @@
 
 Python keeps a module's compiled code in its ``__pycache__`` - unless it may not write bytecode
 (``PYTHONDONTWRITEBYTECODE``, set on this machine). pip compiles installed packages, but not an editable
-install's sources, so on a fresh clone every process the suite starts (three pytest workers and ~130
+install's sources, so on a fresh clone every process the suite starts (four pytest workers and ~130
 `hil` commands, lab servers, forwarders and pool workers) compiled the modules of ours it imported:
 0.05-0.2 CPU-s for a `hil` command, ~3 for a worker. And pytest keeps each test module with its asserts
 rewritten (so a failure shows its values) in the same place under the same rule: each worker rewrote all
-of them again, ~4 CPU-s each, three workers on two cores at once.
+of them again, ~4 CPU-s each, all workers on two cores at once.
 
 The run's first process (the xdist controller, which collects nothing itself, or a run without workers)
 writes both once: ``compileall`` for the packages (in a process beside it), pytest's own functions for

@@ -43,7 +43,7 @@ def _blas() -> str:
 
 def pytest_configure(config: pytest.Config) -> None:
     """One BLAS thread in each test process (the pytest workers; not the processes the tests start, which keep
-    the product's own setting). The suite runs three workers on two cores: a BLAS of two threads per worker
+    the product's own setting). The suite runs four workers on two cores: a BLAS of two threads per worker
     only adds spinning threads, as in the product's own pools (identification/estimation/blas.py). Measured
     on the numeric modules (tests/test_modal_*, machine tool, uncertainty test, crane intervals, adjoint
     convergence, `-n 3`): 284 CPU-s and 153 s wall with two threads, 221 CPU-s and 127 s with one. Only the
