@@ -285,6 +285,12 @@ def near_the_cap(port: int, request: bytes) -> list[tuple[int, str, bytes]]:
         return []
 
 
+def status_near_the_cap(port: int, request: bytes, seen: list) -> int | None:
+    """The status of the first answer :func:`near_the_cap` got (None: reset before it), kept in ``seen``."""
+    seen.append(near_the_cap(port, request))
+    return seen[-1][0][0] if seen[-1] else None
+
+
 @pytest.mark.parametrize("limited", [(600.0, 2)], indirect=True)
 def test_a_connection_over_the_limit_is_refused_with_503_json_and_one_freed_lets_the_next_in(limited):
     port = limited.server.port
@@ -292,12 +298,10 @@ def test_a_connection_over_the_limit_is_refused_with_503_json_and_one_freed_lets
     held = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(2)]
     try:
         refused: list = []
-        poll_until(lambda: bool(refused.append(near_the_cap(port, request)) or refused[-1])
-                   and refused[-1][0][0] == 503, timeout=30, period=0.05)
+        poll_until(lambda: status_near_the_cap(port, request, refused) == 503, timeout=30, period=0.05)
         assert_json_error(*refused[-1][0], 503, "2 connections open, its limit (--max-connections)")
         held.pop().close()
-        poll_until(lambda: (got := near_the_cap(port, request)) != [] and got[0][0] == 200, timeout=30,
-                   period=0.05)
+        poll_until(lambda: status_near_the_cap(port, request, []) == 200, timeout=30, period=0.05)
     finally:
         for s in held:
             s.close()
@@ -313,8 +317,7 @@ def test_a_connection_over_the_limit_is_closed_at_once_not_kept_for_a_linger(lim
     held = socket.create_connection(("127.0.0.1", port), timeout=30)
     try:
         refused: list = []
-        poll_until(lambda: bool(refused.append(near_the_cap(port, request)) or refused[-1])
-                   and refused[-1][0][0] == 503, timeout=30, period=0.05)
+        poll_until(lambda: status_near_the_cap(port, request, refused) == 503, timeout=30, period=0.05)
         with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
             assert _answered(s)
             assert s.recv(65536).startswith(b"HTTP/1.1 503 ")
