@@ -36,13 +36,18 @@ from tests.polling import poll_until, wait_until
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# closes its socket and ends its context itself: left to the interpreter's exit, the context's end can wait
+# on a socket not yet collected (one run of .ci/run hung here for the subprocess's whole 60 s)
 RAW_CLIENT = """
 import json, sys, time, zmq
-sock = zmq.Context.instance().socket(zmq.DEALER)
+ctx = zmq.Context()
+sock = ctx.socket(zmq.DEALER)
 sock.setsockopt(zmq.LINGER, 0)
 sock.connect(sys.argv[1])
 sock.send_multipart([b"", json.dumps({"id": "x", "cmd": "pause", "args": {}}).encode()])
-print("reply" if sock.poll(1500) else "no reply")
+print("reply" if sock.poll(1500) else "no reply", flush=True)
+sock.close(0)
+ctx.term()
 """
 
 
