@@ -121,6 +121,7 @@ def test_an_operator_pushes_and_analyses_and_the_lab_records_who(lab, team, tmp_
     changes = [json.loads(line) for line in (lab.data / "changes.jsonl").read_text().splitlines()]
     mine = [c for c in changes if sid in c["path"]]
     assert mine and {c["by"] for c in mine} == {"otto"}
+    assert len({c["principal"] for c in mine}) == 1 and mine[0]["principal"]  # the principal Tiled found
     assert {"PUT", "PATCH"} & {c["method"] for c in mine}
     assert stat.S_IMODE((lab.data / "changes.jsonl").stat().st_mode) == 0o600
     assert stat.S_IMODE((lab.data / "auth.db").stat().st_mode) == 0o600

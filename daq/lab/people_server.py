@@ -190,25 +190,48 @@ def record_changes(app, uri: str, log_path: Path, people_changed=None) -> None:
             names[key_id] = note
         return names[key_id]
 
-    @app.middleware("http")
-    async def record(request, call_next):
-        people = people_changed is not None and request.method not in READS and (
-            request.url.path.startswith("/api/v1/auth/"))
+    app.add_middleware(ChangeLog, log_path=log_path, name_of=name_of, people_changed=people_changed)
+
+
+class ChangeLog:
+    """The ASGI middleware of :func:`record_changes`. A read passes straight through (most requests are
+    reads); a change is written to the log once its answer starts, before the client receives it, so a
+    client that has its answer finds the change in the log. A plain ASGI layer, not Starlette's
+    ``BaseHTTPMiddleware``, which costs a task and two streams on every request, readers' too."""
+
+    def __init__(self, app, *, log_path: Path, name_of, people_changed=None) -> None:
+        self.app, self.log_path, self.name_of, self.people_changed = app, log_path, name_of, people_changed
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["method"] in READS:
+            await self.app(scope, receive, send)
+            return
+        from starlette.requests import Request  # lazy: only the lab server imports the server side
+
+        request = Request(scope)
+        path = request.url.path
+        people = self.people_changed is not None and path.startswith("/api/v1/auth/")
+        logged = path.startswith("/api/v1/")
+
+        async def answer(message) -> None:
+            if logged and message["type"] == "http.response.start":
+                await self._log(request, message["status"])
+            await send(message)
+
         if people:
-            people_changed()
+            self.people_changed()
         try:
-            response = await call_next(request)
+            await self.app(scope, receive, answer)
         finally:
             if people:
-                people_changed()
-        if request.method in READS or not request.url.path.startswith("/api/v1/"):
-            return response
+                self.people_changed()
+
+    async def _log(self, request, status: int) -> None:
         auth = request.headers.get("Authorization", "")
         key_id = auth[len("Apikey "):][:8] if auth.startswith("Apikey ") else None
         principal = getattr(request.state, "principal", None)
-        entry = {"time": time.time(), "by": await name_of(key_id) if key_id else None, "key_id": key_id,
+        entry = {"time": time.time(), "by": await self.name_of(key_id) if key_id else None, "key_id": key_id,
                  "principal": str(getattr(principal, "uuid", "")) or None, "method": request.method,
-                 "path": request.url.path, "status": response.status_code}
-        with open(log_path, "a") as f:
+                 "path": request.url.path, "status": status}
+        with open(self.log_path, "a") as f:
             f.write(json.dumps(entry) + "\n")
-        return response
