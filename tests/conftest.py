@@ -8,6 +8,7 @@ from collections import Counter
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import checkout_fence
 import numpy as np
 import pytest
 from bytecode_cache import start_compiling, write_rewritten_tests
@@ -52,6 +53,8 @@ def pytest_configure(config: pytest.Config) -> None:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1, user_api="blas")
+    # the checkout fence (tests/checkout_fence.py): a run whose tests left results in the checkout fails
+    config.pluginmanager.register(checkout_fence, "checkout_fence")
 
 
 @pytest.fixture(autouse=True)

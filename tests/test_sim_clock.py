@@ -136,6 +136,7 @@ async def test_press_at_speed_records_simulated_seconds(tmp_path):
 @pytest.mark.slow(reason="a short simulated crane run")
 async def test_crane_at_speed_records_simulated_seconds(tmp_path):
     cfg = copy.deepcopy(load_config("configs/crane-sim.toml"))
+    cfg["excitation"].pop("export_dir", None)  # the shipped export folder is in the checkout
     store_path = tmp_path / "s.sqlite"
     result = await run(cfg, store_path, show_progress=False, handle_sigint=False, sim_speed=20.0)
     assert result.status == "complete", result.reason
