@@ -5,8 +5,8 @@ Tests write into their temporary folders, never into the clone they run from: a 
 output folder relative to itself (configs/crane-sim.toml exports its excitation to ``../sessions/``) put it
 in the checkout when a test ran the config as shipped - in the folder every worker shares, and in a clone the
 test's user may not write. The run's first process (the xdist controller, or a run without workers) notes the
-checkout's top-level names when the run starts and compares them when it ends; tests/conftest.py imports the
-hooks.
+checkout's top-level names when the run starts and compares them when it ends; tests/conftest.py registers
+this module as a plugin.
 """
 
 from __future__ import annotations
