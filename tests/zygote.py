@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -109,6 +110,8 @@ def zygote(fd: int) -> None:
     """Import PRELOAD, then fork a child for each request until the worker closes its end."""
     for name in PRELOAD:
         importlib.import_module(name)
+    gc.collect()
+    gc.freeze()  # the preloaded modules out of the collector's sight: a child's full collections skip them
     sock = socket.socket(fileno=fd)
     sock.send(json.dumps({"ready": os.getpid()}).encode())
     children: set[int] = set()

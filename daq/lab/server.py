@@ -9,6 +9,7 @@ with a role (viewer, operator, admin: :mod:`daq.lab.people`); the first start ma
 from __future__ import annotations
 
 import contextlib
+import gc
 import ipaddress
 import logging
 import signal
@@ -99,6 +100,7 @@ def build_lab_app(opts: ServeOptions, auth_uri: str):
         from tiled.server.app import build_app  # lazy: as above
     except ImportError as exc:  # say which import failed: a broken dependency is not a missing extra
         raise LabError(f"the lab server needs Tiled's server ({exc}): {INSTALL_LAB}") from None
+    out_of_collector_sight()  # Tiled's server modules: building the app below walks them no more
 
     arrays = opts.arrays or str(opts.data_dir / ARRAYS_DIR)
     if "://" not in arrays:
@@ -122,6 +124,16 @@ def build_lab_app(opts: ServeOptions, auth_uri: str):
     mount_page(app, HostCheck(opts.host), secure=opts.tls)  # the lab's own page at /lab/ (daq/lab/page.py)
     serve_without_settings_override(app)
     return app
+
+
+def out_of_collector_sight() -> None:
+    """Collect what is garbage now, then move everything left out of the garbage collector's sight for the
+    server's life (``gc.freeze``). The server's modules and app are some 360,000 objects that live as long
+    as it does; Python's full collections, which requests' garbage sets off, walked all of them again each
+    time: a full collection took 0.25 CPU-s with them and 0.01 without, and building Tiled's app 0.56 and
+    0.18 (it sets off several). Objects made later are collected as always."""
+    gc.collect()
+    gc.freeze()
 
 
 def serve_without_settings_override(app) -> None:
@@ -215,6 +227,7 @@ def _serve(opts: ServeOptions, say) -> None:
     auth_uri = people_server.auth_uri(opts.data_dir, opts.auth_db)
     created = people_server.prepare(auth_uri, key_file)
     app = build_lab_app(opts, auth_uri)
+    out_of_collector_sight()  # the app, its routes and models: kept for the server's life anyway
     sock = bind(opts.host, opts.port)
     config = uvicorn.Config(app, log_level="warning", ssl_certfile=opts.certfile, ssl_keyfile=opts.keyfile,
                             timeout_graceful_shutdown=5)
