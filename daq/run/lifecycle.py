@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field
@@ -516,6 +517,12 @@ def _keys(cfg: Any):
 
 async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: OperatorStop) -> None:
     """Run the plan with its companions and the recorder; whichever ends first ends the plan."""
+    # what the run has loaded and built (modules, drivers, bus, store) out of the garbage collector's sight
+    # (gc.freeze), after one collection here, before anything is recorded: every full collection during the
+    # run walked all of it again, pauses of 0.1-0.25 s in this loop, 0.84 of a simulated oscillator run's
+    # 4.9 CPU-s (0.47 with it)
+    gc.collect()
+    gc.freeze()
     plan_task = asyncio.ensure_future(rig.plan(ctx))
     stopper.target = plan_task
     ctx._plan_task = plan_task
