@@ -1,0 +1,39 @@
+"""The run keeps what it loaded before the plan out of the garbage collector's sight while the plan runs
+(daq/run/lifecycle.py, ``_run_plan``), and puts it back in sight when the plan ends: a process that runs plan
+after plan (a lab's test, a served rig) must still collect each run's reference cycles."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+from tests.in_process_runs import run_in_process
+from tests.test_press_experiment import short_config
+
+
+async def test_the_plan_runs_with_the_runs_objects_frozen_and_they_are_collectable_after_it(tmp_path):
+    gc.unfreeze()  # whatever an earlier test or the worker's start froze: counted from nothing here
+    seen: list[int] = []
+
+    async def watch() -> None:
+        while True:
+            seen.append(gc.get_freeze_count())
+            await asyncio.sleep(0.02)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        result = await run_in_process(short_config(n_series=3, n_steps_up=1), tmp_path / "s.sqlite",
+                                      show_progress=False, handle_sigint=False, sim_speed=10.0)
+    finally:
+        watcher.cancel()
+    assert result.status == "complete", result.reason
+    assert max(seen) > 10_000  # the modules, drivers, bus and store, frozen while the plan ran
+    assert gc.get_freeze_count() == 0  # and in the collector's sight again after it
+
+    class Cycle:
+        pass
+
+    a, b = Cycle(), Cycle()
+    a.other, b.other = b, a
+    del a, b
+    assert gc.collect() >= 2  # a cycle made after the run is collected
