@@ -1,6 +1,7 @@
 """The run keeps what it loaded before the plan out of the garbage collector's sight while the plan runs
-(daq/run/lifecycle.py, ``_run_plan``), and puts it back in sight when the plan ends: a process that runs plan
-after plan (a lab's test, a served rig) must still collect each run's reference cycles."""
+(daq/run/collector.py, around the plan in daq/run/lifecycle.py), and puts it back in sight when the plan
+ends: a process that runs plan after plan (a lab's test, a served rig) must still collect each run's
+reference cycles."""
 
 from __future__ import annotations
 

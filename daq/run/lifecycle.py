@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field
@@ -37,6 +36,7 @@ from daq.config.schema import RigConfig
 from daq.rigs import check_rules, get_rig, parse_config
 from daq.rigs.base import Devices, Rig
 from daq.rigs.config import sim_speed_of, with_sim_speed
+from daq.run.collector import frozen_for_the_plan
 from daq.run.control import ACTIONS, CommandChannel, channel_keys
 from daq.run.dry_run import DryRun, as_dry_run
 from daq.run.preflight import check_devices
@@ -383,7 +383,8 @@ class _Session:
         ctx.safe_state_budget = guard.budget
         try:
             async with guard:
-                await _run_plan(ctx, rig, self.recorder, self.stopper)
+                with frozen_for_the_plan():  # daq/run/collector.py
+                    await _run_plan(ctx, rig, self.recorder, self.stopper)
         except BaseException as exc:  # noqa: BLE001 - the guard reached the safe state and kept the reason
             log.warning("%s plan aborted: %s", rig.kind, guard.reason or exc)
         if self.dry is not None:
@@ -516,22 +517,7 @@ def _keys(cfg: Any):
 
 
 async def _run_plan(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: OperatorStop) -> None:
-    """Run the plan with its companions and the recorder; whichever ends first ends the plan.
-
-    What the run has loaded and built by now (modules, drivers, bus, store) is out of the garbage
-    collector's sight while the plan runs (``gc.freeze``, after one collection here, before anything is
-    recorded): every full collection during the run walked all of it again, pauses of 0.1-0.25 s in this
-    loop, 0.84 of a simulated oscillator run's 4.9 CPU-s (0.47 with it). In sight again when the plan ends,
-    so a process that runs plan after plan (a test, a served rig) still collects each run's cycles."""
-    gc.collect()
-    gc.freeze()
-    try:
-        await _run_plan_frozen(ctx, rig, recorder, stopper)
-    finally:
-        gc.unfreeze()
-
-
-async def _run_plan_frozen(ctx: RunContext, rig: Rig, recorder: Recorder, stopper: OperatorStop) -> None:
+    """Run the plan with its companions and the recorder; whichever ends first ends the plan."""
     plan_task = asyncio.ensure_future(rig.plan(ctx))
     stopper.target = plan_task
     ctx._plan_task = plan_task
