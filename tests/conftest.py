@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import platform
 from collections import Counter
@@ -86,15 +85,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             write_rewritten_tests(config, Path(__file__).parent)
         if compiling is not None:
             compiling.wait()  # a file that does not compile fails in the test that imports it, as it would
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtestloop(session: pytest.Session) -> None:
-    """What collection left (the modules of numpy, scipy, Tiled, ... and the tests) is moved out of the
-    garbage collector's sight before the first test: a full collection otherwise walks all of it again, about
-    0.15 CPU-s each time, and a worker makes dozens. Objects made later are collected as always."""
-    gc.collect()
-    gc.freeze()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
