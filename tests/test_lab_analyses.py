@@ -39,8 +39,9 @@ def hil(*args: str, key: str | None = None, user: str = OPERATOR):
     return CliRunner(env=env).invoke(main, list(args), catch_exceptions=False)
 
 
-def rig_config(tmp_path: Path, name: str, lab=None) -> Path:
-    """A shipped simulated config, kept short, with a [lab] table when ``lab`` is given."""
+def rig_config(tmp_path: Path, name: str, lab=None, live: bool = True) -> Path:
+    """A shipped simulated config, kept short, with a [lab] table when ``lab`` is given: the session
+    streamed live (a forwarder beside the run) or, ``live=False``, pushed once when the run has ended."""
     cfg = read_toml(ROOT / "configs" / f"{name}.toml")
     cfg.pop("store", None)
     if "adjoint" in cfg:  # the design is made on the fly into the test's folder
@@ -56,7 +57,7 @@ def rig_config(tmp_path: Path, name: str, lab=None) -> Path:
         key = tmp_path / "lab.key"
         key.write_text(lab.key + "\n")
         key.chmod(0o600)
-        cfg["lab"] = {"url": lab.url, "key_file": str(key)}
+        cfg["lab"] = {"url": lab.url, "key_file": str(key), **({} if live else {"live": False})}
     path = tmp_path / f"{name}.toml"
     path.write_text(_to_toml(cfg))
     return path
@@ -95,11 +96,16 @@ def listing_row(output: str, sid: str) -> tuple[list[str], list[str]]:
     return lines[0].split(), next(line for line in lines if line.startswith(sid)).split()
 
 
-#: kind -> (shipped config, the parameter searched, its value in the `hil run --json` report)
+#: kind -> (shipped config, the parameter searched, its value in the `hil run --json` report, streamed
+#: live). The oscillator's session streams into the lab as it records and its analysis reaches the container
+#: the forwarder made; the pendulum's and the crane's are pushed once when their runs end (`live = false`):
+#: the analysis takes the same push either way (the forwarder ends with it), and streaming the crane's
+#: 10 kHz trace live cost the lab server more CPU than the rest of these tests (tests/test_lab_live.py
+#: tests the streaming itself)
 KINDS = {
-    "oscillator": ("oscillator-sim", "c2", lambda r: r["estimate"]["c2"]),
-    "pendulum": ("pendulum-sim", "s_p", lambda r: r["estimate"]["s_p"]),
-    "crane": ("crane-sim", "dead_time", lambda r: r["chosen_params"]["dead_time"]),
+    "oscillator": ("oscillator-sim", "c2", lambda r: r["estimate"]["c2"], True),
+    "pendulum": ("pendulum-sim", "s_p", lambda r: r["estimate"]["s_p"], False),
+    "crane": ("crane-sim", "dead_time", lambda r: r["chosen_params"]["dead_time"], False),
 }
 
 
@@ -107,9 +113,9 @@ KINDS = {
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_a_run_analysed_on_the_rig_is_found_in_the_lab_by_its_estimate_and_verdict(lab, tmp_path, kind):
-    name, param, value_of = KINDS[kind]
+    name, param, value_of, live = KINDS[kind]
     store = tmp_path / "hil.sqlite"
-    res = hil("--store", str(store), "run", str(rig_config(tmp_path, name, lab)), "--analyze", "--json",
+    res = hil("--store", str(store), "run", str(rig_config(tmp_path, name, lab, live)), "--analyze", "--json",
               "--no-progress")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
@@ -209,7 +215,9 @@ def test_the_serve_pages_analysis_reaches_the_lab(lab, tmp_path):
 
     store = tmp_path / "store" / "hil.sqlite"
     store.parent.mkdir()
-    res = hil("--store", str(store), "run", str(rig_config(tmp_path, "pendulum-sim", lab)), "--no-progress")
+    # pushed when the run ends (the analysis is what is tested here; tests/test_lab_live.py streams)
+    res = hil("--store", str(store), "run", str(rig_config(tmp_path, "pendulum-sim", lab, live=False)),
+              "--no-progress")
     assert res.exit_code == 0, res.output
     sid = session_of(res.output)
     wait_in_lab(lab, sid, store, "--kind", "pendulum")
