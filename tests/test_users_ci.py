@@ -51,12 +51,15 @@ def test_a_run_returns_the_session_with_its_streams_units_counts_and_a_confirmed
     # loopback port 0 and still completes
     fixed = {"devices": {"force_source": {"port": taken_port}},
              "bus": {"data": f"tcp://127.0.0.1:{taken_port}", "tap": f"tcp://127.0.0.1:{taken_port}"}}
-    run = run_simulated(PRESS, speed=10, overrides={**SHORT_PRESS, **fixed}, read=["press.sensors"])
+    # speed 5, as docs/examples/test_my_press.py: at 10 a press run in a busy worker of a slow 2-core machine
+    # can fall behind its clock and stop (safe, as it should: tests/test_sim_clock.py); what is tested here is
+    # the session the API returns
+    run = run_simulated(PRESS, speed=5, overrides={**SHORT_PRESS, **fixed}, read=["press.sensors"])
     session = run.session
     assert session.ok, session.describe()
     assert session.kind == "press" and session.status == "complete" and session.reason is None
     assert session.safe and session.safe_errors == []
-    assert session.sim_speed == 10.0 and session.config["simulator"]["speed"] == 10.0
+    assert session.sim_speed == 5.0 and session.config["simulator"]["speed"] == 5.0
     assert session.config["devices"]["force_source"]["port"] not in (0, taken_port)
     assert set(session.streams) >= {"press.force", "press.sensors", "press.plan", "press.run"}
     force, sensors = session.streams["press.force"], session.streams["press.sensors"]
