@@ -81,17 +81,34 @@ def _child(request: dict, out_w: int, sock: socket.socket) -> None:
         except KeyboardInterrupt:  # as Python does for an uncaught one: die of the signal
             sys.stdout.flush()
             sys.stderr.flush()
+            _note_cpu(request)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         except BaseException:  # noqa: BLE001 - as an uncaught exception: its traceback, exit 1
             traceback.print_exc()
     finally:
+        _note_cpu(request)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except Exception:  # noqa: BLE001, S110 - the reader went: nothing to tell
                 pass
         os._exit(code)
+
+
+def _note_cpu(request: dict) -> None:
+    """With $HIL_PER_TEST_CPU set (benchmarks/suite_cpu.py --per-test), this child's CPU and the test that
+    started it, once, into that folder's servers.jsonl (benchmarks/per_test_cpu.py)."""
+    folder = os.environ.get("HIL_PER_TEST_CPU")
+    if not folder or getattr(_note_cpu, "done", False):
+        return
+    _note_cpu.done = True  # type: ignore[attr-defined]
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # a forked child's count starts at its fork
+    with contextlib.suppress(OSError), open(Path(folder) / "servers.jsonl", "a") as out:
+        out.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST"), "argv": request["argv"][:2],
+                              "cpu": usage.ru_utime + usage.ru_stime}) + "\n")
 
 
 def _reap(sock: socket.socket, children: set[int]) -> None:
