@@ -41,8 +41,8 @@ def pytest_runtest_protocol(item, nextitem):
         out.write(json.dumps(record) + "\n")
 
 
-def report(folder: Path, top: int = 25) -> str:
-    """The tests and test modules that cost the most CPU (lab servers with the test that started them)."""
+def read_records(folder: Path) -> dict[str, list[dict]]:
+    """Every test's record (``tests``) and every lab server's (``servers``) the run left in ``folder``."""
     tests: list[dict] = []
     for path in folder.glob("*.jsonl"):
         if path.name != "servers.jsonl":
@@ -50,6 +50,13 @@ def report(folder: Path, top: int = 25) -> str:
     servers = []
     if (folder / "servers.jsonl").exists():
         servers = [json.loads(line) for line in (folder / "servers.jsonl").read_text().splitlines() if line]
+    return {"tests": tests, "servers": servers}
+
+
+def report(folder: Path, top: int = 25) -> str:
+    """The tests and test modules that cost the most CPU (lab servers with the test that started them)."""
+    records = read_records(folder)
+    tests, servers = records["tests"], records["servers"]
     modules: Counter[str] = Counter()
     for t in tests:
         modules[t["test"].split("::")[0]] += t["cpu"] + t["children"]

@@ -11,9 +11,11 @@ A process that starts and ends between two looks is missed (a short `python -c`)
 running before the command started is counted from the first look only. So the kinds' sum falls a little
 short of the machine's figure; the difference is what the table does not explain.
 
-    .venv/bin/python benchmarks/suite_cpu.py [--period 1.0] [--json out.json] [--per-test] [-- COMMAND ...]
+    .venv/bin/python benchmarks/suite_cpu.py [--period 1.0] [--json out.json] [--per-test [--top N]]
+        [-- COMMAND ...]
 
-``--per-test`` adds each test's CPU and its lab servers' (benchmarks/per_test_cpu.py).
+``--per-test`` adds each test's CPU and its lab servers' (benchmarks/per_test_cpu.py); with ``--json`` every
+test's and every server's record goes into the file too (``tests``, ``servers``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.per_test_cpu import ENV, report  # noqa: E402 - after the project's root is on the path
+from benchmarks.per_test_cpu import ENV, read_records, report  # noqa: E402 - after the project's root is on the path
 
 ROOT = Path(__file__).resolve().parents[1]
 TICK = os.sysconf("SC_CLK_TCK")
@@ -92,6 +94,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--period", type=float, default=1.0, help="seconds between two looks at /proc")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--top", type=int, default=25, help="tests and modules listed with --per-test")
     ap.add_argument("--per-test", action="store_true",
                     help="each test's CPU and its lab servers' too (benchmarks/per_test_cpu.py)")
     ap.add_argument("command", nargs="*", help="the command to run (after --); default: pytest -n 4")
@@ -133,13 +136,15 @@ def main() -> None:
             print(f"{seconds:8.1f} {seconds / cpu:6.1%} {count:9d}  {kind}")
     explained = sum(seconds for seconds, _ in by_kind.values())
     print(f"{explained:8.1f} {explained / cpu:6.1%} {'':>9}  all processes seen")
+    records: dict[str, list[dict]] = {}
     if per_test is not None:
-        print("\n" + report(per_test))
+        print("\n" + report(per_test, args.top))
+        records = read_records(per_test)
         shutil.rmtree(per_test, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps({"command": command, "exit_code": rc, "wall_s": wall, "cpu_s": cpu,
-                                         "by_kind": {k: {"cpu_s": s, "processes": n} for k, (s, n) in rows}},
-                                        indent=1))
+                                         "by_kind": {k: {"cpu_s": s, "processes": n} for k, (s, n) in rows},
+                                         **records}, indent=1))
     sys.exit(rc)
 
 
