@@ -53,9 +53,9 @@ def read_records(folder: Path) -> dict[str, list[dict]]:
     return {"tests": tests, "servers": servers}
 
 
-def report(folder: Path, top: int = 25) -> str:
-    """The tests and test modules that cost the most CPU (lab servers with the test that started them)."""
-    records = read_records(folder)
+def report(records: dict[str, list[dict]], top: int = 25) -> str:
+    """The tests and test modules that cost the most CPU (lab servers with the test that started them), from
+    what :func:`read_records` read."""
     tests, servers = records["tests"], records["servers"]
     modules: Counter[str] = Counter()
     for t in tests:

@@ -138,8 +138,8 @@ def main() -> None:
     print(f"{explained:8.1f} {explained / cpu:6.1%} {'':>9}  all processes seen")
     records: dict[str, list[dict]] = {}
     if per_test is not None:
-        print("\n" + report(per_test, args.top))
         records = read_records(per_test)
+        print("\n" + report(records, args.top))
         shutil.rmtree(per_test, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps({"command": command, "exit_code": rc, "wall_s": wall, "cpu_s": cpu,
