@@ -14,7 +14,13 @@ channel; rows/s (all 8 channels at one instant) are shown too. Runs alternate; t
 of the per-run ratios of wall time, and of the process's CPU time (which the load of other jobs on a
 shared machine barely moves).
 
-    .venv/bin/python benchmarks/bench_store.py [--repeat 5]
+Two sources of blocks: "arrays", one writeable array for every block (the store must copy it at append,
+as the caller may reuse it), and "bus", the blocks as the recorder receives them from the bus (each a
+read-only view of its own received message below the bus's zero-copy threshold - which the store keeps
+until the commit without a copy - and a writable one above it). The plain scripts copy with ``tobytes``
+either way; a plain script that bound the received buffers without a copy would skip that too.
+
+    .venv/bin/python benchmarks/bench_store.py [--repeat 5] [--source arrays|bus|both]
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+import zmq
 
-from daq.bus.frames import Frame
+from daq.bus.frames import Frame, decode, encode
+from daq.bus.pubsub import ZERO_COPY_THRESHOLD
 from daq.store.read_write import SessionStore
 from daq.store.schema import FRAME_COLS, INDEXES, PAGE_SIZE, SCHEMA
 
@@ -42,6 +50,16 @@ def blocks(rows: int, n: int) -> list[Frame]:
     data = rng.standard_normal((rows, N_CH))
     ch = [f"c{i}" for i in range(N_CH)]
     return [Frame("bench.s", i, i * rows * 1e-4, 1e-4, ch, ["m"] * N_CH, data) for i in range(n)]
+
+
+def received(frame: Frame) -> Frame:
+    """``frame`` as the recorder's subscriber hands it on: decoded from a received ZeroMQ message, whose
+    buffer is made read-only below the zero-copy threshold (daq.bus.pubsub's _recv_nowait)."""
+    topic, header, payload = encode(frame)
+    buffer = zmq.Frame(bytes(payload)).buffer
+    if len(buffer) < ZERO_COPY_THRESHOLD:
+        buffer = buffer.toreadonly()
+    return decode([bytes(topic), bytes(header), buffer])
 
 
 def bench_ours(path: Path, frames: list[Frame]) -> tuple[float, float]:
@@ -131,47 +149,59 @@ def bench_plain_same(path: Path, frames: list[Frame]) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5, help="runs per case, alternating (median reported)")
+    ap.add_argument("--source", choices=("arrays", "bus", "both"), default="both",
+                    help="blocks from one writeable array, as the bus delivers them, or both (default)")
     args = ap.parse_args()
     print("load average", " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    print(f"{'rows/block':>10} {'impl':>10} {'samples/s':>12} {'rows/s':>11} {'MB/s':>8} "
-          f"{'ours/plain-same':>16}")
     kinds = ("plain", "plain-pg", "plain-same", "ours")
+    sources = ("arrays", "bus") if args.source == "both" else (args.source,)
     with tempfile.TemporaryDirectory() as tmp:
-        for k, (rows, n) in enumerate(CASES):
-            frames = blocks(rows, n)
-            values = rows * N_CH * n
-            wall: dict[str, list[float]] = {kind: [] for kind in kinds}
-            cpu: dict[str, list[float]] = {kind: [] for kind in kinds}
-            for r in range(args.repeat):  # alternating, so load from other processes hits all alike
-                for kind in kinds:
-                    path = Path(tmp) / f"{kind}{k}-{r}.sqlite"
-                    if kind == "ours":
-                        t, c = bench_ours(path, frames)
-                    elif kind == "plain-same":
-                        t, c = bench_plain_same(path, frames)
-                    else:
-                        t, c = bench_plain(path, frames, PAGE_SIZE if kind == "plain-pg" else None)
-                    wall[kind].append(t)
-                    cpu[kind].append(c)
-                for p in Path(tmp).iterdir():
-                    p.unlink()
-
-            def ratios(base: str, times: dict[str, list[float]]) -> list[float]:
-                return [b / o for b, o in zip(times[base], times["ours"], strict=True)]
-
-            same = ratios("plain-same", wall)
-            for name in kinds:
-                t = statistics.median(wall[name])
-                ratio = f"{statistics.median(same):.2f}" if name == "ours" else ""
-                mb_s = values * 8 / t / 1e6
-                rate, row_rate = values / t, rows * n / t
-                print(f"{rows:>10} {name:>10} {rate:>12.3g} {row_rate:>11.3g} {mb_s:>8.0f} {ratio:>16}")
-            for base in ("plain-same", "plain-pg", "plain"):
-                for what, times in (("wall", wall), ("CPU", cpu)):
-                    rs = ratios(base, times)
-                    print(f"{'':>10} {what:>4}-time ratio {base}/ours (median): {statistics.median(rs):.2f} "
-                          f"({' '.join(f'{x:.2f}' for x in rs)})")
+        for source in sources:
+            print(f"blocks: {source}")
+            print(f"{'rows/block':>10} {'impl':>10} {'samples/s':>12} {'rows/s':>11} {'MB/s':>8} "
+                  f"{'ours/plain-same':>16}")
+            run_cases(Path(tmp), kinds, args.repeat, source)
     print("load average", " ".join(f"{x:.2f}" for x in os.getloadavg()))
+
+
+def run_cases(tmp: Path, kinds: tuple[str, ...], repeat: int, source: str) -> None:
+    """Every block size, ``repeat`` alternating runs of each kind; prints rates and ratios."""
+    for k, (rows, n) in enumerate(CASES):
+        frames = blocks(rows, n)
+        if source == "bus":
+            frames = [received(f) for f in frames]
+        values = rows * N_CH * n
+        wall: dict[str, list[float]] = {kind: [] for kind in kinds}
+        cpu: dict[str, list[float]] = {kind: [] for kind in kinds}
+        for r in range(repeat):  # alternating, so load from other processes hits all alike
+            for kind in kinds:
+                path = tmp / f"{kind}{k}-{r}.sqlite"
+                if kind == "ours":
+                    t, c = bench_ours(path, frames)
+                elif kind == "plain-same":
+                    t, c = bench_plain_same(path, frames)
+                else:
+                    t, c = bench_plain(path, frames, PAGE_SIZE if kind == "plain-pg" else None)
+                wall[kind].append(t)
+                cpu[kind].append(c)
+            for p in tmp.iterdir():
+                p.unlink()
+
+        def ratios(base: str, times: dict[str, list[float]]) -> list[float]:
+            return [b / o for b, o in zip(times[base], times["ours"], strict=True)]
+
+        same = ratios("plain-same", wall)
+        for name in kinds:
+            t = statistics.median(wall[name])
+            ratio = f"{statistics.median(same):.2f}" if name == "ours" else ""
+            mb_s = values * 8 / t / 1e6
+            rate, row_rate = values / t, rows * n / t
+            print(f"{rows:>10} {name:>10} {rate:>12.3g} {row_rate:>11.3g} {mb_s:>8.0f} {ratio:>16}")
+        for base in ("plain-same", "plain-pg", "plain"):
+            for what, times in (("wall", wall), ("CPU", cpu)):
+                rs = ratios(base, times)
+                print(f"{'':>10} {what:>4}-time ratio {base}/ours (median): {statistics.median(rs):.2f} "
+                      f"({' '.join(f'{x:.2f}' for x in rs)})")
 
 
 if __name__ == "__main__":

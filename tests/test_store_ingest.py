@@ -1,5 +1,6 @@
 """Store ingest: the fast path for a stream's steady frames stores exactly what full validation stores,
-and new stores get the large page size while existing ones keep theirs."""
+and new stores get the large page size while existing ones keep theirs. A block whose memory nobody can change
+(a frame from the bus) is kept until the commit without a copy; any other is copied at append."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from daq.bus.frames import Frame
+from daq.bus.pubsub import BusPublisher, BusSubscriber
 from daq.store.errors import StoreError
 from daq.store.read_write import SessionStore
 from daq.store.schema import PAGE_SIZE
@@ -115,3 +117,60 @@ def test_new_stores_take_the_large_page_size_and_old_ones_keep_theirs(tmp_path):
     paths = (tmp_path / "new.sqlite", old)
     sizes = [sqlite3.connect(p).execute("PRAGMA page_size").fetchone()[0] for p in paths]
     assert sizes == [PAGE_SIZE, 4096]
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+#: Blocks a caller can still change after append, read-only or not, and how it changes each.
+CHANGEABLE = {
+    "a writeable array the caller reuses": (lambda d: d.copy(), lambda a: a.fill(0.0)),
+    "a read-only view of a writeable array": (
+        lambda d: _read_only(d.copy().view()), lambda a: a.base.fill(0.0)),
+    "a read-only view of a bytearray": (
+        lambda d: np.ndarray(d.shape, d.dtype, memoryview(bytearray(d.tobytes())).toreadonly()),
+        lambda a: a.base.__setitem__(slice(None), bytes(len(a.base)))),
+}
+
+
+@pytest.mark.parametrize("kind", list(CHANGEABLE))
+def test_a_block_whose_memory_can_still_change_is_stored_as_it_was_at_append(tmp_path, rng, kind):
+    make, change = CHANGEABLE[kind]
+    store = SessionStore(tmp_path / "s.sqlite")
+    sid = store.create_session("t", {})
+    sent = [rng.standard_normal((5, 3)) for _ in range(3)]
+    for k, d in enumerate(sent):  # the first frame takes the full path, the others the steady one
+        block = make(d)
+        store.append(sid, Frame("s", k, 1.0 + k, 0.1, ["a", "b", "c"], ["m"] * 3, block))
+        change(block)
+        assert not block.any()  # the change reached the block's memory
+    assert len(store.writer._steady) == 1
+    store.finish(sid, "complete")
+    assert np.array_equal(store.read_stream(sid, "s").data, np.concatenate(sent))
+
+
+async def test_frames_from_the_bus_are_kept_without_a_copy_and_stored_exactly(tmp_path, rng):
+    """Received below the zero-copy threshold, a frame's data is a read-only view of the ZeroMQ message:
+    the store buffers that array itself; a larger frame's buffer is writable and is copied."""
+    pub = BusPublisher()
+    sub = BusSubscriber(pub.endpoint)
+    store = SessionStore(tmp_path / "s.sqlite")
+    sid = store.create_session("t", {})
+    sent = [rng.standard_normal((n, 8)) for n in (100, 100, 100, 2000, 100)]  # 2000 x 8 x 8 B = 128 kB
+    try:
+        await pub.wait_for_subscribers(1, timeout=5.0)
+        for k, d in enumerate(sent):
+            await pub.publish(Frame("s", k, 1.0 + k, 1e-4, [f"c{i}" for i in range(8)], ["m"] * 8, d))
+        kept = []
+        for _ in sent:
+            g = await sub.recv(timeout=5)
+            store.append(sid, g)
+            kept.append(store.writer._frames[-1][9] is g.data)
+    finally:
+        pub.close()
+        sub.close()
+    assert kept == [False, True, True, False, True]  # the first takes the full path
+    store.finish(sid, "complete")
+    assert np.array_equal(store.read_stream(sid, "s").data, np.concatenate(sent))

@@ -49,6 +49,10 @@ from daq.bus.frame_checks import MAX_NESTING as MAX_NESTING  # re-exported
 SCHEMA_VERSION = 1
 
 _F8 = SUPPORTED_DTYPES["float64"]
+#: Types whose memory nobody changes once made. A read-only frame array viewing one directly (``data.base``)
+#: may be kept as it is, without a copy: the store keeps it until its commit (daq/store/writer.py).
+#: daq.bus.pubsub adds ``zmq.Frame``: a received ZeroMQ message, which no one writes.
+IMMUTABLE_BUFFERS: set[type] = {bytes}
 
 DATA_PREFIX = b"data/"
 EVENT_PREFIX = b"event/"

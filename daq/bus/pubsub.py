@@ -36,7 +36,7 @@ from typing import cast
 import zmq
 import zmq.asyncio
 
-from daq.bus.frames import Frame, FrameError, Message, decode, encode
+from daq.bus.frames import IMMUTABLE_BUFFERS, Frame, FrameError, Message, decode, encode
 from daq.bus.keys import CurveKeys, check_bind, release_server, secure_client, secure_server
 from daq.errors import ProtocolError
 
@@ -49,6 +49,9 @@ DEFAULT_SEND_TIMEOUT = 5.0
 DEFAULT_TAP_HWM = 1000
 #: Payloads at least this large are handed to ZeroMQ without a copy.
 ZERO_COPY_THRESHOLD = 64 * 1024
+# A received message's memory is never written: a frame received below the threshold views it read-only
+# (_recv_nowait), and the store keeps such a frame's array until its commit without copying it.
+IMMUTABLE_BUFFERS.add(zmq.Frame)
 #: Messages handled in a row before a hot loop yields to the event loop.
 _YIELD_EVERY = 64
 #: Plain-int flags: pyzmq's enum flags cost an Enum operation per part on the hot path.

@@ -20,7 +20,15 @@ from typing import Self
 import numpy as np
 
 from daq import json_codec
-from daq.bus.frames import SUPPORTED_DTYPES, Event, Frame, FrameError, frame_header, frame_payload
+from daq.bus.frames import (
+    IMMUTABLE_BUFFERS,
+    SUPPORTED_DTYPES,
+    Event,
+    Frame,
+    FrameError,
+    frame_header,
+    frame_payload,
+)
 from daq.store.errors import StoreError, UnknownSession
 from daq.store.payload import frame_span
 from daq.store.records import FINAL_STATUSES
@@ -258,7 +266,12 @@ class SessionWriter:
         if type(dt) is not float:
             dt = float(dt)
         n = shape[0]
-        payload = data.tobytes()  # a copy: the caller may reuse its array after append
+        flags = data.flags
+        payload: bytes | np.ndarray
+        if flags.writeable or type(data.base) not in IMMUTABLE_BUFFERS or not flags.c_contiguous:
+            payload = data.tobytes()  # a copy: the caller may reuse its array after append
+        else:  # a read-only view of memory nobody changes (a frame from the bus): kept, bound at the commit
+            payload = data
         t_min: float | None
         t_max: float | None
         if n:
@@ -279,7 +292,7 @@ class SessionWriter:
         if n:
             tail[1] = t_hi
         self._note_stream(key, n, t_lo, t_hi)
-        buffered = self._buffered_bytes = self._buffered_bytes + len(payload)
+        buffered = self._buffered_bytes = self._buffered_bytes + data.nbytes
         self._ord[session_id] = ordinal + 1
         now = time.monotonic()
         oldest = self._oldest
