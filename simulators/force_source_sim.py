@@ -144,7 +144,7 @@ class ForceSourceSim:
         if self._task is not None:  # powered: the physics runs up to now first
             self.advance()
         if values is None:
-            self._fill(fc, start, regs)
+            self._fill(fc, start, address, count, regs)
             return None
         new = written(regs, start, address, list(values), self.rmap)
         if self.hang_writes.intersection(new):  # a hung write: no answer, nothing applied, until released
@@ -172,9 +172,12 @@ class ForceSourceSim:
             self.enabled = en == 1.0
         return None
 
-    def _fill(self, fc: int, start: int, regs: list[int]) -> None:
-        """Refresh the register image from the state before a read is answered. The read-back pymodbus
-        does to echo a write (function 6/16) is left alone: a write is answered with what was written."""
+    def _fill(self, fc: int, start: int, address: int, count: int, regs: list[int]) -> None:
+        """Refresh the registers a read asks for (``count`` words from ``address``) from the state before it
+        is answered; the others keep their last words, as no reply carries them. Every read draws the load
+        cell's and the pressure sensor's noise all the same, so the noise a run sees depends on its reads,
+        not on which registers they asked for. The read-back pymodbus does to echo a write (function 6/16)
+        is left alone: a write is answered with what was written."""
         if fc not in (3, 4):
             return
         if fc == 4:
@@ -187,9 +190,12 @@ class ForceSourceSim:
             values = {"setpoint": self.setpoint, "enable": int(self.enabled), "clear_fault": 0}
             table = "holding"
         values.update({k: v for k, v in self.inject.items() if k in values})
+        end = address + count
         for name, v in values.items():
             reg = self.rmap.get(name)
-            if reg is not None and reg.table == table:
+            if reg is None or reg.table != table:
+                continue
+            if reg.address < end and address < reg.address + reg.count:  # the read asks for it
                 put(regs, start, reg, v)
 
     def release_hangs(self) -> None:

@@ -1,7 +1,11 @@
 """Shared pieces of the simulated press devices: register images and a restartable Modbus server.
 
-The simulators parse the same TOML register maps as the drivers but encode with pymodbus' own
-converters, so a codec bug on one side is not mirrored on the other.
+The simulators parse the same TOML register maps as the drivers but keep a codec apart from the drivers':
+they decode with pymodbus' own converters and encode with the struct layouts pymodbus' converter uses, fixed
+once per type (tests/test_sim_registers.py: equal to pymodbus' ``convert_to_registers`` for every type, word
+order and edge value; the converter itself parses its arguments on every call, several microseconds that a
+simulated device answering thousands of reads a second spends again and again), so a codec bug on one side
+is not mirrored on the other.
 
 A simulated device answers only its own unit id, as hardware does: a request for another id gets no
 answer on RTU (a slave on a shared line stays silent) and exception 11 "gateway target device failed to
@@ -15,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import struct
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,6 +38,9 @@ log = logging.getLogger(__name__)
 _DT = ModbusTcpClient.DATATYPE
 _TYPES = {"float32": _DT.FLOAT32, "int16": _DT.INT16, "uint16": _DT.UINT16, "int32": _DT.INT32,
           "uint32": _DT.UINT32}
+#: per type: the value packed big-endian as pymodbus packs it, and the same bytes read as 16-bit words
+_PACKING = {name: (struct.Struct(f">{dt.value[0]}"), struct.Struct(f">{dt.value[1]}H"))
+            for name, dt in _TYPES.items()}
 HOLDING_FC = (6, 16, 3)
 INPUT_FC = (4,)
 
@@ -61,7 +69,11 @@ class SimRegister:
         raw = (value - self.offset) / self.scale
         if self.type != "float32":
             raw = int(round(raw))
-        return ModbusTcpClient.convert_to_registers(raw, _TYPES[self.type], word_order=self._order)
+        value_format, words_format = _PACKING[self.type]
+        words = list(words_format.unpack(value_format.pack(raw)))
+        if self._order == "little":  # pymodbus reverses the words of a 32-bit value (a 16-bit one has one)
+            words.reverse()
+        return words
 
     def from_regs(self, regs: list[int]) -> float:
         raw = ModbusTcpClient.convert_from_registers(regs, _TYPES[self.type], word_order=self._order)
