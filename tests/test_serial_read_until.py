@@ -18,6 +18,8 @@ import pytest
 import serial
 from serial.urlhandler import protocol_socket as pyserial_socket
 
+from drivers.errors import BadResponse, DeviceTimeout
+from drivers.serial_transport import SerialLine
 from drivers.serial_urls import protocol_socket as ours
 
 TIMEOUT = 0.3  # s, the ports' read timeout
@@ -134,3 +136,21 @@ def test_a_line_costs_a_few_receives_not_one_a_byte():
         assert line == b"S1 D=+0.00041233 m  T=21.5 C\r\n"
         counted[name] = counting.calls
     assert counted["pyserial"] == 30 and counted["ours"] == 2, counted
+
+
+@pytest.mark.parametrize(("pieces", "error", "says"), [
+    ([b"x" * 300], BadResponse, "answer longer than 256 bytes"),
+    ([b"+0.0004"], DeviceTimeout, "no complete answer within 0.3 s (got b'+0.0004')"),
+])
+async def test_a_sensor_line_that_never_ends_is_one_clear_error(pieces, error, says):
+    """Through the driver (drivers/serial_transport.py over this port): an answer with no end of line is
+    refused in one line - too long, or cut off by the timeout - naming what came."""
+    peer = Peer(pieces, False)
+    line = SerialLine("S1", {"url": peer.url, "timeout": TIMEOUT})
+    try:
+        with pytest.raises(error) as caught:
+            await line.query("MEAS?")
+        assert says in str(caught.value) and "S1" in str(caught.value)
+    finally:
+        line.close()
+        peer.close()
