@@ -15,7 +15,7 @@ import pytest
 from pymodbus.client import ModbusTcpClient
 
 from simulators.force_source_sim import ForceSourceSim
-from simulators.press_devices import _TYPES, FORCE_SOURCE_MAP, SimRegister
+from simulators.press_devices import _TYPES, SimRegister
 from tests.test_drivers import FS_SIM, fs_cfg
 
 EDGES = {"float32": [0.0, -0.0, 1.0, -1.5, 3.4e38, -3.4e38, 1e-45, math.inf, -math.inf, math.nan],
@@ -63,13 +63,11 @@ async def test_a_read_refreshes_the_registers_it_asks_for_and_draws_the_same_noi
     """Two force sources of one seed: one read word by word as the drivers read (force, then pressure),
     the other as one block. Each read draws the load cell's and the pressure sensor's noise, so both give
     the same force and pressure at the same read; a register no read asked for keeps its last words."""
-    regs = {name: SimRegister(name, d["table"], d["address"], d["type"], "big", 1.0, 0.0)
-            for name, d in FORCE_SOURCE_MAP.items()}
     one = ForceSourceSim(fs_cfg(0), {**FS_SIM, "loadcell_sigma": 5.0}, np.random.default_rng(21))
     whole = ForceSourceSim(fs_cfg(0), {**FS_SIM, "loadcell_sigma": 5.0}, np.random.default_rng(21))
     for sim in (one, whole):
         sim.force = 1234.5
-    force, pressure = regs["force"], regs["pressure"]
+    force, pressure = one.rmap["force"], one.rmap["pressure"]  # the device's own map
     block = await whole.server.access("input", 0, 6)
     asked = await one.server.access("input", force.address, force.count)
     assert asked == block[0:2] and force.from_regs(asked) != 1234.5  # the same noisy force
