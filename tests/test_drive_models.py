@@ -13,6 +13,7 @@ from identification.models.drive_models import (
     parse_name,
 )
 from identification.models.drive_simulation import ENGINES, get_engine, prepare_input, simulate
+from identification.models.press_models import PressLinkageModel
 from simulators.physics.crane import CraneTruth, linear_state_space, simulate_axis
 from tests.other_user import as_user, other_user  # noqa: F401 - the fixture of a second OS user
 
@@ -182,9 +183,9 @@ def test_one_compiled_signature_for_fits_and_validations(torque):
 
 def test_compiled_loops_without_a_writable_cache_folder(other_user):  # noqa: F811
     """A checkout the user cannot write (here: another OS user running this one's copy) and no writable home
-    either (a service account): numba finds no cache folder; the loops are compiled in memory instead of
-    `hil analyze` failing with numba's "cannot cache function ...: no locator available", with the numbers of
-    the cached loops."""
+    either (a service account): numba finds no cache folder; the loops and the press's state solve are
+    compiled in memory instead of `hil analyze` failing with numba's "cannot cache function ...: no locator
+    available", with the numbers of the cached ones."""
     code = ("import os, sys\n"
             "os.environ.update(HOME='/nonexistent', XDG_CACHE_HOME='/nonexistent/cache')\n"
             "import numpy as np\n"
@@ -193,11 +194,18 @@ def test_compiled_loops_without_a_writable_cache_folder(other_user):  # noqa: F8
             f"P = {P!r}\n"
             "u = 2.0 * np.sin(np.arange(500) * 0.05)\n"
             "r = simulate(parse_name('1m+visc+coul'), P, prepare_input(u, 1e-4, 5))\n"
-            "print(r.S.tobytes().hex())\n")
+            "print(r.S.tobytes().hex())\n"
+            "from identification.models.press_models import PressLinkageModel\n"  # the press's compiled solve
+            "m = PressLinkageModel()\n"
+            "assert m.compiled\n"
+            "print(m.solve_state(np.array([2e8, 1.5e8]), np.linspace(0.0, 2e4, 29)).tobytes().hex())\n")
     out = as_user(other_user, "-c", code, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
+    drive, press = out.stdout.split()
+    y = PressLinkageModel().solve_state(np.array([2e8, 1.5e8]), np.linspace(0.0, 2e4, 29))
+    assert np.array_equal(np.frombuffer(bytes.fromhex(press), dtype=y.dtype).reshape(y.shape), y)
     u = 2.0 * np.sin(np.arange(500) * 0.05)
     here = simulate(parse_name("1m+visc+coul"), P, prepare_input(u, 1e-4, 5))
-    theirs = np.frombuffer(bytes.fromhex(out.stdout.strip()), dtype=here.S.dtype).reshape(here.S.shape)
+    theirs = np.frombuffer(bytes.fromhex(drive), dtype=here.S.dtype).reshape(here.S.shape)
     # the same loops: equal up to the order another BLAS kernel may sum in (the child picks its own)
     np.testing.assert_allclose(theirs, here.S, rtol=1e-12, atol=1e-12 * float(np.abs(here.S).max()))

@@ -3,9 +3,11 @@
 import numpy as np
 import pytest
 
+from identification.models import press_kernels
 from identification.models.press_models import (
     CoulombFriction,
     MemoryFriction,
+    PressConstants,
     PressLinkageModel,
     force_history_features,
     train_friction_models,
@@ -164,3 +166,27 @@ def test_a_node_in_two_bearings_is_refused():
     m.bearings = ((1, 2), (2, -1))
     with pytest.raises(ValueError, match="two bearings"):
         m._bearing_index()
+
+
+@pytest.mark.skipif(not press_kernels.AVAILABLE, reason="numba is not installed")
+def test_the_compiled_state_solve_is_the_numpy_one():
+    """The compiled Newton solve (the default with numba) against the numpy one, all points at once: the
+    same states to round-off, at the truth and at the stiffnesses a wandering fit tries, at forces from
+    none to beyond the press's range, and a singular linkage refused alike."""
+    fast, slow = PressLinkageModel(), PressLinkageModel(compiled=False)
+    assert fast.compiled and not slow.compiled
+    rng = np.random.default_rng(8)
+    for n in (1, 14, 29, 58, 400):
+        for _ in range(6):
+            p = np.array([2e8, 1.5e8]) * np.exp(rng.uniform(-3.0, 3.0, 2))
+            q = rng.uniform(-5e3, 6e4, n)
+            y_fast, y_slow = fast.solve_state(p, q), slow.solve_state(p, q)
+            scale = float(np.abs(y_slow).max())
+            np.testing.assert_allclose(y_fast, y_slow, rtol=1e-12, atol=1e-13 * scale)
+            residual = fast.residual(y_fast, p, q)
+            assert np.abs(residual).max() <= 1e-6 * np.abs(q).max()  # N: the statics hold
+    for model in (fast, slow):  # no lever, no bars: nothing holds the linkage
+        bare = PressLinkageModel(PressConstants(k_lever=0.0, k_guide=0.0, k_joint=0.0),
+                                 compiled=model.compiled)
+        with pytest.raises(np.linalg.LinAlgError, match="Singular"):
+            bare.solve_state(np.zeros(2), np.array([1e3, 2e3]))

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from identification.estimation.least_squares import fit_state_model
+from identification.models import press_kernels
 
 P_NAMES = ("k5", "k7")
 
@@ -85,8 +86,10 @@ class PressLinkageModel:
     n_p = 2
 
     def __init__(self, constants: PressConstants | None = None,
-                 outputs: tuple[str, ...] = OUTPUT_NAMES) -> None:
-        """``outputs``: which sensors the observations are, in the order of the data's columns."""
+                 outputs: tuple[str, ...] = OUTPUT_NAMES, compiled: bool | None = None) -> None:
+        """``outputs``: which sensors the observations are, in the order of the data's columns;
+        ``compiled``: the state solve compiled (default: when numba is installed) or in numpy."""
+        self.compiled = press_kernels.AVAILABLE and (compiled is None or bool(compiled))
         unknown = [o for o in outputs if o not in OUTPUT_NAMES]
         if unknown:
             raise ValueError(f"the press model has no sensor {unknown} (known: {', '.join(OUTPUT_NAMES)})")
@@ -101,6 +104,9 @@ class PressLinkageModel:
         # bearings: pairs of nodes (-1 = ground)
         self.bearings = ((_F5, _F), (_G7, -1), (_A, -1))
         self._bearing_index()
+        self._J_rest = self._bearing(np.zeros((1, _NDOF)))[1][0]  # the bearings' stiffness at rest
+        ends = zip(*self.bearings, strict=True)  # the bearings' first nodes, their second (-1: ground)
+        self._bearing_first, self._bearing_second = (np.array(nodes, dtype=np.int64) for nodes in ends)
         self.b = np.zeros(_NDOF)
         self.b[2 * _D + 1] = 1.0
         full = np.zeros((len(OUTPUT_NAMES), _NDOF))
@@ -165,9 +171,18 @@ class PressLinkageModel:
         return y @ self.K(p).T + f - np.outer(q, self.b)
 
     def solve_state(self, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """States (N, 10) at the forces ``q`` (N,): Newton from the linear start, compiled
+        (:mod:`identification.models.press_kernels`) unless ``compiled`` is false or numba is missing."""
         q = np.asarray(q, dtype=float).ravel()
         K = self.K(p)
-        K_lin = K + self._bearing(np.zeros((1, _NDOF)))[1][0]
+        K_lin = K + self._J_rest
+        if self.compiled:
+            return press_kernels.newton_states(K, K_lin, self.b, q, self._bearing_first, self._bearing_second,
+                                               self.c.k_joint, self.c.joint_beta)
+        return self._solve_state_numpy(K, K_lin, q)
+
+    def _solve_state_numpy(self, K: np.ndarray, K_lin: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """The same Newton iteration in numpy, all points at once (the path without numba)."""
         y = np.linalg.solve(K_lin, np.outer(self.b, q)).T  # linear start
         load, KT = np.outer(q, self.b), K.T
         for _ in range(30):
