@@ -50,7 +50,8 @@ def main() -> None:
     p = np.array([2.0e8, 1.5e8])
     q = np.r_[np.linspace(0, 20000, 15), np.linspace(20000, 0, 15)[1:]]  # N, as the shipped staircase
     m.solve_state(p, q)  # the compiled solve loaded (or compiled) before any timing
-    solvers = {"ours": m.solve_state, "numpy": m_numpy.solve_state, "plain": lambda p, q: plain_solve(m, p, q)}
+    solvers = {"ours": m.solve_state, "numpy": m_numpy.solve_state,
+               "plain": lambda p, q: plain_solve(m, p, q)}
     cpu: dict[str, list[float]] = {k: [] for k in solvers}
     for _ in range(args.repeat):
         for name, solve in solvers.items():

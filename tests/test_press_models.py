@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from identification.estimation.least_squares import state_sensitivities
 from identification.models import press_kernels
 from identification.models.press_models import (
     CoulombFriction,
@@ -169,12 +170,14 @@ def test_a_node_in_two_bearings_is_refused():
 
 
 @pytest.mark.skipif(not press_kernels.AVAILABLE, reason="numba is not installed")
-def test_the_compiled_state_solve_is_the_numpy_one():
-    """The compiled Newton solve (the default with numba) against the numpy one, all points at once: the
-    same states to round-off, at the truth and at the stiffnesses a wandering fit tries, at forces from
-    none to beyond the press's range, and a singular linkage refused alike."""
+def test_the_compiled_state_solve_and_derivatives_are_the_numpy_ones():
+    """The compiled Newton solve and state derivatives (the default with numba) against the numpy ones (all
+    points at once, the Jacobians and E_second of the model): the same states, outputs and first and second
+    derivatives to round-off, at the truth and at the stiffnesses a wandering fit tries, at forces from none
+    to beyond the press's range; a singular linkage refused alike."""
     fast, slow = PressLinkageModel(), PressLinkageModel(compiled=False)
     assert fast.compiled and not slow.compiled
+    assert slow.state_derivatives(np.array([2e8, 1.5e8]), np.ones(3), True) is None  # the numpy path
     rng = np.random.default_rng(8)
     for n in (1, 14, 29, 58, 400):
         for _ in range(6):
@@ -185,8 +188,16 @@ def test_the_compiled_state_solve_is_the_numpy_one():
             np.testing.assert_allclose(y_fast, y_slow, rtol=1e-12, atol=1e-13 * scale)
             residual = fast.residual(y_fast, p, q)
             assert np.abs(residual).max() <= 1e-6 * np.abs(q).max()  # N: the statics hold
+            a, b = state_sensitivities(fast, p, q, second=True), state_sensitivities(slow, p, q, second=True)
+            for got, want in ((a.h, b.h), (a.dy, b.dy), (a.dh, b.dh), (a.d2h, b.d2h)):
+                np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-11 * float(np.abs(want).max()))
+            first = state_sensitivities(fast, p, q, second=False)
+            assert first.d2h is None and np.array_equal(first.dh, a.dh)
     for model in (fast, slow):  # no lever, no bars: nothing holds the linkage
         bare = PressLinkageModel(PressConstants(k_lever=0.0, k_guide=0.0, k_joint=0.0),
                                  compiled=model.compiled)
         with pytest.raises(np.linalg.LinAlgError, match="Singular"):
             bare.solve_state(np.zeros(2), np.array([1e3, 2e3]))
+    with pytest.raises(np.linalg.LinAlgError, match="Singular"):  # a state where nothing holds the linkage
+        press_kernels.state_derivatives(np.zeros((10, 10)), fast.K5, fast.K7, np.zeros((2, 10)),
+                                        fast._bearing_first, fast._bearing_second, 0.0, 0.0, True)

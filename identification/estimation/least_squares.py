@@ -31,6 +31,8 @@ class StateModel(Protocol):
     ``E_second(y, p, q, Yp)`` -> (N, d_y, n_p, n_p) and ``h_second(y, p, q, Yp)`` -> (N, n_s, n_p, n_p),
     the second total derivatives of E and h along (y'(p), p) with y'' left out, i.e. for directions l, m:
     E_yy[Yp_l, Yp_m] + E_yp[Yp_l, e_m] + E_yp[Yp_m, e_l] + E_pp[e_l, e_m].
+    Optional too: ``state_derivatives(p, q, second)`` -> ``(y, Yp, Ypp or None)`` or None, the states and
+    their derivatives computed by the model itself (a compiled path); None falls back to the above.
     """
 
     n_p: int
@@ -91,20 +93,26 @@ def state_sensitivities(
 ) -> Sensitivities:
     """Solve the state and differentiate h(y(p), p, q) once (and twice if ``second``) w.r.t. p."""
     p = np.asarray(p, dtype=float)
-    y = model.solve_state(p, q)
-    Ey, Ep = model.jacobians(y, p, q)
-    Yp = -np.linalg.solve(Ey, Ep)  # (N, d_y, n_p), eq. 15
+    derive = getattr(model, "state_derivatives", None)
+    derived = derive(p, q, second) if derive is not None else None
+    if derived is not None:  # the model's own (compiled) y, Y_p and Y_pp
+        y, Yp, Ypp = derived
+    else:
+        y = model.solve_state(p, q)
+        Ey, Ep = model.jacobians(y, p, q)
+        Yp = -np.linalg.solve(Ey, Ep)  # (N, d_y, n_p), eq. 15
     h = model.observe(y, p, q)
     hy, hp = model.observe_jacobians(y, p, q)
     dh = np.einsum("nsj,njl->nsl", hy, Yp) + hp
     d2h = None
     if second:
-        if hasattr(model, "E_second"):
-            T = model.E_second(y, p, q, Yp)
-        else:
-            T = _fd_path_second(model, y, p, q, Yp, "E")
-        N, d_y, n_p, _ = T.shape
-        Ypp = -np.linalg.solve(Ey, T.reshape(N, d_y, n_p * n_p)).reshape(N, d_y, n_p, n_p)  # eq. 16
+        if derived is None:
+            if hasattr(model, "E_second"):
+                T = model.E_second(y, p, q, Yp)
+            else:
+                T = _fd_path_second(model, y, p, q, Yp, "E")
+            N, d_y, n_p, _ = T.shape
+            Ypp = -np.linalg.solve(Ey, T.reshape(N, d_y, n_p * n_p)).reshape(N, d_y, n_p, n_p)  # eq. 16
         if hasattr(model, "h_second"):
             Th = model.h_second(y, p, q, Yp)
         else:

@@ -198,6 +198,20 @@ class PressLinkageModel:
                 break
         return y
 
+    def state_derivatives(self, p: np.ndarray, q: np.ndarray,
+                          second: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+        """``(y, Y_p, Y_pp or None)`` from the compiled kernels (the hook of
+        :func:`~identification.estimation.least_squares.state_sensitivities`); None without them (that
+        function then differentiates through :meth:`jacobians` and :meth:`E_second` in numpy)."""
+        if not self.compiled:
+            return None
+        p = np.asarray(p, dtype=float)
+        y = self.solve_state(p, q)
+        Yp, Ypp = press_kernels.state_derivatives(self.K(p), self.K5, self.K7, y, self._bearing_first,
+                                                  self._bearing_second, self.c.k_joint, self.c.joint_beta,
+                                                  second)
+        return y, Yp, Ypp
+
     def jacobians(self, y: np.ndarray, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         _, Jb = self._bearing(y)
         Ey = self.K(p)[None] + Jb
