@@ -1,4 +1,5 @@
-"""Compiled state solve of the press linkage (numba): the fast path of ``PressLinkageModel.solve_state``.
+"""Compiled state solve of the press linkage and its derivatives (numba): the fast path of
+``PressLinkageModel.solve_state`` and ``PressLinkageModel.state_derivatives``.
 
 Every press fit solves the linkage's 10 equations at each of its 14-58 force points at every model
 evaluation, by Newton's method on ``K y + f_bearing(y) = b q``. In numpy each Newton step is a batch of
@@ -7,9 +8,12 @@ uncertainty test's 200 replicates: half of all its time in the state solve). Her
 compiled, point by point: the bearings' forces and their 2 x 2 stiffnesses written out, the tangent
 ``K + J_bearing`` factorised by Gaussian elimination with partial pivoting, the same start (the linear
 solve with the bearings' stiffness at rest) and the same stopping rule (every point stepped until the
-largest step is below 1e-10 of the largest displacement, at most 30 steps). The numbers agree with the numpy
-path to round-off (~1e-15 relative: the elimination's sums are ordered differently from LAPACK's); no BLAS,
-no threads, no fast-math, so a run is repeatable to the bit on any machine.
+largest step is below 1e-10 of the largest displacement, at most 30 steps). The states' first and second
+derivatives by ``(k5, k7)`` (``-E_y^-1 E_p``, ``-E_y^-1 (E_yy[Y_l, Y_m] + ...)``) reuse one factorisation
+of ``E_y`` per point. The numbers agree with the numpy path to round-off (states within ~1e-14 relative,
+second derivatives ~1e-12, over stiffnesses e^-3 to e^3 of the truth: the elimination's sums are ordered
+differently from LAPACK's); no BLAS, no threads, no fast-math, so a run is repeatable to the bit on any
+machine.
 
 Compiled once per checkout and cached as the drive loops are (:mod:`identification.models.drive_kernels`:
 numba's cache beside the source, else the user's cache folder, else compiled in memory); without numba the

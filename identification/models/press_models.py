@@ -88,7 +88,8 @@ class PressLinkageModel:
     def __init__(self, constants: PressConstants | None = None,
                  outputs: tuple[str, ...] = OUTPUT_NAMES, compiled: bool | None = None) -> None:
         """``outputs``: which sensors the observations are, in the order of the data's columns;
-        ``compiled``: the state solve compiled (default: when numba is installed) or in numpy."""
+        ``compiled``: the state solve and its derivatives compiled (default: when numba is installed) or
+        in numpy."""
         self.compiled = press_kernels.AVAILABLE and (compiled is None or bool(compiled))
         unknown = [o for o in outputs if o not in OUTPUT_NAMES]
         if unknown:
