@@ -21,6 +21,7 @@ from daq.rigs.press.session import press_arrays
 from daq.run.replay import replay_session
 from daq.store.read_write import SessionStore
 from identification.analyses.online_press import estimate_stiffness, model_verdict, verdict_settled
+from identification.models import press_kernels
 from tests.in_process_runs import run_in_process
 
 N_SERIES = 5
@@ -326,3 +327,28 @@ async def test_watch_renders_any_online_stream_with_its_verdict(capsys, monkeypa
             assert [x["stream"] for x in lines] == ["oscillator.online", "press.online"]
             assert lines[0]["values"] == drive["values"] and lines[0]["stop"] == drive["stop"]
             assert lines[1]["verdict"]["kept"] == ["M3"] and lines[1]["kind"] == "estimate"
+
+
+def test_ready_loads_the_compiled_press_model_before_the_acquisition():
+    """The identifier's fits run in a thread of the run's process: without the compiled press model loaded
+    by ``ready()`` (before the staircase), the first estimate loaded numba and the kernels (~1 CPU-s; ~10 on
+    a fresh checkout, compiling) in the middle of the acquisition, beside the simulated devices. Run in a
+    fresh process, which has loaded nothing yet."""
+    import subprocess
+    import sys
+
+    code = ("import asyncio\n"
+            "from daq.rigs.press.online import OnlineIdentifier\n"
+            "from identification.models import press_kernels\n"
+            "async def emit(kind, body):\n"
+            "    pass\n"
+            "ident = OnlineIdentifier({'D_vertical': 1e-6}, emit)\n"
+            "before = press_kernels.loaded()\n"
+            "asyncio.run(ident.ready())\n"
+            "print(before, press_kernels.loaded())\n")
+    from pathlib import Path
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True"] or not press_kernels.AVAILABLE, out.stdout

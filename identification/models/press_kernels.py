@@ -26,7 +26,7 @@ import numpy as np
 
 from identification.models.drive_kernels import AVAILABLE
 
-__all__ = ["AVAILABLE", "newton_states", "state_derivatives"]
+__all__ = ["AVAILABLE", "load_kernels", "loaded", "newton_states", "state_derivatives"]
 
 #: Newton steps at most, and the relative size of the last step (the numpy path's constants)
 MAX_STEPS, REL_STEP = 30, 1e-10
@@ -277,6 +277,23 @@ def _kernel(name: str):
         except RuntimeError:  # no writable cache folder (a read-only checkout, no writable home): compiled in
             _compiled.update(_compile(cache=False))  # memory, each process once
     return _compiled[name]
+
+
+def load_kernels() -> None:
+    """Compile (or load from the cache) both kernels now, with the argument types of every later call: a
+    process that will fit presses while it acquires (a run's online identifier) does this before the
+    acquisition starts, so that loading LLVM and the kernels (~1 CPU-s; ~10 the first time on a fresh
+    checkout) never competes with it."""
+    if not AVAILABLE:  # pragma: no cover
+        return
+    one, none = np.array([0], dtype=np.int64), np.array([-1], dtype=np.int64)
+    newton_states(np.eye(2), np.eye(2), np.ones(2), np.ones(1), one, none, 1.0, 1.0)
+    state_derivatives(np.eye(2), np.eye(2), np.eye(2), np.ones((1, 2)), one, none, 1.0, 1.0, True)
+
+
+def loaded() -> bool:
+    """Whether this process holds the compiled kernels already."""
+    return bool(_compiled)
 
 
 def newton_states(K: np.ndarray, K_lin: np.ndarray, b: np.ndarray, q: np.ndarray, bi: np.ndarray,

@@ -50,6 +50,7 @@ from identification.analyses.online_press import (
     verdict_settled,
 )
 from identification.estimation.blas import limit_blas_to_one_thread
+from identification.models import press_kernels
 from identification.models.press_models import PressConstants
 
 PLAN_STREAM = "press.plan"
@@ -331,8 +332,10 @@ def _timed(fn, *args, **kwargs):
 
 
 def _warm_up() -> None:
-    """Called once in a fresh worker: unpickling this function imports this module, and with it the
-    analysis code, before the first series needs it."""
+    """Called once in a fresh worker (and in the identifier's thread by ``ready``): unpickling this function
+    imports this module, and with it the analysis code, and the press model's compiled kernels are loaded
+    (compiled, on a fresh checkout), all before the first series needs them - not during acquisition."""
+    press_kernels.load_kernels()
 
 
 def _run_length(patterns: list) -> int:
