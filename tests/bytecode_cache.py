@@ -40,6 +40,21 @@ def start_compiling(root: Path) -> subprocess.Popen | None:
     return None
 
 
+#: made beside the bytecode: numba's cache of the compiled loops (drive) and solves (press), so that the
+#: workers load them instead of compiling them all at once at the start (~10 CPU-s each on a fresh clone)
+COMPILE_KERNELS = ("from identification.models import drive_kernels, press_kernels\n"
+                   "drive_kernels.load_kernels()\n"
+                   "press_kernels.load_kernels()\n")
+
+
+def start_compiling_kernels(root: Path) -> subprocess.Popen:
+    """The numba kernels compiled (or found in the cache) in a process of its own, the cache written beside
+    the sources as any first use writes it (a checkout with no writable cache compiles in memory: nothing is
+    kept, each process compiles its own as before)."""
+    return subprocess.Popen([sys.executable, "-c", COMPILE_KERNELS], cwd=root, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def write_rewritten_tests(config: pytest.Config, folder: Path) -> int:
     """Rewrite each ``test_*.py`` and ``conftest.py`` in ``folder`` whose cached code is missing or stale; the
     number written (0 when this pytest's internals differ: each worker then rewrites them, as before)."""

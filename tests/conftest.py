@@ -11,7 +11,7 @@ from pathlib import Path
 import checkout_fence
 import numpy as np
 import pytest
-from bytecode_cache import start_compiling, write_rewritten_tests
+from bytecode_cache import start_compiling, start_compiling_kernels, write_rewritten_tests
 
 # the loopback fence (tests/loopback_fence.py): a test that reaches beyond this machine or opens a serial
 # device it did not create fails; tests/ is on sys.path (pytest puts the conftest's folder there)
@@ -76,15 +76,19 @@ def _blas_variables_as_the_worker_started():
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The run's first process (the xdist controller, before it starts the workers) writes the project's
-    bytecode and the test modules' rewritten code once, so that no process the run starts compiles them
-    again (tests/bytecode_cache.py)."""
+    bytecode, the test modules' rewritten code and numba's cache of our kernels once, so that no process the
+    run starts compiles them again (tests/bytecode_cache.py)."""
     config = session.config
     if not hasattr(config, "workerinput"):
-        compiling = start_compiling(Path(__file__).resolve().parents[1])
+        root = Path(__file__).resolve().parents[1]
+        compiling = start_compiling(root)
+        kernels = start_compiling_kernels(root) if config.getoption("numprocesses", None) else None
         if config.getoption("numprocesses", None):
             write_rewritten_tests(config, Path(__file__).parent)
         if compiling is not None:
             compiling.wait()  # a file that does not compile fails in the test that imports it, as it would
+        if kernels is not None:
+            kernels.wait()  # whatever it says: a kernel that does not compile fails in the tests that use it
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
